@@ -1,0 +1,256 @@
+//! The CPU backend: kernels over typed `Vec`s, parallelised with rayon.
+//!
+//! `compile()` converts constants to element buffers once and computes, for
+//! every operand, the last node that reads it, so `dispatch()` frees each
+//! intermediate as soon as it is dead. Kernels live in one file per operator
+//! family and receive the resolved parameters of the graph IR as they are.
+
+mod elementwise;
+mod matmul;
+mod conv;
+mod shape;
+pub mod util;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{Backend, GraphId, TensorId};
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Op, Source};
+use crate::tensor::Buf;
+use crate::types::OperandDescriptor;
+
+struct CpuTensor {
+    desc: OperandDescriptor,
+    data: Buf,
+}
+
+struct CompiledGraph {
+    graph: Arc<Graph>,
+    /// Converted constants, by operand id.
+    constants: HashMap<usize, Buf>,
+    /// For each operand, the index of the last node reading it (graph
+    /// outputs: `usize::MAX`, never freed during the run).
+    last_use: Vec<usize>,
+}
+
+/// The CPU backend.
+#[derive(Default)]
+pub struct CpuBackend {
+    tensors: HashMap<TensorId, CpuTensor>,
+    graphs: HashMap<GraphId, CompiledGraph>,
+}
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// Runs one operator on the CPU. `inputs` are the node's input operands in
+/// the order the variant documents; returns one buffer per output.
+pub fn run_op(
+    op: &Op,
+    inputs: &[&Buf],
+    in_descs: &[&OperandDescriptor],
+    out_descs: &[OperandDescriptor],
+) -> Result<Vec<Buf>> {
+    let out = &out_descs[0];
+    let one = |b: Result<Buf>| b.map(|b| vec![b]);
+    match op {
+        Op::Binary(kind) => one(elementwise::binary(*kind, inputs[0], in_descs[0], inputs[1], in_descs[1], out)),
+        Op::Unary(kind) => one(elementwise::unary(*kind, inputs[0], out)),
+        Op::Clamp { min, max } => one(elementwise::clamp(inputs[0], *min, *max, out)),
+        Op::Softmax { axis } => one(elementwise::softmax(inputs[0], *axis, out)),
+        Op::Cast { to } => one(elementwise::cast(inputs[0], *to, out)),
+        Op::Matmul => one(matmul::matmul(inputs[0], in_descs[0], inputs[1], in_descs[1], out)),
+        Op::Gemm(p) => one(matmul::gemm(p, inputs, in_descs, out)),
+        Op::Conv2d(p) => one(conv::conv2d(p, inputs, out)),
+        Op::Pool2d(p) => one(conv::pool2d(p, inputs[0], out)),
+        Op::Reshape => Ok(vec![inputs[0].clone()]),
+        Op::Transpose { permutation } => one(shape::transpose(inputs[0], in_descs[0], permutation, out)),
+        Op::Concat { axis } => one(shape::concat(inputs, in_descs, *axis, out)),
+        Op::Slice { starts, strides, .. } => {
+            one(shape::slice(inputs[0], in_descs[0], starts, strides, out))
+        }
+    }
+}
+
+/// A value during a run: borrowed (inputs, constants) or owned.
+enum Slot<'a> {
+    Empty,
+    Borrowed(&'a Buf),
+    Owned(Buf),
+}
+
+impl Slot<'_> {
+    fn get(&self) -> Option<&Buf> {
+        match self {
+            Slot::Empty => None,
+            Slot::Borrowed(b) => Some(b),
+            Slot::Owned(b) => Some(b),
+        }
+    }
+}
+
+/// Executes a compiled graph on the given input buffers; returns the outputs
+/// in `graph.outputs` order.
+fn execute(cg: &CompiledGraph, inputs: &[&Buf]) -> Result<Vec<Buf>> {
+    let g = &*cg.graph;
+    let mut slots: Vec<Slot> = (0..g.operands.len()).map(|_| Slot::Empty).collect();
+    for ((_, id), buf) in g.inputs.iter().zip(inputs) {
+        slots[*id] = Slot::Borrowed(buf);
+    }
+    for (id, buf) in &cg.constants {
+        slots[*id] = Slot::Borrowed(buf);
+    }
+    for (n, node) in g.nodes.iter().enumerate() {
+        let ins: Vec<&Buf> = node
+            .inputs
+            .iter()
+            .map(|&i| slots[i].get().expect("operand computed before use"))
+            .collect();
+        let in_descs: Vec<&OperandDescriptor> = node.inputs.iter().map(|&i| &g.operands[i]).collect();
+        let out_descs: Vec<OperandDescriptor> = node.outputs.iter().map(|&o| g.operands[o].clone()).collect();
+        let results = run_op(&node.op, &ins, &in_descs, &out_descs).map_err(|e| {
+            if node.label.is_empty() {
+                e
+            } else {
+                Error::new(e.kind, format!("{} (operator labelled {:?})", e.message, node.label))
+            }
+        })?;
+        for (&o, r) in node.outputs.iter().zip(results) {
+            slots[o] = Slot::Owned(r);
+        }
+        // Free what no later node reads.
+        for &i in &node.inputs {
+            if cg.last_use[i] == n {
+                slots[i] = Slot::Empty;
+            }
+        }
+    }
+    g.outputs
+        .iter()
+        .map(|(_, id)| match std::mem::replace(&mut slots[*id], Slot::Empty) {
+            Slot::Owned(b) => Ok(b),
+            Slot::Borrowed(b) => Ok(b.clone()),
+            // The same operand bound to two output names.
+            Slot::Empty => Err(Error::operation("an output was consumed twice")),
+        })
+        .collect()
+}
+
+impl Backend for CpuBackend {
+    fn device_type(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn accelerated(&self) -> bool {
+        false
+    }
+
+    fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()> {
+        let data = Buf::zeros(desc.data_type, desc.element_count())?;
+        self.tensors.insert(
+            id,
+            CpuTensor {
+                desc: desc.clone(),
+                data,
+            },
+        );
+        Ok(())
+    }
+
+    fn destroy_tensor(&mut self, id: TensorId) {
+        self.tensors.remove(&id);
+    }
+
+    fn write_tensor(&mut self, id: TensorId, data: Buf) -> Result<()> {
+        let t = self
+            .tensors
+            .get_mut(&id)
+            .ok_or_else(|| Error::invalid_state("the tensor is destroyed"))?;
+        if data.len() != t.desc.element_count() {
+            return Err(Error::type_error("the data does not fit the tensor"));
+        }
+        t.data = data;
+        Ok(())
+    }
+
+    fn read_tensor(&mut self, id: TensorId) -> Result<Buf> {
+        self.tensors
+            .get(&id)
+            .map(|t| t.data.clone())
+            .ok_or_else(|| Error::invalid_state("the tensor is destroyed"))
+    }
+
+    fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()> {
+        let mut constants = HashMap::new();
+        for (op, src) in graph.sources.iter().enumerate() {
+            if let Source::Constant(bytes) = src {
+                let d = &graph.operands[op];
+                constants.insert(op, Buf::from_bytes(d.data_type, bytes, d.element_count())?);
+            }
+        }
+        let mut last_use = vec![0usize; graph.operands.len()];
+        for (n, node) in graph.nodes.iter().enumerate() {
+            for &i in &node.inputs {
+                last_use[i] = n;
+            }
+        }
+        for (_, o) in &graph.outputs {
+            last_use[*o] = usize::MAX;
+        }
+        // Inputs and constants are borrowed, never freed; mark them too.
+        for (op, src) in graph.sources.iter().enumerate() {
+            if !matches!(src, Source::Node { .. }) {
+                last_use[op] = usize::MAX;
+            }
+        }
+        self.graphs.insert(
+            id,
+            CompiledGraph {
+                graph,
+                constants,
+                last_use,
+            },
+        );
+        Ok(())
+    }
+
+    fn destroy_graph(&mut self, id: GraphId) {
+        self.graphs.remove(&id);
+    }
+
+    fn dispatch(&mut self, graph: GraphId, inputs: &[TensorId], outputs: &[TensorId]) -> Result<()> {
+        let cg = self
+            .graphs
+            .get(&graph)
+            .ok_or_else(|| Error::invalid_state("the graph is destroyed"))?;
+        let ins: Vec<&Buf> = inputs
+            .iter()
+            .map(|id| {
+                self.tensors
+                    .get(id)
+                    .map(|t| &t.data)
+                    .ok_or_else(|| Error::invalid_state("an input tensor is destroyed"))
+            })
+            .collect::<Result<_>>()?;
+        let results = execute(cg, &ins)?;
+        for (id, r) in outputs.iter().zip(results) {
+            if let Some(t) = self.tensors.get_mut(id) {
+                t.data = r;
+            }
+        }
+        Ok(())
+    }
+
+    fn compute(&mut self, graph: GraphId, _g: &Graph, inputs: Vec<Buf>) -> Result<Vec<Buf>> {
+        let cg = self
+            .graphs
+            .get(&graph)
+            .ok_or_else(|| Error::invalid_state("the graph is destroyed"))?;
+        let refs: Vec<&Buf> = inputs.iter().collect();
+        execute(cg, &refs)
+    }
+}

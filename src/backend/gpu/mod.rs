@@ -1,0 +1,1 @@
+//! The GPU backend on wgpu (being written).

@@ -1,0 +1,73 @@
+//! The backend trait and its two implementations.
+//!
+//! A backend is owned by its context's timeline thread and only ever sees
+//! validated graphs and tensors whose descriptors were checked on the JS
+//! thread. It keeps its own tables of tensors and compiled graphs, keyed by
+//! ids that the binding layer hands out.
+
+pub mod cpu;
+pub mod gpu;
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::graph::Graph;
+use crate::tensor::Buf;
+use crate::types::OperandDescriptor;
+
+pub type TensorId = u64;
+pub type GraphId = u64;
+
+/// The operations a timeline runs, in submission order.
+pub trait Backend {
+    /// `"cpu"` or `"gpu"`.
+    fn device_type(&self) -> &'static str;
+    /// Whether work runs on an accelerator (false for a software adapter).
+    fn accelerated(&self) -> bool;
+    /// Allocates a zero-filled tensor.
+    fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()>;
+    fn destroy_tensor(&mut self, id: TensorId);
+    /// Replaces a tensor's contents (`data` has its element count and type).
+    fn write_tensor(&mut self, id: TensorId, data: Buf) -> Result<()>;
+    fn read_tensor(&mut self, id: TensorId) -> Result<Buf>;
+    /// Compiles a graph once: constants are converted and uploaded here.
+    fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()>;
+    fn destroy_graph(&mut self, id: GraphId);
+    /// Runs a compiled graph. `inputs` and `outputs` follow the order of
+    /// `graph.inputs` and `graph.outputs`.
+    fn dispatch(&mut self, graph: GraphId, inputs: &[TensorId], outputs: &[TensorId]) -> Result<()>;
+
+    /// Runs a graph on host data: inputs in `graph.inputs` order, outputs
+    /// returned in `graph.outputs` order. Backends may override this to
+    /// avoid the temporary tensors.
+    fn compute(&mut self, graph: GraphId, g: &Graph, inputs: Vec<Buf>) -> Result<Vec<Buf>> {
+        // Temporary ids from the top of the id space, which the binding never
+        // hands out.
+        let mut next = u64::MAX;
+        let mut ids = |n: usize| -> Vec<TensorId> {
+            (0..n)
+                .map(|_| {
+                    next -= 1;
+                    next
+                })
+                .collect()
+        };
+        let in_ids = ids(g.inputs.len());
+        let out_ids = ids(g.outputs.len());
+        let result = (|| {
+            for ((&id, (_, operand)), data) in in_ids.iter().zip(&g.inputs).zip(inputs) {
+                self.create_tensor(id, &g.operands[*operand])?;
+                self.write_tensor(id, data)?;
+            }
+            for (&id, (_, operand)) in out_ids.iter().zip(&g.outputs) {
+                self.create_tensor(id, &g.operands[*operand])?;
+            }
+            self.dispatch(graph, &in_ids, &out_ids)?;
+            out_ids.iter().map(|&id| self.read_tensor(id)).collect()
+        })();
+        for id in in_ids.into_iter().chain(out_ids) {
+            self.destroy_tensor(id);
+        }
+        result
+    }
+}

@@ -1,0 +1,1 @@
+//! The napi binding layer (being written).

@@ -1,0 +1,16 @@
+//! webnn-node: the W3C Web Neural Network API for Node.js.
+//!
+//! Layers, from the JS edge inwards (see ARCHITECTURE.md):
+//! - [`binding`]: the only code that touches napi;
+//! - [`timeline`]: one worker thread per context, running commands in order;
+//! - [`graph`]: the graph IR and the pure per-operator validation;
+//! - [`backend`]: the CPU and GPU (wgpu) implementations of one trait.
+
+pub mod backend;
+pub mod binding;
+pub mod error;
+pub mod f16;
+pub mod graph;
+pub mod tensor;
+pub mod timeline;
+pub mod types;

@@ -1,0 +1,218 @@
+//! Element storage for tensors on the CPU side of the API.
+//!
+//! A [`Buf`] holds the elements of one tensor in a typed `Vec`. Every data
+//! type is stored one element per slot, except that int4 and uint4 are
+//! unpacked into `i8`/`u8` slots: kernels then never deal with nibbles, and
+//! packing happens only at the JS boundary ([`Buf::from_bytes`],
+//! [`Buf::to_bytes`]).
+
+use crate::error::{Error, Result};
+use crate::f16::{f16_to_f32, f32_to_f16};
+use crate::types::DataType;
+
+/// Typed element storage. The variant is fixed by the data type
+/// ([`Buf::zeros`]); int4 uses `I8`, uint4 uses `U8`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Buf {
+    F32(Vec<f32>),
+    /// float16 bit patterns.
+    F16(Vec<u16>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    I64(Vec<i64>),
+    U64(Vec<u64>),
+    I8(Vec<i8>),
+    U8(Vec<u8>),
+}
+
+/// Runs `$body` with `$v` bound to the inner `Vec` of any variant.
+#[macro_export]
+macro_rules! with_buf {
+    ($buf:expr, $v:ident => $body:expr) => {
+        match $buf {
+            $crate::tensor::Buf::F32($v) => $body,
+            $crate::tensor::Buf::F16($v) => $body,
+            $crate::tensor::Buf::I32($v) => $body,
+            $crate::tensor::Buf::U32($v) => $body,
+            $crate::tensor::Buf::I64($v) => $body,
+            $crate::tensor::Buf::U64($v) => $body,
+            $crate::tensor::Buf::I8($v) => $body,
+            $crate::tensor::Buf::U8($v) => $body,
+        }
+    };
+}
+
+fn try_vec<T: Clone>(n: usize, v: T) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(n)
+        .map_err(|_| Error::operation(format!("cannot allocate {n} elements")))?;
+    out.resize(n, v);
+    Ok(out)
+}
+
+impl Buf {
+    /// A zero-filled buffer of `n` elements, or an OperationError when the
+    /// memory cannot be had (never an abort).
+    pub fn zeros(dt: DataType, n: usize) -> Result<Buf> {
+        Ok(match dt {
+            DataType::Float32 => Buf::F32(try_vec(n, 0.0)?),
+            DataType::Float16 => Buf::F16(try_vec(n, 0)?),
+            DataType::Int32 => Buf::I32(try_vec(n, 0)?),
+            DataType::Uint32 => Buf::U32(try_vec(n, 0)?),
+            DataType::Int64 => Buf::I64(try_vec(n, 0)?),
+            DataType::Uint64 => Buf::U64(try_vec(n, 0)?),
+            DataType::Int8 | DataType::Int4 => Buf::I8(try_vec(n, 0)?),
+            DataType::Uint8 | DataType::Uint4 => Buf::U8(try_vec(n, 0)?),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        with_buf!(self, v => v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads `n` elements of type `dt` from the external byte layout
+    /// (little-endian, int4/uint4 packed low nibble first). `bytes` may be
+    /// unaligned.
+    pub fn from_bytes(dt: DataType, bytes: &[u8], n: usize) -> Result<Buf> {
+        if bytes.len() < dt.byte_length(n) {
+            return Err(Error::type_error(format!(
+                "{} bytes are too few for {n} {} elements",
+                bytes.len(),
+                dt.name()
+            )));
+        }
+        macro_rules! read {
+            ($t:ty, $variant:ident) => {{
+                const W: usize = std::mem::size_of::<$t>();
+                let mut v: Vec<$t> = try_vec(n, 0 as $t)?;
+                for (dst, src) in v.iter_mut().zip(bytes.chunks_exact(W)) {
+                    *dst = <$t>::from_le_bytes(src.try_into().unwrap());
+                }
+                Buf::$variant(v)
+            }};
+        }
+        Ok(match dt {
+            DataType::Float32 => read!(f32, F32),
+            DataType::Float16 => read!(u16, F16),
+            DataType::Int32 => read!(i32, I32),
+            DataType::Uint32 => read!(u32, U32),
+            DataType::Int64 => read!(i64, I64),
+            DataType::Uint64 => read!(u64, U64),
+            DataType::Int8 => Buf::I8(bytes[..n].iter().map(|&b| b as i8).collect()),
+            DataType::Uint8 => Buf::U8(bytes[..n].to_vec()),
+            DataType::Int4 => Buf::I8(
+                (0..n)
+                    .map(|i| {
+                        let nib = (bytes[i / 2] >> ((i % 2) * 4)) & 0xf;
+                        ((nib << 4) as i8) >> 4
+                    })
+                    .collect(),
+            ),
+            DataType::Uint4 => Buf::U8(
+                (0..n)
+                    .map(|i| (bytes[i / 2] >> ((i % 2) * 4)) & 0xf)
+                    .collect(),
+            ),
+        })
+    }
+
+    /// The elements as external bytes (see [`Buf::from_bytes`]).
+    pub fn to_bytes(&self, dt: DataType) -> Vec<u8> {
+        match (dt, self) {
+            (DataType::Int4, Buf::I8(v)) => pack_nibbles(v.iter().map(|&x| x as u8)),
+            (DataType::Uint4, Buf::U8(v)) => pack_nibbles(v.iter().copied()),
+            _ => self.raw_bytes().to_vec(),
+        }
+    }
+
+    /// The in-memory bytes of the elements (equal to the external layout for
+    /// every type but int4/uint4, on little-endian machines).
+    pub fn raw_bytes(&self) -> &[u8] {
+        with_buf!(self, v => {
+            let len = std::mem::size_of_val(v.as_slice());
+            // SAFETY: every element type is plain old data without padding,
+            // and u8 has alignment 1.
+            unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, len) }
+        })
+    }
+
+    /// Element `i` as f64 (for tests, reductions of small tensors and
+    /// constant folding; not for hot loops).
+    pub fn get_f64(&self, i: usize) -> f64 {
+        match self {
+            Buf::F32(v) => v[i] as f64,
+            Buf::F16(v) => f16_to_f32(v[i]) as f64,
+            Buf::I32(v) => v[i] as f64,
+            Buf::U32(v) => v[i] as f64,
+            Buf::I64(v) => v[i] as f64,
+            Buf::U64(v) => v[i] as f64,
+            Buf::I8(v) => v[i] as f64,
+            Buf::U8(v) => v[i] as f64,
+        }
+    }
+
+    /// All elements as f32 (float16 widened); integers converted.
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match self {
+            Buf::F32(v) => v.clone(),
+            Buf::F16(v) => v.iter().map(|&h| f16_to_f32(h)).collect(),
+            _ => (0..self.len()).map(|i| self.get_f64(i) as f32).collect(),
+        }
+    }
+
+    /// Element `i` as i64 (integer tensors; floats truncate).
+    pub fn get_i64(&self, i: usize) -> i64 {
+        match self {
+            Buf::I64(v) => v[i],
+            Buf::U64(v) => v[i] as i64,
+            Buf::I32(v) => v[i] as i64,
+            Buf::U32(v) => v[i] as i64,
+            Buf::I8(v) => v[i] as i64,
+            Buf::U8(v) => v[i] as i64,
+            Buf::F32(v) => v[i] as i64,
+            Buf::F16(v) => f16_to_f32(v[i]) as i64,
+        }
+    }
+
+    /// A float16 buffer from f32 values, rounding each once.
+    pub fn f16_from_f32(v: &[f32]) -> Buf {
+        Buf::F16(v.iter().map(|&x| f32_to_f16(x)).collect())
+    }
+}
+
+fn pack_nibbles(v: impl ExactSizeIterator<Item = u8>) -> Vec<u8> {
+    let n = v.len();
+    let mut out = vec![0u8; n.div_ceil(2)];
+    for (i, x) in v.enumerate() {
+        out[i / 2] |= (x & 0xf) << ((i % 2) * 4);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int4_round_trip() {
+        let b = Buf::from_bytes(DataType::Int4, &[0xf7, 0x08], 3).unwrap();
+        assert_eq!(b, Buf::I8(vec![7, -1, -8]));
+        assert_eq!(b.to_bytes(DataType::Int4), vec![0xf7, 0x08]);
+        let u = Buf::from_bytes(DataType::Uint4, &[0x21], 2).unwrap();
+        assert_eq!(u, Buf::U8(vec![1, 2]));
+    }
+
+    #[test]
+    fn unaligned_f32() {
+        let mut bytes = vec![0u8; 9];
+        bytes[1..5].copy_from_slice(&1.5f32.to_le_bytes());
+        bytes[5..9].copy_from_slice(&(-2.0f32).to_le_bytes());
+        let b = Buf::from_bytes(DataType::Float32, &bytes[1..], 2).unwrap();
+        assert_eq!(b, Buf::F32(vec![1.5, -2.0]));
+        assert_eq!(b.to_bytes(DataType::Float32), bytes[1..].to_vec());
+    }
+}

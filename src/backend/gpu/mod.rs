@@ -1,1 +1,1152 @@
-//! The GPU backend on wgpu (being written).
+//! The GPU backend on wgpu (Vulkan).
+//!
+//! Tensors are storage buffers holding the external byte layout of their
+//! elements (rounded up to whole words). `compile()` turns a graph into a
+//! flat list of [`Step`]s (pipeline, bind group, workgroup grid) once: it
+//! uploads the constants, allocates one buffer per graph input and per
+//! intermediate, and creates every bind group, so `dispatch()` only records
+//! copies and dispatches into one command encoder and submits it without
+//! waiting. Reads wait on the queue, which keeps them after the dispatches
+//! submitted before them.
+//!
+//! wgpu reports most misuse through error callbacks, and panics when none
+//! is set; every failure here becomes an [`Error`] instead: sizes are
+//! checked against the device limits before wgpu sees them, device calls
+//! that may fail run inside error scopes, and an uncaptured-error handler
+//! collects whatever escapes them.
+//!
+//! Operator families live in their own files ([`elementwise`], [`matmul`])
+//! and only build steps; this file owns the device, tensors and graphs.
+
+mod elementwise;
+mod matmul;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::Duration;
+
+use super::{Backend, GraphId, TensorId};
+use crate::error::{Error, Result};
+use crate::graph::op::PoolKind;
+use crate::graph::{Graph, Op, Source};
+use crate::tensor::Buf;
+use crate::types::{DataType, OperandDescriptor};
+
+/// Creates the GPU backend on the calling thread.
+///
+/// `power_preference` is the WebNN context option (`"default"`,
+/// `"high-performance"` or `"low-power"`). Fails with NotSupportedError when
+/// no Vulkan adapter exists or no device can be had from it.
+pub fn create(power_preference: &str) -> Result<Box<dyn Backend>> {
+    // A driver that panics while being probed must not take the context's
+    // thread down with it.
+    let pref = power_preference.to_string();
+    std::panic::catch_unwind(move || GpuBackend::new(&pref))
+        .unwrap_or_else(|_| Err(Error::not_supported("the GPU adapter failed to initialise")))
+        .map(|b| Box::new(b) as Box<dyn Backend>)
+}
+
+/// Wakes the thread that runs [`block_on`].
+struct ThreadWaker(Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Drives a future to completion on this thread. wgpu's native futures
+/// (adapter and device requests, error scopes) are ready at once or soon
+/// after; the timed park guards against a future that completes without
+/// waking anyone.
+fn block_on<F: Future>(f: F) -> F::Output {
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(Duration::from_millis(1));
+    }
+}
+
+/// Rounds a byte length up to a whole, non-zero number of 4-byte words:
+/// wgpu requires copy and binding sizes to be multiples of 4, and zero-sized
+/// bindings are invalid.
+fn padded(bytes: u64) -> u64 {
+    bytes.div_ceil(4).max(1) * 4
+}
+
+/// The WGSL scalar type of the data types this backend computes on.
+fn wgsl_type(dt: DataType) -> Option<&'static str> {
+    match dt {
+        DataType::Float32 => Some("f32"),
+        DataType::Int32 => Some("i32"),
+        DataType::Uint32 => Some("u32"),
+        _ => None,
+    }
+}
+
+/// The builder name of an operator, for messages.
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Binary(k) => k.name(),
+        Op::Unary(k) => k.name(),
+        Op::Clamp { .. } => "clamp",
+        Op::Matmul => "matmul",
+        Op::Gemm(_) => "gemm",
+        Op::Conv2d(_) => "conv2d",
+        Op::Pool2d(p) => match p.kind {
+            PoolKind::Average => "averagePool2d",
+            PoolKind::Max => "maxPool2d",
+            PoolKind::L2 => "l2Pool2d",
+        },
+        Op::Softmax { .. } => "softmax",
+        Op::Reshape => "reshape",
+        Op::Transpose { .. } => "transpose",
+        Op::Concat { .. } => "concat",
+        Op::Slice { .. } => "slice",
+        Op::Cast { .. } => "cast",
+    }
+}
+
+/// The element strides of `shape` broadcast to `out` (numpy rules: `shape`
+/// aligned to the right of `out`, size-1 and missing dimensions repeat with
+/// stride 0). One stride per dimension of `out`.
+fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<u64> {
+    let mut strides = vec![0u64; out.len()];
+    let offset = out.len() - shape.len();
+    let mut stride = 1u64;
+    for (d, &size) in shape.iter().enumerate().rev() {
+        if size != 1 {
+            strides[offset + d] = stride;
+        }
+        stride *= size as u64;
+    }
+    strides
+}
+
+/// Converts a size or offset to a shader word, or fails when a tensor is
+/// too large for 32-bit indexing.
+fn word(v: u64) -> Result<u32> {
+    u32::try_from(v)
+        .map_err(|_| Error::operation(format!("{v} is too large for 32-bit GPU indexing")))
+}
+
+/// One compute dispatch of a compiled graph.
+pub(crate) struct Step {
+    pipeline: wgpu::ComputePipeline,
+    bind_group: wgpu::BindGroup,
+    /// Workgroup counts in x, y, z.
+    groups: [u32; 3],
+}
+
+/// The device and what is shared by every graph: the pipeline cache and
+/// the sink of uncaptured errors. Operator families build steps through it.
+pub(crate) struct Gpu {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    limits: wgpu::Limits,
+    /// Pipelines by shader source and entry point.
+    pipelines: HashMap<(String, &'static str), wgpu::ComputePipeline>,
+    /// Errors that no error scope caught (reported by wgpu's callback,
+    /// possibly from another thread).
+    uncaptured: Arc<Mutex<Vec<String>>>,
+}
+
+impl Gpu {
+    /// Runs `f` inside error scopes and turns any error they catch, or any
+    /// uncaptured error reported meanwhile, into an OperationError.
+    fn scoped<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T> {
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let v = f();
+        // Scopes pop in reverse order of their pushes.
+        let errors = [
+            block_on(validation.pop()),
+            block_on(internal.pop()),
+            block_on(oom.pop()),
+        ];
+        if let Some(e) = errors.into_iter().flatten().next() {
+            return Err(Error::operation(format!("{what} failed on the GPU: {e}")));
+        }
+        self.check_uncaptured(what)?;
+        Ok(v)
+    }
+
+    /// Reports the first error that escaped the scopes, if any.
+    fn check_uncaptured(&self, what: &str) -> Result<()> {
+        let mut errs = self.uncaptured.lock().unwrap_or_else(|p| p.into_inner());
+        if errs.is_empty() {
+            return Ok(());
+        }
+        let first = errs.remove(0);
+        errs.clear();
+        Err(Error::operation(format!(
+            "{what} failed on the GPU: {first}"
+        )))
+    }
+
+    /// A zero-filled buffer of at least `bytes` bytes (padded to words).
+    fn buffer(&self, bytes: u64, usage: wgpu::BufferUsages, label: &str) -> Result<wgpu::Buffer> {
+        let size = padded(bytes);
+        if size > self.limits.max_buffer_size {
+            return Err(Error::operation(format!(
+                "{label}: {bytes} bytes exceed the GPU's largest buffer ({} bytes)",
+                self.limits.max_buffer_size
+            )));
+        }
+        self.scoped(label, || {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
+        })
+    }
+
+    /// A storage buffer for tensors and intermediates.
+    fn storage(&self, bytes: u64, label: &str) -> Result<wgpu::Buffer> {
+        self.buffer(
+            bytes,
+            wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            label,
+        )
+    }
+
+    /// A storage buffer holding `data` (padded with zero bytes).
+    fn upload(&self, data: &[u8], label: &str) -> Result<wgpu::Buffer> {
+        let buf = self.storage(data.len() as u64, label)?;
+        self.write(&buf, data);
+        Ok(buf)
+    }
+
+    /// A read-only parameter buffer of u32 words.
+    fn params(&self, words: &[u32]) -> Result<wgpu::Buffer> {
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        self.upload(&bytes, "parameters")
+    }
+
+    /// Queues a write of `data` at the start of `buf`, padding the tail to
+    /// a whole word as wgpu requires.
+    fn write(&self, buf: &wgpu::Buffer, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let whole = data.len() / 4 * 4;
+        if whole > 0 {
+            self.queue.write_buffer(buf, 0, &data[..whole]);
+        }
+        if whole < data.len() {
+            let mut tail = [0u8; 4];
+            tail[..data.len() - whole].copy_from_slice(&data[whole..]);
+            self.queue.write_buffer(buf, whole as u64, &tail);
+        }
+    }
+
+    /// The pipeline of `entry` in `source`, compiled once per device.
+    fn pipeline(&mut self, source: String, entry: &'static str) -> Result<wgpu::ComputePipeline> {
+        if let Some(p) = self.pipelines.get(&(source.clone(), entry)) {
+            return Ok(p.clone());
+        }
+        let device = &self.device;
+        let pipeline = self.scoped("compiling a shader", || {
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: None,
+                source: wgpu::ShaderSource::Wgsl(source.as_str().into()),
+            });
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: None,
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        })?;
+        self.pipelines.insert((source, entry), pipeline.clone());
+        Ok(pipeline)
+    }
+
+    /// A step running `entry` of `source` with `buffers` bound in order to
+    /// bindings 0, 1, ... of group 0.
+    fn step(
+        &mut self,
+        source: String,
+        entry: &'static str,
+        buffers: &[&wgpu::Buffer],
+        groups: [u32; 3],
+    ) -> Result<Step> {
+        let max_binding = self.limits.max_storage_buffer_binding_size;
+        if let Some(b) = buffers.iter().find(|b| b.size() > max_binding) {
+            return Err(Error::operation(format!(
+                "a tensor of {} bytes exceeds the GPU's largest storage binding ({max_binding} bytes)",
+                b.size()
+            )));
+        }
+        let max_groups = self.limits.max_compute_workgroups_per_dimension;
+        if groups.iter().any(|&g| g > max_groups) {
+            return Err(Error::operation(format!(
+                "the work grid {groups:?} exceeds the GPU's limit of {max_groups} workgroups per dimension"
+            )));
+        }
+        let pipeline = self.pipeline(source, entry)?;
+        let device = &self.device;
+        let bind_group = self.scoped("binding buffers", || {
+            let layout = pipeline.get_bind_group_layout(0);
+            let entries: Vec<wgpu::BindGroupEntry> = buffers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| wgpu::BindGroupEntry {
+                    binding: i as u32,
+                    resource: b.as_entire_binding(),
+                })
+                .collect();
+            device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &layout,
+                entries: &entries,
+            })
+        })?;
+        Ok(Step {
+            pipeline,
+            bind_group,
+            groups,
+        })
+    }
+
+    /// The grid for `n` invocations of a 256-wide one-dimensional kernel:
+    /// x up to the per-dimension limit, the rest spread over y (kernels
+    /// index with `gid.y * nwg.x * 256 + gid.x`).
+    fn grid_1d(&self, n: u64) -> Result<[u32; 3]> {
+        let groups = n.div_ceil(256).max(1);
+        let max = u64::from(self.limits.max_compute_workgroups_per_dimension.max(1));
+        let x = groups.min(max);
+        let y = groups.div_ceil(x);
+        if y > max || n > u64::from(u32::MAX) {
+            return Err(Error::operation(format!(
+                "{n} elements are too many for one GPU dispatch"
+            )));
+        }
+        Ok([x as u32, y as u32, 1])
+    }
+}
+
+/// A tensor: its descriptor and its storage buffer.
+struct GpuTensor {
+    desc: OperandDescriptor,
+    buffer: wgpu::Buffer,
+}
+
+/// A compiled graph.
+struct CompiledGraph {
+    /// Buffers owned by the graph: inputs, constants, intermediates.
+    buffers: Vec<wgpu::Buffer>,
+    /// The buffer (index into `buffers`) of each graph input, in
+    /// `graph.inputs` order.
+    inputs: Vec<usize>,
+    /// The buffer of each graph output, in `graph.outputs` order.
+    outputs: Vec<usize>,
+    steps: Vec<Step>,
+}
+
+/// The GPU backend.
+pub struct GpuBackend {
+    gpu: Gpu,
+    accelerated: bool,
+    tensors: HashMap<TensorId, GpuTensor>,
+    graphs: HashMap<GraphId, CompiledGraph>,
+}
+
+impl GpuBackend {
+    fn new(power_preference: &str) -> Result<Self> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::VULKAN;
+        let instance = wgpu::Instance::new(desc);
+        let power_preference = match power_preference {
+            "high-performance" => wgpu::PowerPreference::HighPerformance,
+            "low-power" => wgpu::PowerPreference::LowPower,
+            _ => wgpu::PowerPreference::None,
+        };
+        let adapter = block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference,
+            ..Default::default()
+        }))
+        .map_err(|e| Error::not_supported(format!("no GPU adapter is available ({e})")))?;
+        let info = adapter.get_info();
+        // The adapter's own limits: WebNN tensors easily exceed WebGPU's
+        // conservative defaults (128 MiB storage bindings).
+        let limits = adapter.limits();
+        let (device, queue) = block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("webnn"),
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| Error::not_supported(format!("cannot open the GPU {:?}: {e}", info.name)))?;
+        let uncaptured = Arc::new(Mutex::new(Vec::new()));
+        let sink = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            sink.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(e.to_string());
+        }));
+        let lost = uncaptured.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            lost.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("the device was lost ({reason:?}): {message}"));
+        });
+        Ok(GpuBackend {
+            gpu: Gpu {
+                limits: device.limits(),
+                device,
+                queue,
+                pipelines: HashMap::new(),
+                uncaptured,
+            },
+            accelerated: info.device_type != wgpu::DeviceType::Cpu,
+            tensors: HashMap::new(),
+            graphs: HashMap::new(),
+        })
+    }
+
+    /// Checks that every node is supported before anything is allocated.
+    fn check_supported(graph: &Graph) -> Result<()> {
+        for node in &graph.nodes {
+            let name = op_name(&node.op);
+            let supported = match &node.op {
+                Op::Binary(_) | Op::Unary(_) | Op::Clamp { .. } | Op::Reshape | Op::Matmul => true,
+                Op::Gemm(_)
+                | Op::Conv2d(_)
+                | Op::Pool2d(_)
+                | Op::Softmax { .. }
+                | Op::Transpose { .. }
+                | Op::Concat { .. }
+                | Op::Slice { .. }
+                | Op::Cast { .. } => false,
+            };
+            if !supported {
+                return Err(Error::not_supported(format!(
+                    "{name} is not supported on the GPU backend yet"
+                )));
+            }
+            // Reshape only moves bytes, whatever their type.
+            if node.op == Op::Reshape {
+                continue;
+            }
+            for &o in node.inputs.iter().chain(&node.outputs) {
+                let dt = graph.operands[o].data_type;
+                let ok = match node.op {
+                    Op::Matmul => dt == DataType::Float32,
+                    _ => wgsl_type(dt).is_some(),
+                };
+                if !ok {
+                    return Err(Error::not_supported(format!(
+                        "{name} on {} is not supported on the GPU backend yet",
+                        dt.name()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn build(&mut self, graph: &Graph) -> Result<CompiledGraph> {
+        Self::check_supported(graph)?;
+        let gpu = &mut self.gpu;
+        let mut buffers: Vec<wgpu::Buffer> = Vec::new();
+        // The buffer of each operand, once it has one.
+        let mut slot: Vec<Option<usize>> = vec![None; graph.operands.len()];
+
+        let mut inputs = Vec::with_capacity(graph.inputs.len());
+        for (name, id) in &graph.inputs {
+            let bytes = graph.operands[*id].byte_length() as u64;
+            buffers.push(gpu.storage(bytes, &format!("input {name:?}"))?);
+            slot[*id] = Some(buffers.len() - 1);
+            inputs.push(buffers.len() - 1);
+        }
+        // Constants that some node reads, uploaded once.
+        for node in &graph.nodes {
+            for &i in &node.inputs {
+                if slot[i].is_none() {
+                    if let Source::Constant(bytes) = &graph.sources[i] {
+                        buffers.push(gpu.upload(bytes, "constant")?);
+                        slot[i] = Some(buffers.len() - 1);
+                    }
+                }
+            }
+        }
+
+        let mut steps = Vec::new();
+        for node in &graph.nodes {
+            let out = node.outputs[0];
+            // Reshape keeps the bytes: its output shares the input's buffer.
+            if node.op == Op::Reshape {
+                slot[out] = slot[node.inputs[0]];
+                continue;
+            }
+            for &o in &node.outputs {
+                let bytes = graph.operands[o].byte_length() as u64;
+                buffers.push(gpu.storage(bytes, "intermediate")?);
+                slot[o] = Some(buffers.len() - 1);
+            }
+            let buf = |id: usize| {
+                slot[id]
+                    .map(|s| &buffers[s])
+                    .ok_or_else(|| Error::operation("an operand is used before it is computed"))
+            };
+            let ins: Vec<&wgpu::Buffer> =
+                node.inputs.iter().map(|&i| buf(i)).collect::<Result<_>>()?;
+            let in_descs: Vec<&OperandDescriptor> =
+                node.inputs.iter().map(|&i| &graph.operands[i]).collect();
+            let out_buf = buf(out)?;
+            let out_desc = &graph.operands[out];
+            let step = match &node.op {
+                Op::Binary(kind) => {
+                    elementwise::binary(gpu, *kind, &ins, &in_descs, out_buf, out_desc)
+                }
+                Op::Unary(kind) => elementwise::unary(gpu, *kind, ins[0], out_buf, out_desc),
+                Op::Clamp { min, max } => {
+                    elementwise::clamp(gpu, *min, *max, ins[0], out_buf, out_desc)
+                }
+                Op::Matmul => matmul::matmul(gpu, &ins, &in_descs, out_buf, out_desc),
+                Op::Reshape
+                | Op::Gemm(_)
+                | Op::Conv2d(_)
+                | Op::Pool2d(_)
+                | Op::Softmax { .. }
+                | Op::Transpose { .. }
+                | Op::Concat { .. }
+                | Op::Slice { .. }
+                | Op::Cast { .. } => Err(Error::not_supported(format!(
+                    "{} is not supported on the GPU backend yet",
+                    op_name(&node.op)
+                ))),
+            }
+            .map_err(|e| {
+                if node.label.is_empty() {
+                    e
+                } else {
+                    Error::new(
+                        e.kind,
+                        format!("{} (operator labelled {:?})", e.message, node.label),
+                    )
+                }
+            })?;
+            steps.extend(step);
+        }
+
+        let outputs = graph
+            .outputs
+            .iter()
+            .map(|(name, id)| {
+                slot[*id].ok_or_else(|| {
+                    Error::operation(format!("the output {name:?} is never computed"))
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(CompiledGraph {
+            buffers,
+            inputs,
+            outputs,
+            steps,
+        })
+    }
+}
+
+impl Backend for GpuBackend {
+    fn device_type(&self) -> &'static str {
+        "gpu"
+    }
+
+    fn accelerated(&self) -> bool {
+        self.accelerated
+    }
+
+    fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()> {
+        let buffer = self.gpu.storage(desc.byte_length() as u64, "tensor")?;
+        self.tensors.insert(
+            id,
+            GpuTensor {
+                desc: desc.clone(),
+                buffer,
+            },
+        );
+        Ok(())
+    }
+
+    fn destroy_tensor(&mut self, id: TensorId) {
+        // Dropping the buffer frees it once the queued work using it ends.
+        self.tensors.remove(&id);
+    }
+
+    fn write_tensor(&mut self, id: TensorId, data: Buf) -> Result<()> {
+        let t = self
+            .tensors
+            .get(&id)
+            .ok_or_else(|| Error::invalid_state("the tensor is destroyed"))?;
+        let bytes = data.to_bytes(t.desc.data_type);
+        if data.len() != t.desc.element_count() || bytes.len() != t.desc.byte_length() {
+            return Err(Error::type_error("the data does not fit the tensor"));
+        }
+        let gpu = &self.gpu;
+        gpu.scoped("writing a tensor", || gpu.write(&t.buffer, &bytes))
+    }
+
+    fn read_tensor(&mut self, id: TensorId) -> Result<Buf> {
+        let t = self
+            .tensors
+            .get(&id)
+            .ok_or_else(|| Error::invalid_state("the tensor is destroyed"))?;
+        let gpu = &self.gpu;
+        let size = t.buffer.size();
+        let staging = gpu.buffer(
+            size,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            "read staging",
+        )?;
+        let mapped: Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>> =
+            Arc::new(Mutex::new(None));
+        let done = mapped.clone();
+        gpu.scoped("reading a tensor", || {
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&t.buffer, 0, &staging, 0, size);
+            gpu.queue.submit([enc.finish()]);
+            staging.map_async(wgpu::MapMode::Read, .., move |r| {
+                *done.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            });
+        })?;
+        gpu.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::unknown(format!("reading a tensor failed on the GPU: {e}")))?;
+        let result = mapped.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match result {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                return Err(Error::unknown(format!(
+                    "reading a tensor failed on the GPU: {e}"
+                )))
+            }
+            None => {
+                return Err(Error::unknown(
+                    "reading a tensor did not complete on the GPU",
+                ))
+            }
+        }
+        let out = {
+            let view = staging.get_mapped_range(..).map_err(|e| {
+                Error::unknown(format!("reading a tensor failed on the GPU: {e:?}"))
+            })?;
+            Buf::from_bytes(
+                t.desc.data_type,
+                &view[..t.desc.byte_length()],
+                t.desc.element_count(),
+            )
+        };
+        staging.unmap();
+        out
+    }
+
+    fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()> {
+        let compiled = self.build(&graph)?;
+        self.graphs.insert(id, compiled);
+        Ok(())
+    }
+
+    fn destroy_graph(&mut self, id: GraphId) {
+        self.graphs.remove(&id);
+    }
+
+    fn dispatch(
+        &mut self,
+        graph: GraphId,
+        inputs: &[TensorId],
+        outputs: &[TensorId],
+    ) -> Result<()> {
+        let cg = self
+            .graphs
+            .get(&graph)
+            .ok_or_else(|| Error::invalid_state("the graph is destroyed"))?;
+        let tensor = |id: &TensorId| {
+            self.tensors
+                .get(id)
+                .map(|t| &t.buffer)
+                .ok_or_else(|| Error::invalid_state("a tensor of the dispatch is destroyed"))
+        };
+        let ins: Vec<&wgpu::Buffer> = inputs.iter().map(tensor).collect::<Result<_>>()?;
+        let outs: Vec<&wgpu::Buffer> = outputs.iter().map(tensor).collect::<Result<_>>()?;
+        if ins.len() != cg.inputs.len() || outs.len() != cg.outputs.len() {
+            return Err(Error::type_error(
+                "the dispatch does not match the graph's inputs and outputs",
+            ));
+        }
+        let gpu = &self.gpu;
+        gpu.scoped("dispatching a graph", || {
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            for (t, &s) in ins.iter().zip(&cg.inputs) {
+                let slot = &cg.buffers[s];
+                enc.copy_buffer_to_buffer(t, 0, slot, 0, t.size().min(slot.size()));
+            }
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                for step in &cg.steps {
+                    pass.set_pipeline(&step.pipeline);
+                    pass.set_bind_group(0, &step.bind_group, &[]);
+                    let [x, y, z] = step.groups;
+                    pass.dispatch_workgroups(x, y, z);
+                }
+            }
+            for (t, &s) in outs.iter().zip(&cg.outputs) {
+                let slot = &cg.buffers[s];
+                enc.copy_buffer_to_buffer(slot, 0, t, 0, t.size().min(slot.size()));
+            }
+            gpu.queue.submit([enc.finish()]);
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::graph::args::Val;
+    use crate::graph::GraphBuilder;
+
+    /// The backend, or `None` (after a message) on machines without a
+    /// Vulkan adapter, so that the suite passes there.
+    fn backend() -> Option<GpuBackend> {
+        match GpuBackend::new("default") {
+            Ok(b) => Some(b),
+            Err(e) if e.kind == ErrorKind::NotSupported => {
+                eprintln!("skipping the GPU test: {}", e.message);
+                None
+            }
+            Err(e) => panic!("creating the GPU backend failed: {e}"),
+        }
+    }
+
+    /// Deterministic pseudo-random values in [-2, 2).
+    fn random(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+            })
+            .collect()
+    }
+
+    fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
+        OperandDescriptor::new(dt, shape.to_vec()).unwrap()
+    }
+
+    fn operand(b: &GraphBuilder, id: usize) -> Val {
+        Val::Operand { builder: b.id, id }
+    }
+
+    /// Compiles `graph` and runs it once on `inputs`.
+    fn run(be: &mut GpuBackend, graph: Graph, inputs: Vec<Buf>) -> Result<Vec<Buf>> {
+        let g = Arc::new(graph);
+        be.compile(1, g.clone())?;
+        let out = be.compute(1, &g, inputs);
+        be.destroy_graph(1);
+        out
+    }
+
+    /// Builds `name(a, b, ...extra)` on inputs of the given shapes.
+    fn op_graph(name: &str, dt: DataType, shapes: &[&[usize]], extra: &[Val]) -> Result<Graph> {
+        let mut b = GraphBuilder::new();
+        let mut args = Vec::new();
+        for (i, s) in shapes.iter().enumerate() {
+            let id = b.input(&format!("in{i}"), desc(dt, s))?;
+            args.push(operand(&b, id));
+        }
+        args.extend(extra.iter().cloned());
+        let out = b.call(name, &args)?[0];
+        b.build(vec![("out".into(), out)])
+    }
+
+    /// The index into an input of `shape` for each output element
+    /// (a straightforward numpy broadcast, independent of the kernel's).
+    fn broadcast_index(out: &[usize], shape: &[usize], i: usize) -> usize {
+        let mut rem = i;
+        let mut coords = vec![0; out.len()];
+        for d in (0..out.len()).rev() {
+            coords[d] = rem % out[d];
+            rem /= out[d];
+        }
+        let offset = out.len() - shape.len();
+        let mut idx = 0;
+        for (d, &size) in shape.iter().enumerate() {
+            idx = idx * size + if size == 1 { 0 } else { coords[offset + d] };
+        }
+        idx
+    }
+
+    fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let ok = (g - w).abs() <= tol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan()) || g == w;
+            assert!(ok, "{what}: element {i} is {g}, expected {w}");
+        }
+    }
+
+    type BinaryFn = fn(f32, f32) -> f32;
+    type UnaryFn = fn(f32) -> f32;
+
+    fn f32s(b: &Buf) -> Vec<f32> {
+        match b {
+            Buf::F32(v) => v.clone(),
+            other => panic!("expected float32 data, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn device_identity() {
+        let Some(be) = backend() else { return };
+        assert_eq!(be.device_type(), "gpu");
+        eprintln!("GPU backend, accelerated: {}", be.accelerated());
+    }
+
+    #[test]
+    fn binary_broadcasting() {
+        let Some(mut be) = backend() else { return };
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[7, 9], &[7, 9]),
+            (&[2, 3, 4], &[3, 1]),
+            (&[4, 1, 5], &[1, 3, 1]),
+            (&[], &[2, 2]),
+            (&[1, 5], &[1, 1]),
+            (&[1], &[1]),
+            (&[3, 1, 1, 300], &[2, 300]),
+        ];
+        let kinds: &[(&str, BinaryFn)] = &[
+            ("add", |x, y| x + y),
+            ("sub", |x, y| x - y),
+            ("mul", |x, y| x * y),
+            ("div", |x, y| x / y),
+            ("max", f32::max),
+            ("min", f32::min),
+        ];
+        for (n, (sa, sb)) in cases.iter().enumerate() {
+            let out_shape = crate::graph::ops::broadcast_shapes(sa, sb).unwrap();
+            let count: usize = out_shape.iter().product();
+            let a = random(sa.iter().product(), n as u64 * 2 + 1);
+            let b = random(sb.iter().product(), n as u64 * 2 + 2);
+            for (name, f) in kinds {
+                let g = op_graph(name, DataType::Float32, &[sa, sb], &[]).unwrap();
+                let out = run(&mut be, g, vec![Buf::F32(a.clone()), Buf::F32(b.clone())]).unwrap();
+                let want: Vec<f32> = (0..count)
+                    .map(|i| {
+                        f(
+                            a[broadcast_index(&out_shape, sa, i)],
+                            b[broadcast_index(&out_shape, sb, i)],
+                        )
+                    })
+                    .collect();
+                assert_close(
+                    &f32s(&out[0]),
+                    &want,
+                    1e-6,
+                    &format!("{name} {sa:?} {sb:?}"),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pow_float_and_int() {
+        let Some(mut be) = backend() else { return };
+        let x = vec![2.0f32, -2.0, -2.0, 0.0, 0.0, 4.0, -8.0, 1.5];
+        let y = vec![3.0f32, 2.0, 3.0, 2.0, 0.0, 0.5, 0.5, -1.0];
+        let g = op_graph("pow", DataType::Float32, &[&[8], &[8]], &[]).unwrap();
+        let out = run(&mut be, g, vec![Buf::F32(x.clone()), Buf::F32(y.clone())]).unwrap();
+        let want: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a.powf(*b)).collect();
+        assert_close(&f32s(&out[0]), &want, 1e-5, "pow float32");
+
+        let x = vec![2i32, -3, 5, 1, -1, 7];
+        let y = vec![10i32, 3, 0, -4, -3, 2];
+        let g = op_graph("pow", DataType::Int32, &[&[6], &[6]], &[]).unwrap();
+        let out = run(&mut be, g, vec![Buf::I32(x), Buf::I32(y)]).unwrap();
+        assert_eq!(out[0], Buf::I32(vec![1024, -27, 1, 1, -1, 49]));
+    }
+
+    #[test]
+    fn integer_binary() {
+        let Some(mut be) = backend() else { return };
+        let g = op_graph("add", DataType::Int32, &[&[2, 3], &[3]], &[]).unwrap();
+        let out = run(
+            &mut be,
+            g,
+            vec![
+                Buf::I32(vec![1, 2, 3, 4, 5, 6]),
+                Buf::I32(vec![10, -20, 30]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(out[0], Buf::I32(vec![11, -18, 33, 14, -15, 36]));
+        let g = op_graph("mul", DataType::Uint32, &[&[3], &[1]], &[]).unwrap();
+        let out = run(
+            &mut be,
+            g,
+            vec![Buf::U32(vec![1, 2, 4_000_000_000]), Buf::U32(vec![1])],
+        )
+        .unwrap();
+        assert_eq!(out[0], Buf::U32(vec![1, 2, 4_000_000_000]));
+    }
+
+    #[test]
+    fn unary_ops() {
+        let Some(mut be) = backend() else { return };
+        let mut x = random(1000, 7);
+        x.extend([0.0, -0.0, 30.0, -30.0, 100.0, -100.0]);
+        let kinds: &[(&str, UnaryFn)] = &[
+            ("abs", f32::abs),
+            ("neg", |v| -v),
+            ("exp", f32::exp),
+            ("relu", |v| v.max(0.0)),
+            ("sigmoid", |v| 1.0 / (1.0 + (-v).exp())),
+            ("tanh", f32::tanh),
+        ];
+        for (name, f) in kinds {
+            let g = op_graph(name, DataType::Float32, &[&[x.len()]], &[]).unwrap();
+            let out = run(&mut be, g, vec![Buf::F32(x.clone())]).unwrap();
+            let want: Vec<f32> = x.iter().map(|&v| f(v)).collect();
+            assert_close(&f32s(&out[0]), &want, 1e-5, name);
+        }
+        let pos: Vec<f32> = x.iter().map(|v| v.abs() + 0.01).collect();
+        for (name, f) in [("log", f32::ln as UnaryFn), ("sqrt", f32::sqrt)] {
+            let g = op_graph(name, DataType::Float32, &[&[pos.len()]], &[]).unwrap();
+            let out = run(&mut be, g, vec![Buf::F32(pos.clone())]).unwrap();
+            let want: Vec<f32> = pos.iter().map(|&v| f(v)).collect();
+            assert_close(&f32s(&out[0]), &want, 1e-5, name);
+        }
+        let g = op_graph("relu", DataType::Int32, &[&[4]], &[]).unwrap();
+        let out = run(&mut be, g, vec![Buf::I32(vec![-5, 0, 3, i32::MIN])]).unwrap();
+        assert_eq!(out[0], Buf::I32(vec![0, 0, 3, 0]));
+    }
+
+    #[test]
+    fn clamp_float_and_int() {
+        let Some(mut be) = backend() else { return };
+        let x = random(777, 3);
+        let opts = Val::Dict(vec![
+            ("minValue".into(), Val::Number(-0.5)),
+            ("maxValue".into(), Val::Number(1.25)),
+        ]);
+        let g = op_graph("clamp", DataType::Float32, &[&[777]], &[opts]).unwrap();
+        let out = run(&mut be, g, vec![Buf::F32(x.clone())]).unwrap();
+        let want: Vec<f32> = x.iter().map(|v| v.clamp(-0.5, 1.25)).collect();
+        assert_close(&f32s(&out[0]), &want, 0.0, "clamp");
+
+        // Only a lower bound: the upper one is +infinity.
+        let opts = Val::Dict(vec![("minValue".into(), Val::Number(0.0))]);
+        let g = op_graph("clamp", DataType::Float32, &[&[777]], &[opts]).unwrap();
+        let out = run(&mut be, g, vec![Buf::F32(x.clone())]).unwrap();
+        let want: Vec<f32> = x.iter().map(|v| v.max(0.0)).collect();
+        assert_close(&f32s(&out[0]), &want, 0.0, "clamp min only");
+
+        let opts = Val::Dict(vec![
+            ("minValue".into(), Val::Number(-3.0)),
+            ("maxValue".into(), Val::Number(2.0)),
+        ]);
+        let g = op_graph("clamp", DataType::Int32, &[&[5]], &[opts]).unwrap();
+        let out = run(&mut be, g, vec![Buf::I32(vec![-10, -3, 0, 2, 99])]).unwrap();
+        assert_eq!(out[0], Buf::I32(vec![-3, -3, 0, 2, 2]));
+    }
+
+    /// A plain reference product with numpy batch broadcasting.
+    fn matmul_ref(a: &[f32], sa: &[usize], b: &[f32], sb: &[usize], so: &[usize]) -> Vec<f32> {
+        let (ra, rb, ro) = (sa.len(), sb.len(), so.len());
+        let (m, k, n) = (sa[ra - 2], sa[ra - 1], sb[rb - 1]);
+        let batch = &so[..ro - 2];
+        let batches: usize = batch.iter().product();
+        let mut out = vec![0f32; batches * m * n];
+        for z in 0..batches {
+            let za = broadcast_index(batch, &sa[..ra - 2], z);
+            let zb = broadcast_index(batch, &sb[..rb - 2], z);
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s = 0f64;
+                    for t in 0..k {
+                        s += a[za * m * k + i * k + t] as f64 * b[zb * k * n + t * n + j] as f64;
+                    }
+                    out[z * m * n + i * n + j] = s as f32;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matmul_shapes() {
+        let Some(mut be) = backend() else { return };
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[3, 5], &[5, 7]),
+            (&[2, 33, 17], &[17, 65]),
+            (&[1, 1], &[1, 1]),
+            (&[2, 1, 4, 3], &[3, 3, 2]),
+            (&[130, 70], &[70, 129]),
+            (&[1, 64, 16], &[2, 16, 64]),
+            (&[5, 1], &[1, 6]),
+        ];
+        for (n, (sa, sb)) in cases.iter().enumerate() {
+            let a = random(sa.iter().product(), 100 + n as u64);
+            let b = random(sb.iter().product(), 200 + n as u64);
+            let g = op_graph("matmul", DataType::Float32, &[sa, sb], &[]).unwrap();
+            let so = g.operands[g.outputs[0].1].shape.clone();
+            let out = run(&mut be, g, vec![Buf::F32(a.clone()), Buf::F32(b.clone())]).unwrap();
+            let want = matmul_ref(&a, sa, &b, sb, &so);
+            assert_close(
+                &f32s(&out[0]),
+                &want,
+                1e-4,
+                &format!("matmul {sa:?} x {sb:?}"),
+            );
+        }
+    }
+
+    /// relu(matmul(reshape(x + c1), w)): constants, intermediates and a
+    /// reshape alias in one graph.
+    #[test]
+    fn chained_graph_with_constants() {
+        let Some(mut be) = backend() else { return };
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", desc(DataType::Float32, &[2, 6])).unwrap();
+        let c1v = random(6, 11);
+        let wv = random(12, 12);
+        let bytes =
+            |v: &[f32]| Arc::new(v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>());
+        let c1 = b
+            .constant(desc(DataType::Float32, &[6]), bytes(&c1v))
+            .unwrap();
+        let w = b
+            .constant(desc(DataType::Float32, &[3, 4]), bytes(&wv))
+            .unwrap();
+        let s = b.call("add", &[operand(&b, x), operand(&b, c1)]).unwrap()[0];
+        let shape = Val::List(vec![Val::Number(4.0), Val::Number(3.0)]);
+        let r = b.call("reshape", &[operand(&b, s), shape]).unwrap()[0];
+        let m = b.call("matmul", &[operand(&b, r), operand(&b, w)]).unwrap()[0];
+        let out = b.call("relu", &[operand(&b, m)]).unwrap()[0];
+        let g = b
+            .build(vec![("out".into(), out), ("sum".into(), r)])
+            .unwrap();
+        let xv = random(12, 13);
+        let sum: Vec<f32> = (0..12).map(|i| xv[i] + c1v[i % 6]).collect();
+        let want: Vec<f32> = matmul_ref(&sum, &[4, 3], &wv, &[3, 4], &[4, 4])
+            .into_iter()
+            .map(|v| v.max(0.0))
+            .collect();
+        let g = Arc::new(g);
+        be.compile(5, g.clone()).unwrap();
+        // Twice: a compiled graph is reusable.
+        for _ in 0..2 {
+            let out = be.compute(5, &g, vec![Buf::F32(xv.clone())]).unwrap();
+            assert_close(&f32s(&out[0]), &want, 1e-5, "chained output");
+            assert_close(&f32s(&out[1]), &sum, 0.0, "reshaped sum");
+        }
+    }
+
+    #[test]
+    fn tensors_round_trip() {
+        let Some(mut be) = backend() else { return };
+        be.create_tensor(1, &desc(DataType::Float32, &[3])).unwrap();
+        assert_eq!(be.read_tensor(1).unwrap(), Buf::F32(vec![0.0; 3]));
+        be.write_tensor(1, Buf::F32(vec![1.0, -2.0, 3.5])).unwrap();
+        assert_eq!(be.read_tensor(1).unwrap(), Buf::F32(vec![1.0, -2.0, 3.5]));
+        // Zero elements, and a type whose byte length is not whole words.
+        be.create_tensor(2, &desc(DataType::Float32, &[0, 4]))
+            .unwrap();
+        assert_eq!(be.read_tensor(2).unwrap(), Buf::F32(vec![]));
+        be.create_tensor(3, &desc(DataType::Int8, &[3])).unwrap();
+        be.write_tensor(3, Buf::I8(vec![-1, 2, -3])).unwrap();
+        assert_eq!(be.read_tensor(3).unwrap(), Buf::I8(vec![-1, 2, -3]));
+        assert_eq!(
+            be.write_tensor(1, Buf::F32(vec![1.0])).unwrap_err().kind,
+            ErrorKind::Type
+        );
+        be.destroy_tensor(1);
+        assert_eq!(be.read_tensor(1).unwrap_err().kind, ErrorKind::InvalidState);
+    }
+
+    /// Dispatch on tensors, then read: the queue keeps the order.
+    #[test]
+    fn dispatch_on_tensors() {
+        let Some(mut be) = backend() else { return };
+        let g = Arc::new(op_graph("sub", DataType::Float32, &[&[2, 2], &[2]], &[]).unwrap());
+        be.compile(9, g.clone()).unwrap();
+        be.create_tensor(10, &desc(DataType::Float32, &[2, 2]))
+            .unwrap();
+        be.create_tensor(11, &desc(DataType::Float32, &[2]))
+            .unwrap();
+        be.create_tensor(12, &desc(DataType::Float32, &[2, 2]))
+            .unwrap();
+        be.write_tensor(10, Buf::F32(vec![1.0, 2.0, 3.0, 4.0]))
+            .unwrap();
+        be.write_tensor(11, Buf::F32(vec![0.5, 1.0])).unwrap();
+        be.dispatch(9, &[10, 11], &[12]).unwrap();
+        assert_eq!(
+            be.read_tensor(12).unwrap(),
+            Buf::F32(vec![0.5, 1.0, 2.5, 3.0])
+        );
+        // The output fed back as an input, written in the same dispatch.
+        be.dispatch(9, &[12, 11], &[12]).unwrap();
+        assert_eq!(
+            be.read_tensor(12).unwrap(),
+            Buf::F32(vec![0.0, 0.0, 2.0, 2.0])
+        );
+        assert_eq!(
+            be.dispatch(9, &[10, 99], &[12]).unwrap_err().kind,
+            ErrorKind::InvalidState
+        );
+    }
+
+    #[test]
+    fn zero_element_graph() {
+        let Some(mut be) = backend() else { return };
+        let g = op_graph("add", DataType::Float32, &[&[0, 3], &[3]], &[]).unwrap();
+        let out = run(
+            &mut be,
+            g,
+            vec![Buf::F32(vec![]), Buf::F32(vec![1.0, 2.0, 3.0])],
+        )
+        .unwrap();
+        assert_eq!(out[0], Buf::F32(vec![]));
+        let g = op_graph("matmul", DataType::Float32, &[&[2, 0], &[0, 3]], &[]).unwrap();
+        let out = run(&mut be, g, vec![Buf::F32(vec![]), Buf::F32(vec![])]).unwrap();
+        assert_eq!(out[0], Buf::F32(vec![0.0; 6]));
+    }
+
+    #[test]
+    fn unsupported_operators_are_refused() {
+        let Some(mut be) = backend() else { return };
+        let g = op_graph(
+            "softmax",
+            DataType::Float32,
+            &[&[2, 3]],
+            &[Val::Number(1.0)],
+        )
+        .unwrap();
+        let e = be.compile(1, Arc::new(g)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotSupported);
+        assert!(e.message.contains("softmax"), "{}", e.message);
+        let g = op_graph("abs", DataType::Float16, &[&[2]], &[]).unwrap();
+        let e = be.compile(2, Arc::new(g)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotSupported);
+        assert!(e.message.contains("float16"), "{}", e.message);
+    }
+}

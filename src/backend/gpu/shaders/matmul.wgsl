@@ -1,0 +1,89 @@
+// Batched matrix product out[z] = a[z] x b[z] for row-major float32
+// matrices a (M x K) and b (K x N).
+//
+// Each 16x16 workgroup computes a 64x64 block of the output, each thread a
+// 4x4 sub-block (rows ly + 16i, columns lx + 16j, so that neighbouring
+// threads read neighbouring words of the shared tiles). The shared
+// dimension is walked in steps of 16, staging a 64x16 tile of a and a 16x64
+// tile of b in workgroup memory; out-of-range elements are staged as zero,
+// so any M, N, K work.
+//
+// Parameters, as u32 words:
+//   p[0], p[1], p[2]          M, N, K
+//   p[3]                      batch count
+//   p[4 + 2z], p[5 + 2z]      element offsets of a and b for batch z
+//                             (broadcast batches repeat an offset)
+
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+// 64 rows x 16 of a, and 16 x 64 columns of b, both row-major.
+var<workgroup> ta: array<f32, 1024>;
+var<workgroup> tb: array<f32, 1024>;
+
+@compute @workgroup_size(16, 16)
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let m = p[0];
+    let n = p[1];
+    let k = p[2];
+    let z = wg.z;
+    let a0 = p[4u + 2u * z];
+    let b0 = p[5u + 2u * z];
+    let row0 = wg.y * 64u;
+    let col0 = wg.x * 64u;
+
+    var acc: array<array<f32, 4>, 4>;
+    var av: array<f32, 4>;
+    var bv: array<f32, 4>;
+    let tiles = (k + 15u) / 16u;
+    for (var t = 0u; t < tiles; t++) {
+        let k0 = t * 16u;
+        for (var l = 0u; l < 4u; l++) {
+            let idx = li + 256u * l;
+            let ar = row0 + idx / 16u;
+            let ak = k0 + idx % 16u;
+            var va = 0.0;
+            if (ar < m && ak < k) {
+                va = a[a0 + ar * k + ak];
+            }
+            ta[idx] = va;
+            let bk = k0 + idx / 64u;
+            let bc = col0 + idx % 64u;
+            var vb = 0.0;
+            if (bk < k && bc < n) {
+                vb = b[b0 + bk * n + bc];
+            }
+            tb[idx] = vb;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < 16u; kk++) {
+            for (var i = 0u; i < 4u; i++) {
+                av[i] = ta[(lid.y + 16u * i) * 16u + kk];
+                bv[i] = tb[kk * 64u + lid.x + 16u * i];
+            }
+            for (var i = 0u; i < 4u; i++) {
+                for (var j = 0u; j < 4u; j++) {
+                    acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+
+    let o0 = z * m * n;
+    for (var i = 0u; i < 4u; i++) {
+        let r = row0 + lid.y + 16u * i;
+        for (var j = 0u; j < 4u; j++) {
+            let c = col0 + lid.x + 16u * j;
+            if (r < m && c < n) {
+                out[o0 + r * n + c] = acc[i][j];
+            }
+        }
+    }
+}

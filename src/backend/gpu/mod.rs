@@ -940,6 +940,21 @@ mod tests {
         assert_eq!(out[0], Buf::I32(vec![0, 0, 3, 0]));
     }
 
+    /// More elements than one grid dimension holds: the rest go to y.
+    #[test]
+    fn large_elementwise_grid() {
+        let Some(mut be) = backend() else { return };
+        let n = be.gpu.limits.max_compute_workgroups_per_dimension as usize * 256 + 1000;
+        let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let g = op_graph("neg", DataType::Float32, &[&[n]], &[]).unwrap();
+        let out = run(&mut be, g, vec![Buf::F32(x)]).unwrap();
+        let got = f32s(&out[0]);
+        assert_eq!(got.len(), n);
+        if let Some(i) = (0..n).find(|&i| got[i] != -(i as f32)) {
+            panic!("element {i} is {}, expected {}", got[i], -(i as f32));
+        }
+    }
+
     #[test]
     fn clamp_float_and_int() {
         let Some(mut be) = backend() else { return };

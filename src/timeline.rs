@@ -81,6 +81,10 @@ pub enum Command {
         inputs: Vec<TensorId>,
         outputs: Vec<TensorId>,
     },
+    /// Completes once every command before it has run.
+    Barrier {
+        respond: Responder,
+    },
     Compute {
         id: GraphId,
         graph: Arc<Graph>,
@@ -209,7 +213,9 @@ fn run(
             }
             Command::DestroyTensor { id } => b.destroy_tensor(id),
             Command::Build { id, graph, respond: r } => {
-                let result = guarded("build", || b.compile(id, graph));
+                // Whatever stops a backend from compiling is a failed build.
+                let result = guarded("build", || b.compile(id, graph))
+                    .map_err(|e| Error::operation(format!("build: {}", e.message)));
                 respond(sink, r, result.map(|_| Payload::Done));
             }
             Command::DestroyGraph { id } => b.destroy_graph(id),
@@ -220,6 +226,7 @@ fn run(
             } => {
                 let _ = guarded("dispatch", || b.dispatch(graph, &inputs, &outputs));
             }
+            Command::Barrier { respond: r } => respond(sink, r, Ok(Payload::Done)),
             Command::Compute {
                 id,
                 graph,

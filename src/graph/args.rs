@@ -313,3 +313,25 @@ pub fn descriptor(ctx: &Ctx, v: &Val) -> Result<OperandDescriptor> {
         .collect();
     OperandDescriptor::new(dt, shape).map_err(|e| ctx.err(e.message))
 }
+
+/// The external bytes of a scalar `value` of type `dt` (`constant(type,
+/// value)`): floats round to nearest, integers truncate toward zero and
+/// wrap like a typed-array store.
+pub fn scalar_bytes(dt: DataType, value: MlNumber) -> Vec<u8> {
+    let as_i128 = match value {
+        MlNumber::BigInt(b) => b,
+        MlNumber::Double(d) if d.is_finite() => d.trunc() as i128,
+        MlNumber::Double(_) => 0,
+    };
+    match dt {
+        DataType::Float32 => (value.as_f64() as f32).to_le_bytes().to_vec(),
+        DataType::Float16 => crate::f16::f32_to_f16(value.as_f64() as f32).to_le_bytes().to_vec(),
+        DataType::Int32 => (as_i128 as i32).to_le_bytes().to_vec(),
+        DataType::Uint32 => (as_i128 as u32).to_le_bytes().to_vec(),
+        DataType::Int64 => (as_i128 as i64).to_le_bytes().to_vec(),
+        DataType::Uint64 => (as_i128 as u64).to_le_bytes().to_vec(),
+        DataType::Int8 => vec![as_i128 as i8 as u8],
+        DataType::Uint8 => vec![as_i128 as u8],
+        DataType::Int4 | DataType::Uint4 => vec![(as_i128 as u8) & 0xf],
+    }
+}

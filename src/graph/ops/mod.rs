@@ -189,6 +189,12 @@ pub fn window_output(
     Some(steps + 1)
 }
 
+/// Whether a builder method returns a sequence of operands (split and the
+/// recurrent operators) rather than one.
+pub fn returns_sequence(name: &str) -> bool {
+    matches!(name, "split" | "gru" | "lstm" | "lstmCell")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

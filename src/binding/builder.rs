@@ -1,0 +1,225 @@
+//! `MLGraphBuilder` and `MLOperand`.
+//!
+//! Every operator method funnels into one native entry point that converts
+//! the JS arguments to [`Val`]s and calls the pure-Rust registry in
+//! `graph::ops`; index.js names one prototype method per operator.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use napi::bindgen_prelude::{ClassInstance, FromNapiValue, JavaScriptClassExt};
+use napi::sys::{napi_env, napi_value};
+use napi::{Env, ValueType};
+use napi_derive::napi;
+
+use super::context::{CtxShared, MLContext};
+use super::convert::{buffer_source, to_val};
+use super::errors::{or_throw, rejected, throw};
+use super::raw::{self, JsRaw};
+use super::tensor::MLTensor;
+use crate::error::{Error, Result};
+use crate::graph::args::{descriptor, Ctx};
+use crate::graph::{GraphBuilder, OperandId};
+use crate::timeline::Command;
+use crate::types::OperandDescriptor;
+
+/// `MLOperand`: an id in its builder, with its descriptor cached so that
+/// `dataType` and `shape` need no lookup.
+#[napi(js_name = "MLOperand")]
+pub struct MLOperand {
+    pub(crate) builder: u64,
+    pub(crate) id: OperandId,
+    desc: OperandDescriptor,
+}
+
+#[napi]
+impl MLOperand {
+    #[napi(getter)]
+    pub fn data_type(&self) -> &'static str {
+        self.desc.data_type.name()
+    }
+
+    #[napi(getter)]
+    pub fn shape(&self) -> Vec<u32> {
+        self.desc.shape.iter().map(|&d| d as u32).collect()
+    }
+}
+
+/// `MLGraphBuilder`.
+#[napi(js_name = "MLGraphBuilder")]
+pub struct MLGraphBuilder {
+    ctx: Rc<CtxShared>,
+    builder: GraphBuilder,
+}
+
+impl MLGraphBuilder {
+    fn check(&self) -> Result<()> {
+        if self.ctx.is_lost() {
+            return Err(Error::invalid_state("the MLContext of this builder is lost"));
+        }
+        Ok(())
+    }
+
+    fn operand(&self, env: &Env, id: OperandId) -> napi::Result<napi_value> {
+        let op = MLOperand {
+            builder: self.builder.id,
+            id,
+            desc: self.builder.desc(id).clone(),
+        };
+        Ok(op.into_instance(env)?.value)
+    }
+
+    fn constant_impl(&mut self, env: napi_env, a: JsRaw, b: JsRaw) -> Result<OperandId> {
+        self.check()?;
+        let ctx = Ctx::new("constant");
+        // constant(tensor)
+        if let Ok(t) = unsafe { ClassInstance::<MLTensor>::from_napi_value(env, a.0) } {
+            t.check_usable(&self.ctx, "the constant's MLTensor")?;
+            let data = t
+                .info
+                .constant
+                .clone()
+                .ok_or_else(|| ctx.err("the MLTensor was not created by createConstantTensor()"))?;
+            return self.builder.constant(t.info.desc.clone(), data);
+        }
+        // constant(type, value)
+        if raw::type_of(env, a.0).ok() == Some(ValueType::String) {
+            let dt = ctx.data_type(&to_val(env, a.0)?, "type")?;
+            let value = ctx.ml_number(&to_val(env, b.0)?, "value")?;
+            let bytes = crate::graph::args::scalar_bytes(dt, value);
+            return self.builder.constant(OperandDescriptor::new(dt, vec![])?, Arc::new(bytes));
+        }
+        // constant(descriptor, buffer)
+        let desc = descriptor(&ctx, &to_val(env, a.0)?)?;
+        let src = buffer_source(env, b.0, "constant: buffer")?;
+        let info = raw::view_info(env, b.0).ok().flatten();
+        if let Some(info) = &info {
+            super::views::check_fits(info, &desc, "constant: buffer")?;
+        } else if src.len != desc.byte_length() {
+            return Err(ctx.err(format!(
+                "the buffer has {} bytes but the descriptor needs {}",
+                src.len,
+                desc.byte_length()
+            )));
+        }
+        // SAFETY: the buffer is alive for this call; it is copied here.
+        let bytes = unsafe { src.bytes() }.to_vec();
+        self.builder.constant(desc, Arc::new(bytes))
+    }
+}
+
+#[napi]
+impl MLGraphBuilder {
+    #[napi(constructor)]
+    pub fn new(env: Env, context: JsRaw) -> napi::Result<Self> {
+        let ctx = match unsafe { ClassInstance::<MLContext>::from_napi_value(env.raw(), context.0) } {
+            Ok(c) => c.shared(),
+            Err(_) => {
+                return Err(throw(
+                    env.raw(),
+                    Error::type_error("MLGraphBuilder: the argument must be an MLContext"),
+                ))
+            }
+        };
+        if ctx.is_lost() {
+            return Err(throw(env.raw(), Error::invalid_state("MLGraphBuilder: the MLContext is lost")));
+        }
+        Ok(MLGraphBuilder {
+            ctx,
+            builder: GraphBuilder::new(),
+        })
+    }
+
+    /// `input(name, descriptor)`.
+    #[napi]
+    pub fn input(&mut self, env: Env, name: JsRaw, desc: JsRaw) -> napi::Result<JsRaw> {
+        let r = (|| {
+            self.check()?;
+            let ctx = Ctx::new("input");
+            let name = ctx.string(&to_val(env.raw(), name.0)?, "name")?.to_string();
+            let desc = descriptor(&ctx, &to_val(env.raw(), desc.0)?)?;
+            self.builder.input(&name, desc)
+        })();
+        let id = or_throw(env.raw(), r)?;
+        Ok(JsRaw(self.operand(&env, id)?))
+    }
+
+    /// `constant(descriptor, buffer)`, `constant(type, value)`,
+    /// `constant(tensor)`.
+    #[napi]
+    pub fn constant(&mut self, env: Env, a: JsRaw, b: JsRaw) -> napi::Result<JsRaw> {
+        let r = self.constant_impl(env.raw(), a, b);
+        let id = or_throw(env.raw(), r)?;
+        Ok(JsRaw(self.operand(&env, id)?))
+    }
+
+    /// The one entry point of every operator method (see index.js).
+    #[napi(js_name = "_op")]
+    pub fn op(&mut self, env: Env, name: String, args: JsRaw) -> napi::Result<JsRaw> {
+        let r = (|| {
+            self.check()?;
+            let n = raw::array_length(env.raw(), args.0).map_err(super::errors::from_napi)?;
+            let mut vals = Vec::with_capacity(n as usize);
+            for i in 0..n {
+                let v = raw::element(env.raw(), args.0, i).map_err(super::errors::from_napi)?;
+                vals.push(to_val(env.raw(), v)?);
+            }
+            self.builder.call(&name, &vals)
+        })();
+        let ids = or_throw(env.raw(), r)?;
+        if crate::graph::ops::returns_sequence(&name) {
+            let items = ids
+                .iter()
+                .map(|&id| self.operand(&env, id))
+                .collect::<napi::Result<Vec<_>>>()?;
+            Ok(JsRaw(raw::array(env.raw(), &items)?))
+        } else {
+            Ok(JsRaw(self.operand(&env, ids[0])?))
+        }
+    }
+
+    /// `build(outputs)`: resolves with an MLGraph once the backend has
+    /// compiled it.
+    #[napi]
+    pub fn build(&mut self, env: Env, outputs: JsRaw) -> napi::Result<JsRaw> {
+        let e = env.raw();
+        let r = (|| {
+            if self.ctx.is_lost() {
+                return Err(Error::invalid_state("build: the MLContext is lost"));
+            }
+            if self.builder.is_built() {
+                return Err(Error::invalid_state("build: this MLGraphBuilder has already built a graph"));
+            }
+            if raw::type_of(e, outputs.0).ok() != Some(ValueType::Object) {
+                return Err(Error::type_error("build: outputs must be a record of MLOperands"));
+            }
+            let ctx = Ctx::new("build");
+            let mut named = Vec::new();
+            for key in raw::keys(e, outputs.0, true).map_err(super::errors::from_napi)? {
+                let v = raw::get(e, outputs.0, &key).map_err(super::errors::from_napi)?;
+                let id = self.builder.operand(&ctx, &to_val(e, v)?, &format!("outputs[{key:?}]"))?;
+                named.push((key, id));
+            }
+            self.builder.build(named)
+        })();
+        let graph = match r {
+            Ok(g) => Arc::new(g),
+            Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
+        };
+        let id = self.ctx.next_id();
+        let (req, promise) = super::completion::register(
+            e,
+            &self.ctx,
+            super::completion::PendingKind::Graph { id, graph: graph.clone() },
+        )?;
+        self.ctx.send_or_reject(e, req, Command::Build { id, graph, respond: crate::timeline::Responder::Js(req) });
+        Ok(JsRaw(promise))
+    }
+}
+
+
+/// The names of every operator method, for index.js to define them.
+#[napi(js_name = "operatorNames")]
+pub fn operator_names() -> Vec<&'static str> {
+    crate::graph::ops::OPS.iter().map(|d| d.name).collect()
+}

@@ -1,0 +1,655 @@
+//! `ml.createContext()` and `MLContext`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use napi::sys::{self, napi_env, napi_value};
+use napi::{Env, ValueType};
+use napi_derive::napi;
+
+use super::completion::{self, PendingKind, SharedTsfn};
+use super::convert::{buffer_source, to_val};
+use super::errors::{from_napi, js_error, or_throw, rejected};
+use super::raw::{self, JsRaw, StrongRef};
+use super::tensor::{MLGraph, MLTensor, TensorInfo};
+use super::views::{self, ComputeArg, OutView};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::graph::args::{descriptor, Ctx, Val};
+use crate::graph::Graph;
+use crate::tensor::Buf;
+use crate::timeline::{BackendFactory, Command, Payload, Responder, Timeline};
+
+static NEXT_CONTEXT: AtomicU64 = AtomicU64::new(1);
+
+/// The JS-thread state of one context, shared by its MLContext, builders,
+/// tensors and graphs.
+pub struct CtxShared {
+    pub id: u64,
+    timeline: RefCell<Option<Timeline>>,
+    tsfn: SharedTsfn,
+    pending: Cell<usize>,
+    lost: Cell<bool>,
+    device_type: Cell<&'static str>,
+    accelerated: Cell<bool>,
+    next_id: Cell<u64>,
+    /// The `lost` promise, created on first access, and its deferred until
+    /// settled.
+    lost_promise: RefCell<Option<(StrongRef, Option<sys::napi_deferred>)>>,
+}
+
+impl CtxShared {
+    pub fn is_lost(&self) -> bool {
+        self.lost.get()
+    }
+
+    pub fn next_id(&self) -> u64 {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        id
+    }
+
+    pub fn set_ready(&self, device_type: &'static str, accelerated: bool) {
+        self.device_type.set(device_type);
+        self.accelerated.set(accelerated);
+    }
+
+    pub fn device_type(&self) -> &'static str {
+        self.device_type.get()
+    }
+
+    /// Counts pending promises; the threadsafe function keeps the event
+    /// loop alive only while something is pending.
+    pub fn add_pending(&self, env: napi_env, delta: isize) {
+        let old = self.pending.get();
+        let new = (old as isize + delta).max(0) as usize;
+        self.pending.set(new);
+        let guard = self.tsfn.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(tsfn) = *guard else {
+            return;
+        };
+        unsafe {
+            if old == 0 && new > 0 {
+                sys::napi_ref_threadsafe_function(env, tsfn.0);
+            } else if old > 0 && new == 0 {
+                sys::napi_unref_threadsafe_function(env, tsfn.0);
+            }
+        }
+    }
+
+    pub fn send(&self, c: Command) -> Result<()> {
+        match &*self.timeline.borrow() {
+            Some(t) if !self.lost.get() => t.send(c),
+            _ => Err(Error::invalid_state("the MLContext is lost")),
+        }
+    }
+
+    /// Sends a command whose promise is registered as `req`; rejects that
+    /// promise if the timeline is gone.
+    pub fn send_or_reject(&self, env: napi_env, req: u64, c: Command) {
+        if let Err(e) = self.send(c) {
+            if let Some((d, _)) = completion::take(env, req) {
+                if let Ok(v) = js_error(env, &e) {
+                    let _ = raw::reject(env, d, v);
+                }
+            }
+        }
+    }
+}
+
+/// `MLContext`.
+#[napi(js_name = "MLContext")]
+pub struct MLContext {
+    shared: Rc<CtxShared>,
+}
+
+impl MLContext {
+    pub fn wrap(shared: Rc<CtxShared>) -> Self {
+        MLContext { shared }
+    }
+
+    pub fn shared(&self) -> Rc<CtxShared> {
+        self.shared.clone()
+    }
+}
+
+fn map_err<T>(r: napi::Result<T>) -> Result<T> {
+    r.map_err(from_napi)
+}
+
+/// Reads a record argument (`record<USVString, T>`): own enumerable keys.
+fn record(env: napi_env, v: napi_value, what: &str) -> Result<Vec<(String, napi_value)>> {
+    if map_err(raw::type_of(env, v))? != ValueType::Object {
+        return Err(Error::type_error(format!("{what} must be a record (a plain object)")));
+    }
+    let keys = map_err(raw::keys(env, v, true))?;
+    keys.into_iter()
+        .map(|k| {
+            let item = map_err(raw::get(env, v, &k))?;
+            Ok((k, item))
+        })
+        .collect()
+}
+
+/// Matches named values to a graph's inputs or outputs: the same names,
+/// returned in the graph's order.
+fn match_names<T>(
+    mut named: Vec<(String, T)>,
+    expected: &[(String, usize)],
+    what: &str,
+) -> Result<Vec<(String, T)>> {
+    if named.len() != expected.len() {
+        return Err(Error::type_error(format!(
+            "{what} has {} entries but the graph has {}: {:?}",
+            named.len(),
+            expected.len(),
+            expected.iter().map(|(n, _)| n).collect::<Vec<_>>()
+        )));
+    }
+    let mut out = Vec::with_capacity(expected.len());
+    for (name, _) in expected {
+        let pos = named
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| Error::type_error(format!("{what} has no entry named {name:?}")))?;
+        out.push(named.swap_remove(pos));
+    }
+    Ok(out)
+}
+
+/// Views of `compute()` / `computeSync()` checked against the graph.
+fn compute_args(
+    env: napi_env,
+    graph: &Graph,
+    inputs: JsRaw,
+    outputs: JsRaw,
+) -> Result<(Vec<ComputeArg>, Vec<ComputeArg>)> {
+    let read = |v: JsRaw, expected: &[(String, usize)], what: &str| -> Result<Vec<ComputeArg>> {
+        let named = record(env, v.0, what)?;
+        let named = match_names(named, expected, what)?;
+        named
+            .into_iter()
+            .zip(expected)
+            .map(|((name, v), (_, operand))| {
+                let label = format!("{what}[{name:?}]");
+                let info = views::view(env, v, &label)?;
+                views::check_fits(&info, &graph.operands[*operand], &label)?;
+                Ok(ComputeArg { name, info })
+            })
+            .collect()
+    };
+    Ok((
+        read(inputs, &graph.inputs, "inputs")?,
+        read(outputs, &graph.outputs, "outputs")?,
+    ))
+}
+
+/// Copies the input views into element buffers.
+fn input_bufs(graph: &Graph, inputs: &[ComputeArg]) -> Result<Vec<Buf>> {
+    inputs
+        .iter()
+        .zip(&graph.inputs)
+        .map(|(a, (_, op))| {
+            let d = &graph.operands[*op];
+            // SAFETY: the view is alive for this call and has byte_length
+            // bytes at data (checked by check_fits).
+            let bytes = unsafe { view_bytes(&a.info) };
+            Buf::from_bytes(d.data_type, bytes, d.element_count())
+        })
+        .collect()
+}
+
+unsafe fn view_bytes(info: &raw::ViewInfo) -> &[u8] {
+    if info.byte_length == 0 || info.data.is_null() {
+        &[]
+    } else {
+        std::slice::from_raw_parts(info.data, info.byte_length)
+    }
+}
+
+#[napi]
+impl MLContext {
+    /// Whether the context runs on an accelerator.
+    #[napi(getter)]
+    pub fn accelerated(&self) -> bool {
+        self.shared.accelerated.get()
+    }
+
+    /// `lost`: a promise of `{message}` that resolves when the context is
+    /// destroyed or its device fails.
+    #[napi(getter)]
+    pub fn lost(&self, env: Env) -> napi::Result<JsRaw> {
+        let e = env.raw();
+        let mut slot = self.shared.lost_promise.borrow_mut();
+        if slot.is_none() {
+            let (d, p) = raw::create_promise(e)?;
+            let r = StrongRef::new(e, p)?;
+            *slot = Some((r, Some(d)));
+            if self.shared.is_lost() {
+                drop(slot);
+                self.settle_lost(e, "The MLContext was destroyed.");
+                slot = self.shared.lost_promise.borrow_mut();
+            }
+        }
+        Ok(JsRaw(slot.as_ref().unwrap().0.get(e)?))
+    }
+
+    fn settle_lost(&self, env: napi_env, message: &str) {
+        if let Some((_, d)) = &mut *self.shared.lost_promise.borrow_mut() {
+            if let Some(d) = d.take() {
+                if let (Ok(info), Ok(m)) = (raw::object(env), raw::string(env, message)) {
+                    let _ = raw::set(env, info, "message", m);
+                    let _ = raw::resolve(env, d, info);
+                }
+            }
+        }
+    }
+
+    /// `destroy()`: rejects everything pending with InvalidStateError,
+    /// resolves `lost`, and ends the timeline thread.
+    #[napi]
+    pub fn destroy(&self, env: Env) {
+        let e = env.raw();
+        if self.shared.lost.replace(true) {
+            return;
+        }
+        completion::reject_all(
+            e,
+            self.shared.id,
+            None,
+            &Error::invalid_state("the MLContext was destroyed"),
+        );
+        self.settle_lost(e, "The MLContext was destroyed.");
+        if let Some(mut t) = self.shared.timeline.borrow_mut().take() {
+            t.close();
+        }
+    }
+
+    /// `dispatch(graph, inputs, outputs)`: queued in order, returns at once.
+    #[napi]
+    pub fn dispatch(&self, env: Env, graph: JsRaw, inputs: JsRaw, outputs: JsRaw) -> napi::Result<()> {
+        let e = env.raw();
+        let r = (|| {
+            let g = MLGraph::from_arg(e, graph)?;
+            g.check_usable(&self.shared)?;
+            let mut seen = HashSet::new();
+            let mut tensors = |v: JsRaw, expected: &[(String, usize)], what: &str| -> Result<Vec<u64>> {
+                let named = record(e, v.0, what)?;
+                let named = match_names(named, expected, what)?;
+                named
+                    .into_iter()
+                    .zip(expected)
+                    .map(|((name, v), (_, operand))| {
+                        let label = format!("{what}[{name:?}]");
+                        let t = MLTensor::from_arg(e, JsRaw(v), &label)?;
+                        t.check_usable(&self.shared, &label)?;
+                        if !seen.insert(t.info.id) {
+                            return Err(Error::type_error(format!("{label}: a tensor may appear only once among the inputs and outputs")));
+                        }
+                        if t.info.constant.is_some() {
+                            return Err(Error::type_error(format!("{label} is a constant tensor")));
+                        }
+                        if t.info.desc != g.graph.operands[*operand] {
+                            let d = &g.graph.operands[*operand];
+                            return Err(Error::type_error(format!(
+                                "{label} is {} {:?} but the graph expects {} {:?}",
+                                t.info.desc.data_type.name(),
+                                t.info.desc.shape,
+                                d.data_type.name(),
+                                d.shape
+                            )));
+                        }
+                        Ok(t.info.id)
+                    })
+                    .collect()
+            };
+            let ins = tensors(inputs, &g.graph.inputs, "inputs")?;
+            let outs = tensors(outputs, &g.graph.outputs, "outputs")?;
+            self.shared.send(Command::Dispatch {
+                graph: g.id,
+                inputs: ins,
+                outputs: outs,
+            })
+        })();
+        or_throw(e, r)
+    }
+
+    /// `createTensor(descriptor)`.
+    #[napi]
+    pub fn create_tensor(&self, env: Env, desc: JsRaw) -> napi::Result<JsRaw> {
+        let e = env.raw();
+        let r = (|| {
+            if self.shared.is_lost() {
+                return Err(Error::invalid_state("createTensor: the MLContext is lost"));
+            }
+            let ctx = Ctx::new("createTensor");
+            let v = to_val(e, desc.0)?;
+            let d = descriptor(&ctx, &v)?;
+            let readable = ctx.bool_or(v.member("readable"), "readable", false)?;
+            let writable = ctx.bool_or(v.member("writable"), "writable", false)?;
+            Ok(TensorInfo {
+                ctx: self.shared.clone(),
+                id: self.shared.next_id(),
+                desc: d,
+                readable,
+                writable,
+                constant: None,
+            })
+        })();
+        let info = match r {
+            Ok(i) => i,
+            Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
+        };
+        let (id, desc) = (info.id, info.desc.clone());
+        let (req, p) = completion::register(e, &self.shared, PendingKind::Tensor(info))?;
+        self.shared.send_or_reject(
+            e,
+            req,
+            Command::CreateTensor {
+                id,
+                desc,
+                respond: Some(Responder::Js(req)),
+            },
+        );
+        Ok(JsRaw(p))
+    }
+
+    /// `createConstantTensor(descriptor, data)`.
+    #[napi]
+    pub fn create_constant_tensor(&self, env: Env, desc: JsRaw, data: JsRaw) -> napi::Result<JsRaw> {
+        let e = env.raw();
+        let r = (|| {
+            if self.shared.is_lost() {
+                return Err(Error::invalid_state("createConstantTensor: the MLContext is lost"));
+            }
+            let ctx = Ctx::new("createConstantTensor");
+            let d = descriptor(&ctx, &to_val(e, desc.0)?)?;
+            let bytes = check_source(e, data, &d, "createConstantTensor: data")?;
+            let buf = Buf::from_bytes(d.data_type, &bytes, d.element_count())?;
+            Ok((
+                TensorInfo {
+                    ctx: self.shared.clone(),
+                    id: self.shared.next_id(),
+                    desc: d,
+                    readable: false,
+                    writable: false,
+                    constant: Some(Arc::new(bytes)),
+                },
+                buf,
+            ))
+        })();
+        let (info, buf) = match r {
+            Ok(i) => i,
+            Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
+        };
+        let (id, desc) = (info.id, info.desc.clone());
+        let (req, p) = completion::register(e, &self.shared, PendingKind::Tensor(info))?;
+        self.shared.send_or_reject(
+            e,
+            req,
+            Command::CreateTensor {
+                id,
+                desc,
+                respond: None,
+            },
+        );
+        self.shared.send_or_reject(e, req, Command::WriteTensor { id, data: buf });
+        // Resolve once the write is done: a read queued behind it proves it.
+        self.shared.send_or_reject(e, req, Command::Barrier { respond: Responder::Js(req) });
+        Ok(JsRaw(p))
+    }
+
+    /// `writeTensor(tensor, data)`: copies `data` now; the write is queued.
+    #[napi]
+    pub fn write_tensor(&self, env: Env, tensor: JsRaw, data: JsRaw) -> napi::Result<()> {
+        let e = env.raw();
+        let r = (|| {
+            let t = MLTensor::from_arg(e, tensor, "writeTensor: tensor")?;
+            t.check_usable(&self.shared, "writeTensor: tensor")?;
+            if !t.info.writable {
+                return Err(Error::type_error("writeTensor: the tensor is not writable"));
+            }
+            let d = &t.info.desc;
+            let src = source_fits(e, data, d, "writeTensor: data")?;
+            // SAFETY: the source is alive during this call; copied here.
+            let buf = Buf::from_bytes(d.data_type, unsafe { src.bytes() }, d.element_count())?;
+            self.shared.send(Command::WriteTensor { id: t.info.id, data: buf })
+        })();
+        or_throw(e, r)
+    }
+
+    /// `readTensor(tensor)` and `readTensor(tensor, outputData)`.
+    #[napi]
+    pub fn read_tensor(&self, env: Env, tensor: JsRaw, output: Option<JsRaw>) -> napi::Result<JsRaw> {
+        let e = env.raw();
+        let output = output.filter(|o| raw::type_of(e, o.0).ok() != Some(ValueType::Undefined));
+        let r = (|| {
+            let t = MLTensor::from_arg(e, tensor, "readTensor: tensor")?;
+            t.check_usable(&self.shared, "readTensor: tensor")?;
+            if !t.info.readable {
+                return Err(Error::type_error("readTensor: the tensor is not readable"));
+            }
+            let kind = match output {
+                None => PendingKind::Read {
+                    data_type: t.info.desc.data_type,
+                    tensor: t.info.id,
+                },
+                Some(o) => {
+                    source_fits(e, o, &t.info.desc, "readTensor: outputData")?;
+                    PendingKind::ReadInto {
+                        data_type: t.info.desc.data_type,
+                        tensor: t.info.id,
+                        view: map_err(StrongRef::new(e, o.0))?,
+                    }
+                }
+            };
+            Ok((t.info.id, kind))
+        })();
+        let (id, kind) = match r {
+            Ok(k) => k,
+            Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
+        };
+        let (req, p) = completion::register(e, &self.shared, kind)?;
+        self.shared
+            .send_or_reject(e, req, Command::ReadTensor { id, respond: Responder::Js(req) });
+        Ok(JsRaw(p))
+    }
+
+    /// `opSupportLimits()`.
+    #[napi]
+    pub fn op_support_limits(&self, env: Env) -> napi::Result<JsRaw> {
+        Ok(JsRaw(super::limits::op_support_limits(env.raw(), self.shared.device_type())?))
+    }
+
+    /// Extension: `compute(graph, inputs, outputs)` transfers the caller's
+    /// buffers while the worker runs and hands new views back.
+    #[napi]
+    pub fn compute(&self, env: Env, graph: JsRaw, inputs: JsRaw, outputs: JsRaw) -> napi::Result<JsRaw> {
+        let e = env.raw();
+        let r = (|| {
+            let g = MLGraph::from_arg(e, graph)?;
+            g.check_usable(&self.shared)?;
+            let (ins, outs) = compute_args(e, &g.graph, inputs, outputs)?;
+            let all: Vec<&ComputeArg> = ins.iter().chain(&outs).collect();
+            views::check_transferable(e, &all)?;
+            let bufs = input_bufs(&g.graph, &ins)?;
+            // SAFETY: the views are alive; copied before detaching.
+            let kept: Vec<(String, OutView, Vec<u8>)> = ins
+                .iter()
+                .map(|a| {
+                    (
+                        a.name.clone(),
+                        OutView { kind: a.info.kind, length: a.info.length },
+                        unsafe { view_bytes(&a.info) }.to_vec(),
+                    )
+                })
+                .collect();
+            let out_views = outs
+                .iter()
+                .zip(&g.graph.outputs)
+                .map(|(a, (_, op))| {
+                    (
+                        a.name.clone(),
+                        OutView { kind: a.info.kind, length: a.info.length },
+                        g.graph.operands[*op].data_type,
+                    )
+                })
+                .collect();
+            for a in &all {
+                map_err(raw::detach(e, a.info.buffer))?;
+            }
+            Ok((g.id, g.graph.clone(), bufs, kept, out_views))
+        })();
+        let (id, graph, bufs, kept, out_views) = or_throw(e, r)?;
+        let (req, p) = completion::register(
+            e,
+            &self.shared,
+            PendingKind::Compute { inputs: kept, outputs: out_views },
+        )?;
+        self.shared.send_or_reject(
+            e,
+            req,
+            Command::Compute { id, graph, inputs: bufs, respond: Responder::Js(req) },
+        );
+        Ok(JsRaw(p))
+    }
+
+    /// Extension: `computeSync(graph, inputs, outputs)` blocks until the
+    /// results are written into `outputs` in place; returns `outputs`.
+    #[napi]
+    pub fn compute_sync(&self, env: Env, graph: JsRaw, inputs: JsRaw, outputs: JsRaw) -> napi::Result<JsRaw> {
+        let e = env.raw();
+        let r = (|| {
+            let g = MLGraph::from_arg(e, graph)?;
+            g.check_usable(&self.shared)?;
+            let (ins, outs) = compute_args(e, &g.graph, inputs, outputs)?;
+            let bufs = input_bufs(&g.graph, &ins)?;
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            self.shared.send(Command::Compute {
+                id: g.id,
+                graph: g.graph.clone(),
+                inputs: bufs,
+                respond: Responder::Sync(tx),
+            })?;
+            let results = match rx.recv() {
+                Ok(Ok(Payload::Outputs(r))) => r,
+                Ok(Ok(_)) => return Err(Error::unknown("computeSync: unexpected result")),
+                Ok(Err(err)) => return Err(err),
+                Err(_) => return Err(Error::invalid_state("computeSync: the MLContext was lost")),
+            };
+            for ((a, buf), (_, op)) in outs.iter().zip(results).zip(&g.graph.outputs) {
+                let bytes = buf.to_bytes(g.graph.operands[*op].data_type);
+                if bytes.len() == a.info.byte_length && !bytes.is_empty() {
+                    // SAFETY: the JS thread was blocked, so the view is
+                    // unchanged and holds byte_length bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), a.info.data, bytes.len()) };
+                }
+            }
+            Ok(())
+        })();
+        or_throw(e, r)?;
+        Ok(outputs)
+    }
+}
+
+/// Checks a buffer source against a descriptor ("validate buffer with
+/// descriptor") and returns it.
+fn source_fits(env: napi_env, v: JsRaw, d: &crate::types::OperandDescriptor, what: &str) -> Result<super::convert::BufferSource> {
+    let src = buffer_source(env, v.0, what)?;
+    match raw::view_info(env, v.0).ok().flatten() {
+        Some(info) => views::check_fits(&info, d, what)?,
+        None if src.len != d.byte_length() => {
+            return Err(Error::type_error(format!(
+                "{what} has {} bytes but the tensor has {}",
+                src.len,
+                d.byte_length()
+            )))
+        }
+        None => {}
+    }
+    Ok(src)
+}
+
+/// Like [`source_fits`], returning a copy of the bytes.
+fn check_source(env: napi_env, v: JsRaw, d: &crate::types::OperandDescriptor, what: &str) -> Result<Vec<u8>> {
+    let src = source_fits(env, v, d, what)?;
+    // SAFETY: alive during this call; copied here.
+    Ok(unsafe { src.bytes() }.to_vec())
+}
+
+/// Reads `MLContextOptions` and picks the backend.
+fn context_factory(opts: &Val) -> Result<(BackendFactory, &'static str)> {
+    let ctx = Ctx::new("createContext");
+    if !matches!(opts, Val::Undefined | Val::Null | Val::Dict(_)) {
+        return Err(ctx.err("options must be a dictionary"));
+    }
+    let device = ctx.enum_or(opts.member("deviceType"), "deviceType", &["cpu", "gpu", "npu"], "")?;
+    let power = ctx
+        .enum_or(
+            opts.member("powerPreference"),
+            "powerPreference",
+            &["default", "high-performance", "low-power"],
+            "default",
+        )?
+        .to_string();
+    let accelerated = matches!(opts.member("accelerated"), Val::Bool(true));
+    ctx.bool_or(opts.member("accelerated"), "accelerated", true)?;
+    let threads = match opts.member("numThreads") {
+        Val::Undefined => None,
+        v => Some(ctx.u32(v, "numThreads")? as usize),
+    };
+    let cpu = move || -> Result<Box<dyn Backend>> {
+        Ok(Box::new(crate::backend::cpu::CpuBackend::with_threads(threads)?))
+    };
+    Ok(match device {
+        "npu" => return Err(Error::not_supported("createContext: no NPU is available")),
+        "gpu" => (Box::new(move || crate::backend::gpu::create(&power)), "gpu"),
+        // `accelerated: true` without a device type asks for the GPU where
+        // one exists, and settles for the CPU otherwise.
+        "" if accelerated && device.is_empty() && opts.member("accelerated") != &Val::Undefined => (
+            Box::new(move || crate::backend::gpu::create(&power).or_else(|_| cpu())),
+            "gpu",
+        ),
+        _ => (Box::new(cpu), "cpu"),
+    })
+}
+
+/// `ml.createContext(options)`.
+#[napi(js_name = "createContext")]
+pub fn create_context(env: Env, options: Option<JsRaw>) -> napi::Result<JsRaw> {
+    let e = env.raw();
+    let opts = match options {
+        Some(o) => to_val(e, o.0),
+        None => Ok(Val::Undefined),
+    };
+    let (factory, _) = match opts.and_then(|o| context_factory(&o)) {
+        Ok(f) => f,
+        Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
+    };
+    let (tsfn, sink) = completion::create_sink(e)?;
+    let shared = Rc::new(CtxShared {
+        id: NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed),
+        timeline: RefCell::new(None),
+        tsfn,
+        pending: Cell::new(0),
+        lost: Cell::new(false),
+        device_type: Cell::new("cpu"),
+        accelerated: Cell::new(false),
+        next_id: Cell::new(1),
+        lost_promise: RefCell::new(None),
+    });
+    let (req, p) = completion::register(e, &shared, PendingKind::Context)?;
+    match Timeline::start(format!("webnn-context-{}", shared.id), factory, Box::new(sink), req) {
+        Ok(t) => *shared.timeline.borrow_mut() = Some(t),
+        Err(err) => {
+            if let Some((d, _)) = completion::take(e, req) {
+                raw::reject(e, d, js_error(e, &err)?)?;
+            }
+        }
+    }
+    Ok(JsRaw(p))
+}
+

@@ -1,0 +1,373 @@
+//! Thin safe-ish wrappers over the raw N-API calls the binding needs.
+//!
+//! napi-rs gives us class registration and wrapping; for everything that
+//! must be exact (which JS error is thrown, typed-array details, detaching,
+//! promises resolved from our own threadsafe function) we call N-API
+//! directly through these helpers. Every helper returns a `napi::Result`
+//! so that a failing N-API call becomes a JS exception, never a crash.
+
+use std::ffi::c_void;
+use std::ptr;
+
+use napi::bindgen_prelude::{FromNapiValue, ToNapiValue, TypeName, ValidateNapiValue};
+use napi::sys::{self, napi_env, napi_value};
+use napi::{Error as NapiError, Result, Status, ValueType};
+
+/// A raw JS value passed through napi-rs untouched, so that the binding
+/// converts it itself with exact errors.
+#[derive(Clone, Copy)]
+pub struct JsRaw(pub napi_value);
+
+impl TypeName for JsRaw {
+    fn type_name() -> &'static str {
+        "unknown"
+    }
+    fn value_type() -> ValueType {
+        ValueType::Unknown
+    }
+}
+
+impl ValidateNapiValue for JsRaw {}
+
+impl FromNapiValue for JsRaw {
+    unsafe fn from_napi_value(_env: napi_env, v: napi_value) -> Result<Self> {
+        Ok(JsRaw(v))
+    }
+}
+
+impl ToNapiValue for JsRaw {
+    unsafe fn to_napi_value(_env: napi_env, v: Self) -> Result<napi_value> {
+        Ok(v.0)
+    }
+}
+
+pub fn check(status: sys::napi_status, what: &str) -> Result<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(NapiError::new(
+            Status::from(status),
+            format!("N-API call failed: {what}"),
+        ))
+    }
+}
+
+macro_rules! call {
+    ($f:ident ( $($arg:expr),* $(,)? )) => {
+        $crate::binding::raw::check(unsafe { sys::$f($($arg),*) }, stringify!($f))
+    };
+}
+pub(crate) use call;
+
+pub fn type_of(env: napi_env, v: napi_value) -> Result<ValueType> {
+    let mut t = 0;
+    call!(napi_typeof(env, v, &mut t))?;
+    Ok(ValueType::from(t))
+}
+
+pub fn undefined(env: napi_env) -> Result<napi_value> {
+    let mut v = ptr::null_mut();
+    call!(napi_get_undefined(env, &mut v))?;
+    Ok(v)
+}
+
+pub fn global(env: napi_env) -> Result<napi_value> {
+    let mut v = ptr::null_mut();
+    call!(napi_get_global(env, &mut v))?;
+    Ok(v)
+}
+
+pub fn string(env: napi_env, s: &str) -> Result<napi_value> {
+    let mut v = ptr::null_mut();
+    call!(napi_create_string_utf8(env, s.as_ptr() as *const _, s.len() as isize, &mut v))?;
+    Ok(v)
+}
+
+pub fn number(env: napi_env, x: f64) -> Result<napi_value> {
+    let mut v = ptr::null_mut();
+    call!(napi_create_double(env, x, &mut v))?;
+    Ok(v)
+}
+
+pub fn boolean(env: napi_env, b: bool) -> Result<napi_value> {
+    let mut v = ptr::null_mut();
+    call!(napi_get_boolean(env, b, &mut v))?;
+    Ok(v)
+}
+
+pub fn object(env: napi_env) -> Result<napi_value> {
+    let mut v = ptr::null_mut();
+    call!(napi_create_object(env, &mut v))?;
+    Ok(v)
+}
+
+pub fn array(env: napi_env, items: &[napi_value]) -> Result<napi_value> {
+    let mut v = ptr::null_mut();
+    call!(napi_create_array_with_length(env, items.len(), &mut v))?;
+    for (i, &it) in items.iter().enumerate() {
+        call!(napi_set_element(env, v, i as u32, it))?;
+    }
+    Ok(v)
+}
+
+pub fn set(env: napi_env, obj: napi_value, key: &str, v: napi_value) -> Result<()> {
+    let k = string(env, key)?;
+    call!(napi_set_property(env, obj, k, v))
+}
+
+pub fn get(env: napi_env, obj: napi_value, key: &str) -> Result<napi_value> {
+    let k = string(env, key)?;
+    let mut v = ptr::null_mut();
+    call!(napi_get_property(env, obj, k, &mut v))?;
+    Ok(v)
+}
+
+pub fn get_string(env: napi_env, v: napi_value) -> Result<String> {
+    let mut len = 0;
+    call!(napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len))?;
+    let mut buf = vec![0u8; len + 1];
+    call!(napi_get_value_string_utf8(env, v, buf.as_mut_ptr() as *mut _, buf.len(), &mut len))?;
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|_| NapiError::from_reason("invalid UTF-8"))
+}
+
+pub fn get_number(env: napi_env, v: napi_value) -> Result<f64> {
+    let mut x = 0.0;
+    call!(napi_get_value_double(env, v, &mut x))?;
+    Ok(x)
+}
+
+pub fn get_bool(env: napi_env, v: napi_value) -> Result<bool> {
+    let mut b = false;
+    call!(napi_get_value_bool(env, v, &mut b))?;
+    Ok(b)
+}
+
+/// A BigInt as i128 (values beyond 128 bits are clamped, which no WebNN
+/// data type can hold anyway).
+pub fn get_bigint(env: napi_env, v: napi_value) -> Result<i128> {
+    let mut count = 0usize;
+    let mut sign = 0i32;
+    call!(napi_get_value_bigint_words(env, v, &mut sign, &mut count, ptr::null_mut()))?;
+    let mut words = vec![0u64; count.max(1)];
+    let mut count2 = words.len();
+    call!(napi_get_value_bigint_words(env, v, &mut sign, &mut count2, words.as_mut_ptr()))?;
+    let mag: i128 = if count > 2 || (count == 2 && words[1] >> 63 != 0) {
+        i128::MAX
+    } else {
+        (words[0] as i128) | ((*words.get(1).unwrap_or(&0) as i128) << 64)
+    };
+    Ok(if sign != 0 { -mag } else { mag })
+}
+
+pub fn bigint_i64(env: napi_env, x: i64) -> Result<napi_value> {
+    let mut v = ptr::null_mut();
+    call!(napi_create_bigint_int64(env, x, &mut v))?;
+    Ok(v)
+}
+
+pub fn is_array(env: napi_env, v: napi_value) -> Result<bool> {
+    let mut b = false;
+    call!(napi_is_array(env, v, &mut b))?;
+    Ok(b)
+}
+
+pub fn array_length(env: napi_env, v: napi_value) -> Result<u32> {
+    let mut n = 0;
+    call!(napi_get_array_length(env, v, &mut n))?;
+    Ok(n)
+}
+
+pub fn element(env: napi_env, v: napi_value, i: u32) -> Result<napi_value> {
+    let mut e = ptr::null_mut();
+    call!(napi_get_element(env, v, i, &mut e))?;
+    Ok(e)
+}
+
+/// The string keys of an object: own enumerable ones when `own_only`
+/// (records), else including the prototype chain (dictionaries).
+pub fn keys(env: napi_env, obj: napi_value, own_only: bool) -> Result<Vec<String>> {
+    let mut names = ptr::null_mut();
+    let mode = if own_only {
+        sys::KeyCollectionMode::own_only
+    } else {
+        sys::KeyCollectionMode::include_prototypes
+    };
+    call!(napi_get_all_property_names(
+        env,
+        obj,
+        mode,
+        sys::KeyFilter::enumerable | sys::KeyFilter::skip_symbols,
+        sys::KeyConversion::numbers_to_strings,
+        &mut names
+    ))?;
+    let n = array_length(env, names)?;
+    (0..n)
+        .map(|i| get_string(env, element(env, names, i)?))
+        .collect()
+}
+
+/// `instanceof` against a global constructor (e.g. "SharedArrayBuffer").
+pub fn instance_of_global(env: napi_env, v: napi_value, ctor: &str) -> Result<bool> {
+    let c = get(env, global(env)?, ctor)?;
+    if type_of(env, c)? != ValueType::Function {
+        return Ok(false);
+    }
+    let mut b = false;
+    call!(napi_instanceof(env, v, c, &mut b))?;
+    Ok(b)
+}
+
+/// `new globalThis[ctor](...args)`.
+pub fn construct_global(env: napi_env, ctor: &str, args: &[napi_value]) -> Result<napi_value> {
+    let c = get(env, global(env)?, ctor)?;
+    let mut v = ptr::null_mut();
+    call!(napi_new_instance(env, c, args.len(), args.as_ptr(), &mut v))?;
+    Ok(v)
+}
+
+/// Details of a typed array or DataView.
+pub struct ViewInfo {
+    /// The typed array kind, `None` for a DataView.
+    pub kind: Option<sys::napi_typedarray_type>,
+    pub data: *mut u8,
+    pub byte_length: usize,
+    pub byte_offset: usize,
+    pub buffer: napi_value,
+    /// Elements (typed arrays) or bytes (DataView).
+    pub length: usize,
+}
+
+/// Reads a typed array or DataView; `None` for other values.
+pub fn view_info(env: napi_env, v: napi_value) -> Result<Option<ViewInfo>> {
+    let mut is = false;
+    call!(napi_is_typedarray(env, v, &mut is))?;
+    if is {
+        let (mut t, mut len, mut data, mut buf, mut off) = (0, 0usize, ptr::null_mut::<c_void>(), ptr::null_mut(), 0usize);
+        call!(napi_get_typedarray_info(env, v, &mut t, &mut len, &mut data, &mut buf, &mut off))?;
+        let el = element_size(t);
+        return Ok(Some(ViewInfo {
+            kind: Some(t),
+            data: data as *mut u8,
+            byte_length: len * el,
+            byte_offset: off,
+            buffer: buf,
+            length: len,
+        }));
+    }
+    call!(napi_is_dataview(env, v, &mut is))?;
+    if is {
+        let (mut len, mut data, mut buf, mut off) = (0usize, ptr::null_mut::<c_void>(), ptr::null_mut(), 0usize);
+        call!(napi_get_dataview_info(env, v, &mut len, &mut data, &mut buf, &mut off))?;
+        return Ok(Some(ViewInfo {
+            kind: None,
+            data: data as *mut u8,
+            byte_length: len,
+            byte_offset: off,
+            buffer: buf,
+            length: len,
+        }));
+    }
+    Ok(None)
+}
+
+pub fn element_size(t: sys::napi_typedarray_type) -> usize {
+    match t {
+        sys::TypedarrayType::int8_array
+        | sys::TypedarrayType::uint8_array
+        | sys::TypedarrayType::uint8_clamped_array => 1,
+        sys::TypedarrayType::int16_array | sys::TypedarrayType::uint16_array => 2,
+        sys::TypedarrayType::int32_array
+        | sys::TypedarrayType::uint32_array
+        | sys::TypedarrayType::float32_array => 4,
+        sys::TypedarrayType::float64_array
+        | sys::TypedarrayType::bigint64_array
+        | sys::TypedarrayType::biguint64_array => 8,
+        // float16_array and anything newer.
+        _ => 2,
+    }
+}
+
+pub fn is_arraybuffer(env: napi_env, v: napi_value) -> Result<bool> {
+    let mut b = false;
+    call!(napi_is_arraybuffer(env, v, &mut b))?;
+    Ok(b)
+}
+
+/// Data pointer and length of an ArrayBuffer.
+pub fn arraybuffer_info(env: napi_env, v: napi_value) -> Result<(*mut u8, usize)> {
+    let (mut data, mut len) = (ptr::null_mut::<c_void>(), 0usize);
+    call!(napi_get_arraybuffer_info(env, v, &mut data, &mut len))?;
+    Ok((data as *mut u8, len))
+}
+
+pub fn is_detached(env: napi_env, ab: napi_value) -> Result<bool> {
+    let mut b = false;
+    call!(napi_is_detached_arraybuffer(env, ab, &mut b))?;
+    Ok(b)
+}
+
+pub fn detach(env: napi_env, ab: napi_value) -> Result<()> {
+    call!(napi_detach_arraybuffer(env, ab))
+}
+
+/// A new ArrayBuffer holding a copy of `bytes`.
+pub fn arraybuffer_copy(env: napi_env, bytes: &[u8]) -> Result<napi_value> {
+    let mut data = ptr::null_mut::<c_void>();
+    let mut v = ptr::null_mut();
+    call!(napi_create_arraybuffer(env, bytes.len(), &mut data, &mut v))?;
+    if !bytes.is_empty() {
+        // SAFETY: the new buffer has exactly bytes.len() writable bytes.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), data as *mut u8, bytes.len()) };
+    }
+    Ok(v)
+}
+
+/// A new typed array of `kind` over `buffer` (whole buffer).
+pub fn typed_array(
+    env: napi_env,
+    kind: sys::napi_typedarray_type,
+    length: usize,
+    buffer: napi_value,
+) -> Result<napi_value> {
+    let mut v = ptr::null_mut();
+    call!(napi_create_typedarray(env, kind, length, buffer, 0, &mut v))?;
+    Ok(v)
+}
+
+pub fn create_promise(env: napi_env) -> Result<(sys::napi_deferred, napi_value)> {
+    let mut d = ptr::null_mut();
+    let mut p = ptr::null_mut();
+    call!(napi_create_promise(env, &mut d, &mut p))?;
+    Ok((d, p))
+}
+
+pub fn resolve(env: napi_env, d: sys::napi_deferred, v: napi_value) -> Result<()> {
+    call!(napi_resolve_deferred(env, d, v))
+}
+
+pub fn reject(env: napi_env, d: sys::napi_deferred, v: napi_value) -> Result<()> {
+    call!(napi_reject_deferred(env, d, v))
+}
+
+/// A strong reference that keeps a JS value alive until deleted.
+pub struct StrongRef {
+    r: sys::napi_ref,
+}
+
+impl StrongRef {
+    pub fn new(env: napi_env, v: napi_value) -> Result<StrongRef> {
+        let mut r = ptr::null_mut();
+        call!(napi_create_reference(env, v, 1, &mut r))?;
+        Ok(StrongRef { r })
+    }
+    pub fn get(&self, env: napi_env) -> Result<napi_value> {
+        let mut v = ptr::null_mut();
+        call!(napi_get_reference_value(env, self.r, &mut v))?;
+        Ok(v)
+    }
+    /// Deletes the reference (must run on the JS thread).
+    pub fn delete(self, env: napi_env) {
+        unsafe { sys::napi_delete_reference(env, self.r) };
+    }
+}

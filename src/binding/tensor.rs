@@ -1,0 +1,178 @@
+//! `MLTensor` and `MLGraph`.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use napi::bindgen_prelude::{ClassInstance, FromNapiValue};
+use napi::sys::napi_env;
+use napi_derive::napi;
+
+use super::context::CtxShared;
+use super::raw::JsRaw;
+use crate::error::{Error, Result};
+use crate::graph::Graph;
+use crate::timeline::Command;
+use crate::types::OperandDescriptor;
+
+/// What a tensor is, fixed at creation.
+#[derive(Clone)]
+pub struct TensorInfo {
+    pub ctx: Rc<CtxShared>,
+    pub id: u64,
+    pub desc: OperandDescriptor,
+    pub readable: bool,
+    pub writable: bool,
+    /// The bytes of a constant tensor (`createConstantTensor`), which graphs
+    /// built with `constant(tensor)` embed.
+    pub constant: Option<Arc<Vec<u8>>>,
+}
+
+/// `MLTensor`.
+#[napi(js_name = "MLTensor")]
+pub struct MLTensor {
+    pub(crate) info: TensorInfo,
+    pub(crate) destroyed: Cell<bool>,
+}
+
+impl MLTensor {
+    pub fn new(info: TensorInfo) -> Self {
+        MLTensor {
+            info,
+            destroyed: Cell::new(false),
+        }
+    }
+
+    /// Unwraps an `MLTensor` argument, or a TypeError.
+    pub fn from_arg<'a>(env: napi_env, v: JsRaw, what: &str) -> Result<ClassInstance<'a, MLTensor>> {
+        unsafe { ClassInstance::<MLTensor>::from_napi_value(env, v.0) }
+            .map_err(|_| Error::type_error(format!("{what} must be an MLTensor")))
+    }
+
+    /// Checks that the tensor belongs to `ctx` and is alive (TypeError
+    /// otherwise, as the spec's steps say).
+    pub fn check_usable(&self, ctx: &CtxShared, what: &str) -> Result<()> {
+        if self.info.ctx.id != ctx.id {
+            return Err(Error::type_error(format!("{what} belongs to another MLContext")));
+        }
+        if self.destroyed.get() {
+            return Err(Error::type_error(format!("{what} is destroyed")));
+        }
+        Ok(())
+    }
+
+    pub fn is_destroyed(&self) -> bool {
+        self.destroyed.get()
+    }
+}
+
+#[napi]
+impl MLTensor {
+    #[napi(getter)]
+    pub fn data_type(&self) -> &'static str {
+        self.info.desc.data_type.name()
+    }
+
+    #[napi(getter)]
+    pub fn shape(&self) -> Vec<u32> {
+        self.info.desc.shape.iter().map(|&d| d as u32).collect()
+    }
+
+    #[napi(getter)]
+    pub fn readable(&self) -> bool {
+        self.info.readable
+    }
+
+    #[napi(getter)]
+    pub fn writable(&self) -> bool {
+        self.info.writable
+    }
+
+    #[napi(getter)]
+    pub fn constant(&self) -> bool {
+        self.info.constant.is_some()
+    }
+
+    /// `destroy()`: idempotent; pending reads reject with
+    /// InvalidStateError; queued work that uses the tensor still completes
+    /// because the release is queued behind it.
+    #[napi]
+    pub fn destroy(&self, env: napi::Env) {
+        if self.destroyed.replace(true) {
+            return;
+        }
+        super::completion::reject_all(
+            env.raw(),
+            self.info.ctx.id,
+            Some(self.info.id),
+            &Error::invalid_state("the MLTensor was destroyed before the read completed"),
+        );
+        let _ = self.info.ctx.send(Command::DestroyTensor { id: self.info.id });
+    }
+}
+
+impl Drop for MLTensor {
+    fn drop(&mut self) {
+        // Garbage collection releases the backend memory too.
+        if !self.destroyed.get() {
+            let _ = self.info.ctx.send(Command::DestroyTensor { id: self.info.id });
+        }
+    }
+}
+
+/// `MLGraph`.
+#[napi(js_name = "MLGraph")]
+pub struct MLGraph {
+    pub(crate) ctx: Rc<CtxShared>,
+    pub(crate) id: u64,
+    pub(crate) graph: Arc<Graph>,
+    pub(crate) destroyed: Cell<bool>,
+}
+
+impl MLGraph {
+    pub fn new(ctx: Rc<CtxShared>, id: u64, graph: Arc<Graph>) -> Self {
+        MLGraph {
+            ctx,
+            id,
+            graph,
+            destroyed: Cell::new(false),
+        }
+    }
+
+    pub fn from_arg<'a>(env: napi_env, v: JsRaw) -> Result<ClassInstance<'a, MLGraph>> {
+        unsafe { ClassInstance::<MLGraph>::from_napi_value(env, v.0) }
+            .map_err(|_| Error::type_error("graph must be an MLGraph"))
+    }
+
+    /// TypeError for another context's graph; InvalidStateError once
+    /// destroyed.
+    pub fn check_usable(&self, ctx: &CtxShared) -> Result<()> {
+        if self.ctx.id != ctx.id {
+            return Err(Error::type_error("the MLGraph belongs to another MLContext"));
+        }
+        if self.destroyed.get() || ctx.is_lost() {
+            return Err(Error::invalid_state("the MLGraph is destroyed"));
+        }
+        Ok(())
+    }
+}
+
+#[napi]
+impl MLGraph {
+    /// `destroy()`: later dispatches throw InvalidStateError; the compiled
+    /// form is released after the work already queued.
+    #[napi]
+    pub fn destroy(&self) {
+        if !self.destroyed.replace(true) {
+            let _ = self.ctx.send(Command::DestroyGraph { id: self.id });
+        }
+    }
+}
+
+impl Drop for MLGraph {
+    fn drop(&mut self) {
+        if !self.destroyed.get() {
+            let _ = self.ctx.send(Command::DestroyGraph { id: self.id });
+        }
+    }
+}

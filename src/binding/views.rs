@@ -1,0 +1,196 @@
+//! Typed-array views: matching them to data types, filling them, and the
+//! detach/hand-back protocol of `compute()`.
+
+use std::collections::HashSet;
+
+use napi::sys::{self, napi_env, napi_typedarray_type as Kind, napi_value, TypedarrayType as T};
+
+use super::raw::{self, StrongRef, ViewInfo};
+use crate::error::{Error, Result};
+use crate::tensor::Buf;
+use crate::types::{DataType, OperandDescriptor};
+
+/// Whether a typed array kind may carry `dt` (the spec's
+/// MLOperandDataType / ArrayBufferView compatibility table; `Uint8Array`
+/// fits every type, float16 also travels as `Uint16Array` bit patterns in
+/// runtimes without `Float16Array`).
+pub fn kind_fits(kind: Option<Kind>, dt: DataType) -> bool {
+    let Some(kind) = kind else {
+        return true; // DataView
+    };
+    if kind == T::uint8_array {
+        return true;
+    }
+    match dt {
+        DataType::Float32 => kind == T::float32_array,
+        DataType::Float16 => kind == T::uint16_array || kind == FLOAT16_ARRAY,
+        DataType::Int32 => kind == T::int32_array,
+        DataType::Uint32 => kind == T::uint32_array,
+        DataType::Int64 => kind == T::bigint64_array,
+        DataType::Uint64 => kind == T::biguint64_array,
+        DataType::Int8 => kind == T::int8_array,
+        DataType::Uint8 | DataType::Int4 | DataType::Uint4 => false,
+    }
+}
+
+/// N-API's value for `Float16Array` (newer than our headers).
+const FLOAT16_ARRAY: i32 = 11;
+
+/// Checks a view or buffer against a descriptor ("validate buffer with
+/// descriptor"): exact byte length and a compatible view type.
+pub fn check_fits(info: &ViewInfo, desc: &OperandDescriptor, what: &str) -> Result<()> {
+    if info.byte_length != desc.byte_length() {
+        return Err(Error::type_error(format!(
+            "{what} has {} bytes but the {} tensor of shape {:?} has {}",
+            info.byte_length,
+            desc.data_type.name(),
+            desc.shape,
+            desc.byte_length()
+        )));
+    }
+    if !kind_fits(info.kind, desc.data_type) {
+        return Err(Error::type_error(format!(
+            "{what} is not a typed array that can hold {} data",
+            desc.data_type.name()
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a view argument (typed array or DataView), or a TypeError.
+pub fn view(env: napi_env, v: napi_value, what: &str) -> Result<ViewInfo> {
+    match raw::view_info(env, v) {
+        Ok(Some(i)) => Ok(i),
+        _ => Err(Error::type_error(format!("{what} must be a typed array or DataView"))),
+    }
+}
+
+/// Copies the tensor bytes into a view kept alive by `view`.
+pub fn copy_into_view(env: napi_env, view: &StrongRef, buf: &Buf, dt: DataType) -> Result<()> {
+    let v = view.get(env).map_err(super::errors::from_napi)?;
+    let info = match raw::view_info(env, v) {
+        Ok(Some(i)) => i,
+        _ => {
+            // An ArrayBuffer or SharedArrayBuffer was passed.
+            let bytes = super::convert::buffer_source(env, v, "outputData")?;
+            ViewInfo {
+                kind: None,
+                data: bytes.data as *mut u8,
+                byte_length: bytes.len,
+                byte_offset: 0,
+                buffer: v,
+                length: bytes.len,
+            }
+        }
+    };
+    let bytes = buf.to_bytes(dt);
+    if info.byte_length != bytes.len() || (info.data.is_null() && !bytes.is_empty()) {
+        return Err(Error::type_error(
+            "outputData was detached or resized while the read was pending",
+        ));
+    }
+    if !bytes.is_empty() {
+        // SAFETY: the view is alive (strong reference) and has exactly
+        // bytes.len() bytes at info.data.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), info.data, bytes.len()) };
+    }
+    Ok(())
+}
+
+unsafe extern "C" fn free_buf(_env: sys::napi_env, _data: *mut std::ffi::c_void, hint: *mut std::ffi::c_void) {
+    drop(Box::from_raw(hint as *mut Buf));
+}
+
+/// An ArrayBuffer of exactly the tensor's bytes. The buffer's own memory is
+/// handed to JS without a copy where its layout is the external one.
+pub fn arraybuffer_from_buf(env: napi_env, buf: Buf, dt: DataType) -> napi::Result<napi_value> {
+    if matches!(dt, DataType::Int4 | DataType::Uint4) || buf.is_empty() {
+        return raw::arraybuffer_copy(env, &buf.to_bytes(dt));
+    }
+    let bytes = buf.raw_bytes();
+    let (ptr, len) = (bytes.as_ptr() as *mut std::ffi::c_void, bytes.len());
+    let hint = Box::into_raw(Box::new(buf)) as *mut std::ffi::c_void;
+    let mut v = std::ptr::null_mut();
+    let status = unsafe { sys::napi_create_external_arraybuffer(env, ptr, len, Some(free_buf), hint, &mut v) };
+    if status == sys::Status::napi_ok {
+        return Ok(v);
+    }
+    // Runtimes that forbid external buffers: copy instead.
+    let buf = unsafe { Box::from_raw(hint as *mut Buf) };
+    raw::arraybuffer_copy(env, &buf.to_bytes(dt))
+}
+
+/// How to rebuild a caller's view over a new buffer.
+pub struct OutView {
+    pub kind: Option<Kind>,
+    pub length: usize,
+}
+
+/// One checked `compute()` argument.
+pub struct ComputeArg {
+    pub name: String,
+    pub info: ViewInfo,
+}
+
+/// Checks that the views of `compute()` can be transferred: not shared,
+/// spanning their whole (not detached) ArrayBuffer, and no buffer used twice.
+pub fn check_transferable(env: napi_env, args: &[&ComputeArg]) -> Result<()> {
+    let mut seen = HashSet::new();
+    for a in args {
+        let shared = raw::instance_of_global(env, a.info.buffer, "SharedArrayBuffer").unwrap_or(true);
+        if shared {
+            return Err(Error::type_error(format!(
+                "compute: {:?} is a view of a SharedArrayBuffer, which cannot be transferred",
+                a.name
+            )));
+        }
+        if raw::is_detached(env, a.info.buffer).unwrap_or(true) {
+            return Err(Error::type_error(format!("compute: the buffer of {:?} is detached", a.name)));
+        }
+        let (data, len) = raw::arraybuffer_info(env, a.info.buffer).map_err(super::errors::from_napi)?;
+        if a.info.byte_offset != 0 || len != a.info.byte_length {
+            return Err(Error::type_error(format!(
+                "compute: {:?} does not span its whole ArrayBuffer (a pooled Buffer?); transferring it would empty its neighbours",
+                a.name
+            )));
+        }
+        // Distinct ArrayBuffers have distinct data (an empty one has none to
+        // share, so only non-empty buffers are compared).
+        if len > 0 && !seen.insert(data as usize) {
+            return Err(Error::type_error(format!(
+                "compute: {:?} shares its ArrayBuffer with another argument",
+                a.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn new_view(env: napi_env, v: &OutView, bytes: &[u8]) -> napi::Result<napi_value> {
+    let ab = raw::arraybuffer_copy(env, bytes)?;
+    match v.kind {
+        Some(kind) => raw::typed_array(env, kind, v.length, ab),
+        None => raw::construct_global(env, "DataView", &[ab]),
+    }
+}
+
+/// Builds `{inputs, outputs}` of new views for a finished `compute()`.
+pub fn compute_result(
+    env: napi_env,
+    inputs: Vec<(String, OutView, Vec<u8>)>,
+    outputs: Vec<(String, OutView)>,
+    results: Vec<(Buf, DataType)>,
+) -> napi::Result<napi_value> {
+    let ins = raw::object(env)?;
+    for (name, v, bytes) in &inputs {
+        raw::set(env, ins, name, new_view(env, v, bytes)?)?;
+    }
+    let outs = raw::object(env)?;
+    for ((name, v), (buf, dt)) in outputs.iter().zip(results) {
+        raw::set(env, outs, name, new_view(env, v, &buf.to_bytes(dt))?)?;
+    }
+    let r = raw::object(env)?;
+    raw::set(env, r, "inputs", ins)?;
+    raw::set(env, r, "outputs", outs)?;
+    Ok(r)
+}

@@ -1,0 +1,224 @@
+// Type definitions for webnn-node: the W3C Web Neural Network API
+// (webmachinelearning/webnn) for Node.js, plus the extensions documented in
+// README.md (compute, computeSync, numThreads).
+
+export type MLDeviceType = 'cpu' | 'gpu';
+export type MLPowerPreference = 'default' | 'high-performance' | 'low-power';
+export type MLOperandDataType =
+  | 'float32'
+  | 'float16'
+  | 'int32'
+  | 'uint32'
+  | 'int64'
+  | 'uint64'
+  | 'int8'
+  | 'uint8'
+  | 'int4'
+  | 'uint4';
+export type MLInputOperandLayout = 'nchw' | 'nhwc';
+export type MLConv2dFilterOperandLayout = 'oihw' | 'hwio' | 'ohwi' | 'ihwo';
+export type MLRoundingType = 'floor' | 'ceil';
+/** A number, or a BigInt for 64-bit integer values. */
+export type MLNumber = number | bigint;
+
+export interface MLContextOptions {
+  /** Default 'cpu'. 'gpu' rejects with NotSupportedError when no adapter exists. */
+  deviceType?: MLDeviceType;
+  powerPreference?: MLPowerPreference;
+  /** `true` without a deviceType picks the GPU when one exists, else the CPU. */
+  accelerated?: boolean;
+  /** Extension: threads used by the CPU backend's kernels (default: all cores, shared). */
+  numThreads?: number;
+}
+
+export interface MLOperandDescriptor {
+  dataType: MLOperandDataType;
+  shape: readonly number[];
+}
+
+export interface MLTensorDescriptor extends MLOperandDescriptor {
+  readable?: boolean;
+  writable?: boolean;
+}
+
+export interface MLContextLostInfo {
+  message: string;
+}
+
+export interface MLRankRange {
+  min: number;
+  max: number;
+}
+
+export interface MLTensorLimits {
+  dataTypes: MLOperandDataType[];
+  rankRange: MLRankRange;
+}
+
+export interface MLOpSupportLimits {
+  preferredInputLayout: MLInputOperandLayout;
+  maxTensorByteLength: number;
+  input: MLTensorLimits;
+  constant: MLTensorLimits;
+  output: MLTensorLimits;
+  /** One entry per operator, keyed by the IDL names of its operands. */
+  [operator: string]: unknown;
+}
+
+export type MLNamedTensors = Record<string, MLTensor>;
+export type MLNamedOperands = Record<string, MLOperand>;
+export type MLNamedArrayBufferViews = Record<string, ArrayBufferView>;
+
+export interface MLComputeResult {
+  inputs: MLNamedArrayBufferViews;
+  outputs: MLNamedArrayBufferViews;
+}
+
+export class ML {
+  createContext(options?: MLContextOptions): Promise<MLContext>;
+}
+
+export class MLContext {
+  private constructor();
+  readonly accelerated: boolean;
+  readonly lost: Promise<MLContextLostInfo>;
+  destroy(): void;
+  dispatch(graph: MLGraph, inputs: MLNamedTensors, outputs: MLNamedTensors): void;
+  createTensor(descriptor: MLTensorDescriptor): Promise<MLTensor>;
+  createConstantTensor(
+    descriptor: MLOperandDescriptor,
+    data: ArrayBuffer | SharedArrayBuffer | ArrayBufferView,
+  ): Promise<MLTensor>;
+  readTensor(tensor: MLTensor): Promise<ArrayBuffer>;
+  readTensor(tensor: MLTensor, outputData: ArrayBuffer | SharedArrayBuffer | ArrayBufferView): Promise<undefined>;
+  writeTensor(tensor: MLTensor, data: ArrayBuffer | SharedArrayBuffer | ArrayBufferView): void;
+  opSupportLimits(): MLOpSupportLimits;
+  /**
+   * Extension: runs a graph on the caller's views. The input and output
+   * ArrayBuffers are detached (transferred) before this returns and handed
+   * back, as views of the same types and lengths over new buffers, in the
+   * result. Throws TypeError (detaching nothing) for views over a
+   * SharedArrayBuffer, views that do not span their whole ArrayBuffer,
+   * detached buffers, and buffers shared between arguments.
+   */
+  compute(graph: MLGraph, inputs: MLNamedArrayBufferViews, outputs: MLNamedArrayBufferViews): Promise<MLComputeResult>;
+  /**
+   * Extension: blocks the calling thread until the results are written into
+   * `outputs` in place (for worker_threads and scripts). Returns `outputs`.
+   */
+  computeSync(
+    graph: MLGraph,
+    inputs: MLNamedArrayBufferViews,
+    outputs: MLNamedArrayBufferViews,
+  ): MLNamedArrayBufferViews;
+}
+
+export class MLTensor {
+  private constructor();
+  readonly dataType: MLOperandDataType;
+  readonly shape: number[];
+  readonly readable: boolean;
+  readonly writable: boolean;
+  readonly constant: boolean;
+  destroy(): void;
+}
+
+export class MLGraph {
+  private constructor();
+  destroy(): void;
+}
+
+export class MLOperand {
+  private constructor();
+  readonly dataType: MLOperandDataType;
+  readonly shape: number[];
+}
+
+export interface MLOperatorOptions {
+  label?: string;
+}
+
+export interface MLClampOptions extends MLOperatorOptions {
+  minValue?: MLNumber;
+  maxValue?: MLNumber;
+}
+
+export interface MLGemmOptions extends MLOperatorOptions {
+  c?: MLOperand;
+  alpha?: number;
+  beta?: number;
+  aTranspose?: boolean;
+  bTranspose?: boolean;
+}
+
+export interface MLConv2dOptions extends MLOperatorOptions {
+  /** [beginning height, ending height, beginning width, ending width] */
+  padding?: number[];
+  strides?: number[];
+  dilations?: number[];
+  groups?: number;
+  inputLayout?: MLInputOperandLayout;
+  filterLayout?: MLConv2dFilterOperandLayout;
+  bias?: MLOperand;
+}
+
+export interface MLPool2dOptions extends MLOperatorOptions {
+  windowDimensions?: number[];
+  padding?: number[];
+  strides?: number[];
+  dilations?: number[];
+  layout?: MLInputOperandLayout;
+  roundingType?: MLRoundingType;
+  outputSizes?: number[];
+}
+
+export interface MLTransposeOptions extends MLOperatorOptions {
+  permutation?: number[];
+}
+
+export interface MLSliceOptions extends MLOperatorOptions {
+  strides?: number[];
+}
+
+export class MLGraphBuilder {
+  constructor(context: MLContext);
+  input(name: string, descriptor: MLOperandDescriptor): MLOperand;
+  constant(descriptor: MLOperandDescriptor, buffer: ArrayBuffer | SharedArrayBuffer | ArrayBufferView): MLOperand;
+  constant(type: MLOperandDataType, value: MLNumber): MLOperand;
+  constant(tensor: MLTensor): MLOperand;
+  build(outputs: MLNamedOperands): Promise<MLGraph>;
+
+  add(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  sub(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  mul(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  div(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  max(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  min(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  pow(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+
+  abs(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  neg(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  exp(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  log(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  sqrt(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  relu(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  sigmoid(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  tanh(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  clamp(input: MLOperand, options?: MLClampOptions): MLOperand;
+  /** `axis` may be omitted: the last axis (the earlier spec's form). */
+  softmax(input: MLOperand, axis?: number, options?: MLOperatorOptions): MLOperand;
+
+  matmul(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  gemm(a: MLOperand, b: MLOperand, options?: MLGemmOptions): MLOperand;
+  conv2d(input: MLOperand, filter: MLOperand, options?: MLConv2dOptions): MLOperand;
+  averagePool2d(input: MLOperand, options?: MLPool2dOptions): MLOperand;
+  maxPool2d(input: MLOperand, options?: MLPool2dOptions): MLOperand;
+
+  reshape(input: MLOperand, newShape: number[], options?: MLOperatorOptions): MLOperand;
+  transpose(input: MLOperand, options?: MLTransposeOptions): MLOperand;
+  concat(inputs: MLOperand[], axis: number, options?: MLOperatorOptions): MLOperand;
+  slice(input: MLOperand, starts: number[], sizes: number[], options?: MLSliceOptions): MLOperand;
+  cast(input: MLOperand, type: MLOperandDataType, options?: MLOperatorOptions): MLOperand;
+}
+
+export const ml: ML;

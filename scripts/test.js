@@ -1,0 +1,19 @@
+#!/usr/bin/env node
+// `npm test`: the whole suite. Installs the dev dependencies when they are
+// missing (a fresh clone), builds the addon, then runs the Rust unit tests
+// and the jest suite (API tests and the conformance runner).
+'use strict';
+const { execFileSync } = require('child_process');
+const fs = require('fs');
+const path = require('path');
+
+const root = path.resolve(__dirname, '..');
+const run = (cmd, args) => execFileSync(cmd, args, { cwd: root, stdio: 'inherit' });
+
+if (!fs.existsSync(path.join(root, 'node_modules', 'jest'))) {
+  // --ignore-scripts: our own install script (the native build) runs next.
+  run('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund']);
+}
+run('node', ['scripts/build.js']);
+run('cargo', ['test', '--release']);
+run(path.join(root, 'node_modules', '.bin', 'jest'), ['--ci', ...process.argv.slice(2)]);

@@ -1,8 +1,663 @@
-//! Convolution and pooling CPU kernels (stub, being written).
+//! Convolution and pooling CPU kernels.
+//!
+//! Both canonicalise to NCHW input (and OIHW filter) in f32, compute there,
+//! and convert the result back to the requested layout and type. conv2d
+//! lowers each (batch, group) to im2col plus the sgemm of `matmul.rs`.
+
+use rayon::prelude::*;
+
 use crate::error::{Error, Result};
-use crate::graph::op::{Conv2dParams, Pool2dParams};
+use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
-pub fn conv2d(_p: &Conv2dParams, _inputs: &[&Buf], _out: &OperandDescriptor) -> Result<Buf> { Err(Error::not_supported("conv2d")) }
-pub fn pool2d(_p: &Pool2dParams, _x: &Buf, _out: &OperandDescriptor) -> Result<Buf> { Err(Error::not_supported("pool2d")) }
+use super::matmul::sgemm;
+use super::shape::transpose_vec;
+use super::util::{floats, from_floats};
+
+/// Multiply-adds per (batch, group) unit below which units run in parallel
+/// with serial sgemms, rather than one after another with parallel sgemms.
+const UNIT_PAR_WORK: usize = 1 << 22;
+
+/// NHWC -> NCHW.
+const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+/// NCHW -> NHWC.
+const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+
+/// Input coordinate of output position `o` and kernel tap `k`, or `None`
+/// in the padding.
+#[inline(always)]
+fn src_index(
+    o: usize,
+    k: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    size: usize,
+) -> Option<usize> {
+    (o * stride + k * dilation)
+        .checked_sub(pad)
+        .filter(|&i| i < size)
+}
+
+/// Fills `col` ([cg * kh * kw, oh * ow], row-major) with the input patches
+/// of channels `x` ([cg, h, w]); padding reads as 0.
+fn im2col(x: &[f32], cg: usize, p: &Conv2dParams, col: &mut [f32]) {
+    let (h, w) = (p.in_h, p.in_w);
+    let (oh, ow) = (p.out_h, p.out_w);
+    let mut rows = col.chunks_mut(oh * ow);
+    for c in 0..cg {
+        let plane = &x[c * h * w..(c + 1) * h * w];
+        for ky in 0..p.kernel_h {
+            for kx in 0..p.kernel_w {
+                let Some(row) = rows.next() else { return };
+                for y in 0..oh {
+                    let dst = &mut row[y * ow..(y + 1) * ow];
+                    match src_index(y, ky, p.strides[0], p.dilations[0], p.padding[0], h) {
+                        None => dst.fill(0.0),
+                        Some(iy) => {
+                            let src = &plane[iy * w..(iy + 1) * w];
+                            for (xo, d) in dst.iter_mut().enumerate() {
+                                *d = match src_index(
+                                    xo,
+                                    kx,
+                                    p.strides[1],
+                                    p.dilations[1],
+                                    p.padding[2],
+                                    w,
+                                ) {
+                                    Some(ix) => src[ix],
+                                    None => 0.0,
+                                };
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The filter in OIHW order, whatever its layout.
+fn filter_oihw(f: &[f32], p: &Conv2dParams) -> Vec<f32> {
+    let (o, i, h, w) = (
+        p.out_channels,
+        p.in_channels / p.groups,
+        p.kernel_h,
+        p.kernel_w,
+    );
+    match p.filter_layout {
+        FilterLayout::Oihw => f.to_vec(),
+        FilterLayout::Hwio => transpose_vec(f, &[h, w, i, o], &[3, 2, 0, 1]),
+        FilterLayout::Ohwi => transpose_vec(f, &[o, h, w, i], &[0, 3, 1, 2]),
+        FilterLayout::Ihwo => transpose_vec(f, &[i, h, w, o], &[3, 0, 1, 2]),
+    }
+}
+
+/// `conv2d` with nchw/nhwc input, any filter layout, padding, strides,
+/// dilations, groups (depthwise included) and an optional bias
+/// (`inputs[2]`).
+pub fn conv2d(p: &Conv2dParams, inputs: &[&Buf], out: &OperandDescriptor) -> Result<Buf> {
+    let g = p.groups;
+    if g == 0
+        || !p.in_channels.is_multiple_of(g)
+        || !p.out_channels.is_multiple_of(g)
+        || p.strides.contains(&0)
+    {
+        return Err(Error::operation("conv2d: invalid groups or strides"));
+    }
+    let (n, c, h, w) = (p.batch, p.in_channels, p.in_h, p.in_w);
+    let (oc, oh, ow) = (p.out_channels, p.out_h, p.out_w);
+    let (cg, og) = (c / g, oc / g);
+    let kk = cg * p.kernel_h * p.kernel_w;
+    let x = floats(
+        inputs
+            .first()
+            .ok_or_else(|| Error::operation("conv2d: no input"))?,
+    )?;
+    let f = floats(
+        inputs
+            .get(1)
+            .ok_or_else(|| Error::operation("conv2d: no filter"))?,
+    )?;
+    let bias = if p.has_bias {
+        let b = floats(
+            inputs
+                .get(2)
+                .ok_or_else(|| Error::operation("conv2d: no bias"))?,
+        )?;
+        Some(b)
+    } else {
+        None
+    };
+    let ok = x.len() == n * c * h * w
+        && f.len() == oc * kk
+        && bias.as_ref().is_none_or(|b| b.len() == oc)
+        && out.element_count() == n * oc * oh * ow;
+    // Every im2col read must land inside the padded input.
+    let reach = |o: usize, k: usize, s: usize, d: usize| {
+        (o.saturating_sub(1)) * s + (k.saturating_sub(1)) * d
+    };
+    let fits = oh == 0
+        || ow == 0
+        || (reach(oh, p.kernel_h, p.strides[0], p.dilations[0]) < h + p.padding[0] + p.padding[1]
+            && reach(ow, p.kernel_w, p.strides[1], p.dilations[1])
+                < w + p.padding[2] + p.padding[3]);
+    if !ok || !fits {
+        return Err(Error::operation(
+            "conv2d: the operands do not match the parameters",
+        ));
+    }
+    let x = if p.nhwc {
+        std::borrow::Cow::Owned(transpose_vec(&x, &[n, h, w, c], &TO_NCHW))
+    } else {
+        x
+    };
+    let f = filter_oihw(&f, p);
+    let plane = oh * ow;
+    let unit = og * plane;
+    let mut res = vec![0.0f32; n * oc * plane];
+    // A 1x1 kernel with unit strides and no padding reads the input as is.
+    let direct = p.kernel_h == 1 && p.kernel_w == 1 && p.strides == [1, 1] && p.padding == [0; 4];
+    let units = n * g;
+    if unit > 0 {
+        let run = |(t, dst): (usize, &mut [f32]), parallel: bool| {
+            let (b, gi) = (t / g, t % g);
+            let xs = &x[(b * c + gi * cg) * h * w..(b * c + (gi + 1) * cg) * h * w];
+            let wg = &f[gi * og * kk..(gi + 1) * og * kk];
+            if direct {
+                sgemm(og, plane, kk, wg, xs, dst, parallel);
+            } else {
+                let mut col = vec![0.0f32; kk * plane];
+                im2col(xs, cg, p, &mut col);
+                sgemm(og, plane, kk, wg, &col, dst, parallel);
+            }
+        };
+        if units > 1 && og * plane * kk < UNIT_PAR_WORK {
+            res.par_chunks_mut(unit)
+                .enumerate()
+                .for_each(|u| run(u, false));
+        } else {
+            res.chunks_mut(unit).enumerate().for_each(|u| run(u, true));
+        }
+        if let Some(bias) = &bias {
+            for (i, ch) in res.chunks_mut(plane).enumerate() {
+                let v = bias[i % oc];
+                ch.iter_mut().for_each(|y| *y += v);
+            }
+        }
+    }
+    let res = if p.nhwc {
+        transpose_vec(&res, &[n, oc, oh, ow], &TO_NHWC)
+    } else {
+        res
+    };
+    from_floats(out.data_type, res)
+}
+
+/// Reduces one output position's window over one input plane.
+fn pool_window(x: &[f32], p: &Pool2dParams, y: usize, xo: usize) -> f32 {
+    let (mut acc, mut count) = match p.kind {
+        PoolKind::Max => (f32::NEG_INFINITY, 0usize),
+        _ => (0.0f32, 0usize),
+    };
+    for ky in 0..p.window[0] {
+        let Some(iy) = src_index(y, ky, p.strides[0], p.dilations[0], p.padding[0], p.in_h) else {
+            continue;
+        };
+        for kx in 0..p.window[1] {
+            let Some(ix) = src_index(xo, kx, p.strides[1], p.dilations[1], p.padding[2], p.in_w)
+            else {
+                continue;
+            };
+            let v = x[iy * p.in_w + ix];
+            count += 1;
+            match p.kind {
+                // NaN propagates: once acc is NaN, nothing replaces it.
+                PoolKind::Max => {
+                    if v > acc || v.is_nan() {
+                        acc = if acc.is_nan() { acc } else { v };
+                    }
+                }
+                PoolKind::Average => acc += v,
+                PoolKind::L2 => acc += v * v,
+            }
+        }
+    }
+    // Padding is not part of any reduction: the average divides by the
+    // number of input elements in the window. A window wholly in the
+    // padding (possible with ceil rounding or large padding) reduces
+    // nothing: 0 for average and l2, -inf (the identity of max) for max.
+    match p.kind {
+        PoolKind::Max => acc,
+        PoolKind::Average if count > 0 => acc / count as f32,
+        PoolKind::Average => 0.0,
+        PoolKind::L2 => acc.sqrt(),
+    }
+}
+
+/// `averagePool2d`, `maxPool2d`, `l2Pool2d` with nchw/nhwc layouts,
+/// strides, dilations and padding; only input elements (never padding)
+/// enter a window's reduction.
+pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
+    let (n, c, h, w) = (p.batch, p.channels, p.in_h, p.in_w);
+    let (oh, ow) = (p.out_h, p.out_w);
+    let xv = floats(x)?;
+    if xv.len() != n * c * h * w || out.element_count() != n * c * oh * ow || p.strides.contains(&0)
+    {
+        return Err(Error::operation(
+            "pool2d: the operands do not match the parameters",
+        ));
+    }
+    let xv = if p.nhwc {
+        std::borrow::Cow::Owned(transpose_vec(&xv, &[n, h, w, c], &TO_NCHW))
+    } else {
+        xv
+    };
+    let (in_plane, plane) = (h * w, oh * ow);
+    let mut res = vec![0.0f32; n * c * plane];
+    if plane > 0 {
+        let run = |(i, dst): (usize, &mut [f32])| {
+            let src = &xv[i * in_plane..(i + 1) * in_plane];
+            for (t, d) in dst.iter_mut().enumerate() {
+                *d = pool_window(src, p, t / ow, t % ow);
+            }
+        };
+        if res.len() * p.window[0] * p.window[1] >= 1 << 16 {
+            res.par_chunks_mut(plane).enumerate().for_each(run);
+        } else {
+            res.chunks_mut(plane).enumerate().for_each(run);
+        }
+    }
+    let res = if p.nhwc {
+        transpose_vec(&res, &[n, c, oh, ow], &TO_NHWC)
+    } else {
+        res
+    };
+    from_floats(out.data_type, res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::DataType;
+
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Direct 7-loop convolution on NCHW input and OIHW filter.
+    fn naive_conv(p: &Conv2dParams, x: &[f32], f: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+        let (cg, og) = (p.in_channels / p.groups, p.out_channels / p.groups);
+        let mut out = vec![0.0f32; p.batch * p.out_channels * p.out_h * p.out_w];
+        for b in 0..p.batch {
+            for o in 0..p.out_channels {
+                let g = o / og;
+                for y in 0..p.out_h {
+                    for xo in 0..p.out_w {
+                        let mut s = bias.map_or(0.0, |b| b[o] as f64);
+                        for c in 0..cg {
+                            for ky in 0..p.kernel_h {
+                                for kx in 0..p.kernel_w {
+                                    let iy = (y * p.strides[0] + ky * p.dilations[0]) as isize
+                                        - p.padding[0] as isize;
+                                    let ix = (xo * p.strides[1] + kx * p.dilations[1]) as isize
+                                        - p.padding[2] as isize;
+                                    if iy < 0
+                                        || ix < 0
+                                        || iy >= p.in_h as isize
+                                        || ix >= p.in_w as isize
+                                    {
+                                        continue;
+                                    }
+                                    let xi = ((b * p.in_channels + g * cg + c) * p.in_h
+                                        + iy as usize)
+                                        * p.in_w
+                                        + ix as usize;
+                                    let fi = ((o * cg + c) * p.kernel_h + ky) * p.kernel_w + kx;
+                                    s += x[xi] as f64 * f[fi] as f64;
+                                }
+                            }
+                        }
+                        out[((b * p.out_channels + o) * p.out_h + y) * p.out_w + xo] = s as f32;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Parameters with the output size computed as validation does.
+    #[allow(clippy::too_many_arguments)]
+    fn params(
+        (batch, c, h, w): (usize, usize, usize, usize),
+        (o, kh, kw): (usize, usize, usize),
+        padding: [usize; 4],
+        strides: [usize; 2],
+        dilations: [usize; 2],
+        groups: usize,
+    ) -> Conv2dParams {
+        let out = |i: usize, k: usize, p0: usize, p1: usize, s: usize, d: usize| {
+            (i + p0 + p1 - (k - 1) * d - 1) / s + 1
+        };
+        Conv2dParams {
+            nhwc: false,
+            filter_layout: FilterLayout::Oihw,
+            padding,
+            strides,
+            dilations,
+            groups,
+            has_bias: false,
+            batch,
+            in_channels: c,
+            in_h: h,
+            in_w: w,
+            out_channels: o,
+            kernel_h: kh,
+            kernel_w: kw,
+            out_h: out(h, kh, padding[0], padding[1], strides[0], dilations[0]),
+            out_w: out(w, kw, padding[2], padding[3], strides[1], dilations[1]),
+        }
+    }
+
+    fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
+        OperandDescriptor {
+            data_type: dt,
+            shape: shape.to_vec(),
+        }
+    }
+
+    fn close(x: &[f32], y: &[f32], tol: f32) {
+        assert_eq!(x.len(), y.len());
+        for (i, (a, b)) in x.iter().zip(y).enumerate() {
+            assert!(
+                a == b || (a - b).abs() <= tol * (1.0 + b.abs()),
+                "element {i}: {a} vs {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn conv2d_matches_naive_in_every_layout() {
+        let cases = [
+            params((2, 4, 7, 6), (6, 3, 2), [1, 0, 2, 1], [2, 1], [1, 2], 2),
+            params((1, 3, 5, 5), (2, 3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1),
+            params((2, 4, 6, 5), (4, 3, 3), [1, 1, 1, 1], [1, 2], [1, 1], 4),
+            params((1, 3, 4, 4), (6, 2, 2), [0, 0, 0, 0], [2, 2], [1, 1], 3),
+            params((3, 5, 4, 3), (7, 1, 1), [0, 0, 0, 0], [1, 1], [1, 1], 1),
+            params((1, 2, 9, 9), (3, 3, 3), [2, 1, 0, 3], [3, 2], [2, 3], 1),
+            params((1, 1, 1, 1), (1, 1, 1), [0, 0, 0, 0], [1, 1], [1, 1], 1),
+            // Enough work per unit for the parallel sgemm path.
+            params((1, 32, 40, 40), (64, 3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1),
+            // Many depthwise units (the per-unit parallel path).
+            params(
+                (2, 32, 10, 10),
+                (32, 3, 3),
+                [1, 1, 1, 1],
+                [1, 1],
+                [1, 1],
+                32,
+            ),
+        ];
+        for base in cases {
+            let (n, c, h, w) = (base.batch, base.in_channels, base.in_h, base.in_w);
+            let (o, i, kh, kw) = (
+                base.out_channels,
+                base.in_channels / base.groups,
+                base.kernel_h,
+                base.kernel_w,
+            );
+            let x = data(n * c * h * w, 1);
+            let f = data(o * i * kh * kw, 2);
+            let bias = data(o, 3);
+            for has_bias in [false, true] {
+                let expect = naive_conv(&base, &x, &f, has_bias.then_some(&bias[..]));
+                for nhwc in [false, true] {
+                    for layout in [
+                        FilterLayout::Oihw,
+                        FilterLayout::Hwio,
+                        FilterLayout::Ohwi,
+                        FilterLayout::Ihwo,
+                    ] {
+                        let p = Conv2dParams {
+                            nhwc,
+                            filter_layout: layout,
+                            has_bias,
+                            ..base.clone()
+                        };
+                        let xin = if nhwc {
+                            transpose_vec(&x, &[n, c, h, w], &TO_NHWC)
+                        } else {
+                            x.clone()
+                        };
+                        let fin = match layout {
+                            FilterLayout::Oihw => f.clone(),
+                            FilterLayout::Hwio => transpose_vec(&f, &[o, i, kh, kw], &[2, 3, 1, 0]),
+                            FilterLayout::Ohwi => transpose_vec(&f, &[o, i, kh, kw], &[0, 2, 3, 1]),
+                            FilterLayout::Ihwo => transpose_vec(&f, &[o, i, kh, kw], &[1, 2, 3, 0]),
+                        };
+                        let (xb, fb, bb) = (Buf::F32(xin), Buf::F32(fin), Buf::F32(bias.clone()));
+                        let mut ins = vec![&xb, &fb];
+                        if has_bias {
+                            ins.push(&bb);
+                        }
+                        let oshape = if nhwc {
+                            [n, p.out_h, p.out_w, o]
+                        } else {
+                            [n, o, p.out_h, p.out_w]
+                        };
+                        let Buf::F32(r) =
+                            conv2d(&p, &ins, &desc(DataType::Float32, &oshape)).unwrap()
+                        else {
+                            panic!()
+                        };
+                        let r = if nhwc {
+                            transpose_vec(&r, &[n, p.out_h, p.out_w, o], &TO_NCHW)
+                        } else {
+                            r
+                        };
+                        close(&r, &expect, 1e-5);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn conv2d_float16_and_empty() {
+        let p = params((1, 2, 4, 4), (2, 3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1);
+        let x = Buf::f16_from_f32(&data(32, 4));
+        let f = Buf::f16_from_f32(&data(36, 5));
+        let r = conv2d(&p, &[&x, &f], &desc(DataType::Float16, &[1, 2, 4, 4])).unwrap();
+        let expect = naive_conv(&p, &x.to_f32_vec(), &f.to_f32_vec(), None);
+        close(
+            &r.to_f32_vec(),
+            &Buf::f16_from_f32(&expect).to_f32_vec(),
+            1e-3,
+        );
+        // A zero batch gives an empty output.
+        let p0 = params((0, 2, 4, 4), (2, 3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1);
+        let r = conv2d(
+            &p0,
+            &[&Buf::F32(vec![]), &Buf::F32(vec![0.0; 36])],
+            &desc(DataType::Float32, &[0, 2, 4, 4]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::F32(vec![]));
+        // Zero input channels: the bias alone.
+        let mut pz = params((1, 0, 2, 2), (0, 1, 1), [0; 4], [1, 1], [1, 1], 1);
+        pz.out_channels = 0;
+        let r = conv2d(
+            &pz,
+            &[&Buf::F32(vec![]), &Buf::F32(vec![])],
+            &desc(DataType::Float32, &[1, 0, 2, 2]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::F32(vec![]));
+        // Mismatched sizes are an error, not a panic.
+        assert!(conv2d(
+            &p,
+            &[&x, &Buf::f16_from_f32(&[1.0])],
+            &desc(DataType::Float16, &[1, 2, 4, 4])
+        )
+        .is_err());
+    }
+
+    /// Direct pooling on NCHW; `None` windows (no valid element) are
+    /// reported as the kernel's empty values.
+    fn naive_pool(p: &Pool2dParams, x: &[f32]) -> Vec<f32> {
+        let mut out = Vec::new();
+        for plane in 0..p.batch * p.channels {
+            for y in 0..p.out_h {
+                for xo in 0..p.out_w {
+                    let mut vals = Vec::new();
+                    for ky in 0..p.window[0] {
+                        for kx in 0..p.window[1] {
+                            let iy = (y * p.strides[0] + ky * p.dilations[0]) as isize
+                                - p.padding[0] as isize;
+                            let ix = (xo * p.strides[1] + kx * p.dilations[1]) as isize
+                                - p.padding[2] as isize;
+                            if iy >= 0
+                                && ix >= 0
+                                && (iy as usize) < p.in_h
+                                && (ix as usize) < p.in_w
+                            {
+                                vals.push(
+                                    x[(plane * p.in_h + iy as usize) * p.in_w + ix as usize] as f64,
+                                );
+                            }
+                        }
+                    }
+                    let v = match p.kind {
+                        PoolKind::Max => vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+                        PoolKind::Average if vals.is_empty() => 0.0,
+                        PoolKind::Average => vals.iter().sum::<f64>() / vals.len() as f64,
+                        PoolKind::L2 => vals.iter().map(|v| v * v).sum::<f64>().sqrt(),
+                    };
+                    out.push(v as f32);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn pool2d_matches_naive() {
+        let size = |i: usize, k: usize, p0: usize, p1: usize, s: usize, d: usize, ceil: bool| {
+            let span = i + p0 + p1 - (k - 1) * d - 1;
+            if ceil {
+                span.div_ceil(s) + 1
+            } else {
+                span / s + 1
+            }
+        };
+        let cases = [
+            ((2, 3, 5, 6), [2, 2], [0, 0, 0, 0], [2, 2], [1, 1], false),
+            ((1, 2, 5, 5), [3, 3], [1, 1, 1, 1], [2, 2], [1, 1], false),
+            ((1, 2, 5, 5), [3, 3], [1, 1, 1, 1], [2, 2], [1, 1], true),
+            ((1, 1, 7, 6), [3, 2], [2, 0, 1, 3], [3, 2], [2, 2], true),
+            ((1, 1, 4, 4), [4, 4], [0, 0, 0, 0], [1, 1], [1, 1], false),
+            // A large padding: some windows hold padding only.
+            ((1, 1, 2, 2), [2, 2], [3, 3, 3, 3], [1, 1], [1, 1], false),
+        ];
+        for ((n, c, h, w), window, padding, strides, dilations, ceil) in cases {
+            let x = data(n * c * h * w, 7);
+            for kind in [PoolKind::Average, PoolKind::Max, PoolKind::L2] {
+                let p = Pool2dParams {
+                    kind,
+                    nhwc: false,
+                    window,
+                    padding,
+                    strides,
+                    dilations,
+                    batch: n,
+                    channels: c,
+                    in_h: h,
+                    in_w: w,
+                    out_h: size(
+                        h,
+                        window[0],
+                        padding[0],
+                        padding[1],
+                        strides[0],
+                        dilations[0],
+                        ceil,
+                    ),
+                    out_w: size(
+                        w,
+                        window[1],
+                        padding[2],
+                        padding[3],
+                        strides[1],
+                        dilations[1],
+                        ceil,
+                    ),
+                };
+                let expect = naive_pool(&p, &x);
+                let (oh, ow) = (p.out_h, p.out_w);
+                let Buf::F32(r) = pool2d(
+                    &p,
+                    &Buf::F32(x.clone()),
+                    &desc(DataType::Float32, &[n, c, oh, ow]),
+                )
+                .unwrap() else {
+                    panic!()
+                };
+                close(&r, &expect, 1e-6);
+                let pn = Pool2dParams {
+                    nhwc: true,
+                    ..p.clone()
+                };
+                let xn = transpose_vec(&x, &[n, c, h, w], &TO_NHWC);
+                let Buf::F32(r) = pool2d(
+                    &pn,
+                    &Buf::F32(xn),
+                    &desc(DataType::Float32, &[n, oh, ow, c]),
+                )
+                .unwrap() else {
+                    panic!()
+                };
+                close(&transpose_vec(&r, &[n, oh, ow, c], &TO_NCHW), &expect, 1e-6);
+                let xh = Buf::f16_from_f32(&x);
+                let r = pool2d(&p, &xh, &desc(DataType::Float16, &[n, c, oh, ow])).unwrap();
+                let expect_h = Buf::f16_from_f32(&naive_pool(&p, &xh.to_f32_vec())).to_f32_vec();
+                close(&r.to_f32_vec(), &expect_h, 1e-3);
+            }
+        }
+    }
+
+    #[test]
+    fn average_pool_ignores_padding() {
+        // 2x2 input, 3x3 window, padding 1: the corner windows see 4
+        // elements, so the average is over 4, not 9.
+        let p = Pool2dParams {
+            kind: PoolKind::Average,
+            nhwc: false,
+            window: [3, 3],
+            padding: [1, 1, 1, 1],
+            strides: [1, 1],
+            dilations: [1, 1],
+            batch: 1,
+            channels: 1,
+            in_h: 2,
+            in_w: 2,
+            out_h: 2,
+            out_w: 2,
+        };
+        let r = pool2d(
+            &p,
+            &Buf::F32(vec![1.0, 2.0, 3.0, 4.0]),
+            &desc(DataType::Float32, &[1, 1, 2, 2]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::F32(vec![2.5; 4]));
+    }
+}

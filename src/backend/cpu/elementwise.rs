@@ -1,11 +1,1160 @@
-//! Element-wise CPU kernels (stub, being written).
+//! Element-wise CPU kernels: binary operators with broadcasting, unary
+//! operators, clamp, softmax and cast.
+//!
+//! Floats compute in f32 (float16 is widened exactly and the result rounded
+//! once). Integer arithmetic wraps and never panics: kernels must not abort
+//! the process whatever the data.
+
+use rayon::prelude::*;
+
 use crate::error::{Error, Result};
+use crate::f16::{f16_to_f32, f32_to_f16};
 use crate::graph::op::{BinaryKind, UnaryKind};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
-pub fn binary(_k: BinaryKind, _a: &Buf, _da: &OperandDescriptor, _b: &Buf, _db: &OperandDescriptor, _out: &OperandDescriptor) -> Result<Buf> { Err(Error::not_supported("binary")) }
-pub fn unary(_k: UnaryKind, _x: &Buf, _out: &OperandDescriptor) -> Result<Buf> { Err(Error::not_supported("unary")) }
-pub fn clamp(_x: &Buf, _min: f64, _max: f64, _out: &OperandDescriptor) -> Result<Buf> { Err(Error::not_supported("clamp")) }
-pub fn softmax(_x: &Buf, _axis: usize, _out: &OperandDescriptor) -> Result<Buf> { Err(Error::not_supported("softmax")) }
-pub fn cast(_x: &Buf, _to: DataType, _out: &OperandDescriptor) -> Result<Buf> { Err(Error::not_supported("cast")) }
+use super::util::{broadcast_strides, floats, from_floats};
+
+/// Output elements above which element-wise loops are split across threads.
+const PAR_MIN: usize = 1 << 16;
+
+/// Applies `f` to `a` and `b` broadcast (numpy style) to `out_shape`.
+///
+/// The innermost output dimension is a tight loop over contiguous or
+/// repeated elements; the outer dimensions are walked per row, and rows are
+/// processed in parallel when the output is large.
+fn broadcast_map<T, U, F>(
+    a: &[T],
+    sa: &[usize],
+    b: &[T],
+    sb: &[usize],
+    out_shape: &[usize],
+    f: F,
+) -> Vec<U>
+where
+    T: Copy + Sync,
+    U: Copy + Send + Default,
+    F: Fn(T, T) -> U + Sync,
+{
+    let total: usize = out_shape.iter().product();
+    if total == 0 {
+        return Vec::new();
+    }
+    // Fast paths: same shape, or one side a single element.
+    if sa == out_shape && sb == out_shape {
+        return par_map(total, |i| f(a[i], b[i]));
+    }
+    if a.len() == 1 && sb == out_shape {
+        let x = a[0];
+        return par_map(total, |i| f(x, b[i]));
+    }
+    if b.len() == 1 && sa == out_shape {
+        let y = b[0];
+        return par_map(total, |i| f(a[i], y));
+    }
+    let rank = out_shape.len();
+    let ta = broadcast_strides(sa, out_shape);
+    let tb = broadcast_strides(sb, out_shape);
+    let inner = out_shape[rank - 1];
+    let (ia, ib) = (ta[rank - 1], tb[rank - 1]);
+    let outer_shape = &out_shape[..rank - 1];
+    // Offsets of the first element of output row `r` in a and b.
+    let row_offsets = |mut r: usize| {
+        let (mut oa, mut ob) = (0, 0);
+        for d in (0..rank - 1).rev() {
+            let i = r % outer_shape[d];
+            r /= outer_shape[d];
+            oa += i * ta[d];
+            ob += i * tb[d];
+        }
+        (oa, ob)
+    };
+    let row = |r: usize, dst: &mut [U]| {
+        let (oa, ob) = row_offsets(r);
+        match (ia, ib) {
+            (1, 1) => {
+                for ((d, &x), &y) in dst
+                    .iter_mut()
+                    .zip(&a[oa..oa + inner])
+                    .zip(&b[ob..ob + inner])
+                {
+                    *d = f(x, y);
+                }
+            }
+            (1, 0) => {
+                let y = b[ob];
+                for (d, &x) in dst.iter_mut().zip(&a[oa..oa + inner]) {
+                    *d = f(x, y);
+                }
+            }
+            (0, 1) => {
+                let x = a[oa];
+                for (d, &y) in dst.iter_mut().zip(&b[ob..ob + inner]) {
+                    *d = f(x, y);
+                }
+            }
+            _ => {
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = f(a[oa + j * ia], b[ob + j * ib]);
+                }
+            }
+        }
+    };
+    let mut out = vec![U::default(); total];
+    if total >= PAR_MIN {
+        out.par_chunks_mut(inner)
+            .enumerate()
+            .for_each(|(r, dst)| row(r, dst));
+    } else {
+        out.chunks_mut(inner)
+            .enumerate()
+            .for_each(|(r, dst)| row(r, dst));
+    }
+    out
+}
+
+/// `(0..n).map(f)`, in parallel for large `n`.
+fn par_map<U: Send, F: Fn(usize) -> U + Sync>(n: usize, f: F) -> Vec<U> {
+    if n >= PAR_MIN {
+        (0..n).into_par_iter().map(&f).collect()
+    } else {
+        (0..n).map(f).collect()
+    }
+}
+
+/// Integer element types: wrapping arithmetic that never panics.
+trait Int: Copy + Ord + Send + Sync + Default + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+    fn wadd(self, o: Self) -> Self;
+    fn wsub(self, o: Self) -> Self;
+    fn wmul(self, o: Self) -> Self;
+    /// Quotient truncated toward zero; 0 when dividing by zero (a defined
+    /// result instead of a panic or a trap; WebNN leaves it unspecified).
+    fn wdiv(self, o: Self) -> Self;
+    fn wneg(self) -> Self;
+    fn wabs(self) -> Self;
+    fn is_neg(self) -> bool;
+    /// Parity (two's complement: right for negative values too).
+    fn is_odd(self) -> bool;
+    /// The exponent as u64 when it is non-negative.
+    fn as_exp(self) -> Option<u64>;
+    fn sat_from_f64(x: f64) -> Self;
+}
+
+macro_rules! int_impl {
+    ($($t:ty),*) => {$(
+        impl Int for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            fn wadd(self, o: Self) -> Self { self.wrapping_add(o) }
+            fn wsub(self, o: Self) -> Self { self.wrapping_sub(o) }
+            fn wmul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            fn wdiv(self, o: Self) -> Self {
+                // Division by zero yields 0; MIN / -1 wraps to MIN.
+                if o == 0 { 0 } else { self.wrapping_div(o) }
+            }
+            fn wneg(self) -> Self { self.wrapping_neg() }
+            #[allow(unused_comparisons)]
+            fn wabs(self) -> Self { if self < 0 { self.wrapping_neg() } else { self } }
+            #[allow(unused_comparisons)]
+            fn is_neg(self) -> bool { self < 0 }
+            fn is_odd(self) -> bool { self & 1 == 1 }
+            #[allow(unused_comparisons)]
+            fn as_exp(self) -> Option<u64> { if self < 0 { None } else { Some(self as u64) } }
+            // `as` from f64 truncates toward zero, saturates at the type's
+            // bounds and maps NaN to 0.
+            fn sat_from_f64(x: f64) -> Self { x as $t }
+        }
+    )*};
+}
+
+int_impl!(i32, u32, i64, u64, i8, u8);
+
+/// `base ^ exp` for integers: wrapping for non-negative exponents; for
+/// negative ones the exact value where it is an integer (base 1 or -1) and
+/// 0 otherwise (the truncated value of 1/base^|exp|).
+fn int_pow<T: Int>(base: T, exp: T) -> T {
+    match exp.as_exp() {
+        Some(mut e) => {
+            // Square-and-multiply over the full u64 exponent range.
+            let (mut acc, mut b) = (T::ONE, base);
+            while e > 0 {
+                if e & 1 == 1 {
+                    acc = acc.wmul(b);
+                }
+                b = b.wmul(b);
+                e >>= 1;
+            }
+            acc
+        }
+        None => {
+            if base == T::ONE {
+                T::ONE
+            } else if base.is_neg() && base.wneg() == T::ONE {
+                // (-1)^e: 1 for even e, -1 for odd.
+                if exp.is_odd() {
+                    base
+                } else {
+                    T::ONE
+                }
+            } else {
+                T::ZERO
+            }
+        }
+    }
+}
+
+fn int_binary<T: Int>(k: BinaryKind) -> fn(T, T) -> T {
+    match k {
+        BinaryKind::Add => T::wadd,
+        BinaryKind::Sub => T::wsub,
+        BinaryKind::Mul => T::wmul,
+        BinaryKind::Div => T::wdiv,
+        BinaryKind::Max => |x, y| x.max(y),
+        BinaryKind::Min => |x, y| x.min(y),
+        BinaryKind::Pow => int_pow,
+    }
+}
+
+/// Float max/min propagate NaN (unlike `f32::max`), so a NaN input is not
+/// silently replaced by the other operand.
+fn fmax(x: f32, y: f32) -> f32 {
+    if x.is_nan() || y.is_nan() {
+        f32::NAN
+    } else {
+        x.max(y)
+    }
+}
+
+fn fmin(x: f32, y: f32) -> f32 {
+    if x.is_nan() || y.is_nan() {
+        f32::NAN
+    } else {
+        x.min(y)
+    }
+}
+
+fn float_binary(k: BinaryKind) -> fn(f32, f32) -> f32 {
+    match k {
+        BinaryKind::Add => |x, y| x + y,
+        BinaryKind::Sub => |x, y| x - y,
+        BinaryKind::Mul => |x, y| x * y,
+        BinaryKind::Div => |x, y| x / y,
+        BinaryKind::Max => fmax,
+        BinaryKind::Min => fmin,
+        BinaryKind::Pow => f32::powf,
+    }
+}
+
+fn check_len(b: &Buf, d: &OperandDescriptor) -> Result<()> {
+    if b.len() == d.element_count() {
+        Ok(())
+    } else {
+        Err(Error::operation(
+            "a tensor does not hold as many elements as its shape",
+        ))
+    }
+}
+
+fn mismatch() -> Error {
+    Error::operation("an element-wise kernel got operands of different types")
+}
+
+/// Element-wise `add`, `sub`, `mul`, `div`, `max`, `min`, `pow` with
+/// bidirectional broadcasting, for every numeric type.
+pub fn binary(
+    k: BinaryKind,
+    a: &Buf,
+    da: &OperandDescriptor,
+    b: &Buf,
+    db: &OperandDescriptor,
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    check_len(a, da)?;
+    check_len(b, db)?;
+    let rank = out.rank();
+    let fits = |s: &[usize]| {
+        s.len() <= rank
+            && s.iter()
+                .rev()
+                .zip(out.shape.iter().rev())
+                .all(|(&x, &o)| x == o || x == 1)
+    };
+    if !fits(&da.shape) || !fits(&db.shape) {
+        return Err(Error::operation(
+            "the operands do not broadcast to the output",
+        ));
+    }
+    let (sa, sb, so) = (&da.shape[..], &db.shape[..], &out.shape[..]);
+    macro_rules! ints {
+        ($x:ident, $variant:ident) => {{
+            let Buf::$variant(y) = b else {
+                return Err(mismatch());
+            };
+            Buf::$variant(broadcast_map($x, sa, y, sb, so, int_binary(k)))
+        }};
+    }
+    Ok(match a {
+        Buf::F32(x) => {
+            let Buf::F32(y) = b else {
+                return Err(mismatch());
+            };
+            Buf::F32(broadcast_map(x, sa, y, sb, so, float_binary(k)))
+        }
+        Buf::F16(x) => {
+            let Buf::F16(y) = b else {
+                return Err(mismatch());
+            };
+            let f = float_binary(k);
+            Buf::F16(broadcast_map(x, sa, y, sb, so, |p, q| {
+                f32_to_f16(f(f16_to_f32(p), f16_to_f32(q)))
+            }))
+        }
+        Buf::I32(x) => ints!(x, I32),
+        Buf::U32(x) => ints!(x, U32),
+        Buf::I64(x) => ints!(x, I64),
+        Buf::U64(x) => ints!(x, U64),
+        Buf::I8(x) => ints!(x, I8),
+        Buf::U8(x) => ints!(x, U8),
+    })
+}
+
+fn sigmoid(x: f32) -> f32 {
+    // exp(-x) overflows to inf for very negative x, giving exactly 0.
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn float_unary(k: UnaryKind) -> fn(f32) -> f32 {
+    match k {
+        UnaryKind::Abs => f32::abs,
+        UnaryKind::Neg => |x| -x,
+        UnaryKind::Exp => f32::exp,
+        UnaryKind::Log => f32::ln,
+        UnaryKind::Sqrt => f32::sqrt,
+        // NaN stays NaN (a plain max(0) would turn it into 0).
+        UnaryKind::Relu => |x| if x < 0.0 { 0.0 } else { x },
+        UnaryKind::Sigmoid => sigmoid,
+        UnaryKind::Tanh => f32::tanh,
+    }
+}
+
+fn int_unary<T: Int>(k: UnaryKind, v: &[T]) -> Result<Vec<T>> {
+    let f: fn(T) -> T = match k {
+        UnaryKind::Abs => T::wabs,
+        UnaryKind::Neg => T::wneg,
+        UnaryKind::Relu => |x| x.max(T::ZERO),
+        _ => {
+            return Err(Error::operation(format!(
+                "{} is not defined for integer tensors",
+                k.name()
+            )))
+        }
+    };
+    Ok(par_map(v.len(), |i| f(v[i])))
+}
+
+/// Element-wise unary operators. `exp`, `log`, `sqrt`, `sigmoid` and `tanh`
+/// are float-only; `abs`, `neg`, `relu` also take integers (wrapping).
+pub fn unary(k: UnaryKind, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
+    if x.len() != out.element_count() {
+        return Err(Error::operation(
+            "unary: the output size differs from the input",
+        ));
+    }
+    Ok(match x {
+        Buf::F32(v) => {
+            let f = float_unary(k);
+            Buf::F32(par_map(v.len(), |i| f(v[i])))
+        }
+        Buf::F16(v) => {
+            let f = float_unary(k);
+            Buf::F16(par_map(v.len(), |i| f32_to_f16(f(f16_to_f32(v[i])))))
+        }
+        Buf::I32(v) => Buf::I32(int_unary(k, v)?),
+        Buf::U32(v) => Buf::U32(int_unary(k, v)?),
+        Buf::I64(v) => Buf::I64(int_unary(k, v)?),
+        Buf::U64(v) => Buf::U64(int_unary(k, v)?),
+        Buf::I8(v) => Buf::I8(int_unary(k, v)?),
+        Buf::U8(v) => Buf::U8(int_unary(k, v)?),
+    })
+}
+
+fn clamp_int<T: Int>(v: &[T], min: f64, max: f64) -> Vec<T> {
+    // The bounds are converted to the input's type by saturation, then
+    // compared exactly in that type.
+    let (lo, hi) = (T::sat_from_f64(min), T::sat_from_f64(max));
+    par_map(v.len(), |i| v[i].max(lo).min(hi))
+}
+
+fn clamp_f32(x: f32, lo: f32, hi: f32) -> f32 {
+    // Written with comparisons so that NaN passes through unchanged.
+    if x < lo {
+        lo
+    } else if x > hi {
+        hi
+    } else {
+        x
+    }
+}
+
+/// `clamp`: bounds compared in the input's type (integers: the bounds
+/// saturated to the type's range; floats: the bounds as f32). NaN stays NaN.
+pub fn clamp(x: &Buf, min: f64, max: f64, out: &OperandDescriptor) -> Result<Buf> {
+    if x.len() != out.element_count() {
+        return Err(Error::operation(
+            "clamp: the output size differs from the input",
+        ));
+    }
+    let (lo, hi) = (min as f32, max as f32);
+    Ok(match x {
+        Buf::F32(v) => Buf::F32(par_map(v.len(), |i| clamp_f32(v[i], lo, hi))),
+        Buf::F16(v) => Buf::F16(par_map(v.len(), |i| {
+            f32_to_f16(clamp_f32(f16_to_f32(v[i]), lo, hi))
+        })),
+        Buf::I32(v) => Buf::I32(clamp_int(v, min, max)),
+        Buf::U32(v) => Buf::U32(clamp_int(v, min, max)),
+        Buf::I64(v) => Buf::I64(clamp_int(v, min, max)),
+        Buf::U64(v) => Buf::U64(clamp_int(v, min, max)),
+        Buf::I8(v) => Buf::I8(clamp_int(v, min, max)),
+        Buf::U8(v) => Buf::U8(clamp_int(v, min, max)),
+    })
+}
+
+/// Softmax of one group of `n` values spaced `stride` apart, starting at
+/// `src[0]`, written to the same positions of `dst`.
+fn softmax_strided(src: &[f32], dst: &mut [f32], n: usize, stride: usize) {
+    // Subtracting the maximum keeps exp() from overflowing; the result is
+    // mathematically unchanged.
+    let mut m = f32::NEG_INFINITY;
+    for i in 0..n {
+        m = fmax(m, src[i * stride]);
+    }
+    if m.is_infinite() {
+        // All -inf (0/0) or some +inf (inf/inf): no finite shift exists;
+        // compute without it, which yields NaN like the formula does.
+        m = 0.0;
+    }
+    let mut sum = 0.0f32;
+    for i in 0..n {
+        let e = (src[i * stride] - m).exp();
+        dst[i * stride] = e;
+        sum += e;
+    }
+    let inv = 1.0 / sum;
+    for i in 0..n {
+        dst[i * stride] *= inv;
+    }
+}
+
+/// `softmax` along `axis` (float types).
+pub fn softmax(x: &Buf, axis: usize, out: &OperandDescriptor) -> Result<Buf> {
+    let shape = &out.shape;
+    if axis >= shape.len() || x.len() != out.element_count() {
+        return Err(Error::operation("softmax: bad axis or size"));
+    }
+    let v = floats(x)?;
+    let n = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let block = n * inner;
+    let mut res = vec![0.0f32; v.len()];
+    if block > 0 {
+        let run = |(src, dst): (&[f32], &mut [f32])| {
+            for j in 0..inner {
+                softmax_strided(&src[j..], &mut dst[j..], n, inner);
+            }
+        };
+        if v.len() >= PAR_MIN {
+            v.par_chunks(block)
+                .zip(res.par_chunks_mut(block))
+                .for_each(run);
+        } else {
+            v.chunks(block).zip(res.chunks_mut(block)).for_each(run);
+        }
+    }
+    from_floats(out.data_type, res)
+}
+
+/// A source value of a cast: floats are exact in f32 (float16 widens
+/// exactly), integers exact in i128.
+#[derive(Clone, Copy)]
+enum Num {
+    F(f32),
+    I(i128),
+}
+
+/// Converts to an integer type of `bits` bits (`signed` or not), whose
+/// range is `[lo, hi]`.
+///
+/// Integers keep their lowest `bits` bits, read as two's complement for
+/// signed targets: the WebNN cast table specifies this for out-of-range
+/// integer values. Floats truncate toward zero; out of range the spec
+/// leaves the result implementation-defined, and here it saturates at the
+/// bounds with NaN becoming 0 (total and deterministic).
+fn num_to_int(n: Num, lo: i128, hi: i128, bits: u32, signed: bool) -> i128 {
+    match n {
+        // `as i128` truncates, saturates and maps NaN to 0.
+        Num::F(f) => (f as i128).clamp(lo, hi),
+        Num::I(i) => {
+            let shift = 128 - bits;
+            if signed {
+                (i << shift) >> shift
+            } else {
+                (((i << shift) as u128) >> shift) as i128
+            }
+        }
+    }
+}
+
+fn num_to_f32(n: Num) -> f32 {
+    match n {
+        Num::F(f) => f,
+        // Rounds to nearest, ties to even.
+        Num::I(i) => i as f32,
+    }
+}
+
+/// Converts every element to `to`. One generic loop per (source, target)
+/// pair; `num` reads a source element.
+fn cast_from<S: Copy + Sync, F: Fn(S) -> Num + Sync>(src: &[S], num: F, to: DataType) -> Buf {
+    let n = src.len();
+    macro_rules! int {
+        ($variant:ident, $t:ty, $lo:expr, $hi:expr, $bits:expr, $signed:expr) => {
+            Buf::$variant(par_map(n, |i| {
+                num_to_int(num(src[i]), $lo as i128, $hi as i128, $bits, $signed) as $t
+            }))
+        };
+    }
+    match to {
+        DataType::Float32 => Buf::F32(par_map(n, |i| num_to_f32(num(src[i])))),
+        // Integers reach float16 through f32 without double rounding: those
+        // not exact in f32 (beyond 2^24) overflow float16 either way.
+        DataType::Float16 => Buf::F16(par_map(n, |i| f32_to_f16(num_to_f32(num(src[i]))))),
+        DataType::Int32 => int!(I32, i32, i32::MIN, i32::MAX, 32, true),
+        DataType::Uint32 => int!(U32, u32, 0, u32::MAX, 32, false),
+        DataType::Int64 => int!(I64, i64, i64::MIN, i64::MAX, 64, true),
+        DataType::Uint64 => int!(U64, u64, 0, u64::MAX, 64, false),
+        DataType::Int8 => int!(I8, i8, i8::MIN, i8::MAX, 8, true),
+        DataType::Uint8 => int!(U8, u8, 0, u8::MAX, 8, false),
+        DataType::Int4 => int!(I8, i8, -8, 7, 4, true),
+        DataType::Uint4 => int!(U8, u8, 0, 15, 4, false),
+    }
+}
+
+/// `cast` between any two data types, following the cast table of the
+/// WebNN spec: to float, the nearest representable value (ties to even),
+/// +/-Infinity out of range; integer to integer, the same value, or out of
+/// range the lowest N bits as two's complement; float to integer, truncated
+/// toward zero, and out of range (implementation-defined) saturated, with
+/// NaN giving 0. int4/uint4 follow the integer rules with N = 4.
+pub fn cast(x: &Buf, to: DataType, out: &OperandDescriptor) -> Result<Buf> {
+    if x.len() != out.element_count() {
+        return Err(Error::operation(
+            "cast: the output size differs from the input",
+        ));
+    }
+    Ok(match x {
+        Buf::F32(v) => cast_from(v, Num::F, to),
+        Buf::F16(v) => cast_from(v, |h| Num::F(f16_to_f32(h)), to),
+        Buf::I32(v) => cast_from(v, |i| Num::I(i as i128), to),
+        Buf::U32(v) => cast_from(v, |i| Num::I(i as i128), to),
+        Buf::I64(v) => cast_from(v, |i| Num::I(i as i128), to),
+        Buf::U64(v) => cast_from(v, |i| Num::I(i as i128), to),
+        Buf::I8(v) => cast_from(v, |i| Num::I(i as i128), to),
+        Buf::U8(v) => cast_from(v, |i| Num::I(i as i128), to),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
+        OperandDescriptor {
+            data_type: dt,
+            shape: shape.to_vec(),
+        }
+    }
+
+    fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+        let mut idx = vec![0; shape.len()];
+        for d in (0..shape.len()).rev() {
+            idx[d] = i % shape[d];
+            i /= shape[d];
+        }
+        idx
+    }
+
+    /// Flat index in `shape` of output multi-index `o` (right-aligned,
+    /// broadcast dimensions read at 0).
+    fn bcast_index(o: &[usize], shape: &[usize]) -> usize {
+        let off = o.len() - shape.len();
+        shape.iter().enumerate().fold(0, |acc, (d, &s)| {
+            acc * s + if s == 1 { 0 } else { o[d + off] }
+        })
+    }
+
+    const KINDS: [BinaryKind; 7] = [
+        BinaryKind::Add,
+        BinaryKind::Sub,
+        BinaryKind::Mul,
+        BinaryKind::Div,
+        BinaryKind::Max,
+        BinaryKind::Min,
+        BinaryKind::Pow,
+    ];
+
+    fn naive_f64(k: BinaryKind, x: f64, y: f64) -> f64 {
+        match k {
+            BinaryKind::Add => x + y,
+            BinaryKind::Sub => x - y,
+            BinaryKind::Mul => x * y,
+            BinaryKind::Div => x / y,
+            BinaryKind::Max => x.max(y),
+            BinaryKind::Min => x.min(y),
+            BinaryKind::Pow => x.powf(y),
+        }
+    }
+
+    #[test]
+    fn binary_broadcast_matches_naive() {
+        let cases: &[(&[usize], &[usize], &[usize])] = &[
+            (&[2, 1, 3], &[4, 1], &[2, 4, 3]),
+            (&[5], &[3, 1], &[3, 5]),
+            (&[], &[2, 3], &[2, 3]),
+            (&[2, 3], &[], &[2, 3]),
+            (&[3, 4], &[3, 4], &[3, 4]),
+            (&[1, 4, 1], &[3, 1, 5], &[3, 4, 5]),
+            (&[2, 0, 3], &[1, 3], &[2, 0, 3]),
+            (&[300, 300], &[300, 1], &[300, 300]),
+        ];
+        for &(sa, sb, so) in cases {
+            let na: usize = sa.iter().product();
+            let nb: usize = sb.iter().product();
+            let a: Vec<f32> = (0..na).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+            let b: Vec<f32> = (0..nb).map(|i| 1.0 + (i % 5) as f32 * 0.5 - 1.5).collect();
+            for k in KINDS {
+                let r = binary(
+                    k,
+                    &Buf::F32(a.clone()),
+                    &desc(DataType::Float32, sa),
+                    &Buf::F32(b.clone()),
+                    &desc(DataType::Float32, sb),
+                    &desc(DataType::Float32, so),
+                )
+                .unwrap();
+                let total: usize = so.iter().product();
+                let expect: Vec<f32> = (0..total)
+                    .map(|i| {
+                        let o = unravel(i, so);
+                        naive_f64(
+                            k,
+                            a[bcast_index(&o, sa)] as f64,
+                            b[bcast_index(&o, sb)] as f64,
+                        ) as f32
+                    })
+                    .collect();
+                let Buf::F32(r) = r else { panic!() };
+                assert_eq!(r.len(), expect.len());
+                for (x, y) in r.iter().zip(&expect) {
+                    assert!(
+                        x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-6 * y.abs(),
+                        "{k:?} {sa:?} {sb:?}: {x} vs {y}"
+                    );
+                }
+
+                // The same on int32 (no pow of negatives: checked below).
+                if k != BinaryKind::Pow {
+                    let ai: Vec<i32> = (0..na as i32).map(|i| i * 3 - 7).collect();
+                    let bi: Vec<i32> = (0..nb as i32).map(|i| i % 4 - 1).collect();
+                    let r = binary(
+                        k,
+                        &Buf::I32(ai.clone()),
+                        &desc(DataType::Int32, sa),
+                        &Buf::I32(bi.clone()),
+                        &desc(DataType::Int32, sb),
+                        &desc(DataType::Int32, so),
+                    )
+                    .unwrap();
+                    let expect: Vec<i32> = (0..total)
+                        .map(|i| {
+                            let o = unravel(i, so);
+                            let (x, y) = (ai[bcast_index(&o, sa)], bi[bcast_index(&o, sb)]);
+                            match k {
+                                BinaryKind::Add => x + y,
+                                BinaryKind::Sub => x - y,
+                                BinaryKind::Mul => x * y,
+                                BinaryKind::Div => {
+                                    if y == 0 {
+                                        0
+                                    } else {
+                                        x / y
+                                    }
+                                }
+                                BinaryKind::Max => x.max(y),
+                                BinaryKind::Min => x.min(y),
+                                BinaryKind::Pow => unreachable!(),
+                            }
+                        })
+                        .collect();
+                    assert_eq!(r, Buf::I32(expect), "{k:?} {sa:?} {sb:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn binary_float16_rounds_once() {
+        let a = Buf::f16_from_f32(&[1.0, 2.5, -3.0, 1000.0]);
+        let b = Buf::f16_from_f32(&[3.0]);
+        let r = binary(
+            BinaryKind::Div,
+            &a,
+            &desc(DataType::Float16, &[4]),
+            &b,
+            &desc(DataType::Float16, &[]),
+            &desc(DataType::Float16, &[4]),
+        )
+        .unwrap();
+        assert_eq!(
+            r,
+            Buf::f16_from_f32(&[1.0 / 3.0, 2.5 / 3.0, -1.0, 1000.0 / 3.0])
+        );
+        let r = binary(
+            BinaryKind::Mul,
+            &a,
+            &desc(DataType::Float16, &[4]),
+            &Buf::f16_from_f32(&[100.0]),
+            &desc(DataType::Float16, &[1]),
+            &desc(DataType::Float16, &[4]),
+        )
+        .unwrap();
+        // 1000 * 100 overflows float16.
+        assert_eq!(r, Buf::f16_from_f32(&[100.0, 250.0, -300.0, f32::INFINITY]));
+    }
+
+    fn bin<T: Clone>(
+        k: BinaryKind,
+        dt: DataType,
+        a: Vec<T>,
+        b: Vec<T>,
+        wrap: fn(Vec<T>) -> Buf,
+    ) -> Buf {
+        let n = a.len();
+        binary(
+            k,
+            &wrap(a),
+            &desc(dt, &[n]),
+            &wrap(b),
+            &desc(dt, &[n]),
+            &desc(dt, &[n]),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn integer_arithmetic_never_panics() {
+        use BinaryKind::*;
+        let i32s = |a: Vec<i32>, b: Vec<i32>, k| bin(k, DataType::Int32, a, b, Buf::I32);
+        assert_eq!(
+            i32s(vec![i32::MAX, i32::MIN], vec![1, 1], Add),
+            Buf::I32(vec![i32::MIN, i32::MIN + 1])
+        );
+        assert_eq!(
+            i32s(vec![i32::MIN, 5], vec![1, -7], Sub),
+            Buf::I32(vec![i32::MAX, 12])
+        );
+        assert_eq!(
+            i32s(vec![i32::MAX, -7], vec![2, 3], Mul),
+            Buf::I32(vec![-2, -21])
+        );
+        assert_eq!(
+            i32s(vec![7, i32::MIN, -7, 0], vec![0, -1, 2, 0], Div),
+            Buf::I32(vec![0, i32::MIN, -3, 0])
+        );
+        assert_eq!(
+            i32s(
+                vec![2, 1, -1, -1, 3, 0, -2, 2],
+                vec![-1, -5, -3, -2, 0, 0, 3, 31],
+                Pow
+            ),
+            Buf::I32(vec![0, 1, -1, 1, 1, 1, -8, i32::MIN])
+        );
+        assert_eq!(i32s(vec![2], vec![i32::MAX], Pow), Buf::I32(vec![0]));
+        assert_eq!(
+            bin(
+                Pow,
+                DataType::Uint8,
+                vec![3u8, 2, 0],
+                vec![5, 8, 0],
+                Buf::U8
+            ),
+            Buf::U8(vec![243, 0, 1])
+        );
+        assert_eq!(
+            bin(
+                Pow,
+                DataType::Int64,
+                vec![3i64, -1],
+                vec![i64::MAX, i64::MIN],
+                Buf::I64
+            ),
+            // 3 has order dividing 2^62 modulo 2^64, so 3^(2^63 - 1) is the
+            // inverse of 3, 0xAAAA_AAAA_AAAA_AAAB.
+            Buf::I64(vec![0xAAAA_AAAA_AAAA_AAABu64 as i64, 1])
+        );
+        assert_eq!(
+            bin(Div, DataType::Uint64, vec![9u64, 9], vec![0, 2], Buf::U64),
+            Buf::U64(vec![0, 4])
+        );
+        assert_eq!(
+            bin(Sub, DataType::Uint32, vec![0u32], vec![1], Buf::U32),
+            Buf::U32(vec![u32::MAX])
+        );
+        assert_eq!(
+            bin(Max, DataType::Int8, vec![-128i8, 5], vec![127, -5], Buf::I8),
+            Buf::I8(vec![127, 5])
+        );
+        assert_eq!(
+            bin(Min, DataType::Int8, vec![-128i8, 5], vec![127, -5], Buf::I8),
+            Buf::I8(vec![-128, -5])
+        );
+        // Mixed storage is an error, not a panic.
+        assert!(binary(
+            Add,
+            &Buf::I32(vec![1]),
+            &desc(DataType::Int32, &[1]),
+            &Buf::F32(vec![1.0]),
+            &desc(DataType::Float32, &[1]),
+            &desc(DataType::Int32, &[1])
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn float_max_min_propagate_nan() {
+        let r = bin(
+            BinaryKind::Max,
+            DataType::Float32,
+            vec![f32::NAN, 1.0],
+            vec![0.0, f32::NAN],
+            Buf::F32,
+        );
+        let Buf::F32(r) = r else { panic!() };
+        assert!(r[0].is_nan() && r[1].is_nan());
+    }
+
+    #[test]
+    fn unary_ops() {
+        let x = vec![-2.0f32, -0.5, 0.0, 0.5, 3.0, f32::NAN];
+        let d = desc(DataType::Float32, &[6]);
+        type Reference = (UnaryKind, fn(f64) -> f64);
+        let refs: [Reference; 8] = [
+            (UnaryKind::Abs, f64::abs),
+            (UnaryKind::Neg, |v| -v),
+            (UnaryKind::Exp, f64::exp),
+            (UnaryKind::Log, f64::ln),
+            (UnaryKind::Sqrt, f64::sqrt),
+            (UnaryKind::Relu, |v| if v < 0.0 { 0.0 } else { v }),
+            (UnaryKind::Sigmoid, |v| 1.0 / (1.0 + (-v).exp())),
+            (UnaryKind::Tanh, f64::tanh),
+        ];
+        for (k, f) in refs {
+            let Buf::F32(r) = unary(k, &Buf::F32(x.clone()), &d).unwrap() else {
+                panic!()
+            };
+            for (a, &v) in r.iter().zip(&x) {
+                let e = f(v as f64) as f32;
+                assert!(
+                    a == &e
+                        || (a.is_nan() && e.is_nan())
+                        || (a - e).abs() <= 2e-7 * (1.0 + e.abs()),
+                    "{k:?}({v}) = {a}, want {e}"
+                );
+            }
+            // float16: computed in f32, rounded once.
+            let h = Buf::f16_from_f32(&x);
+            let r = unary(k, &h, &desc(DataType::Float16, &[6])).unwrap();
+            let xw = h.to_f32_vec();
+            let Buf::F16(want) =
+                Buf::f16_from_f32(&xw.iter().map(|&v| float_unary(k)(v)).collect::<Vec<_>>())
+            else {
+                panic!()
+            };
+            let Buf::F16(got) = r else { panic!() };
+            assert_eq!(got, want, "{k:?}");
+        }
+        // Sigmoid saturates without NaN.
+        let Buf::F32(r) = unary(
+            UnaryKind::Sigmoid,
+            &Buf::F32(vec![-1000.0, 1000.0]),
+            &desc(DataType::Float32, &[2]),
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(r, vec![0.0, 1.0]);
+        let di = desc(DataType::Int32, &[3]);
+        let xi = Buf::I32(vec![i32::MIN, -3, 4]);
+        assert_eq!(
+            unary(UnaryKind::Abs, &xi, &di).unwrap(),
+            Buf::I32(vec![i32::MIN, 3, 4])
+        );
+        assert_eq!(
+            unary(UnaryKind::Neg, &xi, &di).unwrap(),
+            Buf::I32(vec![i32::MIN, 3, -4])
+        );
+        assert_eq!(
+            unary(UnaryKind::Relu, &xi, &di).unwrap(),
+            Buf::I32(vec![0, 0, 4])
+        );
+        assert_eq!(
+            unary(
+                UnaryKind::Relu,
+                &Buf::I8(vec![-8, 7]),
+                &desc(DataType::Int8, &[2])
+            )
+            .unwrap(),
+            Buf::I8(vec![0, 7])
+        );
+        assert!(unary(UnaryKind::Exp, &xi, &di).is_err());
+        assert_eq!(
+            unary(
+                UnaryKind::Exp,
+                &Buf::F32(vec![]),
+                &desc(DataType::Float32, &[0, 4])
+            )
+            .unwrap(),
+            Buf::F32(vec![])
+        );
+    }
+
+    #[test]
+    fn clamp_all_types() {
+        // The conformance vectors for int8/uint8 and the 64-bit types.
+        let r = clamp(
+            &Buf::I8(vec![-128, 127, -4, -2, 1, 0, 2, 4]),
+            -2.0,
+            125.0,
+            &desc(DataType::Int8, &[8]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::I8(vec![-2, 125, -2, -2, 1, 0, 2, 4]));
+        let r = clamp(
+            &Buf::U64(vec![5294967295, 127, 5, 0]),
+            5.0,
+            5294967290.0,
+            &desc(DataType::Uint64, &[4]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::U64(vec![5294967290, 127, 5, 5]));
+        // Bounds beyond the type saturate.
+        let r = clamp(
+            &Buf::I64(vec![i64::MIN, 0, i64::MAX]),
+            -1e30,
+            9.3e18,
+            &desc(DataType::Int64, &[3]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::I64(vec![i64::MIN, 0, i64::MAX]));
+        let r = clamp(
+            &Buf::U8(vec![0, 100, 255]),
+            f64::NEG_INFINITY,
+            1e9,
+            &desc(DataType::Uint8, &[3]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::U8(vec![0, 100, 255]));
+        let r = clamp(
+            &Buf::U32(vec![0, 100]),
+            -5.0,
+            50.0,
+            &desc(DataType::Uint32, &[2]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::U32(vec![0, 50]));
+        // Floats: NaN passes through; infinities clamp.
+        let Buf::F32(r) = clamp(
+            &Buf::F32(vec![f32::NAN, f32::NEG_INFINITY, 0.3, 9.0]),
+            0.0,
+            6.0,
+            &desc(DataType::Float32, &[4]),
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert!(r[0].is_nan());
+        assert_eq!(&r[1..], &[0.0, 0.3, 6.0]);
+        let r = clamp(
+            &Buf::f16_from_f32(&[-1.0, 0.25, 7.0]),
+            0.0,
+            6.0,
+            &desc(DataType::Float16, &[3]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::f16_from_f32(&[0.0, 0.25, 6.0]));
+    }
+
+    #[test]
+    fn softmax_matches_naive() {
+        let shape = [2, 3, 4];
+        let x: Vec<f32> = (0..24).map(|i| ((i * 7) % 11) as f32 * 0.3 - 1.0).collect();
+        for axis in 0..3 {
+            let Buf::F32(r) =
+                softmax(&Buf::F32(x.clone()), axis, &desc(DataType::Float32, &shape)).unwrap()
+            else {
+                panic!()
+            };
+            for i in 0..24 {
+                let o = unravel(i, &shape);
+                let mut sum = 0.0f64;
+                for j in 0..shape[axis] {
+                    let mut q = o.clone();
+                    q[axis] = j;
+                    sum += (x[(q[0] * 3 + q[1]) * 4 + q[2]] as f64).exp();
+                }
+                let e = (x[i] as f64).exp() / sum;
+                assert!(
+                    (r[i] as f64 - e).abs() < 1e-6,
+                    "axis {axis} element {i}: {} vs {e}",
+                    r[i]
+                );
+            }
+        }
+        // Large values do not overflow.
+        let Buf::F32(r) = softmax(
+            &Buf::F32(vec![1000.0, 1000.0, -1000.0]),
+            0,
+            &desc(DataType::Float32, &[3]),
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(r, vec![0.5, 0.5, 0.0]);
+        let r = softmax(
+            &Buf::f16_from_f32(&[0.0, 0.0, 0.0, 0.0]),
+            1,
+            &desc(DataType::Float16, &[1, 4]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::f16_from_f32(&[0.25; 4]));
+        assert_eq!(
+            softmax(&Buf::F32(vec![]), 1, &desc(DataType::Float32, &[2, 0])).unwrap(),
+            Buf::F32(vec![])
+        );
+    }
+
+    fn cast1(x: Buf, from: DataType, to: DataType) -> Buf {
+        let n = x.len();
+        let r = cast(&x, to, &desc(to, &[n])).unwrap();
+        let _ = from;
+        r
+    }
+
+    #[test]
+    fn cast_follows_the_spec_table() {
+        use DataType::*;
+        // Integer to integer: the same value in range, else the low bits.
+        assert_eq!(
+            cast1(Buf::I8(vec![-1, 5]), Int8, Uint8),
+            Buf::U8(vec![255, 5])
+        );
+        assert_eq!(
+            cast1(Buf::I32(vec![300, -129, 127]), Int32, Int8),
+            Buf::I8(vec![44, 127, 127])
+        );
+        assert_eq!(
+            cast1(Buf::I64(vec![-1, 1 << 40]), Int64, Uint32),
+            Buf::U32(vec![u32::MAX, 0])
+        );
+        assert_eq!(
+            cast1(Buf::U64(vec![u64::MAX]), Uint64, Int64),
+            Buf::I64(vec![-1])
+        );
+        assert_eq!(
+            cast1(Buf::U32(vec![u32::MAX]), Uint32, Int64),
+            Buf::I64(vec![u32::MAX as i64])
+        );
+        assert_eq!(
+            cast1(Buf::I32(vec![-1, 9, 7, -8, 16]), Int32, Int4),
+            Buf::I8(vec![-1, -7, 7, -8, 0])
+        );
+        assert_eq!(
+            cast1(Buf::I32(vec![-1, 9, 17]), Int32, Uint4),
+            Buf::U8(vec![15, 9, 1])
+        );
+        assert_eq!(
+            cast1(Buf::I8(vec![-8, 7]), Int4, Uint8),
+            Buf::U8(vec![248, 7])
+        );
+        assert_eq!(cast1(Buf::U8(vec![15]), Uint4, Int4), Buf::I8(vec![-1]));
+        // Float to integer: truncation; out of range saturates; NaN is 0.
+        let f = Buf::F32(vec![
+            84.777,
+            -43.5,
+            -2.5,
+            300.7,
+            -1.0,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ]);
+        assert_eq!(
+            cast1(f.clone(), Float32, Int32),
+            Buf::I32(vec![84, -43, -2, 300, -1, 0, i32::MAX, i32::MIN])
+        );
+        assert_eq!(
+            cast1(f.clone(), Float32, Uint8),
+            Buf::U8(vec![84, 0, 0, 255, 0, 0, 255, 0])
+        );
+        assert_eq!(
+            cast1(f.clone(), Float32, Int4),
+            Buf::I8(vec![7, -8, -2, 7, -1, 0, 7, -8])
+        );
+        assert_eq!(
+            cast1(f.clone(), Float32, Uint64),
+            Buf::U64(vec![84, 0, 0, 300, 0, 0, u64::MAX, 0])
+        );
+        assert_eq!(
+            cast1(Buf::f16_from_f32(&[3.1, -3.9, 65504.0]), Float16, Int64),
+            Buf::I64(vec![3, -3, 65504])
+        );
+        // To float: nearest, ties to even; out of range +/-Infinity.
+        assert_eq!(
+            cast1(
+                Buf::F32(vec![1.0003, 65520.0, -1e6, 2049.0]),
+                Float32,
+                Float16
+            ),
+            Buf::f16_from_f32(&[1.0003, f32::INFINITY, f32::NEG_INFINITY, 2048.0])
+        );
+        assert_eq!(
+            cast1(
+                Buf::I32(vec![2049, 2051, 65519, 70000, -70000]),
+                Int32,
+                Float16
+            ),
+            Buf::f16_from_f32(&[2048.0, 2052.0, 65504.0, f32::INFINITY, f32::NEG_INFINITY])
+        );
+        assert_eq!(
+            cast1(Buf::I64(vec![i64::MAX, (1 << 24) + 1]), Int64, Float32),
+            Buf::F32(vec![9.223372e18, 16777216.0])
+        );
+        assert_eq!(
+            cast1(Buf::U64(vec![u64::MAX]), Uint64, Float16),
+            Buf::f16_from_f32(&[f32::INFINITY])
+        );
+        assert_eq!(
+            cast1(Buf::I8(vec![-8, 7]), Int4, Float32),
+            Buf::F32(vec![-8.0, 7.0])
+        );
+        let h = Buf::f16_from_f32(&[3.103_515_6, -0.0, f32::NAN]);
+        let Buf::F32(w) = cast1(h.clone(), Float16, Float32) else {
+            panic!()
+        };
+        assert_eq!(w[0], 3.103_515_6);
+        assert!(w[1] == 0.0 && w[1].is_sign_negative() && w[2].is_nan());
+        assert_eq!(cast1(h.clone(), Float16, Float16), h);
+        assert_eq!(cast1(Buf::U8(vec![]), Uint8, Int64), Buf::I64(vec![]));
+    }
+}

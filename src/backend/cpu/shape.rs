@@ -1,8 +1,401 @@
-//! Data movement CPU kernels (stub, being written).
+//! Data movement CPU kernels: transpose, concat and slice.
+//!
+//! These only move elements, so they are written once, generically over the
+//! element storage ([`Elem`]), and work for every data type (int4/uint4 are
+//! stored unpacked, one element per slot, so they need no special case).
+
 use crate::error::{Error, Result};
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
-pub fn transpose(_x: &Buf, _d: &OperandDescriptor, _perm: &[usize], _out: &OperandDescriptor) -> Result<Buf> { Err(Error::not_supported("transpose")) }
-pub fn concat(_xs: &[&Buf], _ds: &[&OperandDescriptor], _axis: usize, _out: &OperandDescriptor) -> Result<Buf> { Err(Error::not_supported("concat")) }
-pub fn slice(_x: &Buf, _d: &OperandDescriptor, _starts: &[usize], _strides: &[usize], _out: &OperandDescriptor) -> Result<Buf> { Err(Error::not_supported("slice")) }
+use super::util::strides;
+
+/// An element type of [`Buf`] storage: lets generic kernels borrow a typed
+/// slice out of a `Buf` and wrap a result back into the same variant.
+///
+/// `u16` stands for float16 bit patterns (the only `u16` variant).
+pub(super) trait Elem: Copy + Send + Sync + 'static {
+    /// The elements, when `b` holds this element type.
+    fn of(b: &Buf) -> Option<&[Self]>;
+    /// Wraps elements into the matching `Buf` variant.
+    fn wrap(v: Vec<Self>) -> Buf;
+}
+
+macro_rules! elem {
+    ($($t:ty => $variant:ident),*) => {$(
+        impl Elem for $t {
+            fn of(b: &Buf) -> Option<&[Self]> {
+                match b {
+                    Buf::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn wrap(v: Vec<Self>) -> Buf {
+                Buf::$variant(v)
+            }
+        }
+    )*};
+}
+
+elem!(f32 => F32, u16 => F16, i32 => I32, u32 => U32, i64 => I64, u64 => U64, i8 => I8, u8 => U8);
+
+/// Runs the generic function `$f::<T>($args)` for the element type `T` of
+/// `$buf` (the function receives the buffer and must re-borrow it typed).
+macro_rules! dispatch {
+    ($buf:expr, $f:ident($($arg:expr),*)) => {
+        match $buf {
+            Buf::F32(_) => $f::<f32>($($arg),*),
+            Buf::F16(_) => $f::<u16>($($arg),*),
+            Buf::I32(_) => $f::<i32>($($arg),*),
+            Buf::U32(_) => $f::<u32>($($arg),*),
+            Buf::I64(_) => $f::<i64>($($arg),*),
+            Buf::U64(_) => $f::<u64>($($arg),*),
+            Buf::I8(_) => $f::<i8>($($arg),*),
+            Buf::U8(_) => $f::<u8>($($arg),*),
+        }
+    };
+}
+
+/// The typed elements of `b`, or an OperationError when the storage is not
+/// of type `T` (which validation rules out).
+fn typed<T: Elem>(b: &Buf) -> Result<&[T]> {
+    T::of(b).ok_or_else(|| Error::operation("a kernel got inputs of different element types"))
+}
+
+fn check_len(b: &Buf, d: &OperandDescriptor) -> Result<()> {
+    if b.len() != d.element_count() {
+        return Err(Error::operation(format!(
+            "a tensor holds {} elements but its shape {:?} needs {}",
+            b.len(),
+            d.shape,
+            d.element_count()
+        )));
+    }
+    Ok(())
+}
+
+/// Gathers `out_shape` elements from `x`: output element at multi-index `o`
+/// is read at `base + sum(o[i] * src_strides[i])`. Shared by transpose and
+/// slice; the innermost dimension is a tight loop.
+fn gather<T: Copy>(x: &[T], base: usize, out_shape: &[usize], src_strides: &[usize]) -> Vec<T> {
+    let total: usize = out_shape.iter().product();
+    let mut out = Vec::with_capacity(total);
+    if total == 0 {
+        return out;
+    }
+    let rank = out_shape.len();
+    if rank == 0 {
+        out.push(x[base]);
+        return out;
+    }
+    let inner = out_shape[rank - 1];
+    let inner_stride = src_strides[rank - 1];
+    let mut idx = vec![0usize; rank - 1];
+    let mut off = base;
+    loop {
+        if inner_stride == 1 {
+            out.extend_from_slice(&x[off..off + inner]);
+        } else {
+            out.extend((0..inner).map(|j| x[off + j * inner_stride]));
+        }
+        // Advance the odometer over the outer dimensions.
+        let mut d = rank - 1;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            off += src_strides[d];
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            off -= src_strides[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Permutes the dimensions of a row-major array: output dimension `i` is
+/// input dimension `perm[i]`. Used by conv/pool to change layouts.
+pub(super) fn transpose_vec<T: Copy>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
+    let s = strides(shape);
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let src: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+    gather(x, 0, &out_shape, &src)
+}
+
+fn transpose_t<T: Elem>(x: &Buf, d: &OperandDescriptor, perm: &[usize]) -> Result<Buf> {
+    Ok(T::wrap(transpose_vec(typed::<T>(x)?, &d.shape, perm)))
+}
+
+/// `transpose`: output dimension `i` is input dimension `perm[i]`.
+pub fn transpose(
+    x: &Buf,
+    d: &OperandDescriptor,
+    perm: &[usize],
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    check_len(x, d)?;
+    let rank = d.rank();
+    let mut seen = vec![false; rank];
+    if perm.len() != rank
+        || perm
+            .iter()
+            .any(|&p| p >= rank || std::mem::replace(&mut seen[p], true))
+    {
+        return Err(Error::operation("transpose got an invalid permutation"));
+    }
+    let r = dispatch!(x, transpose_t(x, d, perm))?;
+    debug_assert_eq!(r.len(), out.element_count());
+    Ok(r)
+}
+
+fn concat_t<T: Elem>(
+    xs: &[&Buf],
+    ds: &[&OperandDescriptor],
+    axis: usize,
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    let parts: Vec<&[T]> = xs.iter().map(|b| typed::<T>(b)).collect::<Result<_>>()?;
+    // Each input is `outer` rows of one contiguous block of
+    // `shape[axis] * inner` elements; the output interleaves those blocks.
+    let outer: usize = out.shape[..axis].iter().product();
+    let inner: usize = out.shape[axis + 1..].iter().product();
+    let blocks: Vec<usize> = ds.iter().map(|d| d.shape[axis] * inner).collect();
+    let mut v = Vec::with_capacity(out.element_count());
+    for o in 0..outer {
+        for (p, &bl) in parts.iter().zip(&blocks) {
+            v.extend_from_slice(&p[o * bl..(o + 1) * bl]);
+        }
+    }
+    Ok(T::wrap(v))
+}
+
+/// `concat`: joins the inputs along `axis` (all other dimensions equal).
+pub fn concat(
+    xs: &[&Buf],
+    ds: &[&OperandDescriptor],
+    axis: usize,
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    let first = xs
+        .first()
+        .ok_or_else(|| Error::operation("concat got no inputs"))?;
+    if xs.len() != ds.len() || axis >= out.rank() {
+        return Err(Error::operation("concat got inconsistent inputs"));
+    }
+    for (b, d) in xs.iter().zip(ds) {
+        check_len(b, d)?;
+        let same_outside = d.rank() == out.rank()
+            && d.shape
+                .iter()
+                .zip(&out.shape)
+                .enumerate()
+                .all(|(i, (a, o))| i == axis || a == o);
+        if !same_outside {
+            return Err(Error::operation("concat got inputs of different shapes"));
+        }
+    }
+    if ds.iter().map(|d| d.shape[axis]).sum::<usize>() != out.shape[axis] {
+        return Err(Error::operation("concat sizes do not add up"));
+    }
+    dispatch!(first, concat_t(xs, ds, axis, out))
+}
+
+fn slice_t<T: Elem>(
+    x: &Buf,
+    d: &OperandDescriptor,
+    starts: &[usize],
+    steps: &[usize],
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    let s = strides(&d.shape);
+    let base: usize = starts.iter().zip(&s).map(|(a, b)| a * b).sum();
+    let src: Vec<usize> = steps.iter().zip(&s).map(|(a, b)| a * b).collect();
+    Ok(T::wrap(gather(typed::<T>(x)?, base, &out.shape, &src)))
+}
+
+/// `slice`: output element `o` is input element `starts + o * strides`
+/// (the output shape is already resolved in `out`).
+pub fn slice(
+    x: &Buf,
+    d: &OperandDescriptor,
+    starts: &[usize],
+    strides: &[usize],
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    check_len(x, d)?;
+    let rank = d.rank();
+    if starts.len() != rank || strides.len() != rank || out.rank() != rank {
+        return Err(Error::operation("slice got parameters of the wrong rank"));
+    }
+    // Every read index must be inside the input (validation guarantees it;
+    // checked here so a bad IR cannot make the kernel panic).
+    for i in 0..rank {
+        if out.shape[i] > 0 && starts[i] + (out.shape[i] - 1) * strides[i] >= d.shape[i] {
+            return Err(Error::operation("slice reads outside the input"));
+        }
+    }
+    dispatch!(x, slice_t(x, d, starts, strides, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::DataType;
+
+    fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
+        OperandDescriptor {
+            data_type: dt,
+            shape: shape.to_vec(),
+        }
+    }
+
+    /// Unravels a flat index into a multi-index of `shape`.
+    fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+        let mut idx = vec![0; shape.len()];
+        for d in (0..shape.len()).rev() {
+            idx[d] = i % shape[d];
+            i /= shape[d];
+        }
+        idx
+    }
+
+    fn ravel(idx: &[usize], shape: &[usize]) -> usize {
+        idx.iter().zip(shape).fold(0, |acc, (&i, &s)| acc * s + i)
+    }
+
+    #[test]
+    fn transpose_matches_naive() {
+        for (shape, perm) in [
+            (vec![2, 3, 4], vec![2, 0, 1]),
+            (vec![5, 1, 3, 2], vec![3, 1, 0, 2]),
+            (vec![7], vec![0]),
+            (vec![], vec![]),
+            (vec![3, 0, 2], vec![1, 2, 0]),
+        ] {
+            let n: usize = shape.iter().product();
+            let x: Vec<i64> = (0..n as i64).map(|v| v * 3 - 7).collect();
+            let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+            let r = transpose(
+                &Buf::I64(x.clone()),
+                &desc(DataType::Int64, &shape),
+                &perm,
+                &desc(DataType::Int64, &out_shape),
+            )
+            .unwrap();
+            let mut expect = vec![0i64; n];
+            for (i, e) in expect.iter_mut().enumerate() {
+                let o = unravel(i, &out_shape);
+                let mut src = vec![0; shape.len()];
+                for (k, &p) in perm.iter().enumerate() {
+                    src[p] = o[k];
+                }
+                *e = x[ravel(&src, &shape)];
+            }
+            assert_eq!(r, Buf::I64(expect), "{shape:?} {perm:?}");
+        }
+    }
+
+    #[test]
+    fn transpose_int4_storage() {
+        let x = Buf::I8(vec![-8, 7, 1, 2, 3, 4]);
+        let r = transpose(
+            &x,
+            &desc(DataType::Int4, &[2, 3]),
+            &[1, 0],
+            &desc(DataType::Int4, &[3, 2]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::I8(vec![-8, 2, 7, 3, 1, 4]));
+    }
+
+    #[test]
+    fn concat_matches_naive() {
+        let a = Buf::F32((0..12).map(|v| v as f32).collect());
+        let b = Buf::F32((100..106).map(|v| v as f32).collect());
+        let (da, db) = (
+            desc(DataType::Float32, &[2, 2, 3]),
+            desc(DataType::Float32, &[2, 1, 3]),
+        );
+        let r = concat(
+            &[&a, &b],
+            &[&da, &db],
+            1,
+            &desc(DataType::Float32, &[2, 3, 3]),
+        )
+        .unwrap();
+        let expect: Vec<f32> = [
+            0, 1, 2, 3, 4, 5, 100, 101, 102, 6, 7, 8, 9, 10, 11, 103, 104, 105,
+        ]
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+        assert_eq!(r, Buf::F32(expect));
+        // Axis 0 and a zero-sized part.
+        let e = Buf::U8(vec![]);
+        let c = Buf::U8(vec![1, 2, 3]);
+        let r = concat(
+            &[&c, &e, &c],
+            &[
+                &desc(DataType::Uint8, &[1, 3]),
+                &desc(DataType::Uint8, &[0, 3]),
+                &desc(DataType::Uint8, &[1, 3]),
+            ],
+            0,
+            &desc(DataType::Uint8, &[2, 3]),
+        )
+        .unwrap();
+        assert_eq!(r, Buf::U8(vec![1, 2, 3, 1, 2, 3]));
+        // Mixed storage is an error, not a panic.
+        assert!(concat(
+            &[&a, &c],
+            &[&da, &da],
+            0,
+            &desc(DataType::Float32, &[4, 2, 3])
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn slice_matches_naive() {
+        let shape = [4, 5, 6];
+        let n = 120;
+        let x: Vec<u16> = (0..n as u16).collect();
+        let starts = [1, 0, 2];
+        let steps = [2, 3, 1];
+        let sizes = [3, 5, 4];
+        let out_shape: Vec<usize> = sizes
+            .iter()
+            .zip(&steps)
+            .map(|(z, s): (&usize, &usize)| z.div_ceil(*s))
+            .collect();
+        let r = slice(
+            &Buf::F16(x.clone()),
+            &desc(DataType::Float16, &shape),
+            &starts,
+            &steps,
+            &desc(DataType::Float16, &out_shape),
+        )
+        .unwrap();
+        let total: usize = out_shape.iter().product();
+        let expect: Vec<u16> = (0..total)
+            .map(|i| {
+                let o = unravel(i, &out_shape);
+                let src: Vec<usize> = (0..3).map(|d| starts[d] + o[d] * steps[d]).collect();
+                x[ravel(&src, &shape)]
+            })
+            .collect();
+        assert_eq!(r, Buf::F16(expect));
+        // Out-of-range parameters are refused, not a panic.
+        assert!(slice(
+            &Buf::F16(x),
+            &desc(DataType::Float16, &shape),
+            &[3, 0, 0],
+            &[2, 1, 1],
+            &desc(DataType::Float16, &[2, 5, 6])
+        )
+        .is_err());
+    }
+}

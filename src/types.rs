@@ -125,8 +125,16 @@ impl OperandDescriptor {
         self.data_type.byte_length(self.element_count())
     }
 
-    /// The byte length, or a TypeError when it overflows or is too large.
+    /// The byte length, or a TypeError when a dimension is not a valid
+    /// dimension (an integer in [1, 2^31)), or the size overflows or is too
+    /// large.
     pub fn checked_byte_length(&self) -> Result<usize> {
+        if let Some(d) = self.shape.iter().find(|&&d| d == 0 || d > i32::MAX as usize) {
+            return Err(Error::type_error(format!(
+                "the dimension {d} of shape {:?} is not in [1, 2^31)",
+                self.shape
+            )));
+        }
         let mut n: usize = 1;
         for &d in &self.shape {
             n = n.checked_mul(d).ok_or_else(|| {
@@ -161,5 +169,7 @@ mod tests {
         assert_eq!(d.byte_length(), 24);
         assert!(OperandDescriptor::new(DataType::Float32, vec![1 << 40, 1 << 40]).is_err());
         assert!(OperandDescriptor::new(DataType::Float32, vec![usize::MAX, 2]).is_err());
+        assert!(OperandDescriptor::new(DataType::Float32, vec![2, 0]).is_err());
+        assert!(OperandDescriptor::new(DataType::Float32, vec![]).is_ok());
     }
 }

@@ -76,19 +76,8 @@ pub trait Backend {
 /// general) with data type `dt`; `opSupportLimits()` reports this.
 pub fn supports(device: &str, op: &str, dt: crate::types::DataType) -> bool {
     match device {
-        "gpu" => gpu_supports(op, dt),
+        "gpu" => gpu::supports(op, dt),
         _ => true,
     }
 }
 
-/// What the GPU backend compiles: the element-wise slice, reshape and
-/// matmul, on 32-bit types (matmul on float32 only).
-fn gpu_supports(op: &str, dt: crate::types::DataType) -> bool {
-    use crate::types::DataType::*;
-    match op {
-        "" | "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" | "abs" | "neg" | "relu"
-        | "clamp" | "reshape" => matches!(dt, Float32 | Int32 | Uint32),
-        "exp" | "log" | "sqrt" | "sigmoid" | "tanh" | "matmul" => dt == Float32,
-        _ => false,
-    }
-}

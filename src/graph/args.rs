@@ -306,11 +306,17 @@ pub fn descriptor(ctx: &Ctx, v: &Val) -> Result<OperandDescriptor> {
         Val::Undefined => v.member("dimensions"),
         s => s,
     };
-    let shape = ctx
+    let shape: Vec<usize> = ctx
         .u32_list(shape_val, "descriptor.shape")?
         .into_iter()
         .map(|d| d as usize)
         .collect();
+    if shape.len() > crate::graph::ops::MAX_RANK {
+        return Err(ctx.err(format!(
+            "the shape {shape:?} has more than {} dimensions",
+            crate::graph::ops::MAX_RANK
+        )));
+    }
     OperandDescriptor::new(dt, shape).map_err(|e| ctx.err(e.message))
 }
 

@@ -39,11 +39,41 @@ struct CompiledGraph {
 pub struct CpuBackend {
     tensors: HashMap<TensorId, CpuTensor>,
     graphs: HashMap<GraphId, CompiledGraph>,
+    /// A pool of the requested size; `None` uses rayon's global pool, which
+    /// all contexts share so that several contexts do not oversubscribe the
+    /// cores.
+    pool: Option<rayon::ThreadPool>,
 }
 
 impl CpuBackend {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A backend whose kernels use `threads` threads (`None`: the shared
+    /// pool, sized to the machine).
+    pub fn with_threads(threads: Option<usize>) -> Result<Self> {
+        let pool = match threads {
+            None => None,
+            Some(n) => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n.max(1))
+                    .thread_name(|i| format!("webnn-cpu-{i}"))
+                    .build()
+                    .map_err(|e| Error::not_supported(format!("cannot start {n} threads: {e}")))?,
+            ),
+        };
+        Ok(CpuBackend {
+            pool,
+            ..Self::default()
+        })
+    }
+
+    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        match &self.pool {
+            Some(p) => p.install(f),
+            None => f(),
+        }
     }
 }
 
@@ -236,7 +266,7 @@ impl Backend for CpuBackend {
                     .ok_or_else(|| Error::invalid_state("an input tensor is destroyed"))
             })
             .collect::<Result<_>>()?;
-        let results = execute(cg, &ins)?;
+        let results = self.run(|| execute(cg, &ins))?;
         for (id, r) in outputs.iter().zip(results) {
             if let Some(t) = self.tensors.get_mut(id) {
                 t.data = r;
@@ -251,6 +281,6 @@ impl Backend for CpuBackend {
             .get(&graph)
             .ok_or_else(|| Error::invalid_state("the graph is destroyed"))?;
         let refs: Vec<&Buf> = inputs.iter().collect();
-        execute(cg, &refs)
+        self.run(|| execute(cg, &refs))
     }
 }

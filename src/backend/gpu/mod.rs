@@ -50,6 +50,21 @@ pub fn create(power_preference: &str) -> Result<Box<dyn Backend>> {
         .map(|b| Box::new(b) as Box<dyn Backend>)
 }
 
+/// Whether this backend compiles operator `op` (a builder method name) on
+/// data type `dt`; `""` asks whether tensors of `dt` can exist at all. This
+/// is the one table behind both `compile()`'s refusals and what
+/// `opSupportLimits()` reports for GPU contexts.
+pub fn supports(op: &str, dt: DataType) -> bool {
+    match op {
+        // Storage and reshape only move bytes, whatever their type.
+        "" | "reshape" => true,
+        "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" | "abs" | "neg" | "exp" | "log"
+        | "sqrt" | "relu" | "sigmoid" | "tanh" | "clamp" => wgsl_type(dt).is_some(),
+        "matmul" => dt == DataType::Float32,
+        _ => false,
+    }
+}
+
 /// Wakes the thread that runs [`block_on`].
 struct ThreadWaker(Thread);
 
@@ -426,33 +441,14 @@ impl GpuBackend {
     fn check_supported(graph: &Graph) -> Result<()> {
         for node in &graph.nodes {
             let name = op_name(&node.op);
-            let supported = match &node.op {
-                Op::Binary(_) | Op::Unary(_) | Op::Clamp { .. } | Op::Reshape | Op::Matmul => true,
-                Op::Gemm(_)
-                | Op::Conv2d(_)
-                | Op::Pool2d(_)
-                | Op::Softmax { .. }
-                | Op::Transpose { .. }
-                | Op::Concat { .. }
-                | Op::Slice { .. }
-                | Op::Cast { .. } => false,
-            };
-            if !supported {
+            if !supports(name, DataType::Float32) && !supports(name, DataType::Int32) {
                 return Err(Error::not_supported(format!(
                     "{name} is not supported on the GPU backend yet"
                 )));
             }
-            // Reshape only moves bytes, whatever their type.
-            if node.op == Op::Reshape {
-                continue;
-            }
             for &o in node.inputs.iter().chain(&node.outputs) {
                 let dt = graph.operands[o].data_type;
-                let ok = match node.op {
-                    Op::Matmul => dt == DataType::Float32,
-                    _ => wgsl_type(dt).is_some(),
-                };
-                if !ok {
+                if !supports(name, dt) {
                     return Err(Error::not_supported(format!(
                         "{name} on {} is not supported on the GPU backend yet",
                         dt.name()

@@ -1,0 +1,187 @@
+'use strict';
+// Shared helpers of the API tests (api, compute, builder-errors, backends).
+//
+// jest runs each test file in its own realm, while the addon creates its
+// errors and typed arrays in the main realm of the process, so
+// `instanceof TypeError` / `instanceof Float32Array` do not hold here:
+// errors are checked by `name`, typed arrays by their [[Class]] tag.
+
+const { ml, MLGraphBuilder } = require('..');
+
+/** The typed array constructor for each operand data type. */
+const ARRAY = {
+  float32: Float32Array,
+  float16: Uint16Array,
+  int32: Int32Array,
+  uint32: Uint32Array,
+  int64: BigInt64Array,
+  uint64: BigUint64Array,
+  int8: Int8Array,
+  uint8: Uint8Array,
+};
+
+/** `Object.prototype.toString` tag of a value: 'Float32Array', ... */
+function tag(v) {
+  return Object.prototype.toString.call(v).slice(8, -1);
+}
+
+/**
+ * Calls `fn` and asserts that it throws synchronously an error named
+ * `name` whose message mentions every string of `mentions`. Returns the
+ * error.
+ */
+function expectThrow(fn, name, ...mentions) {
+  let error;
+  let threw = false;
+  try {
+    fn();
+  } catch (e) {
+    threw = true;
+    error = e;
+  }
+  if (!threw) {
+    throw new Error(`expected a ${name} to be thrown, but the call returned normally`);
+  }
+  expect(error).toBeTruthy();
+  expect({ name: error.name, message: String(error.message) }).toMatchObject({ name });
+  for (const m of mentions) {
+    expect(String(error.message)).toContain(m);
+  }
+  return error;
+}
+
+/** Asserts that promise `p` rejects with an error named `name`. */
+async function expectReject(p, name, ...mentions) {
+  let error;
+  let rejected = false;
+  try {
+    await p;
+  } catch (e) {
+    rejected = true;
+    error = e;
+  }
+  if (!rejected) {
+    throw new Error(`expected a rejection with ${name}, but the promise resolved`);
+  }
+  expect({ name: error && error.name }).toEqual({ name });
+  for (const m of mentions) {
+    expect(String(error.message)).toContain(m);
+  }
+  return error;
+}
+
+/** Asserts element-wise closeness of two numeric sequences. */
+function expectClose(actual, expected, tolerance = 1e-5) {
+  const a = Array.from(actual, Number);
+  expect(a.length).toBe(expected.length);
+  for (let i = 0; i < a.length; i++) {
+    const e = expected[i];
+    if (Number.isNaN(e)) {
+      expect(Number.isNaN(a[i])).toBe(true);
+    } else if (!Number.isFinite(e)) {
+      expect(a[i]).toBe(e);
+    } else if (Math.abs(a[i] - e) > tolerance * Math.max(1, Math.abs(e))) {
+      throw new Error(
+        `element ${i}: expected ${e}, got ${a[i]} (tolerance ${tolerance})\n` +
+          `actual:   [${a.join(', ')}]\nexpected: [${expected.join(', ')}]`,
+      );
+    }
+  }
+}
+
+/**
+ * Builds a graph: `fn(builder)` returns the record of named outputs.
+ * Resolves with { graph, outputs } where outputs maps names to
+ * { dataType, shape } as the MLOperands reported them.
+ */
+async function buildGraph(context, fn) {
+  const builder = new MLGraphBuilder(context);
+  const outs = fn(builder);
+  const described = {};
+  for (const [k, op] of Object.entries(outs)) {
+    described[k] = { dataType: op.dataType, shape: Array.from(op.shape) };
+  }
+  const graph = await builder.build(outs);
+  return { graph, outputs: described };
+}
+
+/**
+ * Runs a graph through the standard WebNN path: createTensor, writeTensor,
+ * dispatch, readTensor. `inputs` maps names to { dataType, shape, data }.
+ * Resolves with a record of typed arrays (of each output's data type).
+ */
+async function dispatchGraph(context, graph, inputs, outputs) {
+  const inTensors = {};
+  for (const [name, { dataType, shape, data }] of Object.entries(inputs)) {
+    const t = await context.createTensor({ dataType, shape, writable: true });
+    context.writeTensor(t, data instanceof ARRAY[dataType] ? data : ARRAY[dataType].from(data));
+    inTensors[name] = t;
+  }
+  const outTensors = {};
+  for (const [name, { dataType, shape }] of Object.entries(outputs)) {
+    outTensors[name] = await context.createTensor({ dataType, shape, readable: true });
+  }
+  context.dispatch(graph, inTensors, outTensors);
+  const results = {};
+  for (const [name, t] of Object.entries(outTensors)) {
+    const ab = await context.readTensor(t);
+    results[name] = new ARRAY[outputs[name].dataType](ab);
+  }
+  for (const t of [...Object.values(inTensors), ...Object.values(outTensors)]) t.destroy();
+  return results;
+}
+
+/**
+ * Builds and runs a one-shot graph. `inputs` maps names to
+ * { dataType, shape, data }; `fn(builder, operands)` gets the input
+ * operands by name and returns the named outputs. Resolves with
+ * { results, outputs } (typed arrays and descriptors).
+ */
+async function run(context, inputs, fn) {
+  let inputOps;
+  const { graph, outputs } = await buildGraph(context, (b) => {
+    inputOps = {};
+    for (const [name, { dataType, shape }] of Object.entries(inputs)) {
+      inputOps[name] = b.input(name, { dataType, shape });
+    }
+    return fn(b, inputOps);
+  });
+  const results = await dispatchGraph(context, graph, inputs, outputs);
+  graph.destroy();
+  return { results, outputs };
+}
+
+/** A float32 input description. */
+function f32(shape, data) {
+  return { dataType: 'float32', shape, data: Float32Array.from(data) };
+}
+
+/** A float32 constant operand on builder b. */
+function constF32(b, shape, data) {
+  return b.constant({ dataType: 'float32', shape }, Float32Array.from(data));
+}
+
+/** Creates a CPU context. */
+function cpuContext(options = {}) {
+  return ml.createContext({ deviceType: 'cpu', ...options });
+}
+
+/** 0, 1, ..., n-1 (or start, start+1, ...). */
+function iota(n, start = 0) {
+  return Array.from({ length: n }, (_, i) => start + i);
+}
+
+module.exports = {
+  ARRAY,
+  tag,
+  expectThrow,
+  expectReject,
+  expectClose,
+  buildGraph,
+  dispatchGraph,
+  run,
+  f32,
+  constF32,
+  cpuContext,
+  iota,
+};

@@ -92,10 +92,23 @@ unsafe fn tile(
     // are inside the matrix and owned by this call; distinct rows never
     // alias.
     let row = |i: usize| unsafe { std::slice::from_raw_parts_mut(c.0.add(i * n + j0), nb) };
+    // When several 4-row groups reuse the B panel, copy it to contiguous
+    // rows first: B rows `n` apart (a power of two, typically) map to the
+    // same cache sets and evict each other; the copy is read MC/4 times.
+    let pack = i1 - i0 > 4;
+    let mut packed = Vec::new();
     let mut p0 = 0;
     while p0 < k {
         let kb = KC.min(k - p0);
-        let bpanel = &b[p0 * n + j0..];
+        let (bpanel, ldb) = if pack {
+            packed.clear();
+            for p in p0..p0 + kb {
+                packed.extend_from_slice(&b[p * n + j0..p * n + j1]);
+            }
+            (&packed[..], nb)
+        } else {
+            (&b[p0 * n + j0..], n)
+        };
         let mut i = i0;
         while i + 4 <= i1 {
             let a_rows = [0, 1, 2, 3].map(|r| &a[(i + r) * k + p0..(i + r) * k + p0 + kb]);
@@ -103,13 +116,13 @@ unsafe fn tile(
                 [row(i), row(i + 1), row(i + 2), row(i + 3)],
                 a_rows,
                 bpanel,
-                n,
+                ldb,
                 kb,
             );
             i += 4;
         }
         while i < i1 {
-            kernel1(row(i), &a[i * k + p0..i * k + p0 + kb], bpanel, n, kb);
+            kernel1(row(i), &a[i * k + p0..i * k + p0 + kb], bpanel, ldb, kb);
             i += 1;
         }
         p0 += kb;
@@ -140,11 +153,21 @@ pub(super) fn sgemm(
     }
     let ptr = TilePtr(c.as_mut_ptr());
     let row_tiles = m.div_ceil(MC);
-    let col_tiles = n.div_ceil(NC);
+    // With a single row tile (small M) the column tiles are the only
+    // parallelism, and B is streamed once: make them as wide as the threads
+    // allow (up to 2048 columns, whose 4-row C strip still fits in L1) so
+    // that B is read in long contiguous runs.
+    let nc = if row_tiles == 1 {
+        n.div_ceil(rayon::current_num_threads().max(1))
+            .clamp(NC, 2048)
+    } else {
+        NC
+    };
+    let col_tiles = n.div_ceil(nc);
     let run = |t: usize| {
         let (ti, tj) = (t / col_tiles, t % col_tiles);
         let rows = (ti * MC, ((ti + 1) * MC).min(m));
-        let cols = (tj * NC, ((tj + 1) * NC).min(n));
+        let cols = (tj * nc, ((tj + 1) * nc).min(n));
         // SAFETY: `c` holds m x n elements (asserted above) and tile `t`
         // is a distinct (row block, column block) pair, so no two tasks
         // touch the same element; `c` stays borrowed until they finish.

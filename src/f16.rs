@@ -11,7 +11,13 @@ pub fn f32_to_f16(x: f32) -> u16 {
     let man = bits & 0x7f_ffff;
     if exp == 0xff {
         // Infinity or NaN (keep NaN quiet and non-zero).
-        return sign | 0x7c00 | if man != 0 { 0x200 | (man >> 13) as u16 } else { 0 };
+        return sign
+            | 0x7c00
+            | if man != 0 {
+                0x200 | (man >> 13) as u16
+            } else {
+                0
+            };
     }
     let e = exp - 127 + 15;
     if e >= 0x1f {

@@ -136,7 +136,7 @@ impl Buf {
             let len = std::mem::size_of_val(v.as_slice());
             // SAFETY: every element type is plain old data without padding,
             // and u8 has alignment 1.
-            unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, len) }
+            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), len) }
         })
     }
 
@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn unaligned_f32() {
-        let mut bytes = vec![0u8; 9];
+        let mut bytes = [0u8; 9];
         bytes[1..5].copy_from_slice(&1.5f32.to_le_bytes());
         bytes[5..9].copy_from_slice(&(-2.0f32).to_le_bytes());
         let b = Buf::from_bytes(DataType::Float32, &bytes[1..], 2).unwrap();

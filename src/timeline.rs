@@ -34,6 +34,7 @@ pub enum Payload {
     Ready {
         device_type: &'static str,
         accelerated: bool,
+        max_tensor_byte_length: usize,
     },
     Tensor(Buf),
     Outputs(Vec<Buf>),
@@ -166,7 +167,9 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            Err(Error::operation(format!("{what} failed inside the backend: {msg}")))
+            Err(Error::operation(format!(
+                "{what} failed inside the backend: {msg}"
+            )))
         }
     }
 }
@@ -183,6 +186,7 @@ fn run(
             let payload = Payload::Ready {
                 device_type: b.device_type(),
                 accelerated: b.accelerated(),
+                max_tensor_byte_length: b.max_tensor_byte_length(),
             };
             respond(sink, Responder::Js(ready), Ok(payload));
             b
@@ -196,7 +200,11 @@ fn run(
     for command in receiver {
         let b = &mut *backend;
         match command {
-            Command::CreateTensor { id, desc, respond: r } => {
+            Command::CreateTensor {
+                id,
+                desc,
+                respond: r,
+            } => {
                 let result = guarded("createTensor", || b.create_tensor(id, &desc));
                 if let Some(r) = r {
                     respond(sink, r, result.map(|_| Payload::Done));
@@ -212,7 +220,11 @@ fn run(
                 respond(sink, r, result.map(Payload::Tensor));
             }
             Command::DestroyTensor { id } => b.destroy_tensor(id),
-            Command::Build { id, graph, respond: r } => {
+            Command::Build {
+                id,
+                graph,
+                respond: r,
+            } => {
                 // Whatever stops a backend from compiling is a failed build.
                 let result = guarded("build", || b.compile(id, graph))
                     .map_err(|e| Error::operation(format!("build: {}", e.message)));

@@ -129,7 +129,11 @@ impl OperandDescriptor {
     /// dimension (an integer in [1, 2^31)), or the size overflows or is too
     /// large.
     pub fn checked_byte_length(&self) -> Result<usize> {
-        if let Some(d) = self.shape.iter().find(|&&d| d == 0 || d > i32::MAX as usize) {
+        if let Some(d) = self
+            .shape
+            .iter()
+            .find(|&&d| d == 0 || d > i32::MAX as usize)
+        {
             return Err(Error::type_error(format!(
                 "the dimension {d} of shape {:?} is not in [1, 2^31)",
                 self.shape

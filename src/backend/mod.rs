@@ -24,6 +24,11 @@ pub trait Backend {
     fn device_type(&self) -> &'static str;
     /// Whether work runs on an accelerator (false for a software adapter).
     fn accelerated(&self) -> bool;
+    /// The largest tensor this backend can hold, in bytes
+    /// (`opSupportLimits().maxTensorByteLength`).
+    fn max_tensor_byte_length(&self) -> usize {
+        crate::types::MAX_TENSOR_BYTE_LENGTH
+    }
     /// Allocates a zero-filled tensor.
     fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()>;
     fn destroy_tensor(&mut self, id: TensorId);
@@ -35,7 +40,8 @@ pub trait Backend {
     fn destroy_graph(&mut self, id: GraphId);
     /// Runs a compiled graph. `inputs` and `outputs` follow the order of
     /// `graph.inputs` and `graph.outputs`.
-    fn dispatch(&mut self, graph: GraphId, inputs: &[TensorId], outputs: &[TensorId]) -> Result<()>;
+    fn dispatch(&mut self, graph: GraphId, inputs: &[TensorId], outputs: &[TensorId])
+        -> Result<()>;
 
     /// Runs a graph on host data: inputs in `graph.inputs` order, outputs
     /// returned in `graph.outputs` order. Backends may override this to
@@ -80,4 +86,3 @@ pub fn supports(device: &str, op: &str, dt: crate::types::DataType) -> bool {
         _ => true,
     }
 }
-

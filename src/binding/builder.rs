@@ -4,6 +4,7 @@
 //! the JS arguments to [`Val`]s and calls the pure-Rust registry in
 //! `graph::ops`; index.js names one prototype method per operator.
 
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -50,12 +51,16 @@ impl MLOperand {
 pub struct MLGraphBuilder {
     ctx: Rc<CtxShared>,
     builder: GraphBuilder,
+    /// Constants made from tensors, with the tensors' destroyed flags.
+    tensor_constants: Vec<(OperandId, Rc<Cell<bool>>)>,
 }
 
 impl MLGraphBuilder {
     fn check(&self) -> Result<()> {
         if self.ctx.is_lost() {
-            return Err(Error::invalid_state("the MLContext of this builder is lost"));
+            return Err(Error::invalid_state(
+                "the MLContext of this builder is lost",
+            ));
         }
         Ok(())
     }
@@ -75,19 +80,22 @@ impl MLGraphBuilder {
         // constant(tensor)
         if let Ok(t) = unsafe { ClassInstance::<MLTensor>::from_napi_value(env, a.0) } {
             t.check_usable(&self.ctx, "the constant's MLTensor")?;
-            let data = t
-                .info
-                .constant
-                .clone()
-                .ok_or_else(|| ctx.err("the MLTensor was not created by createConstantTensor()"))?;
-            return self.builder.constant(t.info.desc.clone(), data);
+            let data =
+                t.info.constant.clone().ok_or_else(|| {
+                    ctx.err("the MLTensor was not created by createConstantTensor()")
+                })?;
+            let id = self.builder.constant(t.info.desc.clone(), data)?;
+            self.tensor_constants.push((id, t.destroyed.clone()));
+            return Ok(id);
         }
         // constant(type, value)
         if raw::type_of(env, a.0).ok() == Some(ValueType::String) {
             let dt = ctx.data_type(&to_val(env, a.0)?, "type")?;
             let value = ctx.ml_number(&to_val(env, b.0)?, "value")?;
             let bytes = crate::graph::args::scalar_bytes(dt, value);
-            return self.builder.constant(OperandDescriptor::new(dt, vec![])?, Arc::new(bytes));
+            return self
+                .builder
+                .constant(OperandDescriptor::new(dt, vec![])?, Arc::new(bytes));
         }
         // constant(descriptor, buffer)
         let desc = descriptor(&ctx, &to_val(env, a.0)?)?;
@@ -112,7 +120,8 @@ impl MLGraphBuilder {
 impl MLGraphBuilder {
     #[napi(constructor)]
     pub fn new(env: Env, context: JsRaw) -> napi::Result<Self> {
-        let ctx = match unsafe { ClassInstance::<MLContext>::from_napi_value(env.raw(), context.0) } {
+        let ctx = match unsafe { ClassInstance::<MLContext>::from_napi_value(env.raw(), context.0) }
+        {
             Ok(c) => c.shared(),
             Err(_) => {
                 return Err(throw(
@@ -122,11 +131,15 @@ impl MLGraphBuilder {
             }
         };
         if ctx.is_lost() {
-            return Err(throw(env.raw(), Error::invalid_state("MLGraphBuilder: the MLContext is lost")));
+            return Err(throw(
+                env.raw(),
+                Error::invalid_state("MLGraphBuilder: the MLContext is lost"),
+            ));
         }
         Ok(MLGraphBuilder {
             ctx,
             builder: GraphBuilder::new(),
+            tensor_constants: Vec::new(),
         })
     }
 
@@ -138,6 +151,7 @@ impl MLGraphBuilder {
             let ctx = Ctx::new("input");
             let name = ctx.string(&to_val(env.raw(), name.0)?, "name")?.to_string();
             let desc = descriptor(&ctx, &to_val(env.raw(), desc.0)?)?;
+            self.ctx.check_size(&desc, "input")?;
             self.builder.input(&name, desc)
         })();
         let id = or_throw(env.raw(), r)?;
@@ -188,19 +202,35 @@ impl MLGraphBuilder {
                 return Err(Error::invalid_state("build: the MLContext is lost"));
             }
             if self.builder.is_built() {
-                return Err(Error::invalid_state("build: this MLGraphBuilder has already built a graph"));
+                return Err(Error::invalid_state(
+                    "build: this MLGraphBuilder has already built a graph",
+                ));
             }
             if raw::type_of(e, outputs.0).ok() != Some(ValueType::Object) {
-                return Err(Error::type_error("build: outputs must be a record of MLOperands"));
+                return Err(Error::type_error(
+                    "build: outputs must be a record of MLOperands",
+                ));
             }
             let ctx = Ctx::new("build");
             let mut named = Vec::new();
             for key in raw::keys(e, outputs.0, true).map_err(super::errors::from_napi)? {
                 let v = raw::get(e, outputs.0, &key).map_err(super::errors::from_napi)?;
-                let id = self.builder.operand(&ctx, &to_val(e, v)?, &format!("outputs[{key:?}]"))?;
+                let id =
+                    self.builder
+                        .operand(&ctx, &to_val(e, v)?, &format!("outputs[{key:?}]"))?;
                 named.push((key, id));
             }
-            self.builder.build(named)
+            let graph = self.builder.build(named)?;
+            // A constant whose MLTensor was destroyed before build() has
+            // no data to build with.
+            for (id, destroyed) in &self.tensor_constants {
+                if destroyed.get() && graph.nodes.iter().any(|n| n.inputs.contains(id)) {
+                    return Err(Error::type_error(
+                        "build: a constant's MLTensor was destroyed before build()",
+                    ));
+                }
+            }
+            Ok(graph)
         })();
         let graph = match r {
             Ok(g) => Arc::new(g),
@@ -210,16 +240,26 @@ impl MLGraphBuilder {
         let (req, promise) = super::completion::register(
             e,
             &self.ctx,
-            super::completion::PendingKind::Graph { id, graph: graph.clone() },
+            super::completion::PendingKind::Graph {
+                id,
+                graph: graph.clone(),
+            },
         )?;
-        self.ctx.send_or_reject(e, req, Command::Build { id, graph, respond: crate::timeline::Responder::Js(req) });
+        self.ctx.send_or_reject(
+            e,
+            req,
+            Command::Build {
+                id,
+                graph,
+                respond: crate::timeline::Responder::Js(req),
+            },
+        );
         Ok(JsRaw(promise))
     }
 }
 
-
 /// The names of every operator method, for index.js to define them.
 #[napi(js_name = "operatorNames")]
 pub fn operator_names() -> Vec<&'static str> {
-    crate::graph::ops::OPS.iter().map(|d| d.name).collect()
+    crate::graph::ops::all().map(|d| d.name).collect()
 }

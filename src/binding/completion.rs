@@ -71,7 +71,11 @@ thread_local! {
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
 /// Registers a pending promise; returns its request id and the promise.
-pub fn register(env: napi_env, ctx: &Rc<CtxShared>, kind: PendingKind) -> napi::Result<(u64, napi_value)> {
+pub fn register(
+    env: napi_env,
+    ctx: &Rc<CtxShared>,
+    kind: PendingKind,
+) -> napi::Result<(u64, napi_value)> {
     let (deferred, promise) = raw::create_promise(env)?;
     let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
     ctx.add_pending(env, 1);
@@ -134,7 +138,12 @@ fn drop_kind(env: napi_env, kind: PendingKind) {
 
 /// Settles one completion on the JS thread.
 fn settle(env: napi_env, c: Completion) {
-    let Some(Pending { deferred, ctx, kind }) = take_entry(env, c.request) else {
+    let Some(Pending {
+        deferred,
+        ctx,
+        kind,
+    }) = take_entry(env, c.request)
+    else {
         // Already rejected (context or tensor destroyed): drop the result.
         return;
     };
@@ -163,8 +172,15 @@ fn resolve_value(
     let n = super::errors::from_napi;
     let e = Env::from_raw(env);
     match (kind, payload) {
-        (PendingKind::Context, Payload::Ready { device_type, accelerated }) => {
-            ctx.set_ready(device_type, accelerated);
+        (
+            PendingKind::Context,
+            Payload::Ready {
+                device_type,
+                accelerated,
+                max_tensor_byte_length,
+            },
+        ) => {
+            ctx.set_ready(device_type, accelerated, max_tensor_byte_length);
             let inst = MLContext::wrap(ctx.clone()).into_instance(&e).map_err(n)?;
             Ok(inst.value)
         }
@@ -173,20 +189,28 @@ fn resolve_value(
             Ok(inst.value)
         }
         (PendingKind::Graph { id, graph }, Payload::Done) => {
-            let inst = MLGraph::new(ctx.clone(), id, graph).into_instance(&e).map_err(n)?;
+            let inst = MLGraph::new(ctx.clone(), id, graph)
+                .into_instance(&e)
+                .map_err(n)?;
             Ok(inst.value)
         }
         (PendingKind::Read { data_type, .. }, Payload::Tensor(buf)) => {
             views::arraybuffer_from_buf(env, buf, data_type).map_err(n)
         }
-        (PendingKind::ReadInto { data_type, view, .. }, Payload::Tensor(buf)) => {
+        (
+            PendingKind::ReadInto {
+                data_type, view, ..
+            },
+            Payload::Tensor(buf),
+        ) => {
             let r = views::copy_into_view(env, &view, &buf, data_type);
             view.delete(env);
             r?;
             raw::undefined(env).map_err(n)
         }
         (PendingKind::Compute { inputs, outputs }, Payload::Outputs(bufs)) => {
-            let (outs, types): (Vec<_>, Vec<_>) = outputs.into_iter().map(|(n, v, t)| ((n, v), t)).unzip();
+            let (outs, types): (Vec<_>, Vec<_>) =
+                outputs.into_iter().map(|(n, v, t)| ((n, v), t)).unzip();
             let results = bufs.into_iter().zip(types).collect();
             views::compute_result(env, inputs, outs, results).map_err(n)
         }
@@ -221,7 +245,11 @@ impl CompletionSink for JsSink {
         };
         let data = Box::into_raw(Box::new(completion)) as *mut c_void;
         let status = unsafe {
-            sys::napi_call_threadsafe_function(tsfn.0, data, sys::ThreadsafeFunctionCallMode::nonblocking)
+            sys::napi_call_threadsafe_function(
+                tsfn.0,
+                data,
+                sys::ThreadsafeFunctionCallMode::nonblocking,
+            )
         };
         if status != sys::Status::napi_ok {
             drop(unsafe { Box::from_raw(data as *mut Completion) });
@@ -233,7 +261,12 @@ impl Drop for JsSink {
     fn drop(&mut self) {
         let mut guard = self.tsfn.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(tsfn) = guard.take() {
-            unsafe { sys::napi_release_threadsafe_function(tsfn.0, sys::ThreadsafeFunctionReleaseMode::release) };
+            unsafe {
+                sys::napi_release_threadsafe_function(
+                    tsfn.0,
+                    sys::ThreadsafeFunctionReleaseMode::release,
+                )
+            };
         }
     }
 }
@@ -276,7 +309,9 @@ pub fn create_sink(env: napi_env) -> napi::Result<(SharedTsfn, JsSink)> {
     };
     if status != sys::Status::napi_ok {
         drop(unsafe { Box::from_raw(fin as *mut SharedTsfn) });
-        return Err(napi::Error::from_reason("cannot create the context's threadsafe function"));
+        return Err(napi::Error::from_reason(
+            "cannot create the context's threadsafe function",
+        ));
     }
     unsafe { sys::napi_unref_threadsafe_function(env, tsfn) };
     *shared.lock().unwrap_or_else(|p| p.into_inner()) = Some(Tsfn(tsfn));

@@ -35,6 +35,7 @@ pub struct CtxShared {
     lost: Cell<bool>,
     device_type: Cell<&'static str>,
     accelerated: Cell<bool>,
+    max_tensor_bytes: Cell<usize>,
     next_id: Cell<u64>,
     /// The `lost` promise, created on first access, and its deferred until
     /// settled.
@@ -52,9 +53,28 @@ impl CtxShared {
         id
     }
 
-    pub fn set_ready(&self, device_type: &'static str, accelerated: bool) {
+    pub fn set_ready(&self, device_type: &'static str, accelerated: bool, max_bytes: usize) {
         self.device_type.set(device_type);
         self.accelerated.set(accelerated);
+        self.max_tensor_bytes.set(max_bytes);
+    }
+
+    pub fn max_tensor_bytes(&self) -> usize {
+        self.max_tensor_bytes.get()
+    }
+
+    /// TypeError when a tensor of `d` is larger than this context holds
+    /// ("checking dimensions": a byte length the implementation does not
+    /// support).
+    pub fn check_size(&self, d: &crate::types::OperandDescriptor, what: &str) -> Result<()> {
+        if d.byte_length() > self.max_tensor_bytes() {
+            return Err(Error::type_error(format!(
+                "{what}: {} bytes exceed this context's maxTensorByteLength ({})",
+                d.byte_length(),
+                self.max_tensor_bytes()
+            )));
+        }
+        Ok(())
     }
 
     pub fn device_type(&self) -> &'static str {
@@ -123,7 +143,9 @@ fn map_err<T>(r: napi::Result<T>) -> Result<T> {
 /// Reads a record argument (`record<USVString, T>`): own enumerable keys.
 fn record(env: napi_env, v: napi_value, what: &str) -> Result<Vec<(String, napi_value)>> {
     if map_err(raw::type_of(env, v))? != ValueType::Object {
-        return Err(Error::type_error(format!("{what} must be a record (a plain object)")));
+        return Err(Error::type_error(format!(
+            "{what} must be a record (a plain object)"
+        )));
     }
     let keys = map_err(raw::keys(env, v, true))?;
     keys.into_iter()
@@ -270,13 +292,22 @@ impl MLContext {
 
     /// `dispatch(graph, inputs, outputs)`: queued in order, returns at once.
     #[napi]
-    pub fn dispatch(&self, env: Env, graph: JsRaw, inputs: JsRaw, outputs: JsRaw) -> napi::Result<()> {
+    pub fn dispatch(
+        &self,
+        env: Env,
+        graph: JsRaw,
+        inputs: JsRaw,
+        outputs: JsRaw,
+    ) -> napi::Result<()> {
         let e = env.raw();
         let r = (|| {
             let g = MLGraph::from_arg(e, graph)?;
             g.check_usable(&self.shared)?;
             let mut seen = HashSet::new();
-            let mut tensors = |v: JsRaw, expected: &[(String, usize)], what: &str| -> Result<Vec<u64>> {
+            let mut tensors = |v: JsRaw,
+                               expected: &[(String, usize)],
+                               what: &str|
+             -> Result<Vec<u64>> {
                 let named = record(e, v.0, what)?;
                 let named = match_names(named, expected, what)?;
                 named
@@ -328,6 +359,7 @@ impl MLContext {
             let ctx = Ctx::new("createTensor");
             let v = to_val(e, desc.0)?;
             let d = descriptor(&ctx, &v)?;
+            self.shared.check_size(&d, "createTensor")?;
             let readable = ctx.bool_or(v.member("readable"), "readable", false)?;
             let writable = ctx.bool_or(v.member("writable"), "writable", false)?;
             Ok(TensorInfo {
@@ -359,14 +391,22 @@ impl MLContext {
 
     /// `createConstantTensor(descriptor, data)`.
     #[napi]
-    pub fn create_constant_tensor(&self, env: Env, desc: JsRaw, data: JsRaw) -> napi::Result<JsRaw> {
+    pub fn create_constant_tensor(
+        &self,
+        env: Env,
+        desc: JsRaw,
+        data: JsRaw,
+    ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = (|| {
             if self.shared.is_lost() {
-                return Err(Error::invalid_state("createConstantTensor: the MLContext is lost"));
+                return Err(Error::invalid_state(
+                    "createConstantTensor: the MLContext is lost",
+                ));
             }
             let ctx = Ctx::new("createConstantTensor");
             let d = descriptor(&ctx, &to_val(e, desc.0)?)?;
+            self.shared.check_size(&d, "createConstantTensor")?;
             let bytes = check_source(e, data, &d, "createConstantTensor: data")?;
             let buf = Buf::from_bytes(d.data_type, &bytes, d.element_count())?;
             Ok((
@@ -396,9 +436,16 @@ impl MLContext {
                 respond: None,
             },
         );
-        self.shared.send_or_reject(e, req, Command::WriteTensor { id, data: buf });
+        self.shared
+            .send_or_reject(e, req, Command::WriteTensor { id, data: buf });
         // Resolve once the write is done: a read queued behind it proves it.
-        self.shared.send_or_reject(e, req, Command::Barrier { respond: Responder::Js(req) });
+        self.shared.send_or_reject(
+            e,
+            req,
+            Command::Barrier {
+                respond: Responder::Js(req),
+            },
+        );
         Ok(JsRaw(p))
     }
 
@@ -416,14 +463,22 @@ impl MLContext {
             let src = source_fits(e, data, d, "writeTensor: data")?;
             // SAFETY: the source is alive during this call; copied here.
             let buf = Buf::from_bytes(d.data_type, unsafe { src.bytes() }, d.element_count())?;
-            self.shared.send(Command::WriteTensor { id: t.info.id, data: buf })
+            self.shared.send(Command::WriteTensor {
+                id: t.info.id,
+                data: buf,
+            })
         })();
         or_throw(e, r)
     }
 
     /// `readTensor(tensor)` and `readTensor(tensor, outputData)`.
     #[napi]
-    pub fn read_tensor(&self, env: Env, tensor: JsRaw, output: Option<JsRaw>) -> napi::Result<JsRaw> {
+    pub fn read_tensor(
+        &self,
+        env: Env,
+        tensor: JsRaw,
+        output: Option<JsRaw>,
+    ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let output = output.filter(|o| raw::type_of(e, o.0).ok() != Some(ValueType::Undefined));
         let r = (|| {
@@ -453,21 +508,37 @@ impl MLContext {
             Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
         };
         let (req, p) = completion::register(e, &self.shared, kind)?;
-        self.shared
-            .send_or_reject(e, req, Command::ReadTensor { id, respond: Responder::Js(req) });
+        self.shared.send_or_reject(
+            e,
+            req,
+            Command::ReadTensor {
+                id,
+                respond: Responder::Js(req),
+            },
+        );
         Ok(JsRaw(p))
     }
 
     /// `opSupportLimits()`.
     #[napi]
     pub fn op_support_limits(&self, env: Env) -> napi::Result<JsRaw> {
-        Ok(JsRaw(super::limits::op_support_limits(env.raw(), self.shared.device_type())?))
+        Ok(JsRaw(super::limits::op_support_limits(
+            env.raw(),
+            self.shared.device_type(),
+            self.shared.max_tensor_bytes(),
+        )?))
     }
 
     /// Extension: `compute(graph, inputs, outputs)` transfers the caller's
     /// buffers while the worker runs and hands new views back.
     #[napi]
-    pub fn compute(&self, env: Env, graph: JsRaw, inputs: JsRaw, outputs: JsRaw) -> napi::Result<JsRaw> {
+    pub fn compute(
+        &self,
+        env: Env,
+        graph: JsRaw,
+        inputs: JsRaw,
+        outputs: JsRaw,
+    ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = (|| {
             let g = MLGraph::from_arg(e, graph)?;
@@ -482,7 +553,10 @@ impl MLContext {
                 .map(|a| {
                     (
                         a.name.clone(),
-                        OutView { kind: a.info.kind, length: a.info.length },
+                        OutView {
+                            kind: a.info.kind,
+                            length: a.info.length,
+                        },
                         unsafe { view_bytes(&a.info) }.to_vec(),
                     )
                 })
@@ -493,7 +567,10 @@ impl MLContext {
                 .map(|(a, (_, op))| {
                     (
                         a.name.clone(),
-                        OutView { kind: a.info.kind, length: a.info.length },
+                        OutView {
+                            kind: a.info.kind,
+                            length: a.info.length,
+                        },
                         g.graph.operands[*op].data_type,
                     )
                 })
@@ -507,12 +584,20 @@ impl MLContext {
         let (req, p) = completion::register(
             e,
             &self.shared,
-            PendingKind::Compute { inputs: kept, outputs: out_views },
+            PendingKind::Compute {
+                inputs: kept,
+                outputs: out_views,
+            },
         )?;
         self.shared.send_or_reject(
             e,
             req,
-            Command::Compute { id, graph, inputs: bufs, respond: Responder::Js(req) },
+            Command::Compute {
+                id,
+                graph,
+                inputs: bufs,
+                respond: Responder::Js(req),
+            },
         );
         Ok(JsRaw(p))
     }
@@ -520,7 +605,13 @@ impl MLContext {
     /// Extension: `computeSync(graph, inputs, outputs)` blocks until the
     /// results are written into `outputs` in place; returns `outputs`.
     #[napi]
-    pub fn compute_sync(&self, env: Env, graph: JsRaw, inputs: JsRaw, outputs: JsRaw) -> napi::Result<JsRaw> {
+    pub fn compute_sync(
+        &self,
+        env: Env,
+        graph: JsRaw,
+        inputs: JsRaw,
+        outputs: JsRaw,
+    ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = (|| {
             let g = MLGraph::from_arg(e, graph)?;
@@ -545,7 +636,9 @@ impl MLContext {
                 if bytes.len() == a.info.byte_length && !bytes.is_empty() {
                     // SAFETY: the JS thread was blocked, so the view is
                     // unchanged and holds byte_length bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), a.info.data, bytes.len()) };
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), a.info.data, bytes.len())
+                    };
                 }
             }
             Ok(())
@@ -557,7 +650,12 @@ impl MLContext {
 
 /// Checks a buffer source against a descriptor ("validate buffer with
 /// descriptor") and returns it.
-fn source_fits(env: napi_env, v: JsRaw, d: &crate::types::OperandDescriptor, what: &str) -> Result<super::convert::BufferSource> {
+fn source_fits(
+    env: napi_env,
+    v: JsRaw,
+    d: &crate::types::OperandDescriptor,
+    what: &str,
+) -> Result<super::convert::BufferSource> {
     let src = buffer_source(env, v.0, what)?;
     match raw::view_info(env, v.0).ok().flatten() {
         Some(info) => views::check_fits(&info, d, what)?,
@@ -574,7 +672,12 @@ fn source_fits(env: napi_env, v: JsRaw, d: &crate::types::OperandDescriptor, wha
 }
 
 /// Like [`source_fits`], returning a copy of the bytes.
-fn check_source(env: napi_env, v: JsRaw, d: &crate::types::OperandDescriptor, what: &str) -> Result<Vec<u8>> {
+fn check_source(
+    env: napi_env,
+    v: JsRaw,
+    d: &crate::types::OperandDescriptor,
+    what: &str,
+) -> Result<Vec<u8>> {
     let src = source_fits(env, v, d, what)?;
     // SAFETY: alive during this call; copied here.
     Ok(unsafe { src.bytes() }.to_vec())
@@ -586,7 +689,12 @@ fn context_factory(opts: &Val) -> Result<(BackendFactory, &'static str)> {
     if !matches!(opts, Val::Undefined | Val::Null | Val::Dict(_)) {
         return Err(ctx.err("options must be a dictionary"));
     }
-    let device = ctx.enum_or(opts.member("deviceType"), "deviceType", &["cpu", "gpu", "npu"], "")?;
+    let device = ctx.enum_or(
+        opts.member("deviceType"),
+        "deviceType",
+        &["cpu", "gpu", "npu"],
+        "",
+    )?;
     let power = ctx
         .enum_or(
             opts.member("powerPreference"),
@@ -602,17 +710,21 @@ fn context_factory(opts: &Val) -> Result<(BackendFactory, &'static str)> {
         v => Some(ctx.u32(v, "numThreads")? as usize),
     };
     let cpu = move || -> Result<Box<dyn Backend>> {
-        Ok(Box::new(crate::backend::cpu::CpuBackend::with_threads(threads)?))
+        Ok(Box::new(crate::backend::cpu::CpuBackend::with_threads(
+            threads,
+        )?))
     };
     Ok(match device {
         "npu" => return Err(Error::not_supported("createContext: no NPU is available")),
         "gpu" => (Box::new(move || crate::backend::gpu::create(&power)), "gpu"),
         // `accelerated: true` without a device type asks for the GPU where
         // one exists, and settles for the CPU otherwise.
-        "" if accelerated && device.is_empty() && opts.member("accelerated") != &Val::Undefined => (
-            Box::new(move || crate::backend::gpu::create(&power).or_else(|_| cpu())),
-            "gpu",
-        ),
+        "" if accelerated && device.is_empty() && opts.member("accelerated") != &Val::Undefined => {
+            (
+                Box::new(move || crate::backend::gpu::create(&power).or_else(|_| cpu())),
+                "gpu",
+            )
+        }
         _ => (Box::new(cpu), "cpu"),
     })
 }
@@ -638,11 +750,17 @@ pub fn create_context(env: Env, options: Option<JsRaw>) -> napi::Result<JsRaw> {
         lost: Cell::new(false),
         device_type: Cell::new("cpu"),
         accelerated: Cell::new(false),
+        max_tensor_bytes: Cell::new(crate::types::MAX_TENSOR_BYTE_LENGTH),
         next_id: Cell::new(1),
         lost_promise: RefCell::new(None),
     });
     let (req, p) = completion::register(e, &shared, PendingKind::Context)?;
-    match Timeline::start(format!("webnn-context-{}", shared.id), factory, Box::new(sink), req) {
+    match Timeline::start(
+        format!("webnn-context-{}", shared.id),
+        factory,
+        Box::new(sink),
+        req,
+    ) {
         Ok(t) => *shared.timeline.borrow_mut() = Some(t),
         Err(err) => {
             if let Some((d, _)) = completion::take(e, req) {
@@ -652,4 +770,3 @@ pub fn create_context(env: Env, options: Option<JsRaw>) -> napi::Result<JsRaw> {
     }
     Ok(JsRaw(p))
 }
-

@@ -103,7 +103,7 @@ pub fn buffer_source(env: napi_env, v: napi_value, what: &str) -> Result<BufferS
             let (data, len) = raw::arraybuffer_info(env, v)?;
             return Ok(Some(BufferSource { data, len }));
         }
-        if raw::instance_of_global(env, v, "SharedArrayBuffer")? {
+        if raw::is_shared_arraybuffer(env, v)? {
             // N-API has no accessor for SharedArrayBuffer data; a byte view
             // over it gives the same memory.
             let view = raw::construct_global(env, "Uint8Array", &[v])?;

@@ -4,8 +4,8 @@
 use napi::sys::{napi_env, napi_value};
 
 use super::raw;
-use crate::graph::ops::{OperandLimit, ALL_TYPES, MAX_RANK, OPS};
-use crate::types::{DataType, MAX_TENSOR_BYTE_LENGTH};
+use crate::graph::ops::{all, OperandLimit, ALL_TYPES, MAX_RANK};
+use crate::types::DataType;
 
 fn types_array(env: napi_env, types: &[DataType]) -> napi::Result<napi_value> {
     let items = types
@@ -26,7 +26,11 @@ fn limit(env: napi_env, types: &[DataType], min: usize, max: usize) -> napi::Res
 }
 
 /// Builds the `MLOpSupportLimits` dictionary for a context of `device`.
-pub fn op_support_limits(env: napi_env, device: &str) -> napi::Result<napi_value> {
+pub fn op_support_limits(
+    env: napi_env,
+    device: &str,
+    max_bytes: usize,
+) -> napi::Result<napi_value> {
     let supported = |op: &str, l: &OperandLimit| -> Vec<DataType> {
         l.types
             .iter()
@@ -36,7 +40,12 @@ pub fn op_support_limits(env: napi_env, device: &str) -> napi::Result<napi_value
     };
     let o = raw::object(env)?;
     raw::set(env, o, "preferredInputLayout", raw::string(env, "nchw")?)?;
-    raw::set(env, o, "maxTensorByteLength", raw::number(env, MAX_TENSOR_BYTE_LENGTH as f64)?)?;
+    raw::set(
+        env,
+        o,
+        "maxTensorByteLength",
+        raw::number(env, max_bytes as f64)?,
+    )?;
     let io_types: Vec<DataType> = ALL_TYPES
         .iter()
         .copied()
@@ -45,10 +54,15 @@ pub fn op_support_limits(env: napi_env, device: &str) -> napi::Result<napi_value
     for key in ["input", "constant", "output"] {
         raw::set(env, o, key, limit(env, &io_types, 0, MAX_RANK)?)?;
     }
-    for def in OPS {
+    for def in all() {
         let d = raw::object(env)?;
         for l in def.operands {
-            raw::set(env, d, l.name, limit(env, &supported(def.name, l), l.min_rank, l.max_rank)?)?;
+            raw::set(
+                env,
+                d,
+                l.name,
+                limit(env, &supported(def.name, l), l.min_rank, l.max_rank)?,
+            )?;
         }
         raw::set(env, o, def.name, d)?;
     }

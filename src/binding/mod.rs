@@ -5,6 +5,11 @@
 //! the exact JS exceptions. Promises are settled through one threadsafe
 //! function per context (see `completion`).
 
+// N-API handles (`napi_env`, `napi_value`) are opaque pointers that only
+// N-API itself dereferences and validates; functions taking them are not
+// unsafe to call in the sense this lint means.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 pub mod builder;
 pub mod completion;
 pub mod context;

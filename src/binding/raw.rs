@@ -79,7 +79,12 @@ pub fn global(env: napi_env) -> Result<napi_value> {
 
 pub fn string(env: napi_env, s: &str) -> Result<napi_value> {
     let mut v = ptr::null_mut();
-    call!(napi_create_string_utf8(env, s.as_ptr() as *const _, s.len() as isize, &mut v))?;
+    call!(napi_create_string_utf8(
+        env,
+        s.as_ptr() as *const _,
+        s.len() as isize,
+        &mut v
+    ))?;
     Ok(v)
 }
 
@@ -124,9 +129,21 @@ pub fn get(env: napi_env, obj: napi_value, key: &str) -> Result<napi_value> {
 
 pub fn get_string(env: napi_env, v: napi_value) -> Result<String> {
     let mut len = 0;
-    call!(napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len))?;
+    call!(napi_get_value_string_utf8(
+        env,
+        v,
+        ptr::null_mut(),
+        0,
+        &mut len
+    ))?;
     let mut buf = vec![0u8; len + 1];
-    call!(napi_get_value_string_utf8(env, v, buf.as_mut_ptr() as *mut _, buf.len(), &mut len))?;
+    call!(napi_get_value_string_utf8(
+        env,
+        v,
+        buf.as_mut_ptr() as *mut _,
+        buf.len(),
+        &mut len
+    ))?;
     buf.truncate(len);
     String::from_utf8(buf).map_err(|_| NapiError::from_reason("invalid UTF-8"))
 }
@@ -148,10 +165,23 @@ pub fn get_bool(env: napi_env, v: napi_value) -> Result<bool> {
 pub fn get_bigint(env: napi_env, v: napi_value) -> Result<i128> {
     let mut count = 0usize;
     let mut sign = 0i32;
-    call!(napi_get_value_bigint_words(env, v, &mut sign, &mut count, ptr::null_mut()))?;
+    // Asking for the word count alone requires a null sign pointer.
+    call!(napi_get_value_bigint_words(
+        env,
+        v,
+        ptr::null_mut(),
+        &mut count,
+        ptr::null_mut()
+    ))?;
     let mut words = vec![0u64; count.max(1)];
     let mut count2 = words.len();
-    call!(napi_get_value_bigint_words(env, v, &mut sign, &mut count2, words.as_mut_ptr()))?;
+    call!(napi_get_value_bigint_words(
+        env,
+        v,
+        &mut sign,
+        &mut count2,
+        words.as_mut_ptr()
+    ))?;
     let mag: i128 = if count > 2 || (count == 2 && words[1] >> 63 != 0) {
         i128::MAX
     } else {
@@ -218,6 +248,27 @@ pub fn instance_of_global(env: napi_env, v: napi_value, ctor: &str) -> Result<bo
     Ok(b)
 }
 
+/// Whether `v` is a SharedArrayBuffer of any realm (`instanceof` would
+/// miss one from a vm context or jest's sandbox): asks the main realm's
+/// `Object.prototype.toString`, which reads the internal slot.
+pub fn is_shared_arraybuffer(env: napi_env, v: napi_value) -> Result<bool> {
+    if type_of(env, v)? != ValueType::Object || is_arraybuffer(env, v)? {
+        return Ok(false);
+    }
+    let object = get(env, global(env)?, "Object")?;
+    let to_string = get(env, get(env, object, "prototype")?, "toString")?;
+    let mut tag = ptr::null_mut();
+    call!(napi_call_function(
+        env,
+        v,
+        to_string,
+        0,
+        ptr::null(),
+        &mut tag
+    ))?;
+    Ok(get_string(env, tag)? == "[object SharedArrayBuffer]")
+}
+
 /// `new globalThis[ctor](...args)`.
 pub fn construct_global(env: napi_env, ctor: &str, args: &[napi_value]) -> Result<napi_value> {
     let c = get(env, global(env)?, ctor)?;
@@ -243,8 +294,16 @@ pub fn view_info(env: napi_env, v: napi_value) -> Result<Option<ViewInfo>> {
     let mut is = false;
     call!(napi_is_typedarray(env, v, &mut is))?;
     if is {
-        let (mut t, mut len, mut data, mut buf, mut off) = (0, 0usize, ptr::null_mut::<c_void>(), ptr::null_mut(), 0usize);
-        call!(napi_get_typedarray_info(env, v, &mut t, &mut len, &mut data, &mut buf, &mut off))?;
+        let (mut t, mut len, mut data, mut buf, mut off) = (
+            0,
+            0usize,
+            ptr::null_mut::<c_void>(),
+            ptr::null_mut(),
+            0usize,
+        );
+        call!(napi_get_typedarray_info(
+            env, v, &mut t, &mut len, &mut data, &mut buf, &mut off
+        ))?;
         let el = element_size(t);
         return Ok(Some(ViewInfo {
             kind: Some(t),
@@ -257,8 +316,11 @@ pub fn view_info(env: napi_env, v: napi_value) -> Result<Option<ViewInfo>> {
     }
     call!(napi_is_dataview(env, v, &mut is))?;
     if is {
-        let (mut len, mut data, mut buf, mut off) = (0usize, ptr::null_mut::<c_void>(), ptr::null_mut(), 0usize);
-        call!(napi_get_dataview_info(env, v, &mut len, &mut data, &mut buf, &mut off))?;
+        let (mut len, mut data, mut buf, mut off) =
+            (0usize, ptr::null_mut::<c_void>(), ptr::null_mut(), 0usize);
+        call!(napi_get_dataview_info(
+            env, v, &mut len, &mut data, &mut buf, &mut off
+        ))?;
         return Ok(Some(ViewInfo {
             kind: None,
             data: data as *mut u8,

@@ -32,19 +32,25 @@ pub struct TensorInfo {
 #[napi(js_name = "MLTensor")]
 pub struct MLTensor {
     pub(crate) info: TensorInfo,
-    pub(crate) destroyed: Cell<bool>,
+    /// Shared with the builders that embed this tensor as a constant, whose
+    /// `build()` must refuse a destroyed one.
+    pub(crate) destroyed: Rc<Cell<bool>>,
 }
 
 impl MLTensor {
     pub fn new(info: TensorInfo) -> Self {
         MLTensor {
             info,
-            destroyed: Cell::new(false),
+            destroyed: Rc::new(Cell::new(false)),
         }
     }
 
     /// Unwraps an `MLTensor` argument, or a TypeError.
-    pub fn from_arg<'a>(env: napi_env, v: JsRaw, what: &str) -> Result<ClassInstance<'a, MLTensor>> {
+    pub fn from_arg<'a>(
+        env: napi_env,
+        v: JsRaw,
+        what: &str,
+    ) -> Result<ClassInstance<'a, MLTensor>> {
         unsafe { ClassInstance::<MLTensor>::from_napi_value(env, v.0) }
             .map_err(|_| Error::type_error(format!("{what} must be an MLTensor")))
     }
@@ -53,7 +59,9 @@ impl MLTensor {
     /// otherwise, as the spec's steps say).
     pub fn check_usable(&self, ctx: &CtxShared, what: &str) -> Result<()> {
         if self.info.ctx.id != ctx.id {
-            return Err(Error::type_error(format!("{what} belongs to another MLContext")));
+            return Err(Error::type_error(format!(
+                "{what} belongs to another MLContext"
+            )));
         }
         if self.destroyed.get() {
             return Err(Error::type_error(format!("{what} is destroyed")));
@@ -107,7 +115,10 @@ impl MLTensor {
             Some(self.info.id),
             &Error::invalid_state("the MLTensor was destroyed before the read completed"),
         );
-        let _ = self.info.ctx.send(Command::DestroyTensor { id: self.info.id });
+        let _ = self
+            .info
+            .ctx
+            .send(Command::DestroyTensor { id: self.info.id });
     }
 }
 
@@ -115,7 +126,10 @@ impl Drop for MLTensor {
     fn drop(&mut self) {
         // Garbage collection releases the backend memory too.
         if !self.destroyed.get() {
-            let _ = self.info.ctx.send(Command::DestroyTensor { id: self.info.id });
+            let _ = self
+                .info
+                .ctx
+                .send(Command::DestroyTensor { id: self.info.id });
         }
     }
 }
@@ -148,7 +162,9 @@ impl MLGraph {
     /// destroyed.
     pub fn check_usable(&self, ctx: &CtxShared) -> Result<()> {
         if self.ctx.id != ctx.id {
-            return Err(Error::type_error("the MLGraph belongs to another MLContext"));
+            return Err(Error::type_error(
+                "the MLGraph belongs to another MLContext",
+            ));
         }
         if self.destroyed.get() || ctx.is_lost() {
             return Err(Error::invalid_state("the MLGraph is destroyed"));

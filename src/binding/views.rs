@@ -61,7 +61,9 @@ pub fn check_fits(info: &ViewInfo, desc: &OperandDescriptor, what: &str) -> Resu
 pub fn view(env: napi_env, v: napi_value, what: &str) -> Result<ViewInfo> {
     match raw::view_info(env, v) {
         Ok(Some(i)) => Ok(i),
-        _ => Err(Error::type_error(format!("{what} must be a typed array or DataView"))),
+        _ => Err(Error::type_error(format!(
+            "{what} must be a typed array or DataView"
+        ))),
     }
 }
 
@@ -97,7 +99,11 @@ pub fn copy_into_view(env: napi_env, view: &StrongRef, buf: &Buf, dt: DataType) 
     Ok(())
 }
 
-unsafe extern "C" fn free_buf(_env: sys::napi_env, _data: *mut std::ffi::c_void, hint: *mut std::ffi::c_void) {
+unsafe extern "C" fn free_buf(
+    _env: sys::napi_env,
+    _data: *mut std::ffi::c_void,
+    hint: *mut std::ffi::c_void,
+) {
     drop(Box::from_raw(hint as *mut Buf));
 }
 
@@ -111,7 +117,9 @@ pub fn arraybuffer_from_buf(env: napi_env, buf: Buf, dt: DataType) -> napi::Resu
     let (ptr, len) = (bytes.as_ptr() as *mut std::ffi::c_void, bytes.len());
     let hint = Box::into_raw(Box::new(buf)) as *mut std::ffi::c_void;
     let mut v = std::ptr::null_mut();
-    let status = unsafe { sys::napi_create_external_arraybuffer(env, ptr, len, Some(free_buf), hint, &mut v) };
+    let status = unsafe {
+        sys::napi_create_external_arraybuffer(env, ptr, len, Some(free_buf), hint, &mut v)
+    };
     if status == sys::Status::napi_ok {
         return Ok(v);
     }
@@ -137,7 +145,7 @@ pub struct ComputeArg {
 pub fn check_transferable(env: napi_env, args: &[&ComputeArg]) -> Result<()> {
     let mut seen = HashSet::new();
     for a in args {
-        let shared = raw::instance_of_global(env, a.info.buffer, "SharedArrayBuffer").unwrap_or(true);
+        let shared = raw::is_shared_arraybuffer(env, a.info.buffer).unwrap_or(true);
         if shared {
             return Err(Error::type_error(format!(
                 "compute: {:?} is a view of a SharedArrayBuffer, which cannot be transferred",
@@ -145,9 +153,13 @@ pub fn check_transferable(env: napi_env, args: &[&ComputeArg]) -> Result<()> {
             )));
         }
         if raw::is_detached(env, a.info.buffer).unwrap_or(true) {
-            return Err(Error::type_error(format!("compute: the buffer of {:?} is detached", a.name)));
+            return Err(Error::type_error(format!(
+                "compute: the buffer of {:?} is detached",
+                a.name
+            )));
         }
-        let (data, len) = raw::arraybuffer_info(env, a.info.buffer).map_err(super::errors::from_napi)?;
+        let (data, len) =
+            raw::arraybuffer_info(env, a.info.buffer).map_err(super::errors::from_napi)?;
         if a.info.byte_offset != 0 || len != a.info.byte_length {
             return Err(Error::type_error(format!(
                 "compute: {:?} does not span its whole ArrayBuffer (a pooled Buffer?); transferring it would empty its neighbours",

@@ -25,7 +25,10 @@ pub enum Val {
     /// A plain object: its enumerable string-keyed properties.
     Dict(Vec<(String, Val)>),
     /// An `MLOperand`: the id of its builder and its id in that builder.
-    Operand { builder: u64, id: OperandId },
+    Operand {
+        builder: u64,
+        id: OperandId,
+    },
     /// Anything else (functions, symbols, typed arrays, other classes),
     /// named by its JS type for messages.
     Other(&'static str),
@@ -262,9 +265,7 @@ impl<'a> Ctx<'a> {
         if allowed.contains(&s) {
             Ok(s)
         } else {
-            Err(self.err(format!(
-                "{what} must be one of {allowed:?}, not {s:?}"
-            )))
+            Err(self.err(format!("{what} must be one of {allowed:?}, not {s:?}")))
         }
     }
 
@@ -331,7 +332,9 @@ pub fn scalar_bytes(dt: DataType, value: MlNumber) -> Vec<u8> {
     };
     match dt {
         DataType::Float32 => (value.as_f64() as f32).to_le_bytes().to_vec(),
-        DataType::Float16 => crate::f16::f32_to_f16(value.as_f64() as f32).to_le_bytes().to_vec(),
+        DataType::Float16 => crate::f16::f32_to_f16(value.as_f64() as f32)
+            .to_le_bytes()
+            .to_vec(),
         DataType::Int32 => (as_i128 as i32).to_le_bytes().to_vec(),
         DataType::Uint32 => (as_i128 as u32).to_le_bytes().to_vec(),
         DataType::Int64 => (as_i128 as i64).to_le_bytes().to_vec(),

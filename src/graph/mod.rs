@@ -165,9 +165,9 @@ impl GraphBuilder {
             Val::Operand { builder, id } if *builder == self.id && *id < self.operands.len() => {
                 Ok(*id)
             }
-            Val::Operand { .. } => Err(ctx.err(format!(
-                "{what} is an MLOperand of another MLGraphBuilder"
-            ))),
+            Val::Operand { .. } => {
+                Err(ctx.err(format!("{what} is an MLOperand of another MLGraphBuilder")))
+            }
             Val::Undefined => Err(ctx.err(format!("{what} is required"))),
             other => Err(ctx.err(format!(
                 "{what} must be an MLOperand, not {}",
@@ -221,8 +221,9 @@ impl GraphBuilder {
     /// Returns the output operands (one for most operators).
     pub fn call(&mut self, name: &str, args: &[Val]) -> Result<Vec<OperandId>> {
         self.check_open()?;
-        let f = ops::lookup(name)
-            .ok_or_else(|| Error::type_error(format!("{name} is not an MLGraphBuilder operator")))?;
+        let f = ops::lookup(name).ok_or_else(|| {
+            Error::type_error(format!("{name} is not an MLGraphBuilder operator"))
+        })?;
         f(self, args)
     }
 
@@ -239,7 +240,9 @@ impl GraphBuilder {
                 return Err(Error::type_error("build: an output name must not be empty"));
             }
             if !names.insert(name) {
-                return Err(Error::type_error(format!("build: duplicate output name {name:?}")));
+                return Err(Error::type_error(format!(
+                    "build: duplicate output name {name:?}"
+                )));
             }
             match self.sources[*id] {
                 Source::Input(_) | Source::Constant(_) => {

@@ -139,20 +139,29 @@ pub enum Op {
     /// Input: input.
     Unary(UnaryKind),
     /// Input: input. Bounds as f64 (compared in the input's type).
-    Clamp { min: f64, max: f64 },
+    Clamp {
+        min: f64,
+        max: f64,
+    },
     /// Inputs: a, b (batched, broadcast).
     Matmul,
     Gemm(GemmParams),
     Conv2d(Conv2dParams),
     Pool2d(Pool2dParams),
     /// Input: input.
-    Softmax { axis: usize },
+    Softmax {
+        axis: usize,
+    },
     /// Input: input; the output descriptor holds the new shape.
     Reshape,
     /// Input: input.
-    Transpose { permutation: Vec<usize> },
+    Transpose {
+        permutation: Vec<usize>,
+    },
     /// Inputs: every concatenated operand.
-    Concat { axis: usize },
+    Concat {
+        axis: usize,
+    },
     /// Input: input.
     Slice {
         starts: Vec<usize>,
@@ -160,5 +169,61 @@ pub enum Op {
         strides: Vec<usize>,
     },
     /// Input: input; converts to `to`.
-    Cast { to: DataType },
+    Cast {
+        to: DataType,
+    },
+    /// Comparisons and logical operators (uint8 output): see
+    /// `ops::logical`.
+    Logical(crate::graph::ops::logical::LogicalOp),
+    /// Parameterised activations and `where`/`prelu`: see `ops::activation`.
+    Activation(crate::graph::ops::activation::ActivationOp),
+    /// Reductions, argMin/argMax, cumulativeSum: see `ops::reduce`.
+    Reduce(crate::graph::ops::reduce::ReduceOp),
+    /// gather*, scatter*: see `ops::gather`.
+    Gather(crate::graph::ops::gather::GatherOp),
+    /// expand, pad, reverse, split, tile, triangular, resample2d: see
+    /// `ops::movement`.
+    Movement(crate::graph::ops::movement::MovementOp),
+    /// quantizeLinear, dequantizeLinear: see `ops::quantize`.
+    Quantize(crate::graph::ops::quantize::QuantizeOp),
+    /// convTranspose2d: see `ops::conv`.
+    ConvTranspose2d(crate::graph::ops::conv::ConvTranspose2dParams),
+    /// batch/instance/layer normalization: see `ops::norm`.
+    Norm(crate::graph::ops::norm::NormOp),
+    /// gru, gruCell, lstm, lstmCell: see `ops::recurrent`.
+    Recurrent(crate::graph::ops::recurrent::RecurrentOp),
+}
+
+impl Op {
+    /// The builder method that created this operator.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Binary(k) => k.name(),
+            Op::Unary(k) => k.name(),
+            Op::Clamp { .. } => "clamp",
+            Op::Matmul => "matmul",
+            Op::Gemm(_) => "gemm",
+            Op::Conv2d(_) => "conv2d",
+            Op::Pool2d(p) => match p.kind {
+                PoolKind::Average => "averagePool2d",
+                PoolKind::Max => "maxPool2d",
+                PoolKind::L2 => "l2Pool2d",
+            },
+            Op::Softmax { .. } => "softmax",
+            Op::Reshape => "reshape",
+            Op::Transpose { .. } => "transpose",
+            Op::Concat { .. } => "concat",
+            Op::Slice { .. } => "slice",
+            Op::Cast { .. } => "cast",
+            Op::Logical(o) => o.name(),
+            Op::Activation(o) => o.name(),
+            Op::Reduce(o) => o.name(),
+            Op::Gather(o) => o.name(),
+            Op::Movement(o) => o.name(),
+            Op::Quantize(o) => o.name(),
+            Op::ConvTranspose2d(_) => "convTranspose2d",
+            Op::Norm(o) => o.name(),
+            Op::Recurrent(o) => o.name(),
+        }
+    }
 }

@@ -277,6 +277,16 @@ pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf>
     from_floats(out.data_type, res)
 }
 
+/// convTranspose2d (filled in when it is written).
+pub fn conv_transpose2d(
+    p: &crate::graph::ops::conv::ConvTranspose2dParams,
+    _inputs: &[&Buf],
+    _in_descs: &[&OperandDescriptor],
+    _out_descs: &[OperandDescriptor],
+) -> Result<Vec<Buf>> {
+    match *p {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

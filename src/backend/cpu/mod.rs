@@ -5,9 +5,17 @@
 //! intermediate as soon as it is dead. Kernels live in one file per operator
 //! family and receive the resolved parameters of the graph IR as they are.
 
-mod elementwise;
-mod matmul;
+mod activation;
 mod conv;
+mod elementwise;
+mod gather;
+mod logical;
+mod matmul;
+mod movement;
+mod norm;
+mod quantize;
+mod recurrent;
+mod reduce;
 mod shape;
 pub mod util;
 
@@ -88,21 +96,45 @@ pub fn run_op(
     let out = &out_descs[0];
     let one = |b: Result<Buf>| b.map(|b| vec![b]);
     match op {
-        Op::Binary(kind) => one(elementwise::binary(*kind, inputs[0], in_descs[0], inputs[1], in_descs[1], out)),
+        Op::Binary(kind) => one(elementwise::binary(
+            *kind,
+            inputs[0],
+            in_descs[0],
+            inputs[1],
+            in_descs[1],
+            out,
+        )),
         Op::Unary(kind) => one(elementwise::unary(*kind, inputs[0], out)),
         Op::Clamp { min, max } => one(elementwise::clamp(inputs[0], *min, *max, out)),
         Op::Softmax { axis } => one(elementwise::softmax(inputs[0], *axis, out)),
         Op::Cast { to } => one(elementwise::cast(inputs[0], *to, out)),
-        Op::Matmul => one(matmul::matmul(inputs[0], in_descs[0], inputs[1], in_descs[1], out)),
+        Op::Matmul => one(matmul::matmul(
+            inputs[0],
+            in_descs[0],
+            inputs[1],
+            in_descs[1],
+            out,
+        )),
         Op::Gemm(p) => one(matmul::gemm(p, inputs, in_descs, out)),
         Op::Conv2d(p) => one(conv::conv2d(p, inputs, out)),
         Op::Pool2d(p) => one(conv::pool2d(p, inputs[0], out)),
         Op::Reshape => Ok(vec![inputs[0].clone()]),
-        Op::Transpose { permutation } => one(shape::transpose(inputs[0], in_descs[0], permutation, out)),
-        Op::Concat { axis } => one(shape::concat(inputs, in_descs, *axis, out)),
-        Op::Slice { starts, strides, .. } => {
-            one(shape::slice(inputs[0], in_descs[0], starts, strides, out))
+        Op::Transpose { permutation } => {
+            one(shape::transpose(inputs[0], in_descs[0], permutation, out))
         }
+        Op::Concat { axis } => one(shape::concat(inputs, in_descs, *axis, out)),
+        Op::Slice {
+            starts, strides, ..
+        } => one(shape::slice(inputs[0], in_descs[0], starts, strides, out)),
+        Op::Logical(o) => logical::run(o, inputs, in_descs, out_descs),
+        Op::Activation(o) => activation::run(o, inputs, in_descs, out_descs),
+        Op::Reduce(o) => reduce::run(o, inputs, in_descs, out_descs),
+        Op::Gather(o) => gather::run(o, inputs, in_descs, out_descs),
+        Op::Movement(o) => movement::run(o, inputs, in_descs, out_descs),
+        Op::Quantize(o) => quantize::run(o, inputs, in_descs, out_descs),
+        Op::ConvTranspose2d(p) => conv::conv_transpose2d(p, inputs, in_descs, out_descs),
+        Op::Norm(o) => norm::run(o, inputs, in_descs, out_descs),
+        Op::Recurrent(o) => recurrent::run(o, inputs, in_descs, out_descs),
     }
 }
 
@@ -140,13 +172,21 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf]) -> Result<Vec<Buf>> {
             .iter()
             .map(|&i| slots[i].get().expect("operand computed before use"))
             .collect();
-        let in_descs: Vec<&OperandDescriptor> = node.inputs.iter().map(|&i| &g.operands[i]).collect();
-        let out_descs: Vec<OperandDescriptor> = node.outputs.iter().map(|&o| g.operands[o].clone()).collect();
+        let in_descs: Vec<&OperandDescriptor> =
+            node.inputs.iter().map(|&i| &g.operands[i]).collect();
+        let out_descs: Vec<OperandDescriptor> = node
+            .outputs
+            .iter()
+            .map(|&o| g.operands[o].clone())
+            .collect();
         let results = run_op(&node.op, &ins, &in_descs, &out_descs).map_err(|e| {
             if node.label.is_empty() {
                 e
             } else {
-                Error::new(e.kind, format!("{} (operator labelled {:?})", e.message, node.label))
+                Error::new(
+                    e.kind,
+                    format!("{} (operator labelled {:?})", e.message, node.label),
+                )
             }
         })?;
         for (&o, r) in node.outputs.iter().zip(results) {
@@ -161,12 +201,14 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf]) -> Result<Vec<Buf>> {
     }
     g.outputs
         .iter()
-        .map(|(_, id)| match std::mem::replace(&mut slots[*id], Slot::Empty) {
-            Slot::Owned(b) => Ok(b),
-            Slot::Borrowed(b) => Ok(b.clone()),
-            // The same operand bound to two output names.
-            Slot::Empty => Err(Error::operation("an output was consumed twice")),
-        })
+        .map(
+            |(_, id)| match std::mem::replace(&mut slots[*id], Slot::Empty) {
+                Slot::Owned(b) => Ok(b),
+                Slot::Borrowed(b) => Ok(b.clone()),
+                // The same operand bound to two output names.
+                Slot::Empty => Err(Error::operation("an output was consumed twice")),
+            },
+        )
         .collect()
 }
 
@@ -252,7 +294,12 @@ impl Backend for CpuBackend {
         self.graphs.remove(&id);
     }
 
-    fn dispatch(&mut self, graph: GraphId, inputs: &[TensorId], outputs: &[TensorId]) -> Result<()> {
+    fn dispatch(
+        &mut self,
+        graph: GraphId,
+        inputs: &[TensorId],
+        outputs: &[TensorId],
+    ) -> Result<()> {
         let cg = self
             .graphs
             .get(&graph)

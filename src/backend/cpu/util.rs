@@ -22,7 +22,9 @@ pub fn from_floats(dt: DataType, v: Vec<f32>) -> Result<Buf> {
     match dt {
         DataType::Float32 => Ok(Buf::F32(v)),
         DataType::Float16 => Ok(Buf::F16(v.iter().map(|&x| f32_to_f16(x)).collect())),
-        _ => Err(Error::operation("a float kernel produced a non-float output")),
+        _ => Err(Error::operation(
+            "a float kernel produced a non-float output",
+        )),
     }
 }
 

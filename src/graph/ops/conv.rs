@@ -41,7 +41,12 @@ fn build_conv2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     let strides = fixed_list::<2>(&ctx, opts.member("strides"), "strides", [1; 2], 1)?;
     let dilations = fixed_list::<2>(&ctx, opts.member("dilations"), "dilations", [1; 2], 1)?;
     let groups = ctx.u32_or(opts.member("groups"), "groups", 1)? as usize;
-    let nhwc = ctx.enum_or(opts.member("inputLayout"), "inputLayout", &["nchw", "nhwc"], "nchw")? == "nhwc";
+    let nhwc = ctx.enum_or(
+        opts.member("inputLayout"),
+        "inputLayout",
+        &["nchw", "nhwc"],
+        "nchw",
+    )? == "nhwc";
     let filter_layout = match ctx.enum_or(
         opts.member("filterLayout"),
         "filterLayout",
@@ -97,14 +102,30 @@ fn build_conv2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         }
         inputs.push(bias);
     }
-    let out_h = window_output(in_h, kernel_h, padding[0], padding[1], strides[0], dilations[0], false);
-    let out_w = window_output(in_w, kernel_w, padding[2], padding[3], strides[1], dilations[1], false);
+    let out_h = window_output(
+        in_h,
+        kernel_h,
+        padding[0],
+        padding[1],
+        strides[0],
+        dilations[0],
+        false,
+    );
+    let out_w = window_output(
+        in_w,
+        kernel_w,
+        padding[2],
+        padding[3],
+        strides[1],
+        dilations[1],
+        false,
+    );
     let (out_h, out_w) = match (out_h, out_w) {
         (Some(h), Some(w)) => (h, w),
         _ => {
             return Err(ctx.err(format!(
-                "the dilated {kernel_h}x{kernel_w} filter does not fit the padded {in_h}x{in_w} input"
-            )))
+            "the dilated {kernel_h}x{kernel_w} filter does not fit the padded {in_h}x{in_w} input"
+        )))
         }
     };
     let shape = if nhwc {
@@ -146,7 +167,12 @@ pub const CONV2D: OpDef = OpDef {
 };
 
 /// `averagePool2d` / `maxPool2d` / `l2Pool2d(input, options)`.
-fn pool2d(b: &mut GraphBuilder, args: &[Val], kind: PoolKind, name: &str) -> Result<Vec<OperandId>> {
+fn pool2d(
+    b: &mut GraphBuilder,
+    args: &[Val],
+    kind: PoolKind,
+    name: &str,
+) -> Result<Vec<OperandId>> {
     let mut ctx = Ctx::new(name);
     let opts = ctx.options(arg(args, 1))?;
     let x = b.operand(&ctx, arg(args, 0), "input")?;
@@ -159,15 +185,42 @@ fn pool2d(b: &mut GraphBuilder, args: &[Val], kind: PoolKind, name: &str) -> Res
     } else {
         (s[0], s[1], s[2], s[3])
     };
-    let window = fixed_list::<2>(&ctx, opts.member("windowDimensions"), "windowDimensions", [in_h, in_w], 1)?;
+    let window = fixed_list::<2>(
+        &ctx,
+        opts.member("windowDimensions"),
+        "windowDimensions",
+        [in_h, in_w],
+        1,
+    )?;
     let padding = fixed_list::<4>(&ctx, opts.member("padding"), "padding", [0; 4], 0)?;
     let strides = fixed_list::<2>(&ctx, opts.member("strides"), "strides", [1; 2], 1)?;
     let dilations = fixed_list::<2>(&ctx, opts.member("dilations"), "dilations", [1; 2], 1)?;
-    let ceil = ctx.enum_or(opts.member("roundingType"), "roundingType", &["floor", "ceil"], "floor")? == "ceil";
+    let ceil = ctx.enum_or(
+        opts.member("roundingType"),
+        "roundingType",
+        &["floor", "ceil"],
+        "floor",
+    )? == "ceil";
     let size = |ceil: bool| {
         Some((
-            window_output(in_h, window[0], padding[0], padding[1], strides[0], dilations[0], ceil)?,
-            window_output(in_w, window[1], padding[2], padding[3], strides[1], dilations[1], ceil)?,
+            window_output(
+                in_h,
+                window[0],
+                padding[0],
+                padding[1],
+                strides[0],
+                dilations[0],
+                ceil,
+            )?,
+            window_output(
+                in_w,
+                window[1],
+                padding[2],
+                padding[3],
+                strides[1],
+                dilations[1],
+                ceil,
+            )?,
         ))
     };
     let floor_size = size(false).ok_or_else(|| {
@@ -177,7 +230,13 @@ fn pool2d(b: &mut GraphBuilder, args: &[Val], kind: PoolKind, name: &str) -> Res
         ))
     })?;
     let (out_h, out_w) = match ctx.opt_u32_list(opts.member("outputSizes"), "outputSizes")? {
-        None => if ceil { size(true).unwrap_or(floor_size) } else { floor_size },
+        None => {
+            if ceil {
+                size(true).unwrap_or(floor_size)
+            } else {
+                floor_size
+            }
+        }
         Some(o) => {
             let o = (
                 *o.first().unwrap_or(&0) as usize,
@@ -235,3 +294,10 @@ pub const MAX_POOL2D: OpDef = OpDef {
     build: build_max_pool2d,
     operands: &[lim("input", FLOATS, 4, 4), lim("output", FLOATS, 4, 4)],
 };
+
+/// Resolved convTranspose2d parameters (filled in when it is written).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConvTranspose2dParams {}
+
+/// This family's builder methods.
+pub const DEFS: &[OpDef] = &[CONV2D, AVERAGE_POOL2D, MAX_POOL2D];

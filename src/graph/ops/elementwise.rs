@@ -135,7 +135,10 @@ fn build_softmax(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     // The earlier one-argument form `softmax(input, options)` normalised
     // along the last axis; callers of that form (and test data written for
     // it) still exist, so an omitted axis means the last one.
-    let axis_given = matches!(arg(args, 1), Val::Number(_) | Val::BigInt(_) | Val::String(_));
+    let axis_given = matches!(
+        arg(args, 1),
+        Val::Number(_) | Val::BigInt(_) | Val::String(_)
+    );
     ctx.options(arg(args, if axis_given { 2 } else { 1 }))?;
     let x = b.operand(&ctx, arg(args, 0), "input")?;
     let d = b.desc(x).clone();
@@ -146,10 +149,7 @@ fn build_softmax(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         d.rank().saturating_sub(1)
     };
     if axis >= d.rank() {
-        return Err(ctx.err(format!(
-            "axis {axis} is out of range for rank {}",
-            d.rank()
-        )));
+        return Err(ctx.err(format!("axis {axis} is out of range for rank {}", d.rank())));
     }
     Ok(b.push(Op::Softmax { axis }, vec![x], vec![d], ctx.label))
 }
@@ -162,3 +162,9 @@ pub const SOFTMAX: OpDef = OpDef {
         lim("output", FLOATS, 1, MAX_RANK),
     ],
 };
+
+/// This family's builder methods.
+pub const DEFS: &[OpDef] = &[
+    ADD, SUB, MUL, DIV, MAX, MIN, POW, ABS, NEG, EXP, LOG, SQRT, RELU, SIGMOID, TANH, CLAMP,
+    SOFTMAX,
+];

@@ -29,12 +29,13 @@ fn build_matmul(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
             da.shape, db.shape
         )));
     }
-    let mut shape = broadcast_shapes(&da.shape[..ra - 2], &db.shape[..rb - 2]).ok_or_else(|| {
-        ctx.err(format!(
-            "the batch dimensions of {:?} and {:?} do not broadcast",
-            da.shape, db.shape
-        ))
-    })?;
+    let mut shape =
+        broadcast_shapes(&da.shape[..ra - 2], &db.shape[..rb - 2]).ok_or_else(|| {
+            ctx.err(format!(
+                "the batch dimensions of {:?} and {:?} do not broadcast",
+                da.shape, db.shape
+            ))
+        })?;
     shape.extend([m, n]);
     let out = OperandDescriptor::new(da.data_type, shape).map_err(|e| ctx.err(e.message))?;
     Ok(b.push(Op::Matmul, vec![a, c], vec![out], ctx.label))
@@ -79,9 +80,7 @@ fn build_gemm(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         (db.shape[0], db.shape[1])
     };
     if k != k2 {
-        return Err(ctx.err(format!(
-            "the inner dimensions differ ({k} vs {k2})"
-        )));
+        return Err(ctx.err(format!("the inner dimensions differ ({k} vs {k2})")));
     }
     let mut inputs = vec![a, bb];
     if let Some(c) = c {
@@ -122,3 +121,6 @@ pub const GEMM: OpDef = OpDef {
         lim("output", FLOATS, 2, 2),
     ],
 };
+
+/// This family's builder methods.
+pub const DEFS: &[OpDef] = &[MATMUL, GEMM];

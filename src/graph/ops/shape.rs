@@ -19,7 +19,10 @@ fn build_reshape(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         .map(|v| v as usize)
         .collect();
     if shape.len() > MAX_RANK {
-        return Err(ctx.err(format!("newShape has rank {}, more than {MAX_RANK}", shape.len())));
+        return Err(ctx.err(format!(
+            "newShape has rank {}, more than {MAX_RANK}",
+            shape.len()
+        )));
     }
     let out = OperandDescriptor::new(d.data_type, shape).map_err(|e| ctx.err(e.message))?;
     if out.element_count() != d.element_count() {
@@ -51,10 +54,11 @@ fn build_transpose(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>>
     let d = b.desc(x).clone();
     check(&ctx, "input", &d)?;
     let rank = d.rank();
-    let permutation: Vec<usize> = match ctx.opt_u32_list(opts.member("permutation"), "permutation")? {
-        None => (0..rank).rev().collect(),
-        Some(p) => p.into_iter().map(|v| v as usize).collect(),
-    };
+    let permutation: Vec<usize> =
+        match ctx.opt_u32_list(opts.member("permutation"), "permutation")? {
+            None => (0..rank).rev().collect(),
+            Some(p) => p.into_iter().map(|v| v as usize).collect(),
+        };
     let mut seen = vec![false; rank];
     if permutation.len() != rank
         || permutation
@@ -90,7 +94,10 @@ fn build_concat(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         None => return Err(ctx.err("inputs must not be empty")),
     };
     if axis >= first.rank() {
-        return Err(ctx.err(format!("axis {axis} is out of range for rank {}", first.rank())));
+        return Err(ctx.err(format!(
+            "axis {axis} is out of range for rank {}",
+            first.rank()
+        )));
     }
     let mut shape = first.shape.clone();
     shape[axis] = 0;
@@ -149,7 +156,9 @@ fn build_slice(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     for i in 0..rank {
         let (s, z, st) = (starts[i] as usize, sizes[i] as usize, strides[i] as usize);
         if z == 0 || st == 0 {
-            return Err(ctx.err(format!("sizes[{i}] and strides[{i}] must be greater than 0")));
+            return Err(ctx.err(format!(
+                "sizes[{i}] and strides[{i}] must be greater than 0"
+            )));
         }
         if s >= d.shape[i] || s + z > d.shape[i] {
             return Err(ctx.err(format!(
@@ -198,3 +207,6 @@ pub const CAST: OpDef = OpDef {
         lim("output", ALL_TYPES, 0, MAX_RANK),
     ],
 };
+
+/// This family's builder methods.
+pub const DEFS: &[OpDef] = &[RESHAPE, TRANSPOSE, CONCAT, SLICE, CAST];

@@ -1,0 +1,16 @@
+//! gather, gatherElements, gatherND, scatterElements, scatterND.
+
+use super::OpDef;
+
+/// The resolved operators of this family (filled in as they are written).
+#[derive(Debug, Clone, PartialEq)]
+pub enum GatherOp {}
+
+impl GatherOp {
+    pub fn name(&self) -> &'static str {
+        match *self {}
+    }
+}
+
+/// This family's builder methods.
+pub const DEFS: &[OpDef] = &[];

@@ -1,0 +1,16 @@
+//! Reductions (reduceL1 ... reduceSumSquare), argMin/argMax, cumulativeSum.
+
+use super::OpDef;
+
+/// The resolved operators of this family (filled in as they are written).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReduceOp {}
+
+impl ReduceOp {
+    pub fn name(&self) -> &'static str {
+        match *self {}
+    }
+}
+
+/// This family's builder methods.
+pub const DEFS: &[OpDef] = &[];

@@ -219,6 +219,24 @@ export class MLGraphBuilder {
   concat(inputs: MLOperand[], axis: number, options?: MLOperatorOptions): MLOperand;
   slice(input: MLOperand, starts: number[], sizes: number[], options?: MLSliceOptions): MLOperand;
   cast(input: MLOperand, type: MLOperandDataType, options?: MLOperatorOptions): MLOperand;
+
+  // --- logical operators ---
+
+  // --- activation operators ---
+
+  // --- reduce operators ---
+
+  // --- gather operators ---
+
+  // --- movement operators ---
+
+  // --- quantize operators ---
+
+  // --- conv-transpose-norm operators ---
+
+  // --- recurrent operators ---
 }
+
+// --- option dictionaries of the operator families ---
 
 export const ml: ML;

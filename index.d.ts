@@ -29,6 +29,20 @@ export interface MLContextOptions {
   accelerated?: boolean;
   /** Extension: threads used by the CPU backend's kernels (default: all cores, shared). */
   numThreads?: number;
+  /**
+   * Extension (CPU): the most bytes of tensors and intermediates the context
+   * may hold at once. Beyond it createTensor rejects with UnknownError and a
+   * dispatch errors its output tensors, instead of exhausting the machine.
+   */
+  memoryLimit?: number;
+  /** Extension: named in the `lost` message and in errors. */
+  label?: string;
+}
+
+/** Extension: options of dispatch(), writeTensor() and build(). */
+export interface MLTimelineOptions {
+  /** Named in the errors of the operation and of those it propagates to. */
+  label?: string;
 }
 
 export interface MLOperandDescriptor {
@@ -39,6 +53,8 @@ export interface MLOperandDescriptor {
 export interface MLTensorDescriptor extends MLOperandDescriptor {
   readable?: boolean;
   writable?: boolean;
+  /** Extension: named in timeline errors; `tensor.label`. */
+  label?: string;
 }
 
 export interface MLContextLostInfo {
@@ -82,8 +98,16 @@ export class MLContext {
   private constructor();
   readonly accelerated: boolean;
   readonly lost: Promise<MLContextLostInfo>;
+  /** Extension: the `label` given to createContext. */
+  readonly label: string;
   destroy(): void;
-  dispatch(graph: MLGraph, inputs: MLNamedTensors, outputs: MLNamedTensors): void;
+  /**
+   * Queues the graph. A dispatch that fails on the timeline, or reads an
+   * errored tensor, puts its outputs in an errored state: readTensor of them
+   * rejects with OperationError naming the labels involved, until a
+   * successful write or dispatch clears them.
+   */
+  dispatch(graph: MLGraph, inputs: MLNamedTensors, outputs: MLNamedTensors, options?: MLTimelineOptions): void;
   createTensor(descriptor: MLTensorDescriptor): Promise<MLTensor>;
   createConstantTensor(
     descriptor: MLOperandDescriptor,
@@ -91,7 +115,11 @@ export class MLContext {
   ): Promise<MLTensor>;
   readTensor(tensor: MLTensor): Promise<ArrayBuffer>;
   readTensor(tensor: MLTensor, outputData: ArrayBuffer | SharedArrayBuffer | ArrayBufferView): Promise<undefined>;
-  writeTensor(tensor: MLTensor, data: ArrayBuffer | SharedArrayBuffer | ArrayBufferView): void;
+  writeTensor(
+    tensor: MLTensor,
+    data: ArrayBuffer | SharedArrayBuffer | ArrayBufferView,
+    options?: MLTimelineOptions,
+  ): void;
   opSupportLimits(): MLOpSupportLimits;
   /**
    * Extension: runs a graph on the caller's views. The input and output
@@ -120,6 +148,8 @@ export class MLTensor {
   readonly readable: boolean;
   readonly writable: boolean;
   readonly constant: boolean;
+  /** Extension: the descriptor's `label`. */
+  readonly label: string;
   destroy(): void;
 }
 
@@ -186,7 +216,7 @@ export class MLGraphBuilder {
   constant(descriptor: MLOperandDescriptor, buffer: ArrayBuffer | SharedArrayBuffer | ArrayBufferView): MLOperand;
   constant(type: MLOperandDataType, value: MLNumber): MLOperand;
   constant(tensor: MLTensor): MLOperand;
-  build(outputs: MLNamedOperands): Promise<MLGraph>;
+  build(outputs: MLNamedOperands, options?: MLTimelineOptions): Promise<MLGraph>;
 
   add(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
   sub(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
@@ -235,6 +265,65 @@ export class MLGraphBuilder {
   // --- conv-transpose-norm operators ---
 
   // --- recurrent operators ---
+  gru(input: MLOperand, weight: MLOperand, recurrentWeight: MLOperand, steps: number, hiddenSize: number, options?: MLGruOptions): MLOperand[];
+  gruCell(input: MLOperand, weight: MLOperand, recurrentWeight: MLOperand, hiddenState: MLOperand, hiddenSize: number, options?: MLGruCellOptions): MLOperand;
+  lstm(input: MLOperand, weight: MLOperand, recurrentWeight: MLOperand, steps: number, hiddenSize: number, options?: MLLstmOptions): MLOperand[];
+  lstmCell(input: MLOperand, weight: MLOperand, recurrentWeight: MLOperand, hiddenState: MLOperand, cellState: MLOperand, hiddenSize: number, options?: MLLstmCellOptions): MLOperand[];
+}
+
+export type MLRecurrentNetworkActivation = 'relu' | 'sigmoid' | 'tanh';
+export type MLRecurrentNetworkDirection = 'forward' | 'backward' | 'both';
+export type MLGruWeightLayout = 'zrn' | 'rzn';
+export type MLLstmWeightLayout = 'iofg' | 'ifgo';
+
+export interface MLGruCellOptions extends MLOperatorOptions {
+  /** [3 * hiddenSize], gates ordered by `layout`. */
+  bias?: MLOperand;
+  recurrentBias?: MLOperand;
+  /** Default true. */
+  resetAfter?: boolean;
+  /** Default 'zrn'. */
+  layout?: MLGruWeightLayout;
+  /** [gates, new gate]; default ['sigmoid', 'tanh']. */
+  activations?: MLRecurrentNetworkActivation[];
+}
+
+export interface MLGruOptions extends MLOperatorOptions {
+  /** [numDirections, 3 * hiddenSize]. */
+  bias?: MLOperand;
+  recurrentBias?: MLOperand;
+  /** [numDirections, batchSize, hiddenSize]; zeros when omitted. */
+  initialHiddenState?: MLOperand;
+  resetAfter?: boolean;
+  /** Also return [steps, numDirections, batchSize, hiddenSize]. */
+  returnSequence?: boolean;
+  direction?: MLRecurrentNetworkDirection;
+  layout?: MLGruWeightLayout;
+  activations?: MLRecurrentNetworkActivation[];
+}
+
+export interface MLLstmCellOptions extends MLOperatorOptions {
+  /** [4 * hiddenSize], gates ordered by `layout`. */
+  bias?: MLOperand;
+  recurrentBias?: MLOperand;
+  /** [3 * hiddenSize], ordered i, o, f. */
+  peepholeWeight?: MLOperand;
+  /** Default 'iofg'. */
+  layout?: MLLstmWeightLayout;
+  /** [i/f/o gates, cell gate, output filter]; default ['sigmoid', 'tanh', 'tanh']. */
+  activations?: MLRecurrentNetworkActivation[];
+}
+
+export interface MLLstmOptions extends MLOperatorOptions {
+  bias?: MLOperand;
+  recurrentBias?: MLOperand;
+  peepholeWeight?: MLOperand;
+  initialHiddenState?: MLOperand;
+  initialCellState?: MLOperand;
+  returnSequence?: boolean;
+  direction?: MLRecurrentNetworkDirection;
+  layout?: MLLstmWeightLayout;
+  activations?: MLRecurrentNetworkActivation[];
 }
 
 // --- option dictionaries of the operator families ---

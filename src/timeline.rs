@@ -6,6 +6,7 @@
 //! [`Completion`] sink that the binding layer implements with one
 //! threadsafe function per context.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -46,6 +47,10 @@ pub struct Completion {
     pub result: Result<Payload>,
 }
 
+/// The request id of the completion that reports a lost context (its
+/// result is the reason); real requests are numbered from 1.
+pub const CONTEXT_LOST: u64 = 0;
+
 /// Receives completions on the worker thread and forwards them to JS.
 pub trait CompletionSink: Send + 'static {
     fn complete(&self, completion: Completion);
@@ -56,11 +61,13 @@ pub enum Command {
     CreateTensor {
         id: TensorId,
         desc: OperandDescriptor,
+        label: String,
         respond: Option<Responder>,
     },
     WriteTensor {
         id: TensorId,
         data: Buf,
+        label: String,
     },
     ReadTensor {
         id: TensorId,
@@ -72,6 +79,7 @@ pub enum Command {
     Build {
         id: GraphId,
         graph: Arc<Graph>,
+        label: String,
         respond: Responder,
     },
     DestroyGraph {
@@ -81,6 +89,7 @@ pub enum Command {
         graph: GraphId,
         inputs: Vec<TensorId>,
         outputs: Vec<TensorId>,
+        label: String,
     },
     /// Completes once every command before it has run.
     Barrier {
@@ -174,6 +183,166 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     }
 }
 
+/// Why a tensor holds no valid contents: the non-fatal error state of the
+/// timeline. A dispatch that reads an errored tensor does not run and errors
+/// its outputs, keeping the original cause.
+#[derive(Debug, Clone)]
+struct Errored {
+    /// The operation that failed first (`dispatch 'foo'`).
+    origin: String,
+    /// Why it failed.
+    cause: String,
+    /// The operation that propagated the error into this tensor, when it is
+    /// not the origin.
+    via: Option<String>,
+}
+
+impl Errored {
+    fn to_error(&self) -> Error {
+        let via = match &self.via {
+            Some(v) => format!("{v} did not run because an input was errored by "),
+            None => "errored by ".to_string(),
+        };
+        Error::operation(format!(
+            "readTensor: the tensor is in an errored state: {via}{}: {}",
+            self.origin, self.cause
+        ))
+    }
+}
+
+/// Names an operation for error messages: `dispatch 'foo'` or `dispatch`.
+fn describe(what: &str, label: &str) -> String {
+    if label.is_empty() {
+        format!("an unlabelled {what}")
+    } else {
+        format!("{what} '{label}'")
+    }
+}
+
+/// The worker's state: the backend and the errored tensors.
+struct Worker<'a> {
+    backend: Box<dyn Backend>,
+    sink: &'a dyn CompletionSink,
+    errored: HashMap<TensorId, Errored>,
+}
+
+impl Worker<'_> {
+    fn execute(&mut self, command: Command) {
+        let b = &mut *self.backend;
+        let sink = self.sink;
+        match command {
+            Command::CreateTensor {
+                id,
+                desc,
+                label,
+                respond: r,
+            } => {
+                let result = guarded("createTensor", || b.create_tensor(id, &desc)).map_err(|e| {
+                    // The spec reports a failed allocation as UnknownError.
+                    Error::unknown(format!("{}: {}", describe("createTensor", &label), e.message))
+                });
+                match (r, result) {
+                    (Some(r), result) => respond(sink, r, result.map(|_| Payload::Done)),
+                    (None, Err(e)) => {
+                        // createConstantTensor: its barrier reports it.
+                        self.errored.insert(
+                            id,
+                            Errored {
+                                origin: describe("createTensor", &label),
+                                cause: e.message,
+                                via: None,
+                            },
+                        );
+                    }
+                    (None, Ok(())) => {}
+                }
+            }
+            Command::WriteTensor { id, data, label } => {
+                match guarded("writeTensor", || b.write_tensor(id, data)) {
+                    Ok(()) => {
+                        self.errored.remove(&id);
+                    }
+                    Err(e) => {
+                        self.errored.insert(
+                            id,
+                            Errored {
+                                origin: describe("writeTensor", &label),
+                                cause: e.message,
+                                via: None,
+                            },
+                        );
+                    }
+                }
+            }
+            Command::ReadTensor { id, respond: r } => {
+                let result = match self.errored.get(&id) {
+                    Some(e) => Err(e.to_error()),
+                    None => guarded("readTensor", || b.read_tensor(id))
+                        .map_err(|e| Error::unknown(format!("readTensor: {}", e.message))),
+                };
+                respond(sink, r, result.map(Payload::Tensor));
+            }
+            Command::DestroyTensor { id } => {
+                self.errored.remove(&id);
+                b.destroy_tensor(id);
+            }
+            Command::Build {
+                id,
+                graph,
+                label,
+                respond: r,
+            } => {
+                // Whatever stops a backend from compiling is a failed build.
+                let result = guarded("build", || b.compile(id, graph)).map_err(|e| {
+                    Error::operation(format!("{}: {}", describe("build", &label), e.message))
+                });
+                respond(sink, r, result.map(|_| Payload::Done));
+            }
+            Command::DestroyGraph { id } => b.destroy_graph(id),
+            Command::Dispatch {
+                graph,
+                inputs,
+                outputs,
+                label,
+            } => {
+                let me = describe("dispatch", &label);
+                let upstream = inputs.iter().find_map(|t| self.errored.get(t)).cloned();
+                let state = match upstream {
+                    Some(e) => Some(Errored {
+                        via: Some(me),
+                        ..e
+                    }),
+                    None => match guarded("dispatch", || b.dispatch(graph, &inputs, &outputs)) {
+                        Ok(()) => None,
+                        Err(e) => Some(Errored {
+                            origin: me,
+                            cause: e.message,
+                            via: None,
+                        }),
+                    },
+                };
+                for t in outputs {
+                    match &state {
+                        Some(e) => self.errored.insert(t, e.clone()),
+                        None => self.errored.remove(&t),
+                    };
+                }
+            }
+            Command::Barrier { respond: r } => respond(sink, r, Ok(Payload::Done)),
+            Command::Compute {
+                id,
+                graph,
+                inputs,
+                respond: r,
+            } => {
+                let result = guarded("compute", || b.compute(id, &graph, inputs))
+                    .map_err(|e| Error::operation(format!("compute: {}", e.message)));
+                respond(sink, r, result.map(Payload::Outputs));
+            }
+        }
+    }
+}
+
 fn run(
     factory: BackendFactory,
     sink: Box<dyn CompletionSink>,
@@ -181,7 +350,7 @@ fn run(
     receiver: Receiver<Command>,
 ) {
     let sink = &*sink;
-    let mut backend = match guarded("creating the context", factory) {
+    let backend = match guarded("creating the context", factory) {
         Ok(b) => {
             let payload = Payload::Ready {
                 device_type: b.device_type(),
@@ -196,58 +365,21 @@ fn run(
             return;
         }
     };
-    // Ends when every sender is gone: the context was destroyed or collected.
+    let mut worker = Worker {
+        backend,
+        sink,
+        errored: HashMap::new(),
+    };
+    // Ends when every sender is gone (the context was destroyed or
+    // collected) or when the backend can no longer work.
     for command in receiver {
-        let b = &mut *backend;
-        match command {
-            Command::CreateTensor {
-                id,
-                desc,
-                respond: r,
-            } => {
-                let result = guarded("createTensor", || b.create_tensor(id, &desc));
-                if let Some(r) = r {
-                    respond(sink, r, result.map(|_| Payload::Done));
-                }
-            }
-            Command::WriteTensor { id, data } => {
-                // A failed write has nobody to tell yet; the errored-tensor
-                // state of a later issue records it.
-                let _ = guarded("writeTensor", || b.write_tensor(id, data));
-            }
-            Command::ReadTensor { id, respond: r } => {
-                let result = guarded("readTensor", || b.read_tensor(id));
-                respond(sink, r, result.map(Payload::Tensor));
-            }
-            Command::DestroyTensor { id } => b.destroy_tensor(id),
-            Command::Build {
-                id,
-                graph,
-                respond: r,
-            } => {
-                // Whatever stops a backend from compiling is a failed build.
-                let result = guarded("build", || b.compile(id, graph))
-                    .map_err(|e| Error::operation(format!("build: {}", e.message)));
-                respond(sink, r, result.map(|_| Payload::Done));
-            }
-            Command::DestroyGraph { id } => b.destroy_graph(id),
-            Command::Dispatch {
-                graph,
-                inputs,
-                outputs,
-            } => {
-                let _ = guarded("dispatch", || b.dispatch(graph, &inputs, &outputs));
-            }
-            Command::Barrier { respond: r } => respond(sink, r, Ok(Payload::Done)),
-            Command::Compute {
-                id,
-                graph,
-                inputs,
-                respond: r,
-            } => {
-                let result = guarded("compute", || b.compute(id, &graph, inputs));
-                respond(sink, r, result.map(Payload::Outputs));
-            }
+        worker.execute(command);
+        if let Some(reason) = worker.backend.lost_reason() {
+            sink.complete(Completion {
+                request: CONTEXT_LOST,
+                result: Err(Error::invalid_state(reason)),
+            });
+            return;
         }
     }
 }

@@ -29,6 +29,11 @@ pub trait Backend {
     fn max_tensor_byte_length(&self) -> usize {
         crate::types::MAX_TENSOR_BYTE_LENGTH
     }
+    /// Why the backend can no longer work (a lost device), checked after
+    /// every command; the context is then lost with this reason.
+    fn lost_reason(&mut self) -> Option<String> {
+        None
+    }
     /// Allocates a zero-filled tensor.
     fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()>;
     fn destroy_tensor(&mut self, id: TensorId);

@@ -195,9 +195,11 @@ impl MLGraphBuilder {
     /// `build(outputs)`: resolves with an MLGraph once the backend has
     /// compiled it.
     #[napi]
-    pub fn build(&mut self, env: Env, outputs: JsRaw) -> napi::Result<JsRaw> {
+    pub fn build(&mut self, env: Env, outputs: JsRaw, options: Option<JsRaw>) -> napi::Result<JsRaw> {
         let e = env.raw();
+        let mut label = String::new();
         let r = (|| {
+            label = super::context::label_of(e, options, "build")?;
             if self.ctx.is_lost() {
                 return Err(Error::invalid_state("build: the MLContext is lost"));
             }
@@ -251,6 +253,7 @@ impl MLGraphBuilder {
             Command::Build {
                 id,
                 graph,
+                label,
                 respond: crate::timeline::Responder::Js(req),
             },
         );

@@ -16,7 +16,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -31,7 +31,7 @@ use super::tensor::{MLGraph, MLTensor, TensorInfo};
 use super::views::{self, OutView};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
-use crate::timeline::{Completion, CompletionSink, Payload};
+use crate::timeline::{Completion, CompletionSink, Payload, CONTEXT_LOST};
 use crate::types::DataType;
 
 /// What a pending promise resolves with.
@@ -66,6 +66,18 @@ pub struct Pending {
 thread_local! {
     /// Pending promises of this JS thread (each worker_thread has its own).
     static PENDING: RefCell<HashMap<u64, Pending>> = RefCell::new(HashMap::new());
+    /// Live contexts of this JS thread, for completions that concern the
+    /// context itself (it was lost).
+    static CONTEXTS: RefCell<HashMap<u64, Weak<CtxShared>>> = RefCell::new(HashMap::new());
+}
+
+/// Makes a context findable by its completions.
+pub fn register_context(ctx: &Rc<CtxShared>) {
+    CONTEXTS.with(|c| {
+        let mut c = c.borrow_mut();
+        c.retain(|_, w| w.strong_count() > 0);
+        c.insert(ctx.id, Rc::downgrade(ctx));
+    });
 }
 
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
@@ -137,7 +149,14 @@ fn drop_kind(env: napi_env, kind: PendingKind) {
 }
 
 /// Settles one completion on the JS thread.
-fn settle(env: napi_env, c: Completion) {
+fn settle(env: napi_env, ctx_id: u64, c: Completion) {
+    if c.request == CONTEXT_LOST {
+        let ctx = CONTEXTS.with(|m| m.borrow().get(&ctx_id).and_then(|w| w.upgrade()));
+        if let (Some(ctx), Err(e)) = (ctx, &c.result) {
+            ctx.lose(env, &e.message);
+        }
+        return;
+    }
     let Some(Pending {
         deferred,
         ctx,
@@ -185,7 +204,9 @@ fn resolve_value(
             Ok(inst.value)
         }
         (PendingKind::Tensor(info), Payload::Done) => {
-            let inst = MLTensor::new(info).into_instance(&e).map_err(n)?;
+            let t = MLTensor::new(info);
+            t.report_memory(&e);
+            let inst = t.into_instance(&e).map_err(n)?;
             Ok(inst.value)
         }
         (PendingKind::Graph { id, graph }, Payload::Done) => {
@@ -235,6 +256,8 @@ pub type SharedTsfn = Arc<Mutex<Option<Tsfn>>>;
 /// The worker side: posts completions to the JS thread.
 pub struct JsSink {
     tsfn: SharedTsfn,
+    /// The context whose completions this sink posts.
+    ctx_id: u64,
 }
 
 impl CompletionSink for JsSink {
@@ -243,7 +266,7 @@ impl CompletionSink for JsSink {
         let Some(tsfn) = *guard else {
             return; // The environment is gone: nobody is left to tell.
         };
-        let data = Box::into_raw(Box::new(completion)) as *mut c_void;
+        let data = Box::into_raw(Box::new((self.ctx_id, completion))) as *mut c_void;
         let status = unsafe {
             sys::napi_call_threadsafe_function(
                 tsfn.0,
@@ -252,7 +275,7 @@ impl CompletionSink for JsSink {
             )
         };
         if status != sys::Status::napi_ok {
-            drop(unsafe { Box::from_raw(data as *mut Completion) });
+            drop(unsafe { Box::from_raw(data as *mut (u64, Completion)) });
         }
     }
 }
@@ -272,12 +295,13 @@ impl Drop for JsSink {
 }
 
 unsafe extern "C" fn call_js(env: napi_env, _f: napi_value, _ctx: *mut c_void, data: *mut c_void) {
-    let c = Box::from_raw(data as *mut Completion);
+    let c = Box::from_raw(data as *mut (u64, Completion));
     if env.is_null() {
         return;
     }
+    let (ctx_id, c) = *c;
     // Never unwind into N-API.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| settle(env, *c)));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| settle(env, ctx_id, c)));
 }
 
 unsafe extern "C" fn finalize_tsfn(_env: napi_env, data: *mut c_void, _hint: *mut c_void) {
@@ -287,7 +311,7 @@ unsafe extern "C" fn finalize_tsfn(_env: napi_env, data: *mut c_void, _hint: *mu
 
 /// Creates the threadsafe function of a new context. It starts
 /// unreferenced.
-pub fn create_sink(env: napi_env) -> napi::Result<(SharedTsfn, JsSink)> {
+pub fn create_sink(env: napi_env, ctx_id: u64) -> napi::Result<(SharedTsfn, JsSink)> {
     let name = raw::string(env, "webnn-node context")?;
     let mut tsfn = ptr::null_mut();
     let shared: SharedTsfn = Arc::new(Mutex::new(None));
@@ -315,5 +339,11 @@ pub fn create_sink(env: napi_env) -> napi::Result<(SharedTsfn, JsSink)> {
     }
     unsafe { sys::napi_unref_threadsafe_function(env, tsfn) };
     *shared.lock().unwrap_or_else(|p| p.into_inner()) = Some(Tsfn(tsfn));
-    Ok((shared.clone(), JsSink { tsfn: shared }))
+    Ok((
+        shared.clone(),
+        JsSink {
+            tsfn: shared,
+            ctx_id,
+        },
+    ))
 }

@@ -40,6 +40,10 @@ pub struct CtxShared {
     /// The `lost` promise, created on first access, and its deferred until
     /// settled.
     lost_promise: RefCell<Option<(StrongRef, Option<sys::napi_deferred>)>>,
+    /// Why the context was lost, once it is.
+    lost_message: RefCell<Option<String>>,
+    /// The `label` option of `createContext`.
+    pub label: String,
 }
 
 impl CtxShared {
@@ -100,6 +104,32 @@ impl CtxShared {
         }
     }
 
+    fn settle_lost(&self, env: napi_env, message: &str) {
+        if let Some((_, d)) = &mut *self.lost_promise.borrow_mut() {
+            if let Some(d) = d.take() {
+                if let (Ok(info), Ok(m)) = (raw::object(env), raw::string(env, message)) {
+                    let _ = raw::set(env, info, "message", m);
+                    let _ = raw::resolve(env, d, info);
+                }
+            }
+        }
+    }
+
+    /// Loses the context (destroyed, or its backend failed): rejects every
+    /// pending promise with InvalidStateError, resolves `lost` with
+    /// `message`, and lets the timeline thread end.
+    pub fn lose(&self, env: napi_env, message: &str) {
+        if self.lost.replace(true) {
+            return;
+        }
+        *self.lost_message.borrow_mut() = Some(message.to_string());
+        completion::reject_all(env, self.id, None, &Error::invalid_state(message));
+        self.settle_lost(env, message);
+        if let Some(mut t) = self.timeline.borrow_mut().take() {
+            t.close();
+        }
+    }
+
     pub fn send(&self, c: Command) -> Result<()> {
         match &*self.timeline.borrow() {
             Some(t) if !self.lost.get() => t.send(c),
@@ -138,6 +168,17 @@ impl MLContext {
 
 fn map_err<T>(r: napi::Result<T>) -> Result<T> {
     r.map_err(from_napi)
+}
+
+/// The `label` of an optional options dictionary (extension on
+/// `dispatch`, `writeTensor` and `build`).
+pub fn label_of(env: napi_env, options: Option<JsRaw>, what: &str) -> Result<String> {
+    let Some(o) = options else {
+        return Ok(String::new());
+    };
+    let mut ctx = Ctx::new(what);
+    ctx.options(&to_val(env, o.0)?)?;
+    Ok(ctx.label)
 }
 
 /// Reads a record argument (`record<USVString, T>`): own enumerable keys.
@@ -250,44 +291,30 @@ impl MLContext {
             let (d, p) = raw::create_promise(e)?;
             let r = StrongRef::new(e, p)?;
             *slot = Some((r, Some(d)));
-            if self.shared.is_lost() {
-                drop(slot);
-                self.settle_lost(e, "The MLContext was destroyed.");
-                slot = self.shared.lost_promise.borrow_mut();
+            drop(slot);
+            if let Some(m) = self.shared.lost_message.borrow().clone() {
+                self.shared.settle_lost(e, &m);
             }
+            slot = self.shared.lost_promise.borrow_mut();
         }
         Ok(JsRaw(slot.as_ref().unwrap().0.get(e)?))
     }
 
-    fn settle_lost(&self, env: napi_env, message: &str) {
-        if let Some((_, d)) = &mut *self.shared.lost_promise.borrow_mut() {
-            if let Some(d) = d.take() {
-                if let (Ok(info), Ok(m)) = (raw::object(env), raw::string(env, message)) {
-                    let _ = raw::set(env, info, "message", m);
-                    let _ = raw::resolve(env, d, info);
-                }
-            }
-        }
+    /// The `label` given to `createContext` (extension).
+    #[napi(getter)]
+    pub fn label(&self) -> String {
+        self.shared.label.clone()
     }
 
     /// `destroy()`: rejects everything pending with InvalidStateError,
     /// resolves `lost`, and ends the timeline thread.
     #[napi]
     pub fn destroy(&self, env: Env) {
-        let e = env.raw();
-        if self.shared.lost.replace(true) {
-            return;
-        }
-        completion::reject_all(
-            e,
-            self.shared.id,
-            None,
-            &Error::invalid_state("the MLContext was destroyed"),
-        );
-        self.settle_lost(e, "The MLContext was destroyed.");
-        if let Some(mut t) = self.shared.timeline.borrow_mut().take() {
-            t.close();
-        }
+        let msg = match self.shared.label.as_str() {
+            "" => "The MLContext was destroyed.".to_string(),
+            l => format!("The MLContext '{l}' was destroyed."),
+        };
+        self.shared.lose(env.raw(), &msg);
     }
 
     /// `dispatch(graph, inputs, outputs)`: queued in order, returns at once.
@@ -298,11 +325,13 @@ impl MLContext {
         graph: JsRaw,
         inputs: JsRaw,
         outputs: JsRaw,
+        options: Option<JsRaw>,
     ) -> napi::Result<()> {
         let e = env.raw();
         let r = (|| {
             let g = MLGraph::from_arg(e, graph)?;
             g.check_usable(&self.shared)?;
+            let label = label_of(e, options, "dispatch")?;
             let mut seen = HashSet::new();
             let mut tensors = |v: JsRaw,
                                expected: &[(String, usize)],
@@ -343,6 +372,7 @@ impl MLContext {
                 graph: g.id,
                 inputs: ins,
                 outputs: outs,
+                label,
             })
         })();
         or_throw(e, r)
@@ -361,6 +391,7 @@ impl MLContext {
             let d = descriptor(&ctx, &v)?;
             self.shared.check_size(&d, "createTensor")?;
             let readable = ctx.bool_or(v.member("readable"), "readable", false)?;
+            let label = ctx.opt_string(v.member("label"), "label")?.unwrap_or_default();
             let writable = ctx.bool_or(v.member("writable"), "writable", false)?;
             Ok(TensorInfo {
                 ctx: self.shared.clone(),
@@ -369,13 +400,14 @@ impl MLContext {
                 readable,
                 writable,
                 constant: None,
+                label,
             })
         })();
         let info = match r {
             Ok(i) => i,
             Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
         };
-        let (id, desc) = (info.id, info.desc.clone());
+        let (id, desc, label) = (info.id, info.desc.clone(), info.label.clone());
         let (req, p) = completion::register(e, &self.shared, PendingKind::Tensor(info))?;
         self.shared.send_or_reject(
             e,
@@ -383,6 +415,7 @@ impl MLContext {
             Command::CreateTensor {
                 id,
                 desc,
+                label,
                 respond: Some(Responder::Js(req)),
             },
         );
@@ -405,7 +438,9 @@ impl MLContext {
                 ));
             }
             let ctx = Ctx::new("createConstantTensor");
-            let d = descriptor(&ctx, &to_val(e, desc.0)?)?;
+            let v = to_val(e, desc.0)?;
+            let d = descriptor(&ctx, &v)?;
+            let label = ctx.opt_string(v.member("label"), "label")?.unwrap_or_default();
             self.shared.check_size(&d, "createConstantTensor")?;
             let bytes = check_source(e, data, &d, "createConstantTensor: data")?;
             let buf = Buf::from_bytes(d.data_type, &bytes, d.element_count())?;
@@ -417,6 +452,7 @@ impl MLContext {
                     readable: false,
                     writable: false,
                     constant: Some(Arc::new(bytes)),
+                    label,
                 },
                 buf,
             ))
@@ -425,7 +461,7 @@ impl MLContext {
             Ok(i) => i,
             Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
         };
-        let (id, desc) = (info.id, info.desc.clone());
+        let (id, desc, label) = (info.id, info.desc.clone(), info.label.clone());
         let (req, p) = completion::register(e, &self.shared, PendingKind::Tensor(info))?;
         self.shared.send_or_reject(
             e,
@@ -433,11 +469,19 @@ impl MLContext {
             Command::CreateTensor {
                 id,
                 desc,
+                label: label.clone(),
                 respond: None,
             },
         );
-        self.shared
-            .send_or_reject(e, req, Command::WriteTensor { id, data: buf });
+        self.shared.send_or_reject(
+            e,
+            req,
+            Command::WriteTensor {
+                id,
+                data: buf,
+                label,
+            },
+        );
         // Resolve once the write is done: a read queued behind it proves it.
         self.shared.send_or_reject(
             e,
@@ -451,7 +495,13 @@ impl MLContext {
 
     /// `writeTensor(tensor, data)`: copies `data` now; the write is queued.
     #[napi]
-    pub fn write_tensor(&self, env: Env, tensor: JsRaw, data: JsRaw) -> napi::Result<()> {
+    pub fn write_tensor(
+        &self,
+        env: Env,
+        tensor: JsRaw,
+        data: JsRaw,
+        options: Option<JsRaw>,
+    ) -> napi::Result<()> {
         let e = env.raw();
         let r = (|| {
             let t = MLTensor::from_arg(e, tensor, "writeTensor: tensor")?;
@@ -463,9 +513,11 @@ impl MLContext {
             let src = source_fits(e, data, d, "writeTensor: data")?;
             // SAFETY: the source is alive during this call; copied here.
             let buf = Buf::from_bytes(d.data_type, unsafe { src.bytes() }, d.element_count())?;
+            let label = label_of(e, options, "writeTensor")?;
             self.shared.send(Command::WriteTensor {
                 id: t.info.id,
                 data: buf,
+                label,
             })
         })();
         or_throw(e, r)
@@ -684,7 +736,7 @@ fn check_source(
 }
 
 /// Reads `MLContextOptions` and picks the backend.
-fn context_factory(opts: &Val) -> Result<(BackendFactory, &'static str)> {
+fn context_factory(opts: &Val) -> Result<(BackendFactory, String)> {
     let ctx = Ctx::new("createContext");
     if !matches!(opts, Val::Undefined | Val::Null | Val::Dict(_)) {
         return Err(ctx.err("options must be a dictionary"));
@@ -705,27 +757,36 @@ fn context_factory(opts: &Val) -> Result<(BackendFactory, &'static str)> {
         .to_string();
     let accelerated = matches!(opts.member("accelerated"), Val::Bool(true));
     ctx.bool_or(opts.member("accelerated"), "accelerated", true)?;
+    let label = ctx.opt_string(opts.member("label"), "label")?.unwrap_or_default();
+    let memory_limit = match opts.member("memoryLimit") {
+        Val::Undefined => None,
+        v => {
+            let m = ctx.number(v, "memoryLimit")?;
+            if !(m.is_finite() && m >= 0.0 && m.fract() == 0.0) {
+                return Err(ctx.err("memoryLimit must be a non-negative integer number of bytes"));
+            }
+            Some(m as usize)
+        }
+    };
     let threads = match opts.member("numThreads") {
         Val::Undefined => None,
         v => Some(ctx.u32(v, "numThreads")? as usize),
     };
     let cpu = move || -> Result<Box<dyn Backend>> {
-        Ok(Box::new(crate::backend::cpu::CpuBackend::with_threads(
-            threads,
-        )?))
+        Ok(Box::new(
+            crate::backend::cpu::CpuBackend::with_threads(threads)?.with_memory_limit(memory_limit),
+        ))
     };
     Ok(match device {
         "npu" => return Err(Error::not_supported("createContext: no NPU is available")),
-        "gpu" => (Box::new(move || crate::backend::gpu::create(&power)), "gpu"),
+        "gpu" => (Box::new(move || crate::backend::gpu::create(&power)), label),
         // `accelerated: true` without a device type asks for the GPU where
         // one exists, and settles for the CPU otherwise.
-        "" if accelerated && device.is_empty() && opts.member("accelerated") != &Val::Undefined => {
-            (
-                Box::new(move || crate::backend::gpu::create(&power).or_else(|_| cpu())),
-                "gpu",
-            )
-        }
-        _ => (Box::new(cpu), "cpu"),
+        "" if accelerated => (
+            Box::new(move || crate::backend::gpu::create(&power).or_else(|_| cpu())),
+            label,
+        ),
+        _ => (Box::new(cpu), label),
     })
 }
 
@@ -737,13 +798,14 @@ pub fn create_context(env: Env, options: Option<JsRaw>) -> napi::Result<JsRaw> {
         Some(o) => to_val(e, o.0),
         None => Ok(Val::Undefined),
     };
-    let (factory, _) = match opts.and_then(|o| context_factory(&o)) {
+    let (factory, label) = match opts.and_then(|o| context_factory(&o)) {
         Ok(f) => f,
         Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
     };
-    let (tsfn, sink) = completion::create_sink(e)?;
+    let id = NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed);
+    let (tsfn, sink) = completion::create_sink(e, id)?;
     let shared = Rc::new(CtxShared {
-        id: NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed),
+        id,
         timeline: RefCell::new(None),
         tsfn,
         pending: Cell::new(0),
@@ -753,7 +815,10 @@ pub fn create_context(env: Env, options: Option<JsRaw>) -> napi::Result<JsRaw> {
         max_tensor_bytes: Cell::new(crate::types::MAX_TENSOR_BYTE_LENGTH),
         next_id: Cell::new(1),
         lost_promise: RefCell::new(None),
+        lost_message: RefCell::new(None),
+        label,
     });
+    completion::register_context(&shared);
     let (req, p) = completion::register(e, &shared, PendingKind::Context)?;
     match Timeline::start(
         format!("webnn-context-{}", shared.id),

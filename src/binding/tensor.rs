@@ -4,7 +4,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use napi::bindgen_prelude::{ClassInstance, FromNapiValue};
+use napi::bindgen_prelude::{ClassInstance, FromNapiValue, ObjectFinalize};
 use napi::sys::napi_env;
 use napi_derive::napi;
 
@@ -26,10 +26,12 @@ pub struct TensorInfo {
     /// The bytes of a constant tensor (`createConstantTensor`), which graphs
     /// built with `constant(tensor)` embed.
     pub constant: Option<Arc<Vec<u8>>>,
+    /// The descriptor's `label` (extension), named in timeline errors.
+    pub label: String,
 }
 
 /// `MLTensor`.
-#[napi(js_name = "MLTensor")]
+#[napi(js_name = "MLTensor", custom_finalize)]
 pub struct MLTensor {
     pub(crate) info: TensorInfo,
     /// Shared with the builders that embed this tensor as a constant, whose
@@ -101,6 +103,11 @@ impl MLTensor {
         self.info.constant.is_some()
     }
 
+    #[napi(getter)]
+    pub fn label(&self) -> String {
+        self.info.label.clone()
+    }
+
     /// `destroy()`: idempotent; pending reads reject with
     /// InvalidStateError; queued work that uses the tensor still completes
     /// because the release is queued behind it.
@@ -122,6 +129,47 @@ impl MLTensor {
     }
 }
 
+/// Bytes of native memory an object keeps alive, reported to V8 so that
+/// garbage collection runs when dropped tensors and graphs add up.
+fn external_bytes(n: usize) -> i64 {
+    n.min(i64::MAX as usize) as i64
+}
+
+impl MLTensor {
+    /// Reports the tensor's memory to V8 (undone when it is collected).
+    pub fn report_memory(&self, env: &napi::Env) {
+        let _ = env.adjust_external_memory(external_bytes(self.info.desc.byte_length()));
+    }
+}
+
+impl ObjectFinalize for MLTensor {
+    fn finalize(self, env: napi::Env) -> napi::Result<()> {
+        let _ = env.adjust_external_memory(-external_bytes(self.info.desc.byte_length()));
+        Ok(())
+    }
+}
+
+impl MLGraph {
+    fn constant_bytes(&self) -> usize {
+        (0..self.graph.operands.len())
+            .filter_map(|i| self.graph.constant(i))
+            .map(|c| c.len())
+            .sum()
+    }
+
+    /// Reports the graph's constants to V8 (undone when it is collected).
+    pub fn report_memory(&self, env: &napi::Env) {
+        let _ = env.adjust_external_memory(external_bytes(self.constant_bytes()));
+    }
+}
+
+impl ObjectFinalize for MLGraph {
+    fn finalize(self, env: napi::Env) -> napi::Result<()> {
+        let _ = env.adjust_external_memory(-external_bytes(self.constant_bytes()));
+        Ok(())
+    }
+}
+
 impl Drop for MLTensor {
     fn drop(&mut self) {
         // Garbage collection releases the backend memory too.
@@ -135,7 +183,7 @@ impl Drop for MLTensor {
 }
 
 /// `MLGraph`.
-#[napi(js_name = "MLGraph")]
+#[napi(js_name = "MLGraph", custom_finalize)]
 pub struct MLGraph {
     pub(crate) ctx: Rc<CtxShared>,
     pub(crate) id: u64,

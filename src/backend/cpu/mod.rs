@@ -51,6 +51,16 @@ pub struct CpuBackend {
     /// all contexts share so that several contexts do not oversubscribe the
     /// cores.
     pool: Option<rayon::ThreadPool>,
+    /// The most bytes of tensors and intermediates this context may hold
+    /// at once (the `memoryLimit` context option); `None`: no limit.
+    memory_limit: Option<usize>,
+    /// Bytes held by tensors.
+    tensor_bytes: usize,
+}
+
+/// Bytes a CPU buffer of `d` occupies (4-bit types are stored unpacked).
+fn held_bytes(d: &OperandDescriptor) -> usize {
+    d.element_count() * d.data_type.bits().max(8) / 8
 }
 
 impl CpuBackend {
@@ -75,6 +85,19 @@ impl CpuBackend {
             pool,
             ..Self::default()
         })
+    }
+
+    /// Caps the memory this backend holds: an allocation beyond it fails
+    /// (createTensor rejects, a dispatch errors its outputs) instead of
+    /// exhausting the machine.
+    pub fn with_memory_limit(mut self, limit: Option<usize>) -> Self {
+        self.memory_limit = limit;
+        self
+    }
+
+    /// What a run may allocate for intermediates.
+    fn budget(&self) -> Option<usize> {
+        self.memory_limit.map(|l| l.saturating_sub(self.tensor_bytes))
     }
 
     fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
@@ -157,8 +180,10 @@ impl Slot<'_> {
 
 /// Executes a compiled graph on the given input buffers; returns the outputs
 /// in `graph.outputs` order.
-fn execute(cg: &CompiledGraph, inputs: &[&Buf]) -> Result<Vec<Buf>> {
+fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result<Vec<Buf>> {
     let g = &*cg.graph;
+    // Bytes of intermediates alive, against the budget.
+    let mut live = 0usize;
     let mut slots: Vec<Slot> = (0..g.operands.len()).map(|_| Slot::Empty).collect();
     for ((_, id), buf) in g.inputs.iter().zip(inputs) {
         slots[*id] = Slot::Borrowed(buf);
@@ -179,6 +204,18 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf]) -> Result<Vec<Buf>> {
             .iter()
             .map(|&o| g.operands[o].clone())
             .collect();
+        let needed: usize = out_descs.iter().map(held_bytes).sum();
+        if let Some(budget) = budget {
+            if live.saturating_add(needed) > budget {
+                return Err(Error::operation(format!(
+                    "cannot allocate {needed} bytes for the output of {}{}: the context's memoryLimit leaves {} bytes",
+                    node.op.name(),
+                    if node.label.is_empty() { String::new() } else { format!(" [{}]", node.label) },
+                    budget.saturating_sub(live)
+                )));
+            }
+        }
+        live += needed;
         let results = run_op(&node.op, &ins, &in_descs, &out_descs).map_err(|e| {
             if node.label.is_empty() {
                 e
@@ -195,6 +232,9 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf]) -> Result<Vec<Buf>> {
         // Free what no later node reads.
         for &i in &node.inputs {
             if cg.last_use[i] == n {
+                if let Slot::Owned(_) = slots[i] {
+                    live = live.saturating_sub(held_bytes(&g.operands[i]));
+                }
                 slots[i] = Slot::Empty;
             }
         }
@@ -222,7 +262,17 @@ impl Backend for CpuBackend {
     }
 
     fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()> {
+        let bytes = held_bytes(desc);
+        if let Some(limit) = self.memory_limit {
+            if self.tensor_bytes.saturating_add(bytes) > limit {
+                return Err(Error::operation(format!(
+                    "cannot allocate {bytes} bytes: the context's memoryLimit of {limit} bytes has {} left",
+                    limit.saturating_sub(self.tensor_bytes)
+                )));
+            }
+        }
         let data = Buf::zeros(desc.data_type, desc.element_count())?;
+        self.tensor_bytes += bytes;
         self.tensors.insert(
             id,
             CpuTensor {
@@ -234,7 +284,9 @@ impl Backend for CpuBackend {
     }
 
     fn destroy_tensor(&mut self, id: TensorId) {
-        self.tensors.remove(&id);
+        if let Some(t) = self.tensors.remove(&id) {
+            self.tensor_bytes -= held_bytes(&t.desc);
+        }
     }
 
     fn write_tensor(&mut self, id: TensorId, data: Buf) -> Result<()> {
@@ -313,7 +365,8 @@ impl Backend for CpuBackend {
                     .ok_or_else(|| Error::invalid_state("an input tensor is destroyed"))
             })
             .collect::<Result<_>>()?;
-        let results = self.run(|| execute(cg, &ins))?;
+        let budget = self.budget();
+        let results = self.run(|| execute(cg, &ins, budget))?;
         for (id, r) in outputs.iter().zip(results) {
             if let Some(t) = self.tensors.get_mut(id) {
                 t.data = r;
@@ -328,6 +381,7 @@ impl Backend for CpuBackend {
             .get(&graph)
             .ok_or_else(|| Error::invalid_state("the graph is destroyed"))?;
         let refs: Vec<&Buf> = inputs.iter().collect();
-        self.run(|| execute(cg, &refs))
+        let budget = self.budget();
+        self.run(|| execute(cg, &refs, budget))
     }
 }

@@ -59,6 +59,8 @@ pub fn supports(op: &str, dt: DataType) -> bool {
         "" | "reshape" => true,
         "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" | "abs" | "neg" | "exp" | "log"
         | "sqrt" | "relu" | "sigmoid" | "tanh" | "clamp" => wgsl_type(dt).is_some(),
+        "ceil" | "cos" | "floor" | "identity" | "reciprocal" | "roundEven" | "sin" | "sign"
+        | "tan" => dt == DataType::Float32,
         "matmul" => dt == DataType::Float32,
         _ => false,
     }
@@ -360,6 +362,9 @@ struct CompiledGraph {
 
 /// The GPU backend.
 pub struct GpuBackend {
+    /// Set by wgpu's device-lost callback; the timeline then loses the
+    /// context with this reason.
+    lost: Arc<Mutex<Option<String>>>,
     gpu: Gpu,
     accelerated: bool,
     tensors: HashMap<TensorId, GpuTensor>,
@@ -398,11 +403,16 @@ impl GpuBackend {
                 .unwrap_or_else(|p| p.into_inner())
                 .push(e.to_string());
         }));
-        let lost = uncaptured.clone();
+        let errors = uncaptured.clone();
+        let lost = Arc::new(Mutex::new(None));
+        let lost_slot = lost.clone();
         device.set_device_lost_callback(move |reason, message| {
-            lost.lock()
+            let why = format!("the GPU device was lost ({reason:?}): {message}");
+            errors
+                .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push(format!("the device was lost ({reason:?}): {message}"));
+                .push(why.clone());
+            *lost_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
         });
         Ok(GpuBackend {
             gpu: Gpu {
@@ -413,6 +423,7 @@ impl GpuBackend {
                 uncaptured,
             },
             accelerated: info.device_type != wgpu::DeviceType::Cpu,
+            lost,
             tensors: HashMap::new(),
             graphs: HashMap::new(),
         })
@@ -559,6 +570,10 @@ impl Backend for GpuBackend {
 
     fn accelerated(&self) -> bool {
         self.accelerated
+    }
+
+    fn lost_reason(&mut self) -> Option<String> {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// A tensor must fit one storage binding, since kernels bind whole

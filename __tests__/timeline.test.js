@@ -1,0 +1,265 @@
+'use strict';
+// Timeline semantics: destroy(), context loss, non-fatal errored tensors
+// with labels, exact exceptions, and native memory under create/drop churn.
+
+const path = require('path');
+const { spawnSync } = require('child_process');
+const { ml, MLGraphBuilder } = require('..');
+
+const f32 = (shape) => ({ dataType: 'float32', shape });
+
+async function rejection(promise) {
+  try {
+    await promise;
+  } catch (e) {
+    return e;
+  }
+  throw new Error('expected the promise to reject');
+}
+
+function thrown(fn) {
+  try {
+    fn();
+  } catch (e) {
+    return e;
+  }
+  throw new Error('expected a throw');
+}
+
+describe('tensor.destroy()', () => {
+  test('the discussion example: a pending read rejects with InvalidStateError', async () => {
+    const context = await ml.createContext();
+    const tensor = await context.createTensor({ ...f32([4]), readable: true, writable: true });
+    context.writeTensor(tensor, new Float32Array([1, 2, 3, 4]));
+    const read = context.readTensor(tensor);
+    tensor.destroy();
+    const e = await rejection(read);
+    expect(e.name).toBe('InvalidStateError');
+    // destroy() may be called again, and later uses fail as the spec says.
+    tensor.destroy();
+    expect(thrown(() => context.writeTensor(tensor, new Float32Array(4))).name).toBe('TypeError');
+    expect((await rejection(context.readTensor(tensor))).name).toBe('TypeError');
+  });
+
+  test('a dispatch queued before the destroy still completes', async () => {
+    const context = await ml.createContext();
+    const b = new MLGraphBuilder(context);
+    const x = b.input('x', f32([3]));
+    const graph = await b.build({ y: b.mul(x, x) });
+    const input = await context.createTensor({ ...f32([3]), writable: true });
+    const output = await context.createTensor({ ...f32([3]), readable: true });
+    context.writeTensor(input, new Float32Array([1, 2, 3]));
+    context.dispatch(graph, { x: input }, { y: output });
+    input.destroy(); // queued behind the dispatch: the dispatch reads it first
+    expect([...new Float32Array(await context.readTensor(output))]).toEqual([1, 4, 9]);
+    const e = thrown(() => context.dispatch(graph, { x: input }, { y: output }));
+    expect(e.name).toBe('TypeError');
+  });
+});
+
+describe('graph.destroy()', () => {
+  test('later dispatch and compute throw InvalidStateError', async () => {
+    const context = await ml.createContext();
+    const b = new MLGraphBuilder(context);
+    const x = b.input('x', f32([2]));
+    const graph = await b.build({ y: b.neg(x) });
+    const t = await context.createTensor({ ...f32([2]), writable: true });
+    const o = await context.createTensor({ ...f32([2]), readable: true });
+    graph.destroy();
+    graph.destroy();
+    expect(thrown(() => context.dispatch(graph, { x: t }, { y: o })).name).toBe('InvalidStateError');
+    const inp = new Float32Array(2);
+    const out = new Float32Array(2);
+    expect(thrown(() => context.compute(graph, { x: inp }, { y: out })).name).toBe('InvalidStateError');
+    // Nothing was detached by the refused compute.
+    expect(inp.byteLength).toBe(8);
+  });
+});
+
+describe('context.destroy()', () => {
+  test('pending reads, builds, tensor creations and computes reject; lost resolves', async () => {
+    const context = await ml.createContext({ label: 'doomed' });
+    const b = new MLGraphBuilder(context);
+    const x = b.input('x', f32([2]));
+    const graph = await b.build({ y: b.abs(x) });
+    const t = await context.createTensor({ ...f32([2]), readable: true, writable: true });
+
+    const b2 = new MLGraphBuilder(context);
+    const x2 = b2.input('x', f32([2]));
+    const pending = [
+      context.readTensor(t),
+      b2.build({ y: b2.relu(x2) }),
+      context.createTensor(f32([2])),
+      context.compute(graph, { x: new Float32Array(2) }, { y: new Float32Array(2) }),
+    ];
+    context.destroy();
+    const results = await Promise.allSettled(pending);
+    for (const r of results) {
+      expect(r.status).toBe('rejected');
+      expect(r.reason.name).toBe('InvalidStateError');
+    }
+    const info = await context.lost;
+    expect(info.message).toMatch(/destroyed/);
+    expect(info.message).toMatch(/doomed/);
+
+    // Builders and methods of a lost context refuse to work.
+    expect(thrown(() => new MLGraphBuilder(context)).name).toBe('InvalidStateError');
+    expect(thrown(() => b.abs(x)).name).toBe('InvalidStateError');
+    expect((await rejection(context.createTensor(f32([1])))).name).toBe('InvalidStateError');
+    expect(thrown(() => context.dispatch(graph, { x: t }, { y: t })).name).toBe('InvalidStateError');
+
+    // A new context works.
+    const fresh = await ml.createContext();
+    const fb = new MLGraphBuilder(fresh);
+    const fx = fb.input('x', f32([1]));
+    const g = await fb.build({ y: fb.neg(fx) });
+    const out = new Float32Array(1);
+    fresh.computeSync(g, { x: new Float32Array([2]) }, { y: out });
+    expect(out[0]).toBe(-2);
+  });
+
+  test('lost obtained before destroy() resolves once, with the same promise', async () => {
+    const context = await ml.createContext();
+    const lost = context.lost;
+    expect(context.lost).toBe(lost);
+    context.destroy();
+    context.destroy();
+    await expect(lost).resolves.toMatchObject({ message: expect.stringMatching(/destroyed/) });
+  });
+});
+
+describe('non-fatal errors on the timeline', () => {
+  // A real failure: an intermediate of 256 KiB cannot be allocated under a
+  // context memoryLimit of 64 KiB, so dispatch 'foo' fails on the worker.
+  async function setup() {
+    const context = await ml.createContext({ memoryLimit: 64 * 1024 });
+    const wide = 65536;
+    const b = new MLGraphBuilder(context);
+    const x = b.input('x', f32([1, 4]));
+    const w1 = b.constant(f32([4, wide]), new Float32Array(4 * wide).fill(0.5));
+    const w2 = b.constant(f32([wide, 4]), new Float32Array(wide * 4).fill(0.25));
+    const foo = await b.build({ a: b.matmul(b.matmul(x, w1), w2) });
+
+    const b2 = new MLGraphBuilder(context);
+    const a = b2.input('a', f32([1, 4]));
+    const bar = await b2.build({ b: b2.relu(a) });
+
+    const rw = { readable: true, writable: true };
+    const input = await context.createTensor({ ...f32([1, 4]), ...rw, label: 'input' });
+    const tensorA = await context.createTensor({ ...f32([1, 4]), ...rw, label: 'A' });
+    const tensorB = await context.createTensor({ ...f32([1, 4]), ...rw, label: 'B' });
+    return { context, foo, bar, input, tensorA, tensorB };
+  }
+
+  test("the discussion example: 'foo' errors A, 'bar' errors B, a write clears A", async () => {
+    const { context, foo, bar, input, tensorA, tensorB } = await setup();
+    context.writeTensor(input, new Float32Array([1, 2, 3, 4]));
+    context.dispatch(foo, { x: input }, { a: tensorA }, { label: 'foo' });
+    context.dispatch(bar, { a: tensorA }, { b: tensorB }, { label: 'bar' });
+
+    const ea = await rejection(context.readTensor(tensorA));
+    expect(ea.name).toBe('OperationError');
+    expect(ea.message).toMatch(/'foo'/);
+    expect(ea.message).toMatch(/memoryLimit/);
+    expect(ea.message).not.toMatch(/'bar'/);
+
+    const eb = await rejection(context.readTensor(tensorB));
+    expect(eb.name).toBe('OperationError');
+    expect(eb.message).toMatch(/'bar'/);
+    expect(eb.message).toMatch(/'foo'/);
+
+    // The context stays usable, and a write clears the errored state.
+    context.writeTensor(tensorA, new Float32Array([-1, 2, -3, 4]));
+    expect([...new Float32Array(await context.readTensor(tensorA))]).toEqual([-1, 2, -3, 4]);
+    // B is still errored until something writes it successfully...
+    expect((await rejection(context.readTensor(tensorB))).name).toBe('OperationError');
+    // ...such as a dispatch that now runs.
+    context.dispatch(bar, { a: tensorA }, { b: tensorB }, { label: 'bar' });
+    expect([...new Float32Array(await context.readTensor(tensorB))]).toEqual([0, 2, 0, 4]);
+  });
+
+  test('an unlabelled failing dispatch is reported as such, and other work goes on', async () => {
+    const { context, foo, input, tensorA } = await setup();
+    context.dispatch(foo, { x: input }, { a: tensorA });
+    const e = await rejection(context.readTensor(tensorA));
+    expect(e.name).toBe('OperationError');
+    expect(e.message).toMatch(/unlabelled dispatch/);
+    const ok = await context.readTensor(input);
+    expect(ok.byteLength).toBe(16);
+  });
+
+  test('createTensor beyond the memoryLimit rejects with UnknownError', async () => {
+    const context = await ml.createContext({ memoryLimit: 1024 });
+    const e = await rejection(context.createTensor({ ...f32([1024]), label: 'big' }));
+    expect(e.name).toBe('UnknownError');
+    expect(e.message).toMatch(/'big'/);
+    await expect(context.createTensor(f32([16]))).resolves.toBeDefined();
+  });
+
+  test('a failed build names its label and rejects with OperationError', async () => {
+    let gpu;
+    try {
+      gpu = await ml.createContext({ deviceType: 'gpu' });
+    } catch (e) {
+      expect(e.name).toBe('NotSupportedError');
+      return; // no adapter here: createContext's refusal is the checked behaviour
+    }
+    const b = new MLGraphBuilder(gpu);
+    const x = b.input('x', f32([2, 2]));
+    const e = await rejection(b.build({ y: b.transpose(x) }, { label: 'tposed' }));
+    expect(e.name).toBe('OperationError');
+    expect(e.message).toMatch(/'tposed'/);
+  });
+});
+
+describe('exceptions', () => {
+  test('argument kinds are TypeErrors, whichever way they are wrong', async () => {
+    const context = await ml.createContext();
+    const b = new MLGraphBuilder(context);
+    const x = b.input('x', f32([2, 3]));
+    // BigInt where a Number is required, and a Number where an enum string is.
+    expect(thrown(() => b.softmax(x, 1n)).name).toBe('TypeError');
+    expect(thrown(() => b.input('y', { dataType: 'float32', shape: [2n] })).name).toBe('TypeError');
+    expect(thrown(() => b.cast(x, 3)).name).toBe('TypeError');
+    expect(thrown(() => b.input('z', { dataType: 'float64', shape: [1] })).name).toBe('TypeError');
+    expect(thrown(() => b.input('w', { shape: [1] })).name).toBe('TypeError');
+    expect(thrown(() => b.transpose(x, { permutation: [1.5, 0] })).name).toBe('TypeError');
+    await expect(ml.createContext({ deviceType: 'tpu' })).rejects.toMatchObject({ name: 'TypeError' });
+    await expect(ml.createContext({ deviceType: 'npu' })).rejects.toMatchObject({
+      name: 'NotSupportedError',
+    });
+  });
+});
+
+describe('native memory', () => {
+  test('10,000 create/drop cycles of contexts and tensors keep a flat resident size', () => {
+    const script = `
+      const { ml } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+      async function cycle() {
+        const c = await ml.createContext();
+        const t = await c.createTensor({ dataType: 'float32', shape: [64, 1024], writable: true });
+        c.writeTensor(t, new Float32Array(64 * 1024));
+      }
+      (async () => {
+        for (let i = 0; i < 1000; i++) await cycle();
+        global.gc();
+        const before = process.memoryUsage().rss;
+        for (let i = 0; i < 10000; i++) await cycle();
+        global.gc();
+        await new Promise((r) => setTimeout(r, 200));
+        global.gc();
+        const after = process.memoryUsage().rss;
+        console.log(JSON.stringify({ before, after }));
+      })();
+    `;
+    const r = spawnSync(process.execPath, ['--expose-gc', '-e', script], {
+      encoding: 'utf8',
+      timeout: 110000,
+    });
+    expect(r.status).toBe(0);
+    const { before, after } = JSON.parse(r.stdout.trim().split('\n').pop());
+    // Each cycle allocates 256 KiB of tensor memory, 2.5 GiB over the loop;
+    // what stays must be a small fraction of one per cent of that.
+    expect(after - before).toBeLessThan(64 * 1024 * 1024);
+  }, 120000);
+});

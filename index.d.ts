@@ -257,6 +257,11 @@ export class MLGraphBuilder {
   // --- reduce operators ---
 
   // --- gather operators ---
+  gather(input: MLOperand, indices: MLOperand, options?: MLGatherOptions): MLOperand;
+  gatherElements(input: MLOperand, indices: MLOperand, options?: MLGatherOptions): MLOperand;
+  gatherND(input: MLOperand, indices: MLOperand, options?: MLOperatorOptions): MLOperand;
+  scatterElements(input: MLOperand, indices: MLOperand, updates: MLOperand, options?: MLScatterOptions): MLOperand;
+  scatterND(input: MLOperand, indices: MLOperand, updates: MLOperand, options?: MLOperatorOptions): MLOperand;
 
   // --- movement operators ---
 
@@ -324,6 +329,18 @@ export interface MLLstmOptions extends MLOperatorOptions {
   direction?: MLRecurrentNetworkDirection;
   layout?: MLLstmWeightLayout;
   activations?: MLRecurrentNetworkActivation[];
+}
+
+/** Options of gather() and gatherElements(). */
+export interface MLGatherOptions extends MLOperatorOptions {
+  /** The axis to gather along, in [0, input rank); default 0. */
+  axis?: number;
+}
+
+/** Options of scatterElements(). */
+export interface MLScatterOptions extends MLOperatorOptions {
+  /** The axis to scatter along, in [0, input rank); default 0. */
+  axis?: number;
 }
 
 // --- option dictionaries of the operator families ---

@@ -1,16 +1,506 @@
 //! CPU kernels: gru, gruCell, lstm, lstmCell.
+//!
+//! All four run the same loop: per direction, per time step, one cell
+//! update of every batch row, following the gate equations of the spec's
+//! gruCell/lstmCell decompositions. Arithmetic is in f64 (the states carry
+//! from step to step, so rounding them once per step to float32 or float16
+//! would compound); each output is rounded once to its type.
 
-use crate::error::Result;
-use crate::graph::ops::recurrent::RecurrentOp;
+use crate::error::{Error, Result};
+use crate::graph::ops::recurrent::{RecurrentOp, RnnActivation, RnnDirection, RnnParams};
 use crate::tensor::Buf;
-use crate::types::OperandDescriptor;
+use crate::types::{DataType, OperandDescriptor};
 
 /// Runs one operator of this family; returns one buffer per output.
 pub fn run(
     op: &RecurrentOp,
-    _inputs: &[&Buf],
-    _in_descs: &[&OperandDescriptor],
-    _out_descs: &[OperandDescriptor],
+    inputs: &[&Buf],
+    in_descs: &[&OperandDescriptor],
+    out_descs: &[OperandDescriptor],
 ) -> Result<Vec<Buf>> {
-    match *op {}
+    let dt = in_descs
+        .first()
+        .map(|d| d.data_type)
+        .ok_or_else(|| Error::operation("a recurrent operator has no input"))?;
+    let ins: Vec<Vec<f64>> = inputs.iter().map(|b| to_f64(b)).collect::<Result<_>>()?;
+    let (p, lstm) = match op {
+        RecurrentOp::Gru(p) | RecurrentOp::GruCell(p) => (p, false),
+        RecurrentOp::Lstm(p) | RecurrentOp::LstmCell(p) => (p, true),
+    };
+    let outs = network(p, lstm, &ins)?;
+    if outs.len() != out_descs.len() {
+        return Err(Error::operation(
+            "a recurrent operator produced the wrong number of outputs",
+        ));
+    }
+    outs.into_iter().map(|v| from_f64(dt, &v)).collect()
+}
+
+fn to_f64(b: &Buf) -> Result<Vec<f64>> {
+    match b {
+        Buf::F32(v) => Ok(v.iter().map(|&x| x as f64).collect()),
+        Buf::F16(_) => Ok(b.to_f32_vec().into_iter().map(|x| x as f64).collect()),
+        _ => Err(Error::operation(
+            "a recurrent operator got a non-float tensor",
+        )),
+    }
+}
+
+fn from_f64(dt: DataType, v: &[f64]) -> Result<Buf> {
+    crate::backend::cpu::util::from_floats(dt, v.iter().map(|&x| x as f32).collect())
+}
+
+fn act(a: RnnActivation, x: f64) -> f64 {
+    match a {
+        RnnActivation::Relu => x.max(0.0),
+        RnnActivation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        RnnActivation::Tanh => x.tanh(),
+    }
+}
+
+/// Reads an optional input, checking its length.
+fn opt<'a>(ins: &'a [Vec<f64>], idx: Option<usize>, len: usize) -> Result<Option<&'a [f64]>> {
+    match idx {
+        None => Ok(None),
+        Some(i) => match ins.get(i) {
+            Some(v) if v.len() == len => Ok(Some(v)),
+            _ => Err(Error::operation("a recurrent operand has the wrong size")),
+        },
+    }
+}
+
+/// Weights of one direction (slices of the packed tensors).
+struct Dir<'a> {
+    w: &'a [f64],
+    rw: &'a [f64],
+    bias: Option<&'a [f64]>,
+    rbias: Option<&'a [f64]>,
+    peep: Option<&'a [f64]>,
+}
+
+/// The whole network: outputs as in `RecurrentOp`'s documentation
+/// (last hidden, [last cell], [sequence]).
+fn network(p: &RnnParams, lstm: bool, ins: &[Vec<f64>]) -> Result<Vec<Vec<f64>>> {
+    let (steps, batch, isz, h) = (p.steps, p.batch, p.input_size, p.hidden);
+    let dirs = p.num_directions();
+    let n_gates = if lstm { 4 } else { 3 };
+    let rows = n_gates * h;
+    let state_len = dirs * batch * h;
+    let x = opt(ins, Some(0), steps * batch * isz)?.unwrap_or_default();
+    let w = opt(ins, Some(1), dirs * rows * isz)?.unwrap_or_default();
+    let rw = opt(ins, Some(2), dirs * rows * h)?.unwrap_or_default();
+    let bias = opt(ins, p.bias, dirs * rows)?;
+    let rbias = opt(ins, p.recurrent_bias, dirs * rows)?;
+    let peep = opt(ins, p.peephole, dirs * 3 * h)?;
+    let h0 = opt(ins, p.hidden_state, state_len)?;
+    let c0 = opt(ins, p.cell_state, state_len)?;
+
+    let mut last_h = vec![0.0; state_len];
+    let mut last_c = vec![0.0; state_len];
+    let mut seq = if p.return_sequence {
+        vec![0.0; steps * state_len]
+    } else {
+        Vec::new()
+    };
+    for d in 0..dirs {
+        let dir = Dir {
+            w: &w[d * rows * isz..(d + 1) * rows * isz],
+            rw: &rw[d * rows * h..(d + 1) * rows * h],
+            bias: bias.map(|b| &b[d * rows..(d + 1) * rows]),
+            rbias: rbias.map(|b| &b[d * rows..(d + 1) * rows]),
+            peep: peep.map(|b| &b[d * 3 * h..(d + 1) * 3 * h]),
+        };
+        let st = d * batch * h..(d + 1) * batch * h;
+        let mut hs = h0.map_or_else(|| vec![0.0; batch * h], |v| v[st.clone()].to_vec());
+        let mut cs = c0.map_or_else(|| vec![0.0; batch * h], |v| v[st.clone()].to_vec());
+        // The second direction of "both", and "backward", read the
+        // sequence from its end.
+        let reverse = p.direction == RnnDirection::Backward || d == 1;
+        for step in 0..steps {
+            let t = if reverse { steps - 1 - step } else { step };
+            let xt = &x[t * batch * isz..(t + 1) * batch * isz];
+            if lstm {
+                lstm_step(p, &dir, xt, &mut hs, &mut cs);
+            } else {
+                gru_step(p, &dir, xt, &mut hs);
+            }
+            if p.return_sequence {
+                // The sequence is indexed by the time slice, whatever the
+                // direction: [t, d, batch, hidden].
+                let off = t * state_len + d * batch * h;
+                seq[off..off + batch * h].copy_from_slice(&hs);
+            }
+        }
+        last_h[st.clone()].copy_from_slice(&hs);
+        last_c[st].copy_from_slice(&cs);
+    }
+    let mut outs = vec![last_h];
+    if lstm {
+        outs.push(last_c);
+    }
+    if p.return_sequence {
+        outs.push(seq);
+    }
+    Ok(outs)
+}
+
+/// Row `row` of `m` (row length `n`) dotted with `v`.
+fn dot(m: &[f64], row: usize, n: usize, v: &[f64]) -> f64 {
+    m[row * n..(row + 1) * n]
+        .iter()
+        .zip(v)
+        .map(|(a, b)| a * b)
+        .sum()
+}
+
+fn at(v: Option<&[f64]>, i: usize) -> f64 {
+    v.map_or(0.0, |v| v[i])
+}
+
+/// One gruCell update of every batch row: z and r gates, new gate n, then
+/// h' = z * h + (1 - z) * n.
+fn gru_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64]) {
+    let (isz, h) = (p.input_size, p.hidden);
+    let (zb, rb, nb) = (p.gates[0] * h, p.gates[1] * h, p.gates[2] * h);
+    let (fg, fn_) = (p.activations[0], p.activations[1]);
+    let mut r = vec![0.0; h];
+    let mut z = vec![0.0; h];
+    let mut rh = vec![0.0; h];
+    let mut out = vec![0.0; h];
+    for b in 0..p.batch {
+        let xb = &x[b * isz..(b + 1) * isz];
+        let hb = &hs[b * h..(b + 1) * h];
+        for j in 0..h {
+            let gate = |base: usize| {
+                let row = base + j;
+                dot(d.w, row, isz, xb) + dot(d.rw, row, h, hb) + at(d.bias, row) + at(d.rbias, row)
+            };
+            z[j] = act(fg, gate(zb));
+            r[j] = act(fg, gate(rb));
+        }
+        for j in 0..h {
+            rh[j] = r[j] * hb[j];
+        }
+        for j in 0..h {
+            let row = nb + j;
+            let xn = dot(d.w, row, isz, xb) + at(d.bias, row);
+            let n = if p.reset_after {
+                act(fn_, xn + r[j] * (dot(d.rw, row, h, hb) + at(d.rbias, row)))
+            } else {
+                act(fn_, xn + at(d.rbias, row) + dot(d.rw, row, h, &rh))
+            };
+            out[j] = z[j] * hb[j] + (1.0 - z[j]) * n;
+        }
+        hs[b * h..(b + 1) * h].copy_from_slice(&out);
+    }
+}
+
+/// One lstmCell update of every batch row: gates i, f, o (with peepholes
+/// on the incoming cell state), cell gate g, then c' = f * c + i * g and
+/// h' = o * act(c').
+fn lstm_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64], cs: &mut [f64]) {
+    let (isz, h) = (p.input_size, p.hidden);
+    let (ib, ob, fb, gb) = (
+        p.gates[0] * h,
+        p.gates[1] * h,
+        p.gates[2] * h,
+        p.gates[3] * h,
+    );
+    let (fgate, fcell, fout) = (p.activations[0], p.activations[1], p.activations[2]);
+    let mut new_h = vec![0.0; h];
+    for b in 0..p.batch {
+        let xb = &x[b * isz..(b + 1) * isz];
+        let hb = &hs[b * h..(b + 1) * h];
+        let cb = &mut cs[b * h..(b + 1) * h];
+        for j in 0..h {
+            let pre = |base: usize| {
+                let row = base + j;
+                dot(d.w, row, isz, xb) + dot(d.rw, row, h, hb) + at(d.bias, row) + at(d.rbias, row)
+            };
+            let c = cb[j];
+            // Peepholes are packed i, o, f whatever the layout.
+            let i = act(fgate, pre(ib) + c * at(d.peep, j));
+            let o = act(fgate, pre(ob) + c * at(d.peep, h + j));
+            let f = act(fgate, pre(fb) + c * at(d.peep, 2 * h + j));
+            let g = act(fcell, pre(gb));
+            let c_new = f * c + i * g;
+            cb[j] = c_new;
+            new_h[j] = o * act(fout, c_new);
+        }
+        hs[b * h..(b + 1) * h].copy_from_slice(&new_h);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(lstm: bool, steps: usize, batch: usize, isz: usize, h: usize) -> RnnParams {
+        use RnnActivation::*;
+        RnnParams {
+            steps,
+            batch,
+            input_size: isz,
+            hidden: h,
+            direction: RnnDirection::Forward,
+            return_sequence: false,
+            reset_after: true,
+            gates: if lstm {
+                vec![0, 1, 2, 3]
+            } else {
+                vec![0, 1, 2]
+            },
+            activations: if lstm {
+                vec![Sigmoid, Tanh, Tanh]
+            } else {
+                vec![Sigmoid, Tanh]
+            },
+            bias: None,
+            recurrent_bias: None,
+            peephole: None,
+            hidden_state: None,
+            cell_state: None,
+        }
+    }
+
+    fn sig(x: f64) -> f64 {
+        1.0 / (1.0 + (-x).exp())
+    }
+
+    /// Deterministic pseudo-random values in [-1, 1).
+    fn vals(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Naive GRU cell straight from the gate equations (zrn layout,
+    /// sigmoid/tanh), one batch row.
+    fn gru_ref(
+        x: &[f64],
+        h: &[f64],
+        w: &[f64],
+        rw: &[f64],
+        b: &[f64],
+        rb: &[f64],
+        reset_after: bool,
+    ) -> Vec<f64> {
+        let (isz, hs) = (x.len(), h.len());
+        let mv = |m: &[f64], v: &[f64], row: usize| -> f64 {
+            (0..v.len()).map(|k| m[row * v.len() + k] * v[k]).sum()
+        };
+        let z: Vec<f64> = (0..hs)
+            .map(|j| sig(mv(w, x, j) + mv(rw, h, j) + b[j] + rb[j]))
+            .collect();
+        let r: Vec<f64> = (0..hs)
+            .map(|j| sig(mv(w, x, hs + j) + mv(rw, h, hs + j) + b[hs + j] + rb[hs + j]))
+            .collect();
+        let rh: Vec<f64> = (0..hs).map(|j| r[j] * h[j]).collect();
+        let _ = isz;
+        (0..hs)
+            .map(|j| {
+                let row = 2 * hs + j;
+                let n = if reset_after {
+                    (mv(w, x, row) + b[row] + r[j] * (mv(rw, h, row) + rb[row])).tanh()
+                } else {
+                    (mv(w, x, row) + b[row] + rb[row] + mv(rw, &rh, row)).tanh()
+                };
+                z[j] * h[j] + (1.0 - z[j]) * n
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gru_cell_matches_reference() {
+        for &(batch, isz, h, reset_after) in &[
+            (1, 1, 1, true),
+            (3, 5, 2, false),
+            (2, 3, 7, true),
+            (1, 4, 3, false),
+        ] {
+            let mut p = params(false, 1, batch, isz, h);
+            p.reset_after = reset_after;
+            p.hidden_state = Some(3);
+            p.bias = Some(4);
+            p.recurrent_bias = Some(5);
+            let x = vals(batch * isz, 1);
+            let w = vals(3 * h * isz, 2);
+            let rw = vals(3 * h * h, 3);
+            let hs = vals(batch * h, 4);
+            let b = vals(3 * h, 5);
+            let rb = vals(3 * h, 6);
+            let ins = vec![
+                x.clone(),
+                w.clone(),
+                rw.clone(),
+                hs.clone(),
+                b.clone(),
+                rb.clone(),
+            ];
+            let out = network(&p, false, &ins).unwrap();
+            for bi in 0..batch {
+                let want = gru_ref(
+                    &x[bi * isz..(bi + 1) * isz],
+                    &hs[bi * h..(bi + 1) * h],
+                    &w,
+                    &rw,
+                    &b,
+                    &rb,
+                    reset_after,
+                );
+                for j in 0..h {
+                    assert!((out[0][bi * h + j] - want[j]).abs() < 1e-12);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lstm_cell_matches_reference() {
+        let (batch, isz, h) = (2, 3, 2);
+        let mut p = params(true, 1, batch, isz, h);
+        p.hidden_state = Some(3);
+        p.cell_state = Some(4);
+        p.peephole = Some(5);
+        let x = vals(batch * isz, 7);
+        let w = vals(4 * h * isz, 8);
+        let rw = vals(4 * h * h, 9);
+        let hs = vals(batch * h, 10);
+        let cs = vals(batch * h, 11);
+        let pw = vals(3 * h, 12);
+        let ins = vec![
+            x.clone(),
+            w.clone(),
+            rw.clone(),
+            hs.clone(),
+            cs.clone(),
+            pw.clone(),
+        ];
+        let out = network(&p, true, &ins).unwrap();
+        for bi in 0..batch {
+            let xb = &x[bi * isz..(bi + 1) * isz];
+            let hb = &hs[bi * h..(bi + 1) * h];
+            for j in 0..h {
+                let pre = |g: usize| -> f64 {
+                    let row = g * h + j;
+                    (0..isz).map(|k| w[row * isz + k] * xb[k]).sum::<f64>()
+                        + (0..h).map(|k| rw[row * h + k] * hb[k]).sum::<f64>()
+                };
+                let c = cs[bi * h + j];
+                let i = sig(pre(0) + pw[j] * c);
+                let o = sig(pre(1) + pw[h + j] * c);
+                let f = sig(pre(2) + pw[2 * h + j] * c);
+                let g = pre(3).tanh();
+                let c2 = f * c + i * g;
+                assert!((out[1][bi * h + j] - c2).abs() < 1e-12);
+                assert!((out[0][bi * h + j] - o * c2.tanh()).abs() < 1e-12);
+            }
+        }
+    }
+
+    /// A two-step network equals two chained cells, and "both" runs the
+    /// second direction on the reversed sequence.
+    #[test]
+    fn network_chains_cells_in_both_directions() {
+        let (steps, batch, isz, h) = (2, 2, 3, 2);
+        for lstm in [false, true] {
+            let g = if lstm { 4 } else { 3 };
+            let mut p = params(lstm, steps, batch, isz, h);
+            p.direction = RnnDirection::Both;
+            p.return_sequence = true;
+            let x = vals(steps * batch * isz, 20);
+            let w = vals(2 * g * h * isz, 21);
+            let rw = vals(2 * g * h * h, 22);
+            let out = network(&p, lstm, &[x.clone(), w.clone(), rw.clone()]).unwrap();
+            let seq = out.last().unwrap();
+            assert_eq!(seq.len(), steps * 2 * batch * h);
+            for d in 0..2 {
+                let mut c = params(lstm, 1, batch, isz, h);
+                c.hidden_state = Some(3);
+                if lstm {
+                    c.cell_state = Some(4);
+                }
+                let wd = w[d * g * h * isz..(d + 1) * g * h * isz].to_vec();
+                let rwd = rw[d * g * h * h..(d + 1) * g * h * h].to_vec();
+                let mut hs = vec![0.0; batch * h];
+                let mut cs = vec![0.0; batch * h];
+                let order: Vec<usize> = if d == 0 { vec![0, 1] } else { vec![1, 0] };
+                for t in order {
+                    let xt = x[t * batch * isz..(t + 1) * batch * isz].to_vec();
+                    let mut ins = vec![xt, wd.clone(), rwd.clone(), hs.clone()];
+                    if lstm {
+                        ins.push(cs.clone());
+                    }
+                    let o = network(&c, lstm, &ins).unwrap();
+                    hs = o[0].clone();
+                    if lstm {
+                        cs = o[1].clone();
+                    }
+                    let off = t * 2 * batch * h + d * batch * h;
+                    assert_eq!(&seq[off..off + batch * h], &hs[..]);
+                }
+                assert_eq!(&out[0][d * batch * h..(d + 1) * batch * h], &hs[..]);
+                if lstm {
+                    assert_eq!(&out[1][d * batch * h..(d + 1) * batch * h], &cs[..]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn float16_rounds_once_per_output() {
+        // gruCell with zero weights: z = r = sigmoid(0) = 0.5, n = tanh(0)
+        // = 0, so h' = 0.5 * h.
+        let mut p = params(false, 1, 1, 1, 1);
+        p.hidden_state = Some(3);
+        let f16 = |x: f32| Buf::F16(vec![crate::f16::f32_to_f16(x)]);
+        let (x, w, rw, h) = (
+            f16(1.0),
+            Buf::F16(vec![0; 3]),
+            Buf::F16(vec![0; 3]),
+            f16(0.3),
+        );
+        let d2 = OperandDescriptor::new(DataType::Float16, vec![1, 1]).unwrap();
+        let d3 = OperandDescriptor::new(DataType::Float16, vec![3, 1]).unwrap();
+        let out = run(
+            &RecurrentOp::GruCell(p),
+            &[&x, &w, &rw, &h],
+            &[&d2, &d3, &d3, &d2],
+            &[d2.clone()],
+        )
+        .unwrap();
+        let h16 = crate::f16::f16_to_f32(crate::f16::f32_to_f16(0.3)) as f64;
+        let want = crate::f16::f32_to_f16((0.5 * h16) as f32);
+        assert_eq!(out[0], Buf::F16(vec![want]));
+    }
+
+    #[test]
+    fn relu_activations_and_rzn_layout() {
+        // gruCell, hidden 1, input 1, x = 1, h = 2, rzn layout: rows are
+        // r, z, n. W = [0.5, 0.25, 1], R = [0, 0, 0.5], resetAfter false,
+        // relu/relu: r = relu(0.5) = 0.5, z = relu(0.25) = 0.25,
+        // n = relu(1 + 0.5 * (0.5 * 2)) = 1.5, h' = 0.25 * 2 + 0.75 * 1.5
+        // = 1.625.
+        let mut p = params(false, 1, 1, 1, 1);
+        p.hidden_state = Some(3);
+        p.reset_after = false;
+        p.gates = vec![1, 0, 2];
+        p.activations = vec![RnnActivation::Relu, RnnActivation::Relu];
+        let ins = vec![
+            vec![1.0],
+            vec![0.5, 0.25, 1.0],
+            vec![0.0, 0.0, 0.5],
+            vec![2.0],
+        ];
+        let out = network(&p, false, &ins).unwrap();
+        assert_eq!(out[0], vec![1.625]);
+    }
 }

@@ -1,16 +1,779 @@
 //! CPU kernels: Reductions (reduceL1 ... reduceSumSquare), argMin/argMax, cumulativeSum.
+//!
+//! Floats accumulate in f64 (float16 widened exactly) and are rounded once
+//! per output element. Integers use wrapping arithmetic in their own type,
+//! so no data can make a kernel panic.
 
-use crate::error::Result;
-use crate::graph::ops::reduce::ReduceOp;
+use crate::error::{Error, Result};
+use crate::graph::ops::reduce::{ReduceKind, ReduceOp};
 use crate::tensor::Buf;
-use crate::types::OperandDescriptor;
+use crate::types::{DataType, OperandDescriptor};
+
+use super::util::{floats, from_floats};
 
 /// Runs one operator of this family; returns one buffer per output.
 pub fn run(
     op: &ReduceOp,
-    _inputs: &[&Buf],
-    _in_descs: &[&OperandDescriptor],
-    _out_descs: &[OperandDescriptor],
+    inputs: &[&Buf],
+    in_descs: &[&OperandDescriptor],
+    out_descs: &[OperandDescriptor],
 ) -> Result<Vec<Buf>> {
-    match *op {}
+    let x = inputs[0];
+    let shape = &in_descs[0].shape;
+    let out = &out_descs[0];
+    let buf = match op {
+        ReduceOp::Reduce { kind, axes, .. } => {
+            reduce(*kind, x, shape, axes, out.data_type, out.element_count())?
+        }
+        ReduceOp::ArgMinMax { max, axis, .. } => arg_min_max(x, shape, *axis, *max, out.data_type)?,
+        ReduceOp::CumulativeSum {
+            axis,
+            exclusive,
+            reversed,
+        } => cumulative_sum(x, shape, *axis, *exclusive, *reversed, out.data_type)?,
+    };
+    Ok(vec![buf])
+}
+
+/// The input seen as runs of adjacent axes that are all reduced or all kept
+/// (size-1 axes dropped, as they change nothing): `(size, reduced)`.
+/// Collapsing makes the innermost loop as long as possible.
+fn segments(shape: &[usize], axes: &[usize]) -> Vec<(usize, bool)> {
+    let mut segs: Vec<(usize, bool)> = Vec::new();
+    for (i, &n) in shape.iter().enumerate() {
+        if n == 1 {
+            continue;
+        }
+        let r = axes.contains(&i);
+        match segs.last_mut() {
+            Some((s, last_r)) if *last_r == r => *s *= n,
+            _ => segs.push((n, r)),
+        }
+    }
+    if segs.is_empty() {
+        segs.push((1, false));
+    }
+    segs
+}
+
+/// Walks the input in memory order, one run of the last segment at a time:
+/// `visit(in_start, out_start)`. When the last segment is kept, the run maps
+/// element by element to `out[out_start..]`; when it is reduced, the whole
+/// run reduces into `out[out_start]`.
+fn walk(segs: &[(usize, bool)], mut visit: impl FnMut(usize, usize)) {
+    let (head, last) = segs.split_at(segs.len() - 1);
+    let (last_n, last_reduced) = last[0];
+    // Output stride of each head segment: the product of the kept sizes
+    // after it (0 for reduced segments).
+    let mut ostr = vec![0usize; head.len()];
+    let mut acc = if last_reduced { 1 } else { last_n };
+    for (i, &(n, r)) in head.iter().enumerate().rev() {
+        if !r {
+            ostr[i] = acc;
+            acc *= n;
+        }
+    }
+    let runs: usize = head.iter().map(|s| s.0).product();
+    let mut idx = vec![0usize; head.len()];
+    let mut o = 0usize;
+    for run in 0..runs {
+        visit(run * last_n, o);
+        for d in (0..head.len()).rev() {
+            idx[d] += 1;
+            o += ostr[d];
+            if idx[d] < head[d].0 {
+                break;
+            }
+            o -= ostr[d] * head[d].0;
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Folds `x` into `out_len` accumulators starting at `init` with
+/// `f(acc, value, out_index)`.
+fn fold<T: Copy, A: Copy>(
+    segs: &[(usize, bool)],
+    x: &[T],
+    out_len: usize,
+    init: A,
+    f: impl Fn(A, T, usize) -> A,
+) -> Vec<A> {
+    let mut acc = vec![init; out_len];
+    let (n, reduced) = segs[segs.len() - 1];
+    walk(segs, |i, o| {
+        let run = &x[i..i + n];
+        if reduced {
+            let mut a = acc[o];
+            for &v in run {
+                a = f(a, v, o);
+            }
+            acc[o] = a;
+        } else {
+            for (j, (a, &v)) in acc[o..o + n].iter_mut().zip(run).enumerate() {
+                *a = f(*a, v, o + j);
+            }
+        }
+    });
+    acc
+}
+
+/// max/min that propagate NaN (a NaN among the values gives NaN).
+fn max_nan(a: f64, v: f64) -> f64 {
+    if a.is_nan() || v.is_nan() {
+        f64::NAN
+    } else if v > a {
+        v
+    } else {
+        a
+    }
+}
+
+fn min_nan(a: f64, v: f64) -> f64 {
+    if a.is_nan() || v.is_nan() {
+        f64::NAN
+    } else if v < a {
+        v
+    } else {
+        a
+    }
+}
+
+/// A float reduction in f64.
+fn reduce_floats(kind: ReduceKind, segs: &[(usize, bool)], x: &[f32], out_len: usize) -> Vec<f64> {
+    use ReduceKind::*;
+    let count = (x.len() / out_len.max(1)) as f64;
+    match kind {
+        L1 => fold(segs, x, out_len, 0.0, |a, v, _| a + (v as f64).abs()),
+        L2 => fold(segs, x, out_len, 0.0, |a, v, _| a + (v as f64) * (v as f64))
+            .into_iter()
+            .map(f64::sqrt)
+            .collect(),
+        SumSquare => fold(segs, x, out_len, 0.0, |a, v, _| a + (v as f64) * (v as f64)),
+        Sum => fold(segs, x, out_len, 0.0, |a, v, _| a + v as f64),
+        LogSum => fold(segs, x, out_len, 0.0, |a, v, _| a + v as f64)
+            .into_iter()
+            .map(f64::ln)
+            .collect(),
+        Mean => fold(segs, x, out_len, 0.0, |a, v, _| a + v as f64)
+            .into_iter()
+            .map(|s| s / count)
+            .collect(),
+        Product => fold(segs, x, out_len, 1.0, |a, v, _| a * v as f64),
+        Max => fold(segs, x, out_len, f64::NEG_INFINITY, |a, v, _| {
+            max_nan(a, v as f64)
+        }),
+        Min => fold(segs, x, out_len, f64::INFINITY, |a, v, _| {
+            min_nan(a, v as f64)
+        }),
+        LogSumExp => {
+            // log(sum(exp(x))) = m + log(sum(exp(x - m))) with m the maximum,
+            // so that large values do not overflow exp.
+            let m = fold(segs, x, out_len, f64::NEG_INFINITY, |a, v, _| {
+                max_nan(a, v as f64)
+            });
+            let s = fold(segs, x, out_len, 0.0, |a, v, o| a + (v as f64 - m[o]).exp());
+            m.iter()
+                .zip(s)
+                .map(|(&m, s)| if m.is_finite() { m + s.ln() } else { m })
+                .collect()
+        }
+    }
+}
+
+/// Integer element types: wrapping arithmetic that never panics.
+trait IntElem: Copy + PartialOrd {
+    const ZERO: Self;
+    const ONE: Self;
+    const MIN: Self;
+    const MAX: Self;
+    fn wadd(self, o: Self) -> Self;
+    fn wmul(self, o: Self) -> Self;
+    fn wabs(self) -> Self;
+}
+
+macro_rules! int_elem {
+    ($($t:ty, $abs:expr;)*) => {$(
+        impl IntElem for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            const MIN: Self = <$t>::MIN;
+            const MAX: Self = <$t>::MAX;
+            fn wadd(self, o: Self) -> Self {
+                self.wrapping_add(o)
+            }
+            fn wmul(self, o: Self) -> Self {
+                self.wrapping_mul(o)
+            }
+            fn wabs(self) -> Self {
+                let f: fn($t) -> $t = $abs;
+                f(self)
+            }
+        }
+    )*};
+}
+
+int_elem! {
+    i8, |v| v.wrapping_abs();
+    u8, |v| v;
+    i32, |v| v.wrapping_abs();
+    u32, |v| v;
+    i64, |v| v.wrapping_abs();
+    u64, |v| v;
+}
+
+/// An integer reduction in the element type (wrapping). Only the kinds the
+/// spec allows for integers exist here.
+fn reduce_ints<T: IntElem>(
+    kind: ReduceKind,
+    segs: &[(usize, bool)],
+    x: &[T],
+    out_len: usize,
+) -> Result<Vec<T>> {
+    use ReduceKind::*;
+    Ok(match kind {
+        Sum => fold(segs, x, out_len, T::ZERO, |a, v, _| a.wadd(v)),
+        L1 => fold(segs, x, out_len, T::ZERO, |a, v, _| a.wadd(v.wabs())),
+        SumSquare => fold(segs, x, out_len, T::ZERO, |a, v, _| a.wadd(v.wmul(v))),
+        Product => fold(segs, x, out_len, T::ONE, |a, v, _| a.wmul(v)),
+        Max => fold(
+            segs,
+            x,
+            out_len,
+            T::MIN,
+            |a, v, _| if v > a { v } else { a },
+        ),
+        Min => fold(
+            segs,
+            x,
+            out_len,
+            T::MAX,
+            |a, v, _| if v < a { v } else { a },
+        ),
+        _ => {
+            return Err(Error::operation(format!(
+                "{} does not take integer inputs",
+                kind.name()
+            )))
+        }
+    })
+}
+
+fn reduce(
+    kind: ReduceKind,
+    x: &Buf,
+    shape: &[usize],
+    axes: &[usize],
+    out_type: DataType,
+    out_len: usize,
+) -> Result<Buf> {
+    let segs = segments(shape, axes);
+    let expected: usize = segs.iter().map(|s| s.0).product();
+    if expected != x.len() {
+        return Err(Error::operation("reduce: the input size does not match"));
+    }
+    Ok(match x {
+        Buf::F32(_) | Buf::F16(_) => {
+            let v = floats(x)?;
+            let r = reduce_floats(kind, &segs, &v, out_len);
+            from_floats(out_type, r.into_iter().map(|a| a as f32).collect())?
+        }
+        Buf::I32(v) => Buf::I32(reduce_ints(kind, &segs, v, out_len)?),
+        Buf::U32(v) => Buf::U32(reduce_ints(kind, &segs, v, out_len)?),
+        Buf::I64(v) => Buf::I64(reduce_ints(kind, &segs, v, out_len)?),
+        Buf::U64(v) => Buf::U64(reduce_ints(kind, &segs, v, out_len)?),
+        Buf::I8(v) => Buf::I8(reduce_ints(kind, &segs, v, out_len)?),
+        Buf::U8(v) => Buf::U8(reduce_ints(kind, &segs, v, out_len)?),
+    })
+}
+
+/// The sizes before, along and after `axis`.
+fn split_at_axis(shape: &[usize], axis: usize) -> Result<(usize, usize, usize)> {
+    if axis >= shape.len() {
+        return Err(Error::operation("the axis is out of range"));
+    }
+    Ok((
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    ))
+}
+
+/// Index of the first minimum (or maximum) along the middle dimension.
+/// Ties keep the first index; a NaN never replaces the current best.
+fn arg_best<T: Copy + PartialOrd>(
+    x: &[T],
+    outer: usize,
+    n: usize,
+    inner: usize,
+    max: bool,
+) -> Vec<i64> {
+    let mut out = vec![0i64; outer * inner];
+    let mut best: Vec<T> = Vec::with_capacity(inner);
+    for o in 0..outer {
+        let base = o * n * inner;
+        best.clear();
+        best.extend_from_slice(&x[base..base + inner]);
+        let idx = &mut out[o * inner..(o + 1) * inner];
+        for k in 1..n {
+            let row = &x[base + k * inner..base + (k + 1) * inner];
+            for ((b, i), &v) in best.iter_mut().zip(idx.iter_mut()).zip(row) {
+                let better = if max { v > *b } else { v < *b };
+                if better {
+                    *b = v;
+                    *i = k as i64;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn arg_min_max(
+    x: &Buf,
+    shape: &[usize],
+    axis: usize,
+    max: bool,
+    out_type: DataType,
+) -> Result<Buf> {
+    let (outer, n, inner) = split_at_axis(shape, axis)?;
+    if outer * n * inner != x.len() || n == 0 {
+        return Err(Error::operation(
+            "argMin/argMax: the input size does not match",
+        ));
+    }
+    let idx = match x {
+        Buf::F32(_) | Buf::F16(_) => arg_best(&floats(x)?, outer, n, inner, max),
+        Buf::I32(v) => arg_best(v, outer, n, inner, max),
+        Buf::U32(v) => arg_best(v, outer, n, inner, max),
+        Buf::I64(v) => arg_best(v, outer, n, inner, max),
+        Buf::U64(v) => arg_best(v, outer, n, inner, max),
+        Buf::I8(v) => arg_best(v, outer, n, inner, max),
+        Buf::U8(v) => arg_best(v, outer, n, inner, max),
+    };
+    match out_type {
+        // Validation keeps the axis size within the output type's range.
+        DataType::Int32 => Ok(Buf::I32(idx.into_iter().map(|i| i as i32).collect())),
+        DataType::Int64 => Ok(Buf::I64(idx)),
+        other => Err(Error::operation(format!(
+            "argMin/argMax cannot produce {}",
+            other.name()
+        ))),
+    }
+}
+
+/// A running sum along the middle dimension, one row of `inner` at a time.
+/// `add` accumulates, `store` converts the running sum to the element.
+fn scan<T: Copy, A: Copy, U: Copy + Default>(
+    x: &[T],
+    (outer, n, inner): (usize, usize, usize),
+    exclusive: bool,
+    reversed: bool,
+    zero: A,
+    add: impl Fn(A, T) -> A,
+    store: impl Fn(A) -> U,
+) -> Vec<U> {
+    let mut out = vec![U::default(); x.len()];
+    let mut sums = vec![zero; inner];
+    for o in 0..outer {
+        sums.iter_mut().for_each(|s| *s = zero);
+        for step in 0..n {
+            let k = if reversed { n - 1 - step } else { step };
+            let start = (o * n + k) * inner;
+            let row = &x[start..start + inner];
+            let dst = &mut out[start..start + inner];
+            for ((s, d), &v) in sums.iter_mut().zip(dst).zip(row) {
+                if exclusive {
+                    *d = store(*s);
+                    *s = add(*s, v);
+                } else {
+                    *s = add(*s, v);
+                    *d = store(*s);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn cumulative_sum(
+    x: &Buf,
+    shape: &[usize],
+    axis: usize,
+    exclusive: bool,
+    reversed: bool,
+    out_type: DataType,
+) -> Result<Buf> {
+    let dims = split_at_axis(shape, axis)?;
+    if dims.0 * dims.1 * dims.2 != x.len() {
+        return Err(Error::operation(
+            "cumulativeSum: the input size does not match",
+        ));
+    }
+    macro_rules! ints {
+        ($v:expr, $variant:ident) => {
+            Buf::$variant(scan(
+                $v,
+                dims,
+                exclusive,
+                reversed,
+                IntElem::ZERO,
+                |a, v| IntElem::wadd(a, v),
+                |a| a,
+            ))
+        };
+    }
+    Ok(match x {
+        Buf::F32(_) | Buf::F16(_) => {
+            let v = floats(x)?;
+            let sums = scan(
+                &v,
+                dims,
+                exclusive,
+                reversed,
+                0.0f64,
+                |a, v| a + v as f64,
+                |a| a as f32,
+            );
+            from_floats(out_type, sums)?
+        }
+        Buf::I32(v) => ints!(v, I32),
+        Buf::U32(v) => ints!(v, U32),
+        Buf::I64(v) => ints!(v, I64),
+        Buf::U64(v) => ints!(v, U64),
+        Buf::I8(v) => ints!(v, I8),
+        Buf::U8(v) => ints!(v, U8),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::f16::{f16_to_f32, f32_to_f16};
+
+    /// Row-major coordinates of flat index `i`.
+    fn coords(mut i: usize, shape: &[usize]) -> Vec<usize> {
+        let mut c = vec![0; shape.len()];
+        for d in (0..shape.len()).rev() {
+            c[d] = i % shape[d];
+            i /= shape[d];
+        }
+        c
+    }
+
+    /// Naive reference: for each output (keepDimensions shape), collects the
+    /// input values whose kept coordinates match.
+    fn naive_groups(shape: &[usize], axes: &[usize]) -> Vec<Vec<usize>> {
+        let out_shape: Vec<usize> = shape
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| if axes.contains(&i) { 1 } else { n })
+            .collect();
+        let total: usize = shape.iter().product();
+        let out_total: usize = out_shape.iter().product();
+        let mut groups = vec![Vec::new(); out_total];
+        for i in 0..total {
+            let c = coords(i, shape);
+            let mut o = 0;
+            for d in 0..shape.len() {
+                o = o * out_shape[d] + if axes.contains(&d) { 0 } else { c[d] };
+            }
+            groups[o].push(i);
+        }
+        groups
+    }
+
+    fn naive_float(kind: ReduceKind, vals: &[f64]) -> f64 {
+        use ReduceKind::*;
+        let sum: f64 = vals.iter().sum();
+        match kind {
+            L1 => vals.iter().map(|v| v.abs()).sum(),
+            L2 => vals.iter().map(|v| v * v).sum::<f64>().sqrt(),
+            LogSum => sum.ln(),
+            LogSumExp => vals.iter().map(|v| v.exp()).sum::<f64>().ln(),
+            Max => vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+            Mean => sum / vals.len() as f64,
+            Min => vals.iter().cloned().fold(f64::INFINITY, f64::min),
+            Product => vals.iter().product(),
+            Sum => sum,
+            SumSquare => vals.iter().map(|v| v * v).sum(),
+        }
+    }
+
+    const KINDS: [ReduceKind; 10] = [
+        ReduceKind::L1,
+        ReduceKind::L2,
+        ReduceKind::LogSum,
+        ReduceKind::LogSumExp,
+        ReduceKind::Max,
+        ReduceKind::Mean,
+        ReduceKind::Min,
+        ReduceKind::Product,
+        ReduceKind::Sum,
+        ReduceKind::SumSquare,
+    ];
+
+    const CASES: &[(&[usize], &[usize])] = &[
+        (&[], &[]),
+        (&[5], &[0]),
+        (&[5], &[]),
+        (&[3, 5], &[0]),
+        (&[3, 5], &[1]),
+        (&[2, 3, 5], &[0, 2]),
+        (&[2, 1, 3, 5], &[1, 2]),
+        (&[3, 2, 1, 7], &[0, 1, 2, 3]),
+        (&[2, 3, 2, 3], &[1, 3]),
+        (&[2, 3, 2, 3], &[0, 2]),
+    ];
+
+    fn values(n: usize) -> Vec<f32> {
+        // Positive values keep LogSum finite; a spread exercises max/min.
+        (0..n)
+            .map(|i| 0.5 + ((i * 7 + 3) % 11) as f32 * 0.25)
+            .collect()
+    }
+
+    #[test]
+    fn float_reductions_match_naive() {
+        for &(shape, axes) in CASES {
+            let n: usize = shape.iter().product();
+            let x = values(n);
+            let groups = naive_groups(shape, axes);
+            for kind in KINDS {
+                for dt in [DataType::Float32, DataType::Float16] {
+                    let buf = match dt {
+                        DataType::Float32 => Buf::F32(x.clone()),
+                        _ => Buf::F16(x.iter().map(|&v| f32_to_f16(v)).collect()),
+                    };
+                    let got = reduce(kind, &buf, shape, axes, dt, groups.len()).unwrap();
+                    assert_eq!(got.len(), groups.len());
+                    for (o, g) in groups.iter().enumerate() {
+                        let vals: Vec<f64> = g.iter().map(|&i| buf.get_f64(i)).collect();
+                        let mut want = naive_float(kind, &vals);
+                        if dt == DataType::Float16 {
+                            // What float16 can hold (large products overflow).
+                            want = f16_to_f32(f32_to_f16(want as f32)) as f64;
+                            if want.is_infinite() {
+                                assert_eq!(got.get_f64(o), want);
+                                continue;
+                            }
+                        }
+                        let have = got.get_f64(o);
+                        let tol = if dt == DataType::Float16 { 2e-3 } else { 1e-6 };
+                        assert!(
+                            (have - want).abs() <= tol * want.abs().max(1.0),
+                            "{kind:?} {shape:?} {axes:?} {dt:?} out {o}: {have} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn int_reductions_wrap() {
+        let x: Vec<i32> = vec![i32::MAX, 1, -3, i32::MIN, 7, 2];
+        let shape = [2, 3];
+        let s = reduce(
+            ReduceKind::Sum,
+            &Buf::I32(x.clone()),
+            &shape,
+            &[1],
+            DataType::Int32,
+            2,
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            Buf::I32(vec![
+                i32::MAX.wrapping_add(1).wrapping_add(-3),
+                i32::MIN.wrapping_add(9)
+            ])
+        );
+        let l1 = reduce(
+            ReduceKind::L1,
+            &Buf::I32(x.clone()),
+            &shape,
+            &[0],
+            DataType::Int32,
+            3,
+        )
+        .unwrap();
+        assert_eq!(l1, Buf::I32(vec![i32::MAX.wrapping_add(i32::MIN), 8, 5]));
+        let p = reduce(
+            ReduceKind::Product,
+            &Buf::U32(vec![1 << 20, 1 << 20, 3]),
+            &[3],
+            &[0],
+            DataType::Uint32,
+            1,
+        )
+        .unwrap();
+        assert_eq!(p, Buf::U32(vec![0]));
+        let sq = reduce(
+            ReduceKind::SumSquare,
+            &Buf::U32(vec![3, 4]),
+            &[2],
+            &[0],
+            DataType::Uint32,
+            1,
+        )
+        .unwrap();
+        assert_eq!(sq, Buf::U32(vec![25]));
+        let mx = reduce(
+            ReduceKind::Max,
+            &Buf::I8(vec![-8, 3, -1, 7]),
+            &[2, 2],
+            &[0],
+            DataType::Int4,
+            2,
+        )
+        .unwrap();
+        assert_eq!(mx, Buf::I8(vec![-1, 7]));
+        let mn = reduce(
+            ReduceKind::Min,
+            &Buf::U64(vec![u64::MAX, 5, 9]),
+            &[3],
+            &[0],
+            DataType::Uint64,
+            1,
+        )
+        .unwrap();
+        assert_eq!(mn, Buf::U64(vec![5]));
+        assert!(reduce(
+            ReduceKind::Mean,
+            &Buf::I32(vec![1]),
+            &[1],
+            &[0],
+            DataType::Int32,
+            1
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn log_sum_exp_is_stable() {
+        let r = reduce(
+            ReduceKind::LogSumExp,
+            &Buf::F32(vec![1000.0, 1000.0]),
+            &[2],
+            &[0],
+            DataType::Float32,
+            1,
+        )
+        .unwrap();
+        let want = 1000.0 + 2f64.ln();
+        assert!((r.get_f64(0) - want).abs() < 1e-3);
+        let r = reduce(
+            ReduceKind::LogSumExp,
+            &Buf::F32(vec![f32::NEG_INFINITY; 2]),
+            &[2],
+            &[0],
+            DataType::Float32,
+            1,
+        )
+        .unwrap();
+        assert_eq!(r.get_f64(0), f64::NEG_INFINITY);
+    }
+
+    fn naive_arg(x: &[f64], shape: &[usize], axis: usize, max: bool) -> Vec<i64> {
+        let (outer, n, inner) = split_at_axis(shape, axis).unwrap();
+        let mut out = Vec::new();
+        for o in 0..outer {
+            for j in 0..inner {
+                let mut best = 0;
+                for k in 0..n {
+                    let v = x[(o * n + k) * inner + j];
+                    let b = x[(o * n + best) * inner + j];
+                    if (max && v > b) || (!max && v < b) {
+                        best = k;
+                    }
+                }
+                out.push(best as i64);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn arg_min_max_matches_naive() {
+        let shape = [3, 4, 5];
+        let n = 60;
+        // Few distinct values, so that ties are common.
+        let x: Vec<f64> = (0..n).map(|i| ((i * 13 + 5) % 7) as f64 - 3.0).collect();
+        for axis in 0..3 {
+            for max in [false, true] {
+                let want = naive_arg(&x, &shape, axis, max);
+                let f16 = Buf::F16(x.iter().map(|&v| f32_to_f16(v as f32)).collect());
+                let i8b = Buf::I8(x.iter().map(|&v| v as i8).collect());
+                let i64b = Buf::I64(x.iter().map(|&v| v as i64).collect());
+                for b in [f16, i8b, i64b] {
+                    let got = arg_min_max(&b, &shape, axis, max, DataType::Int64).unwrap();
+                    assert_eq!(got, Buf::I64(want.clone()), "axis {axis} max {max}");
+                }
+                let got = arg_min_max(
+                    &Buf::F32(x.iter().map(|&v| v as f32).collect()),
+                    &shape,
+                    axis,
+                    max,
+                    DataType::Int32,
+                )
+                .unwrap();
+                assert_eq!(got, Buf::I32(want.iter().map(|&i| i as i32).collect()));
+            }
+        }
+        // Ties pick the first index.
+        let got = arg_min_max(
+            &Buf::U32(vec![2, 9, 9, 1, 1]),
+            &[5],
+            0,
+            true,
+            DataType::Int32,
+        )
+        .unwrap();
+        assert_eq!(got, Buf::I32(vec![1]));
+        let got = arg_min_max(
+            &Buf::U32(vec![2, 9, 9, 1, 1]),
+            &[5],
+            0,
+            false,
+            DataType::Int32,
+        )
+        .unwrap();
+        assert_eq!(got, Buf::I32(vec![3]));
+    }
+
+    #[test]
+    fn cumulative_sums() {
+        let x = Buf::I32(vec![1, 2, 3, 4]);
+        let run = |ex, rev| cumulative_sum(&x, &[4], 0, ex, rev, DataType::Int32).unwrap();
+        assert_eq!(run(false, false), Buf::I32(vec![1, 3, 6, 10]));
+        assert_eq!(run(true, false), Buf::I32(vec![0, 1, 3, 6]));
+        assert_eq!(run(false, true), Buf::I32(vec![10, 9, 7, 4]));
+        assert_eq!(run(true, true), Buf::I32(vec![9, 7, 4, 0]));
+        // [2, 3] along axis 0: columns.
+        let y = Buf::F32(vec![1.0, 2.0, 3.0, 10.0, 20.0, 30.0]);
+        let r = cumulative_sum(&y, &[2, 3], 0, false, false, DataType::Float32).unwrap();
+        assert_eq!(r, Buf::F32(vec![1.0, 2.0, 3.0, 11.0, 22.0, 33.0]));
+        let r = cumulative_sum(&y, &[2, 3], 1, false, true, DataType::Float32).unwrap();
+        assert_eq!(r, Buf::F32(vec![6.0, 5.0, 3.0, 60.0, 50.0, 30.0]));
+        // float16: summed in f64, rounded once per output.
+        let h = Buf::F16([0.1f32, 0.2, 0.3].iter().map(|&v| f32_to_f16(v)).collect());
+        let r = cumulative_sum(&h, &[3], 0, false, false, DataType::Float16).unwrap();
+        let Buf::F16(bits) = &r else { panic!() };
+        let exact: f64 = (0..3).map(|i| h.get_f64(i)).sum();
+        assert_eq!(bits[2], f32_to_f16(exact as f32));
+        assert!((f16_to_f32(bits[1]) - 0.3).abs() < 1e-3);
+        // Wrapping, never a panic.
+        let w = cumulative_sum(
+            &Buf::U8(vec![200, 100]),
+            &[2],
+            0,
+            false,
+            false,
+            DataType::Uint8,
+        )
+        .unwrap();
+        assert_eq!(w, Buf::U8(vec![200, 44]));
+    }
 }

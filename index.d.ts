@@ -264,6 +264,14 @@ export class MLGraphBuilder {
   scatterND(input: MLOperand, indices: MLOperand, updates: MLOperand, options?: MLOperatorOptions): MLOperand;
 
   // --- movement operators ---
+  expand(input: MLOperand, newShape: number[], options?: MLOperatorOptions): MLOperand;
+  pad(input: MLOperand, beginningPadding: number[], endingPadding: number[], options?: MLPadOptions): MLOperand;
+  reverse(input: MLOperand, options?: MLReverseOptions): MLOperand;
+  /** `splits`: the number of equal pieces, or the size of each piece. */
+  split(input: MLOperand, splits: number | number[], options?: MLSplitOptions): MLOperand[];
+  tile(input: MLOperand, repetitions: number[], options?: MLOperatorOptions): MLOperand;
+  triangular(input: MLOperand, options?: MLTriangularOptions): MLOperand;
+  resample2d(input: MLOperand, options?: MLResample2dOptions): MLOperand;
 
   // --- quantize operators ---
 
@@ -341,6 +349,38 @@ export interface MLGatherOptions extends MLOperatorOptions {
 export interface MLScatterOptions extends MLOperatorOptions {
   /** The axis to scatter along, in [0, input rank); default 0. */
   axis?: number;
+}
+
+/** `symmetric` (mirroring that repeats the edge) is an extension kept from earlier drafts. */
+export type MLPaddingMode = 'constant' | 'edge' | 'reflection' | 'symmetric';
+
+export interface MLPadOptions extends MLOperatorOptions {
+  mode?: MLPaddingMode;
+  /** The padding value of mode 'constant', cast to the input's data type. */
+  value?: MLNumber;
+}
+
+export interface MLReverseOptions extends MLOperatorOptions {
+  /** Default: every axis. */
+  axes?: number[];
+}
+
+export interface MLSplitOptions extends MLOperatorOptions {
+  axis?: number;
+}
+
+export interface MLTriangularOptions extends MLOperatorOptions {
+  upper?: boolean;
+  diagonal?: number;
+}
+
+export type MLInterpolationMode = 'nearest-neighbor' | 'linear';
+
+export interface MLResample2dOptions extends MLOperatorOptions {
+  mode?: MLInterpolationMode;
+  scales?: number[];
+  sizes?: number[];
+  axes?: number[];
 }
 
 // --- option dictionaries of the operator families ---

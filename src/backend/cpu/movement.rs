@@ -1,16 +1,423 @@
 //! CPU kernels: expand, pad, reverse, split, tile, triangular, resample2d.
+//!
+//! expand, pad, reverse, split, tile and nearest-neighbor resample2d are one
+//! kernel, [`remap`]: each output coordinate of each dimension maps to an
+//! input coordinate (or to the padding value), independently of the other
+//! dimensions, so a table per dimension describes the whole operator. The
+//! tables hold input offsets (coordinate times stride), and every read is
+//! bounds-checked, so a wrong table can give wrong values but never a panic.
+//! They work on the storage of any data type (int4/uint4 are unpacked, one
+//! element per slot; float16 elements are copied as bit patterns).
 
-use crate::error::Result;
-use crate::graph::ops::movement::MovementOp;
+use crate::error::{Error, Result};
+use crate::graph::args::MlNumber;
+use crate::graph::ops::movement::{MovementOp, PadMode};
 use crate::tensor::Buf;
-use crate::types::OperandDescriptor;
+use crate::types::{DataType, OperandDescriptor};
+
+use super::util::{floats, from_floats, strides};
+
+/// Per-dimension maps from output coordinate to input offset; `None` is a
+/// padding element.
+type Tables = Vec<Vec<Option<usize>>>;
+
+/// Applies `$f` (a generic function taking a typed slice and returning a
+/// `Result<Vec<T>>` of the same element type) to the elements of a `Buf`,
+/// wrapping the result in the same variant.
+macro_rules! map_buf {
+    ($buf:expr, $f:expr) => {
+        match $buf {
+            Buf::F32(v) => Buf::F32($f(v.as_slice())?),
+            Buf::F16(v) => Buf::F16($f(v.as_slice())?),
+            Buf::I32(v) => Buf::I32($f(v.as_slice())?),
+            Buf::U32(v) => Buf::U32($f(v.as_slice())?),
+            Buf::I64(v) => Buf::I64($f(v.as_slice())?),
+            Buf::U64(v) => Buf::U64($f(v.as_slice())?),
+            Buf::I8(v) => Buf::I8($f(v.as_slice())?),
+            Buf::U8(v) => Buf::U8($f(v.as_slice())?),
+        }
+    };
+}
 
 /// Runs one operator of this family; returns one buffer per output.
 pub fn run(
     op: &MovementOp,
-    _inputs: &[&Buf],
-    _in_descs: &[&OperandDescriptor],
-    _out_descs: &[OperandDescriptor],
+    inputs: &[&Buf],
+    in_descs: &[&OperandDescriptor],
+    out_descs: &[OperandDescriptor],
 ) -> Result<Vec<Buf>> {
-    match *op {}
+    let (x, xd) = match (inputs.first(), in_descs.first()) {
+        (Some(x), Some(d)) => (*x, *d),
+        _ => return Err(Error::operation(format!("{} needs an input", op.name()))),
+    };
+    if x.len() != xd.element_count() {
+        return Err(Error::operation(format!(
+            "{}: the input holds {} elements but its shape {:?} needs {}",
+            op.name(),
+            x.len(),
+            xd.shape,
+            xd.element_count()
+        )));
+    }
+    let out = out_descs
+        .first()
+        .ok_or_else(|| Error::operation(format!("{} has no output", op.name())))?;
+    if out.rank() != xd.rank() && !matches!(op, MovementOp::Expand) {
+        return Err(Error::operation(format!(
+            "{}: the output rank differs from the input rank",
+            op.name()
+        )));
+    }
+    let buf = match op {
+        MovementOp::Expand => remap_buf(x, &expand_tables(&xd.shape, &out.shape)?, None)?,
+        MovementOp::Pad {
+            begin,
+            end,
+            mode,
+            value,
+        } => {
+            let fill = fill_value(xd.data_type, *value)?;
+            remap_buf(x, &pad_tables(&xd.shape, begin, end, *mode), Some(&fill))?
+        }
+        MovementOp::Reverse { axes } => {
+            let tables = per_dim(&xd.shape, |d, n, s| {
+                if axes.contains(&d) {
+                    (0..n).map(|o| Some((n - 1 - o) * s)).collect()
+                } else {
+                    identity(n, s)
+                }
+            });
+            remap_buf(x, &tables, None)?
+        }
+        MovementOp::Tile { repetitions } => {
+            let tables = per_dim(&xd.shape, |d, n, s| {
+                let r = repetitions.get(d).copied().unwrap_or(1);
+                (0..n * r).map(|o| Some((o % n) * s)).collect()
+            });
+            remap_buf(x, &tables, None)?
+        }
+        MovementOp::Triangular { upper, diagonal } => {
+            map_buf!(x, |v| triangular(v, &xd.shape, *upper, *diagonal))
+        }
+        MovementOp::Resample2d { linear, axes } => {
+            if *linear {
+                let v = floats(x)?;
+                let r = resample_linear(&v, &xd.shape, &out.shape, *axes)?;
+                from_floats(xd.data_type, r)?
+            } else {
+                let tables = per_dim(&xd.shape, |d, n, s| {
+                    let m = out.shape.get(d).copied().unwrap_or(n);
+                    if axes.contains(&d) {
+                        (0..m).map(|o| Some(nearest(n, m, o) * s)).collect()
+                    } else {
+                        identity(n, s)
+                    }
+                });
+                remap_buf(x, &tables, None)?
+            }
+        }
+        MovementOp::Split { axis, sizes } => return split(x, &xd.shape, *axis, sizes),
+    };
+    if buf.len() != out.element_count() {
+        return Err(Error::operation(format!(
+            "{} produced {} elements for the output shape {:?}",
+            op.name(),
+            buf.len(),
+            out.shape
+        )));
+    }
+    Ok(vec![buf])
+}
+
+/// Builds one table per input dimension from `f(dim, size, stride)`.
+fn per_dim(shape: &[usize], f: impl Fn(usize, usize, usize) -> Vec<Option<usize>>) -> Tables {
+    let st = strides(shape);
+    shape
+        .iter()
+        .zip(&st)
+        .enumerate()
+        .map(|(d, (&n, &s))| f(d, n, s))
+        .collect()
+}
+
+fn identity(n: usize, s: usize) -> Vec<Option<usize>> {
+    (0..n).map(|o| Some(o * s)).collect()
+}
+
+/// Input aligned to the right of the output; size-1 (and missing leading)
+/// dimensions read coordinate 0.
+fn expand_tables(in_shape: &[usize], out_shape: &[usize]) -> Result<Tables> {
+    let off = out_shape
+        .len()
+        .checked_sub(in_shape.len())
+        .ok_or_else(|| Error::operation("expand: the output rank is below the input rank"))?;
+    let st = strides(in_shape);
+    Ok(out_shape
+        .iter()
+        .enumerate()
+        .map(|(d, &m)| {
+            if d < off || in_shape[d - off] == 1 {
+                vec![Some(0); m]
+            } else {
+                identity(m, st[d - off])
+            }
+        })
+        .collect())
+}
+
+/// Output coordinate `o` of a padded dimension of size `n` reads input
+/// coordinate `o - begin`, mirrored or clamped into `[0, n)` outside it.
+fn pad_tables(shape: &[usize], begin: &[usize], end: &[usize], mode: PadMode) -> Tables {
+    per_dim(shape, |d, n, s| {
+        let (p0, p1) = (
+            begin.get(d).copied().unwrap_or(0),
+            end.get(d).copied().unwrap_or(0),
+        );
+        let last = n as i64 - 1;
+        (0..n + p0 + p1)
+            .map(|o| {
+                let i = o as i64 - p0 as i64;
+                let i = if (0..=last).contains(&i) {
+                    i
+                } else {
+                    match mode {
+                        PadMode::Constant => return None,
+                        PadMode::Edge => i.clamp(0, last),
+                        // [c b | a b c | b a]: -1 reads 1, n reads n - 2.
+                        PadMode::Reflection if i < 0 => -i,
+                        PadMode::Reflection => 2 * last - i,
+                        // [b a | a b c | c b]: -1 reads 0, n reads n - 1.
+                        PadMode::Symmetric if i < 0 => -i - 1,
+                        PadMode::Symmetric => 2 * last + 1 - i,
+                    }
+                };
+                // Validation bounds the padding so that the mirror stays
+                // inside; the clamp keeps a read in range regardless.
+                Some(i.clamp(0, last.max(0)) as usize * s)
+            })
+            .collect()
+    })
+}
+
+/// The cast padding value as a one-element buffer of type `dt`.
+fn fill_value(dt: DataType, v: MlNumber) -> Result<Buf> {
+    let i = match v {
+        MlNumber::BigInt(i) => i,
+        MlNumber::Double(d) => d as i128,
+    };
+    let f = v.as_f64();
+    Ok(match dt {
+        DataType::Float32 => Buf::F32(vec![f as f32]),
+        DataType::Float16 => Buf::f16_from_f32(&[f as f32]),
+        DataType::Int32 => Buf::I32(vec![i as i32]),
+        DataType::Uint32 => Buf::U32(vec![i as u32]),
+        DataType::Int64 => Buf::I64(vec![i as i64]),
+        DataType::Uint64 => Buf::U64(vec![i as u64]),
+        DataType::Int8 | DataType::Int4 => Buf::I8(vec![i as i8]),
+        DataType::Uint8 | DataType::Uint4 => Buf::U8(vec![i as u8]),
+    })
+}
+
+/// [`remap`] on any storage; `fill` (of the same variant) is required when
+/// a table has padding entries.
+fn remap_buf(x: &Buf, tables: &Tables, fill: Option<&Buf>) -> Result<Buf> {
+    macro_rules! go {
+        ($($variant:ident),*) => {
+            match x {
+                $(Buf::$variant(v) => {
+                    let fill = match fill {
+                        Some(Buf::$variant(f)) => f.first().copied(),
+                        Some(_) => {
+                            return Err(Error::operation("the padding value has another type"))
+                        }
+                        None => None,
+                    };
+                    Buf::$variant(remap(v, tables, fill)?)
+                })*
+            }
+        };
+    }
+    Ok(go!(F32, F16, I32, U32, I64, U64, I8, U8))
+}
+
+fn alloc<T>(n: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::operation(format!("cannot allocate {n} elements")))?;
+    Ok(v)
+}
+
+/// Output element at multi-index `o` is `x[sum(tables[d][o[d]])]`, or
+/// `fill` when any entry is `None`. The innermost dimension is a tight loop.
+fn remap<T: Copy + Default>(x: &[T], tables: &Tables, fill: Option<T>) -> Result<Vec<T>> {
+    let total: usize = tables.iter().map(Vec::len).product();
+    let mut out = alloc(total)?;
+    if total == 0 {
+        return Ok(out);
+    }
+    let fill = fill.unwrap_or_default();
+    let read = |off: usize| x.get(off).copied().unwrap_or(fill);
+    let Some((inner, outer)) = tables.split_last() else {
+        out.push(read(0));
+        return Ok(out);
+    };
+    let mut idx = vec![0usize; outer.len()];
+    loop {
+        let base = idx
+            .iter()
+            .zip(outer)
+            .try_fold(0usize, |acc, (&i, t)| Some(acc + t[i]?));
+        match base {
+            None => out.extend(std::iter::repeat_n(fill, inner.len())),
+            Some(b) => out.extend(inner.iter().map(|o| match o {
+                Some(o) => read(b + o),
+                None => fill,
+            })),
+        }
+        // Advance the odometer over the outer dimensions.
+        let mut d = outer.len();
+        loop {
+            if d == 0 {
+                return Ok(out);
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < outer[d].len() {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Consecutive pieces of `sizes[i]` along `axis`.
+fn split(x: &Buf, shape: &[usize], axis: usize, sizes: &[usize]) -> Result<Vec<Buf>> {
+    let mut start = 0;
+    let mut outs = Vec::with_capacity(sizes.len());
+    for &size in sizes {
+        let tables = per_dim(shape, |d, n, s| {
+            if d == axis {
+                (start..start + size).map(|i| Some(i * s)).collect()
+            } else {
+                identity(n, s)
+            }
+        });
+        outs.push(remap_buf(x, &tables, None)?);
+        start += size;
+    }
+    if shape.get(axis) != Some(&start) {
+        return Err(Error::operation(
+            "split: the sizes do not add up to the axis",
+        ));
+    }
+    Ok(outs)
+}
+
+/// Zeroes the elements of each matrix (last two dimensions) outside the
+/// kept triangle: column - row >= diagonal (upper) or <= diagonal (lower).
+fn triangular<T: Copy + Default>(
+    x: &[T],
+    shape: &[usize],
+    upper: bool,
+    diagonal: i64,
+) -> Result<Vec<T>> {
+    let r = shape.len();
+    let (rows, cols) = match (r.checked_sub(2), r.checked_sub(1)) {
+        (Some(a), Some(b)) => (shape[a], shape[b]),
+        _ => return Err(Error::operation("triangular needs rank 2 or more")),
+    };
+    let mut out = alloc(x.len())?;
+    out.extend_from_slice(x);
+    if rows == 0 || cols == 0 {
+        return Ok(out);
+    }
+    for (k, row) in out.chunks_mut(cols).enumerate() {
+        let i = (k % rows) as i64;
+        for (j, v) in row.iter_mut().enumerate() {
+            let d = j as i64 - i;
+            let keep = if upper { d >= diagonal } else { d <= diagonal };
+            if !keep {
+                *v = T::default();
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The spec's half-pixel input coordinate of output coordinate `o` when a
+/// dimension of size `n` is resampled to `m`, clamped to `[0, n - 1]`.
+fn source_coordinate(n: usize, m: usize, o: usize) -> f64 {
+    let scale = m as f64 / n as f64;
+    let c = (o as f64 + 0.5) / scale - 0.5;
+    c.clamp(0.0, n.saturating_sub(1) as f64)
+}
+
+/// Nearest neighbour: `ceil(coordinate - 0.5)`, so halves round down.
+fn nearest(n: usize, m: usize, o: usize) -> usize {
+    let c = (source_coordinate(n, m, o) - 0.5).ceil().max(0.0) as usize;
+    c.min(n.saturating_sub(1))
+}
+
+/// Bilinear interpolation over dimensions `axes` (the others are copied),
+/// computed in f64 and rounded once.
+fn resample_linear(
+    x: &[f32],
+    in_shape: &[usize],
+    out_shape: &[usize],
+    axes: [usize; 2],
+) -> Result<Vec<f32>> {
+    let rank = in_shape.len();
+    if out_shape.len() != rank || axes.iter().any(|&a| a >= rank) {
+        return Err(Error::operation("resample2d: inconsistent shapes"));
+    }
+    let st = strides(in_shape);
+    // Per output coordinate of each dimension: (low offset, high offset,
+    // weight of the high one).
+    let tables: Vec<Vec<(usize, usize, f64)>> = (0..rank)
+        .map(|d| {
+            let (n, m, s) = (in_shape[d], out_shape[d], st[d]);
+            if axes.contains(&d) {
+                (0..m)
+                    .map(|o| {
+                        let c = source_coordinate(n, m, o);
+                        let (lo, hi) = (c.floor(), c.ceil());
+                        (lo as usize * s, hi as usize * s, c - lo)
+                    })
+                    .collect()
+            } else {
+                (0..m).map(|o| (o * s, o * s, 0.0)).collect()
+            }
+        })
+        .collect();
+    let total: usize = out_shape.iter().product();
+    let mut out = alloc(total)?;
+    if total == 0 {
+        return Ok(out);
+    }
+    let read = |off: usize| x.get(off).copied().unwrap_or(0.0) as f64;
+    let (a, b) = (axes[0], axes[1]);
+    let mut idx = vec![0usize; rank];
+    loop {
+        let base: usize = (0..rank)
+            .filter(|&d| d != a && d != b)
+            .map(|d| tables[d][idx[d]].0)
+            .sum();
+        let (y0, y1, ty) = tables[a][idx[a]];
+        let (x0, x1, tx) = tables[b][idx[b]];
+        let vy0 = read(base + y0 + x0) * (1.0 - tx) + read(base + y0 + x1) * tx;
+        let vy1 = read(base + y1 + x0) * (1.0 - tx) + read(base + y1 + x1) * tx;
+        out.push((vy0 * (1.0 - ty) + vy1 * ty) as f32);
+        let mut d = rank;
+        loop {
+            if d == 0 {
+                return Ok(out);
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
 }

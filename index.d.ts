@@ -255,6 +255,19 @@ export class MLGraphBuilder {
   // --- activation operators ---
 
   // --- reduce operators ---
+  reduceL1(input: MLOperand, options?: MLReduceOptions): MLOperand;
+  reduceL2(input: MLOperand, options?: MLReduceOptions): MLOperand;
+  reduceLogSum(input: MLOperand, options?: MLReduceOptions): MLOperand;
+  reduceLogSumExp(input: MLOperand, options?: MLReduceOptions): MLOperand;
+  reduceMax(input: MLOperand, options?: MLReduceOptions): MLOperand;
+  reduceMean(input: MLOperand, options?: MLReduceOptions): MLOperand;
+  reduceMin(input: MLOperand, options?: MLReduceOptions): MLOperand;
+  reduceProduct(input: MLOperand, options?: MLReduceOptions): MLOperand;
+  reduceSum(input: MLOperand, options?: MLReduceOptions): MLOperand;
+  reduceSumSquare(input: MLOperand, options?: MLReduceOptions): MLOperand;
+  argMin(input: MLOperand, axis: number, options?: MLArgMinMaxOptions): MLOperand;
+  argMax(input: MLOperand, axis: number, options?: MLArgMinMaxOptions): MLOperand;
+  cumulativeSum(input: MLOperand, axis: number, options?: MLCumulativeSumOptions): MLOperand;
 
   // --- gather operators ---
   gather(input: MLOperand, indices: MLOperand, options?: MLGatherOptions): MLOperand;
@@ -381,6 +394,23 @@ export interface MLResample2dOptions extends MLOperatorOptions {
   scales?: number[];
   sizes?: number[];
   axes?: number[];
+}
+
+export interface MLReduceOptions extends MLOperatorOptions {
+  /** Axes to reduce; all when absent, none (element-wise) when empty. */
+  axes?: number[];
+  keepDimensions?: boolean;
+}
+
+export interface MLArgMinMaxOptions extends MLOperatorOptions {
+  keepDimensions?: boolean;
+  /** 'int32' (default) or 'int64'. */
+  outputDataType?: MLOperandDataType;
+}
+
+export interface MLCumulativeSumOptions extends MLOperatorOptions {
+  exclusive?: boolean;
+  reversed?: boolean;
 }
 
 // --- option dictionaries of the operator families ---

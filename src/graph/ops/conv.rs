@@ -295,9 +295,259 @@ pub const MAX_POOL2D: OpDef = OpDef {
     operands: &[lim("input", FLOATS, 4, 4), lim("output", FLOATS, 4, 4)],
 };
 
-/// Resolved convTranspose2d parameters (filled in when it is written).
+fn build_l2_pool2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
+    pool2d(b, args, PoolKind::L2, "l2Pool2d")
+}
+
+pub const L2_POOL2D: OpDef = OpDef {
+    name: "l2Pool2d",
+    build: build_l2_pool2d,
+    operands: &[lim("input", FLOATS, 4, 4), lim("output", FLOATS, 4, 4)],
+};
+
+/// Filter layouts of convTranspose2d (`MLConvTranspose2dFilterOperandLayout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransposeFilterLayout {
+    /// [inputChannels, outputChannels/groups, height, width]
+    Iohw,
+    /// [height, width, outputChannels/groups, inputChannels]
+    Hwoi,
+    /// [outputChannels/groups, height, width, inputChannels]
+    Ohwi,
+}
+
+/// Resolved convTranspose2d parameters. Inputs: input, filter, and bias
+/// when `has_bias`. Sizes are in the canonical NCHW sense whatever the
+/// layouts; `out_h`/`out_w` already include outputPadding or come from
+/// outputSizes.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ConvTranspose2dParams {}
+pub struct ConvTranspose2dParams {
+    pub nhwc: bool,
+    pub filter_layout: TransposeFilterLayout,
+    /// [beginning height, ending height, beginning width, ending width].
+    pub padding: [usize; 4],
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub groups: usize,
+    pub has_bias: bool,
+    pub batch: usize,
+    pub in_channels: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub out_channels: usize,
+    pub kernel_h: usize,
+    pub kernel_w: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+/// The spec's "calculate convtranspose output size" (without
+/// outputPadding); `None` when it is not positive or overflows.
+fn conv_transpose_size(
+    input: usize,
+    filter: usize,
+    pad_begin: usize,
+    pad_end: usize,
+    stride: usize,
+    dilation: usize,
+) -> Option<usize> {
+    let effective = (filter as i128 - 1) * dilation as i128 + 1;
+    let size =
+        (input as i128 - 1) * stride as i128 + effective - pad_begin as i128 - pad_end as i128;
+    if size > 0 && size <= u32::MAX as i128 {
+        Some(size as usize)
+    } else {
+        None
+    }
+}
+
+/// `convTranspose2d(input, filter, options)`, following the spec's steps
+/// in order.
+fn build_conv_transpose2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
+    let mut ctx = Ctx::new("convTranspose2d");
+    let opts = ctx.options(arg(args, 2))?;
+    let x = b.operand(&ctx, arg(args, 0), "input")?;
+    let w = b.operand(&ctx, arg(args, 1), "filter")?;
+    let bias = b.opt_operand(&ctx, opts.member("bias"), "bias")?;
+    let nhwc = ctx.enum_or(
+        opts.member("inputLayout"),
+        "inputLayout",
+        &["nchw", "nhwc"],
+        "nchw",
+    )? == "nhwc";
+    let filter_layout = match ctx.enum_or(
+        opts.member("filterLayout"),
+        "filterLayout",
+        &["iohw", "hwoi", "ohwi"],
+        "iohw",
+    )? {
+        "iohw" => TransposeFilterLayout::Iohw,
+        "hwoi" => TransposeFilterLayout::Hwoi,
+        _ => TransposeFilterLayout::Ohwi,
+    };
+    let groups = ctx.u32_or(opts.member("groups"), "groups", 1)? as usize;
+    let (di, dw) = (b.desc(x).clone(), b.desc(w).clone());
+    check(&ctx, "input", &di)?;
+    check(&ctx, "filter", &dw)?;
+    if di.data_type != dw.data_type {
+        return Err(ctx.err("input and filter must have the same data type"));
+    }
+    let padding = fixed_list::<4>(&ctx, opts.member("padding"), "padding", [0; 4], 0)?;
+    let strides = fixed_list::<2>(&ctx, opts.member("strides"), "strides", [1; 2], 1)?;
+    let dilations = fixed_list::<2>(&ctx, opts.member("dilations"), "dilations", [1; 2], 1)?;
+    let output_padding = fixed_list::<2>(
+        &ctx,
+        opts.member("outputPadding"),
+        "outputPadding",
+        [0; 2],
+        0,
+    )?;
+    let output_sizes = match opts.member("outputSizes") {
+        Val::Undefined => None,
+        v => Some(fixed_list::<2>(&ctx, v, "outputSizes", [0; 2], 0)?),
+    };
+    if output_sizes.is_none()
+        && (output_padding[0] >= strides[0] || output_padding[1] >= strides[1])
+    {
+        return Err(ctx.err(format!(
+            "outputPadding {output_padding:?} must be smaller than strides {strides:?}"
+        )));
+    }
+    if groups == 0 {
+        return Err(ctx.err("groups must be greater than 0"));
+    }
+    let s = &di.shape;
+    let (batch, in_channels, in_h, in_w) = if nhwc {
+        (s[0], s[3], s[1], s[2])
+    } else {
+        (s[0], s[1], s[2], s[3])
+    };
+    let f = &dw.shape;
+    let (filter_in, filter_out, kernel_h, kernel_w) = match filter_layout {
+        TransposeFilterLayout::Iohw => (f[0], f[1], f[2], f[3]),
+        TransposeFilterLayout::Hwoi => (f[3], f[2], f[0], f[1]),
+        TransposeFilterLayout::Ohwi => (f[3], f[0], f[1], f[2]),
+    };
+    if in_channels != filter_in {
+        return Err(ctx.err(format!(
+            "the input has {in_channels} channels but the filter has {filter_in} input channels"
+        )));
+    }
+    // Each group reads in_channels / groups input channels: the split must
+    // be exact for the operation to be defined.
+    if !in_channels.is_multiple_of(groups) {
+        return Err(ctx.err(format!(
+            "the input's {in_channels} channels are not divisible by groups ({groups})"
+        )));
+    }
+    let out_channels = filter_out
+        .checked_mul(groups)
+        .filter(|&c| c > 0 && c <= u32::MAX as usize)
+        .ok_or_else(|| {
+            ctx.err(format!(
+                "outputChannels ({filter_out} * {groups}) is not a valid dimension"
+            ))
+        })?;
+    let mut inputs = vec![x, w];
+    if let Some(bias) = bias {
+        let db = b.desc(bias);
+        if db.shape != [out_channels] {
+            return Err(ctx.err(format!(
+                "bias must have shape [{out_channels}], not {:?}",
+                db.shape
+            )));
+        }
+        check(&ctx, "bias", db)?;
+        if db.data_type != di.data_type {
+            return Err(ctx.err("bias must have the input's data type"));
+        }
+        inputs.push(bias);
+    }
+    let calc_h = conv_transpose_size(
+        in_h,
+        kernel_h,
+        padding[0],
+        padding[1],
+        strides[0],
+        dilations[0],
+    );
+    let calc_w = conv_transpose_size(
+        in_w,
+        kernel_w,
+        padding[2],
+        padding[3],
+        strides[1],
+        dilations[1],
+    );
+    let (calc_h, calc_w) = match (calc_h, calc_w) {
+        (Some(h), Some(w)) => (h, w),
+        _ => {
+            return Err(ctx.err(format!(
+                "the padding {padding:?} leaves no output for a {in_h}x{in_w} input and a {kernel_h}x{kernel_w} filter"
+            )))
+        }
+    };
+    let (out_h, out_w) = match output_sizes {
+        Some([oh, ow]) => {
+            if oh < calc_h || oh >= calc_h + strides[0] {
+                return Err(ctx.err(format!(
+                    "outputSizes[0] ({oh}) must be in [{calc_h}, {})",
+                    calc_h + strides[0]
+                )));
+            }
+            if ow < calc_w || ow >= calc_w + strides[1] {
+                return Err(ctx.err(format!(
+                    "outputSizes[1] ({ow}) must be in [{calc_w}, {})",
+                    calc_w + strides[1]
+                )));
+            }
+            (oh, ow)
+        }
+        None => (calc_h + output_padding[0], calc_w + output_padding[1]),
+    };
+    let shape = if nhwc {
+        vec![batch, out_h, out_w, out_channels]
+    } else {
+        vec![batch, out_channels, out_h, out_w]
+    };
+    let out = OperandDescriptor::new(di.data_type, shape).map_err(|e| ctx.err(e.message))?;
+    let params = ConvTranspose2dParams {
+        nhwc,
+        filter_layout,
+        padding,
+        strides,
+        dilations,
+        groups,
+        has_bias: bias.is_some(),
+        batch,
+        in_channels,
+        in_h,
+        in_w,
+        out_channels,
+        kernel_h,
+        kernel_w,
+        out_h,
+        out_w,
+    };
+    Ok(b.push(Op::ConvTranspose2d(params), inputs, vec![out], ctx.label))
+}
+
+pub const CONV_TRANSPOSE2D: OpDef = OpDef {
+    name: "convTranspose2d",
+    build: build_conv_transpose2d,
+    operands: &[
+        lim("input", FLOATS, 4, 4),
+        lim("filter", FLOATS, 4, 4),
+        lim("bias", FLOATS, 1, 1),
+        lim("output", FLOATS, 4, 4),
+    ],
+};
 
 /// This family's builder methods.
-pub const DEFS: &[OpDef] = &[CONV2D, AVERAGE_POOL2D, MAX_POOL2D];
+pub const DEFS: &[OpDef] = &[
+    CONV2D,
+    AVERAGE_POOL2D,
+    MAX_POOL2D,
+    L2_POOL2D,
+    CONV_TRANSPOSE2D,
+];

@@ -421,3 +421,426 @@ fn resample_linear(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::f16::f32_to_f16;
+
+    fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
+        OperandDescriptor::new(dt, shape.to_vec()).unwrap()
+    }
+
+    fn count(shape: &[usize]) -> usize {
+        shape.iter().product()
+    }
+
+    /// The multi-index of flat index `i` in `shape`.
+    fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+        let mut idx = vec![0; shape.len()];
+        for d in (0..shape.len()).rev() {
+            idx[d] = i % shape[d];
+            i /= shape[d];
+        }
+        idx
+    }
+
+    fn ravel(idx: &[usize], shape: &[usize]) -> usize {
+        idx.iter().zip(shape).fold(0, |acc, (&i, &n)| acc * n + i)
+    }
+
+    /// A buffer of `dt` holding small distinct-ish values derived from the
+    /// flat index.
+    fn sample(dt: DataType, n: usize) -> Buf {
+        let v = |i: usize| ((i * 7 + 3) % 23) as i64 - 11;
+        match dt {
+            DataType::Float32 => Buf::F32((0..n).map(|i| v(i) as f32 * 0.25).collect()),
+            DataType::Float16 => Buf::F16((0..n).map(|i| f32_to_f16(v(i) as f32 * 0.5)).collect()),
+            DataType::Int32 => Buf::I32((0..n).map(|i| v(i) as i32).collect()),
+            DataType::Uint32 => Buf::U32((0..n).map(|i| v(i).unsigned_abs() as u32).collect()),
+            DataType::Int64 => Buf::I64((0..n).map(|i| v(i) * 1_000_000_007).collect()),
+            DataType::Uint64 => Buf::U64((0..n).map(|i| v(i).unsigned_abs() << 40).collect()),
+            DataType::Int8 => Buf::I8((0..n).map(|i| v(i) as i8).collect()),
+            DataType::Uint8 => Buf::U8((0..n).map(|i| v(i).unsigned_abs() as u8 * 9).collect()),
+            DataType::Int4 => Buf::I8((0..n).map(|i| (v(i) % 8) as i8).collect()),
+            DataType::Uint4 => Buf::U8((0..n).map(|i| (v(i).unsigned_abs() % 16) as u8).collect()),
+        }
+    }
+
+    /// Builds the expected buffer element by element: `src(out_index)` is
+    /// the flat input index to copy, or `None` for `fill`.
+    fn naive(
+        x: &Buf,
+        out_shape: &[usize],
+        fill: Option<&Buf>,
+        src: impl Fn(&[usize]) -> Option<usize>,
+    ) -> Buf {
+        macro_rules! go {
+            ($($variant:ident),*) => {
+                match x {
+                    $(Buf::$variant(v) => {
+                        let f = match fill {
+                            Some(Buf::$variant(f)) => f[0],
+                            _ => Default::default(),
+                        };
+                        Buf::$variant(
+                            (0..count(out_shape))
+                                .map(|i| match src(&unravel(i, out_shape)) {
+                                    Some(j) => v[j],
+                                    None => f,
+                                })
+                                .collect(),
+                        )
+                    })*
+                }
+            };
+        }
+        go!(F32, F16, I32, U32, I64, U64, I8, U8)
+    }
+
+    fn run1(op: &MovementOp, x: &Buf, xd: &OperandDescriptor, out: &OperandDescriptor) -> Buf {
+        let mut r = run(op, &[x], &[xd], std::slice::from_ref(out)).unwrap();
+        assert_eq!(r.len(), 1);
+        r.pop().unwrap()
+    }
+
+    #[test]
+    fn expand_matches_reference() {
+        for (dt, from, to) in [
+            (DataType::Int32, vec![3, 1, 5], vec![2, 3, 4, 5]),
+            (DataType::Float16, vec![], vec![3, 2]),
+            (DataType::Uint4, vec![1, 7], vec![3, 7]),
+            (DataType::Int64, vec![1, 1], vec![2, 3, 1, 5]),
+        ] {
+            let xd = desc(dt, &from);
+            let x = sample(dt, count(&from));
+            let out = desc(dt, &to);
+            let got = run1(&MovementOp::Expand, &x, &xd, &out);
+            let off = to.len() - from.len();
+            let want = naive(&x, &to, None, |o| {
+                let idx: Vec<usize> = (0..from.len())
+                    .map(|d| if from[d] == 1 { 0 } else { o[d + off] })
+                    .collect();
+                Some(ravel(&idx, &from))
+            });
+            assert_eq!(got, want, "{dt:?} {from:?} -> {to:?}");
+        }
+    }
+
+    /// Mirrors `i` into [0, n) by bouncing off the ends, one step at a time.
+    fn bounce(mut i: i64, n: i64, repeat_edge: bool) -> i64 {
+        let shift = if repeat_edge { 1 } else { 0 };
+        loop {
+            if i < 0 {
+                i = -i - shift;
+            } else if i >= n {
+                i = 2 * (n - 1) - i + shift;
+            } else {
+                return i;
+            }
+        }
+    }
+
+    #[test]
+    fn pad_matches_reference() {
+        let modes = [
+            PadMode::Constant,
+            PadMode::Edge,
+            PadMode::Reflection,
+            PadMode::Symmetric,
+        ];
+        for dt in [
+            DataType::Float32,
+            DataType::Float16,
+            DataType::Int64,
+            DataType::Uint8,
+            DataType::Int4,
+        ] {
+            for mode in modes {
+                let shape = [3, 4, 1];
+                let (begin, end) = match mode {
+                    PadMode::Reflection => (vec![2, 0, 0], vec![1, 3, 0]),
+                    PadMode::Symmetric => (vec![3, 1, 1], vec![0, 4, 1]),
+                    _ => (vec![4, 0, 2], vec![1, 5, 1]),
+                };
+                let out_shape: Vec<usize> = (0..3).map(|d| shape[d] + begin[d] + end[d]).collect();
+                let value = if dt.is_float() {
+                    MlNumber::Double(-1.5)
+                } else {
+                    MlNumber::BigInt(5)
+                };
+                let op = MovementOp::Pad {
+                    begin: begin.clone(),
+                    end: end.clone(),
+                    mode,
+                    value,
+                };
+                let x = sample(dt, count(&shape));
+                let got = run1(&op, &x, &desc(dt, &shape), &desc(dt, &out_shape));
+                let fill = fill_value(dt, value).unwrap();
+                let want = naive(&x, &out_shape, Some(&fill), |o| {
+                    let mut idx = vec![0; 3];
+                    for d in 0..3 {
+                        let i = o[d] as i64 - begin[d] as i64;
+                        let n = shape[d] as i64;
+                        idx[d] = match mode {
+                            _ if (0..n).contains(&i) => i,
+                            PadMode::Constant => return None,
+                            PadMode::Edge => i.clamp(0, n - 1),
+                            PadMode::Reflection => bounce(i, n, false),
+                            PadMode::Symmetric => bounce(i, n, true),
+                        } as usize;
+                    }
+                    Some(ravel(&idx, &shape))
+                });
+                assert_eq!(got, want, "{dt:?} {mode:?}");
+            }
+        }
+        // The fill value keeps float16 precision and integer types.
+        assert_eq!(
+            fill_value(DataType::Float16, MlNumber::Double(0.5)).unwrap(),
+            Buf::F16(vec![0x3800])
+        );
+        assert_eq!(
+            fill_value(DataType::Uint64, MlNumber::BigInt(u64::MAX as i128)).unwrap(),
+            Buf::U64(vec![u64::MAX])
+        );
+    }
+
+    #[test]
+    fn reverse_tile_split_match_reference() {
+        let shape = [2, 3, 5];
+        for dt in [DataType::Uint8, DataType::Float16, DataType::Int64] {
+            let x = sample(dt, count(&shape));
+            let xd = desc(dt, &shape);
+            for axes in [vec![], vec![0, 2], vec![2, 1, 0], vec![1]] {
+                let got = run1(&MovementOp::Reverse { axes: axes.clone() }, &x, &xd, &xd);
+                let want = naive(&x, &shape, None, |o| {
+                    let idx: Vec<usize> = (0..3)
+                        .map(|d| {
+                            if axes.contains(&d) {
+                                shape[d] - 1 - o[d]
+                            } else {
+                                o[d]
+                            }
+                        })
+                        .collect();
+                    Some(ravel(&idx, &shape))
+                });
+                assert_eq!(got, want, "reverse {dt:?} {axes:?}");
+            }
+
+            let reps = [3, 1, 2];
+            let out_shape: Vec<usize> = (0..3).map(|d| shape[d] * reps[d]).collect();
+            let got = run1(
+                &MovementOp::Tile {
+                    repetitions: reps.to_vec(),
+                },
+                &x,
+                &xd,
+                &desc(dt, &out_shape),
+            );
+            let want = naive(&x, &out_shape, None, |o| {
+                let idx: Vec<usize> = (0..3).map(|d| o[d] % shape[d]).collect();
+                Some(ravel(&idx, &shape))
+            });
+            assert_eq!(got, want, "tile {dt:?}");
+
+            let sizes = vec![1, 3, 1];
+            let outs: Vec<OperandDescriptor> =
+                sizes.iter().map(|&s| desc(dt, &[2, 3, s])).collect();
+            let got = run(
+                &MovementOp::Split {
+                    axis: 2,
+                    sizes: sizes.clone(),
+                },
+                &[&x],
+                &[&xd],
+                &outs,
+            )
+            .unwrap();
+            assert_eq!(got.len(), 3);
+            let mut start = 0;
+            for (g, &s) in got.iter().zip(&sizes) {
+                let want = naive(&x, &[2, 3, s], None, |o| {
+                    Some(ravel(&[o[0], o[1], o[2] + start], &shape))
+                });
+                assert_eq!(g, &want, "split {dt:?} piece at {start}");
+                start += s;
+            }
+        }
+        // A scalar reverses and tiles to itself.
+        let x = Buf::I32(vec![42]);
+        let d = desc(DataType::Int32, &[]);
+        assert_eq!(run1(&MovementOp::Reverse { axes: vec![] }, &x, &d, &d), x);
+        assert_eq!(
+            run1(
+                &MovementOp::Tile {
+                    repetitions: vec![]
+                },
+                &x,
+                &d,
+                &d
+            ),
+            x
+        );
+    }
+
+    #[test]
+    fn triangular_matches_reference() {
+        let shape = [2, 3, 4];
+        for dt in [
+            DataType::Float32,
+            DataType::Float16,
+            DataType::Int8,
+            DataType::Uint64,
+        ] {
+            let x = sample(dt, count(&shape));
+            let xd = desc(dt, &shape);
+            for upper in [true, false] {
+                for diagonal in [-4, -1, 0, 1, 2, 5, i32::MIN as i64, i32::MAX as i64] {
+                    let op = MovementOp::Triangular { upper, diagonal };
+                    let got = run1(&op, &x, &xd, &xd);
+                    let want = naive(&x, &shape, None, |o| {
+                        let (i, j) = (o[1] as i64, o[2] as i64);
+                        let keep = if upper {
+                            j >= i + diagonal
+                        } else {
+                            j <= i + diagonal
+                        };
+                        keep.then(|| ravel(o, &shape))
+                    });
+                    assert_eq!(got, want, "{dt:?} upper={upper} diagonal={diagonal}");
+                }
+            }
+        }
+    }
+
+    /// The spec's formulas, written out directly for a 4-D input.
+    fn resample_reference(
+        x: &[f32],
+        s: &[usize],
+        o_shape: &[usize],
+        axes: [usize; 2],
+        linear: bool,
+    ) -> Vec<f32> {
+        let coord = |d: usize, o: usize| {
+            let scale = o_shape[d] as f64 / s[d] as f64;
+            ((o as f64 + 0.5) / scale - 0.5).clamp(0.0, (s[d] - 1) as f64)
+        };
+        let at = |idx: &[usize]| x[ravel(idx, s)] as f64;
+        (0..count(o_shape))
+            .map(|i| {
+                let o = unravel(i, o_shape);
+                let (cy, cx) = (coord(axes[0], o[axes[0]]), coord(axes[1], o[axes[1]]));
+                let mut idx = o.clone();
+                if !linear {
+                    idx[axes[0]] = (cy - 0.5).ceil().max(0.0) as usize;
+                    idx[axes[1]] = (cx - 0.5).ceil().max(0.0) as usize;
+                    return at(&idx) as f32;
+                }
+                let (y0, y1, x0, x1) = (cy.floor(), cy.ceil(), cx.floor(), cx.ceil());
+                let v = |yy: f64, xx: f64| {
+                    let mut k = o.clone();
+                    k[axes[0]] = yy as usize;
+                    k[axes[1]] = xx as usize;
+                    at(&k)
+                };
+                let (tx, ty) = (cx - x0, cy - y0);
+                let vy0 = v(y0, x0) * (1.0 - tx) + v(y0, x1) * tx;
+                let vy1 = v(y1, x0) * (1.0 - tx) + v(y1, x1) * tx;
+                (vy0 * (1.0 - ty) + vy1 * ty) as f32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn resample2d_matches_reference() {
+        let shape = [2, 3, 4, 5];
+        let cases: [([usize; 2], [usize; 2]); 5] = [
+            ([2, 3], [7, 11]),
+            ([2, 3], [3, 2]),
+            ([3, 2], [1, 9]),
+            ([1, 0], [5, 1]),
+            ([0, 3], [3, 5]),
+        ];
+        for (axes, sizes) in cases {
+            let mut out_shape = shape.to_vec();
+            out_shape[axes[0]] = sizes[0];
+            out_shape[axes[1]] = sizes[1];
+            for linear in [false, true] {
+                for dt in [DataType::Float32, DataType::Float16] {
+                    let x = sample(dt, count(&shape));
+                    let xf = x.to_f32_vec();
+                    let op = MovementOp::Resample2d { linear, axes };
+                    let got = run1(&op, &x, &desc(dt, &shape), &desc(dt, &out_shape));
+                    let want = from_floats(
+                        dt,
+                        resample_reference(&xf, &shape, &out_shape, axes, linear),
+                    )
+                    .unwrap();
+                    assert_eq!(
+                        got, want,
+                        "{dt:?} axes={axes:?} sizes={sizes:?} linear={linear}"
+                    );
+                }
+            }
+        }
+        // The spec's example: 4x4 -> 8x8 linear, second row of pairs.
+        let x: Vec<f32> = [
+            0., 1., 2., 3., 0., 1., 2., 3., 12., 13., 14., 15., 12., 13., 14., 15.,
+        ]
+        .to_vec();
+        let got = run1(
+            &MovementOp::Resample2d {
+                linear: true,
+                axes: [2, 3],
+            },
+            &Buf::F32(x),
+            &desc(DataType::Float32, &[1, 1, 4, 4]),
+            &desc(DataType::Float32, &[1, 1, 8, 8]),
+        );
+        let Buf::F32(v) = got else { panic!() };
+        assert_eq!(&v[0..8], &[0.0, 0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3.0]);
+        assert_eq!(&v[24..32], &[3.0, 3.25, 3.75, 4.25, 4.75, 5.25, 5.75, 6.0]);
+        assert_eq!(
+            &v[32..40],
+            &[9.0, 9.25, 9.75, 10.25, 10.75, 11.25, 11.75, 12.0]
+        );
+    }
+
+    #[test]
+    fn bad_inputs_are_errors_not_panics() {
+        let x = Buf::F32(vec![1.0, 2.0]);
+        let d3 = desc(DataType::Float32, &[3]);
+        assert!(run(
+            &MovementOp::Reverse { axes: vec![0] },
+            &[&x],
+            &[&d3],
+            &[d3.clone()]
+        )
+        .is_err());
+        assert!(run(&MovementOp::Expand, &[], &[], &[d3.clone()]).is_err());
+        let d2 = desc(DataType::Float32, &[2]);
+        assert!(run(
+            &MovementOp::Triangular {
+                upper: true,
+                diagonal: 0
+            },
+            &[&x],
+            &[&d2],
+            &[d2.clone()]
+        )
+        .is_err());
+        assert!(run(
+            &MovementOp::Split {
+                axis: 0,
+                sizes: vec![1]
+            },
+            &[&x],
+            &[&d2],
+            &[d2.clone()]
+        )
+        .is_err());
+    }
+}

@@ -491,3 +491,302 @@ pub const TRIANGULAR: OpDef = OpDef {
 
 /// This family's builder methods.
 pub const DEFS: &[OpDef] = &[EXPAND, PAD, RESAMPLE2D, REVERSE, SPLIT, TILE, TRIANGULAR];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn input(b: &mut GraphBuilder, dt: DataType, shape: &[usize]) -> Val {
+        let id = b
+            .input("x", OperandDescriptor::new(dt, shape.to_vec()).unwrap())
+            .unwrap();
+        Val::Operand { builder: b.id, id }
+    }
+
+    fn num(v: f64) -> Val {
+        Val::Number(v)
+    }
+
+    fn list(v: &[f64]) -> Val {
+        Val::List(v.iter().map(|&x| Val::Number(x)).collect())
+    }
+
+    fn opts(kv: &[(&str, Val)]) -> Val {
+        Val::Dict(kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
+    }
+
+    /// Calls `name` on an input of `dt`/`shape` followed by `rest`; returns
+    /// the output shapes and the resolved operator.
+    fn call(
+        name: &str,
+        dt: DataType,
+        shape: &[usize],
+        rest: &[Val],
+    ) -> Result<(Vec<Vec<usize>>, MovementOp)> {
+        let mut b = GraphBuilder::new();
+        let mut args = vec![input(&mut b, dt, shape)];
+        args.extend_from_slice(rest);
+        let outs = b.call(name, &args)?;
+        let shapes = outs.iter().map(|&o| b.desc(o).shape.clone()).collect();
+        let g = b
+            .build(
+                outs.iter()
+                    .enumerate()
+                    .map(|(i, &o)| (format!("o{i}"), o))
+                    .collect(),
+            )
+            .unwrap();
+        match &g.nodes.last().unwrap().op {
+            Op::Movement(m) => Ok((shapes, m.clone())),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn type_error(r: Result<(Vec<Vec<usize>>, MovementOp)>) -> String {
+        match r {
+            Err(e) => {
+                assert_eq!(e.kind, ErrorKind::Type, "{}", e.message);
+                e.message
+            }
+            Ok(v) => panic!("expected a TypeError, got {v:?}"),
+        }
+    }
+
+    const F32: DataType = DataType::Float32;
+
+    #[test]
+    fn expand_shapes_and_errors() {
+        let (s, _) = call("expand", F32, &[3, 1], &[list(&[2, 3, 4].map(f64::from))]).unwrap();
+        assert_eq!(s, vec![vec![2, 3, 4]]);
+        let (s, _) = call("expand", DataType::Int4, &[], &[list(&[5.0])]).unwrap();
+        assert_eq!(s, vec![vec![5]]);
+        // Unidirectional only: the input may not be larger than newShape.
+        type_error(call("expand", F32, &[3, 4], &[list(&[4.0])]));
+        type_error(call("expand", F32, &[3], &[list(&[2.0, 2.0])]));
+        type_error(call("expand", F32, &[3], &[list(&[0.0])]));
+        type_error(call("expand", F32, &[3], &[list(&[-1.0])]));
+    }
+
+    #[test]
+    fn pad_resolution_and_errors() {
+        let (s, op) = call(
+            "pad",
+            DataType::Int8,
+            &[2, 3],
+            &[
+                list(&[1.0, 0.0]),
+                list(&[0.0, 2.0]),
+                opts(&[("value", num(300.0))]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(s, vec![vec![3, 5]]);
+        assert_eq!(
+            op,
+            MovementOp::Pad {
+                begin: vec![1, 0],
+                end: vec![0, 2],
+                mode: PadMode::Constant,
+                // Cast clamps to the int8 range.
+                value: MlNumber::BigInt(127),
+            }
+        );
+        let refl = opts(&[("mode", Val::String("reflection".into()))]);
+        call(
+            "pad",
+            F32,
+            &[3],
+            &[list(&[2.0]), list(&[2.0]), refl.clone()],
+        )
+        .unwrap();
+        // Reflection needs padding < the dimension size.
+        type_error(call(
+            "pad",
+            F32,
+            &[3],
+            &[list(&[3.0]), list(&[0.0]), refl.clone()],
+        ));
+        type_error(call("pad", F32, &[3], &[list(&[0.0]), list(&[3.0]), refl]));
+        let sym = opts(&[("mode", Val::String("symmetric".into()))]);
+        call("pad", F32, &[3], &[list(&[3.0]), list(&[3.0]), sym.clone()]).unwrap();
+        type_error(call("pad", F32, &[3], &[list(&[4.0]), list(&[0.0]), sym]));
+        let edge = opts(&[("mode", Val::String("edge".into()))]);
+        call("pad", F32, &[1], &[list(&[9.0]), list(&[9.0]), edge]).unwrap();
+        let bad = opts(&[("mode", Val::String("wrap".into()))]);
+        type_error(call("pad", F32, &[3], &[list(&[0.0]), list(&[0.0]), bad]));
+        type_error(call("pad", F32, &[], &[list(&[]), list(&[])]));
+        type_error(call("pad", F32, &[3], &[list(&[1.0, 1.0]), list(&[1.0])]));
+        assert_eq!(
+            cast_number(DataType::Uint8, MlNumber::Double(2.5)),
+            MlNumber::BigInt(2)
+        );
+        assert_eq!(
+            cast_number(DataType::Int32, MlNumber::Double(f64::NAN)),
+            MlNumber::BigInt(0)
+        );
+        assert_eq!(
+            cast_number(DataType::Int64, MlNumber::Double(1e300)),
+            MlNumber::BigInt(i64::MAX as i128)
+        );
+        assert_eq!(
+            cast_number(DataType::Uint4, MlNumber::BigInt(-3)),
+            MlNumber::BigInt(0)
+        );
+        assert_eq!(
+            cast_number(DataType::Float16, MlNumber::Double(0.1)),
+            MlNumber::Double(0.0999755859375)
+        );
+    }
+
+    #[test]
+    fn reverse_split_tile_triangular() {
+        let (_, op) = call("reverse", F32, &[2, 3, 4], &[]).unwrap();
+        assert_eq!(
+            op,
+            MovementOp::Reverse {
+                axes: vec![0, 1, 2]
+            }
+        );
+        let (_, op) = call("reverse", F32, &[2, 3], &[opts(&[("axes", list(&[]))])]).unwrap();
+        assert_eq!(op, MovementOp::Reverse { axes: vec![] });
+        type_error(call(
+            "reverse",
+            F32,
+            &[2, 3],
+            &[opts(&[("axes", list(&[2.0]))])],
+        ));
+        type_error(call(
+            "reverse",
+            F32,
+            &[2, 3],
+            &[opts(&[("axes", list(&[1.0, 1.0]))])],
+        ));
+
+        let (s, op) = call("split", F32, &[6, 4], &[num(3.0)]).unwrap();
+        assert_eq!(s, vec![vec![2, 4]; 3]);
+        assert_eq!(
+            op,
+            MovementOp::Split {
+                axis: 0,
+                sizes: vec![2, 2, 2]
+            }
+        );
+        let (s, _) = call(
+            "split",
+            F32,
+            &[6, 4],
+            &[list(&[1.0, 3.0]), opts(&[("axis", num(1.0))])],
+        )
+        .unwrap();
+        assert_eq!(s, vec![vec![6, 1], vec![6, 3]]);
+        type_error(call("split", F32, &[6, 4], &[num(4.0)]));
+        type_error(call("split", F32, &[6, 4], &[num(0.0)]));
+        type_error(call("split", F32, &[6, 4], &[list(&[2.0, 0.0, 4.0])]));
+        type_error(call("split", F32, &[6, 4], &[list(&[2.0, 2.0])]));
+        type_error(call(
+            "split",
+            F32,
+            &[6, 4],
+            &[num(2.0), opts(&[("axis", num(2.0))])],
+        ));
+        type_error(call("split", F32, &[], &[num(1.0)]));
+
+        let (s, _) = call("tile", DataType::Uint4, &[2, 3], &[list(&[3.0, 1.0])]).unwrap();
+        assert_eq!(s, vec![vec![6, 3]]);
+        type_error(call("tile", F32, &[2, 3], &[list(&[1.0])]));
+        type_error(call("tile", F32, &[2, 3], &[list(&[1.0, 0.0])]));
+
+        let (_, op) = call("triangular", F32, &[2, 2], &[]).unwrap();
+        assert_eq!(
+            op,
+            MovementOp::Triangular {
+                upper: true,
+                diagonal: 0
+            }
+        );
+        let (_, op) = call(
+            "triangular",
+            DataType::Uint64,
+            &[2, 2, 2],
+            &[opts(&[
+                ("upper", Val::Bool(false)),
+                ("diagonal", num(-5.0)),
+            ])],
+        )
+        .unwrap();
+        assert_eq!(
+            op,
+            MovementOp::Triangular {
+                upper: false,
+                diagonal: -5
+            }
+        );
+        type_error(call("triangular", F32, &[4], &[]));
+        type_error(call(
+            "triangular",
+            F32,
+            &[2, 2],
+            &[opts(&[("diagonal", num(0.5))])],
+        ));
+    }
+
+    #[test]
+    fn resample2d_shapes_and_errors() {
+        let x = [1, 2, 3, 5];
+        let (s, op) = call("resample2d", F32, &x, &[]).unwrap();
+        assert_eq!(s, vec![x.to_vec()]);
+        assert_eq!(
+            op,
+            MovementOp::Resample2d {
+                linear: false,
+                axes: [2, 3]
+            }
+        );
+        // floor(3 * 1.5) = 4, floor(5 * 0.5) = 2.
+        let (s, _) = call(
+            "resample2d",
+            DataType::Float16,
+            &x,
+            &[opts(&[("scales", list(&[1.5, 0.5]))])],
+        )
+        .unwrap();
+        assert_eq!(s, vec![vec![1, 2, 4, 2]]);
+        // sizes win over scales; axes in any order.
+        let (s, op) = call(
+            "resample2d",
+            F32,
+            &x,
+            &[opts(&[
+                ("mode", Val::String("linear".into())),
+                ("scales", list(&[9.0, 9.0])),
+                ("sizes", list(&[7.0, 4.0])),
+                ("axes", list(&[3.0, 0.0])),
+            ])],
+        )
+        .unwrap();
+        assert_eq!(s, vec![vec![4, 2, 3, 7]]);
+        assert_eq!(
+            op,
+            MovementOp::Resample2d {
+                linear: true,
+                axes: [3, 0]
+            }
+        );
+        let bad = |o: Val| type_error(call("resample2d", F32, &x, &[o]));
+        bad(opts(&[("scales", list(&[1.0]))]));
+        bad(opts(&[("scales", list(&[1.0, 0.0]))]));
+        bad(opts(&[("scales", list(&[1.0, -2.0]))]));
+        bad(opts(&[("scales", list(&[1.0, f64::INFINITY]))]));
+        // floor(5 * 0.1) = 0 is not a valid dimension.
+        bad(opts(&[("scales", list(&[1.0, 0.1]))]));
+        bad(opts(&[("sizes", list(&[1.0, 0.0]))]));
+        bad(opts(&[("sizes", list(&[1.0, 2.0, 3.0]))]));
+        bad(opts(&[("axes", list(&[1.0, 1.0]))]));
+        bad(opts(&[("axes", list(&[1.0, 4.0]))]));
+        bad(opts(&[("axes", list(&[1.0]))]));
+        bad(opts(&[("mode", Val::String("cubic".into()))]));
+        type_error(call("resample2d", F32, &[1, 2, 3], &[]));
+        type_error(call("resample2d", DataType::Int32, &x, &[]));
+    }
+}

@@ -1,0 +1,417 @@
+#!/usr/bin/env node
+'use strict';
+// webnn-node against onnxruntime-node on the CPU: the same workloads (built
+// from one description each, bench/workloads.js), checked for equal outputs,
+// then timed interleaved in one process. See bench/README.md.
+//
+//   node bench/run.js [--threads 1,2] [--runs N] [--only a,b,...] [--quick] [--save-models]
+//   node bench/run.js --rss-child mobilenet ours|ort|none [--threads N] [--runs N]
+//
+// Exit status: 0 when every workload ran (slow, mismatched or unavailable
+// ones included: this is a report, not a test); 1 when something errored.
+
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { execFileSync } = require('child_process');
+const { WORKLOADS, WEIGHT_SEED, INPUT_SEED, makeRandom, WebnnEmitter, NullEmitter } = require('./workloads');
+
+// Outputs agree when max |ours - ort| / max(|ort|, floor) stays below
+// MAX_REL_ERR, with floor = max(REL_FLOOR, RMS_FRACTION * rms(ort)). The
+// floor keeps elements that are (nearly) zero from turning rounding noise
+// into huge relative errors: two correct float32 dot products of a few
+// hundred terms, summed in different orders, differ by ~1e-6 of the output's
+// scale, which near a zero output would read as 1e-2 "relative" error. Below
+// the floor the test is an absolute one: 1e-3 of a tenth of the output's RMS.
+const MAX_REL_ERR = 1e-3;
+const REL_FLOOR = 1e-3;
+const RMS_FRACTION = 0.1;
+const WARMUP = 5;
+
+// Loaded lazily: the RSS children must load only the side they measure.
+const webnn = () => require('..');
+const ort = () => require('onnxruntime-node');
+
+function parseArgs(argv) {
+  const opts = { threads: [1, 2], runs: null, only: null, quick: false, saveModels: false, rssChild: null };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    const value = () => {
+      if (i + 1 >= argv.length) throw new Error(`${arg} needs a value`);
+      return argv[++i];
+    };
+    if (arg === '--threads') {
+      opts.threads = value().split(',').map(Number);
+      if (!opts.threads.every((n) => Number.isInteger(n) && n > 0)) throw new Error('--threads: positive integers');
+    } else if (arg === '--runs') {
+      opts.runs = Number(value());
+      if (!Number.isInteger(opts.runs) || opts.runs < 1) throw new Error('--runs: a positive integer');
+    } else if (arg === '--only') {
+      opts.only = value().split(',');
+    } else if (arg === '--quick') {
+      opts.quick = true;
+    } else if (arg === '--save-models') {
+      opts.saveModels = true;
+    } else if (arg === '--rss-child') {
+      opts.rssChild = { workload: value(), side: value() };
+    } else {
+      throw new Error(`unknown argument ${arg}`);
+    }
+  }
+  return opts;
+}
+
+// --- the two sides, each behind the same three calls: build, run, release ---
+
+async function buildOurs(workload, context) {
+  const { MLGraphBuilder } = webnn();
+  const missing = (workload.needs || []).filter((op) => typeof MLGraphBuilder.prototype[op] !== 'function');
+  if (missing.length) return { unavailable: `builder.${missing.join(', builder.')} not implemented` };
+
+  const builder = new MLGraphBuilder(context);
+  const emitter = new WebnnEmitter(builder);
+  workload.build(emitter, makeRandom(WEIGHT_SEED));
+  const graph = await builder.build(emitter.outputs);
+  const tensor = (shape, usage) => context.createTensor({ dataType: 'float32', shape, ...usage });
+  const inputs = {};
+  for (const { name, shape } of workload.inputs) inputs[name] = await tensor(shape, { writable: true });
+  const outputs = {};
+  for (const { name, shape } of workload.outputs) outputs[name] = await tensor(shape, { readable: true });
+  const outputNames = Object.keys(outputs);
+
+  return {
+    // One inference as a caller sees it: inputs in, results back in JS.
+    async run(data) {
+      for (const name in inputs) context.writeTensor(inputs[name], data[name]);
+      context.dispatch(graph, inputs, outputs);
+      const results = await Promise.all(outputNames.map((name) => context.readTensor(outputs[name])));
+      return Object.fromEntries(outputNames.map((name, i) => [name, new Float32Array(results[i])]));
+    },
+    release() {
+      graph.destroy();
+      for (const t of [...Object.values(inputs), ...Object.values(outputs)]) t.destroy();
+    },
+  };
+}
+
+const modelCache = new Map();
+function onnxModel(workload) {
+  if (!modelCache.has(workload.id)) {
+    const { OnnxEmitter } = require('./onnx');
+    const emitter = new OnnxEmitter(workload.title);
+    workload.build(emitter, makeRandom(WEIGHT_SEED));
+    modelCache.set(workload.id, emitter.encode());
+  }
+  return modelCache.get(workload.id);
+}
+
+async function buildOrt(workload, threads) {
+  const { InferenceSession, Tensor } = ort();
+  const session = await InferenceSession.create(onnxModel(workload), {
+    intraOpNumThreads: threads,
+    interOpNumThreads: 1,
+    graphOptimizationLevel: 'all',
+    executionMode: 'sequential',
+  });
+  let feeds = null;
+  return {
+    async run(data) {
+      // The feeds wrap the caller's arrays; made once, like our tensors.
+      if (!feeds) {
+        feeds = {};
+        for (const { name, shape } of workload.inputs) feeds[name] = new Tensor('float32', data[name], shape);
+      }
+      const results = await session.run(feeds);
+      return Object.fromEntries(workload.outputs.map(({ name }) => [name, results[name].data]));
+    },
+    release() {
+      return session.release();
+    },
+  };
+}
+
+// --- measurement ---
+
+function maxRelativeError(ours, theirs) {
+  let worst = 0;
+  for (const name in theirs) {
+    const a = ours[name];
+    const b = theirs[name];
+    if (!a || a.length !== b.length) return Infinity;
+    let sumSquares = 0;
+    for (let i = 0; i < b.length; i++) sumSquares += b[i] * b[i];
+    const floor = Math.max(REL_FLOOR, RMS_FRACTION * Math.sqrt(sumSquares / b.length));
+    for (let i = 0; i < b.length; i++) {
+      const err = Math.abs(a[i] - b[i]) / Math.max(Math.abs(b[i]), floor);
+      // NaN anywhere (either side) counts as a mismatch: comparisons with
+      // NaN are false, so test for it explicitly.
+      if (!(err <= worst)) worst = Number.isNaN(err) ? Infinity : err;
+    }
+  }
+  return worst;
+}
+
+function median(values) {
+  const s = [...values].sort((x, y) => x - y);
+  const mid = s.length >> 1;
+  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+}
+
+const now = () => Number(process.hrtime.bigint()) / 1e6; // ms
+
+// Alternates the two sides run by run, so a change in machine load during
+// the measurement hits both rather than whichever happened to run then.
+async function timeInterleaved(ours, theirs, data, warmup, runs) {
+  for (let i = 0; i < warmup; i++) {
+    await ours.run(data);
+    await theirs.run(data);
+  }
+  const times = { ours: [], ort: [] };
+  for (let i = 0; i < runs; i++) {
+    let t = now();
+    await ours.run(data);
+    times.ours.push(now() - t);
+    t = now();
+    await theirs.run(data);
+    times.ort.push(now() - t);
+  }
+  return { ours: median(times.ours), ort: median(times.ort) };
+}
+
+async function benchWorkload(workload, threads, context, opts) {
+  const row = { workload: workload.id, title: workload.title, threads, status: 'ok' };
+  const ours = await buildOurs(workload, context).catch((e) => ({ error: e }));
+  if (ours.unavailable) return { ...row, status: `unavailable: ${ours.unavailable}` };
+  if (ours.error) return { ...row, status: `failed: webnn build: ${ours.error.message}`, failed: true };
+  let theirs;
+  try {
+    theirs = await buildOrt(workload, threads);
+  } catch (e) {
+    ours.release();
+    return { ...row, status: `failed: onnxruntime session: ${e.message}`, failed: true };
+  }
+  try {
+    const data = workload.inputData(makeRandom(INPUT_SEED));
+    row.max_rel_err = maxRelativeError(await ours.run(data), await theirs.run(data));
+    if (!(row.max_rel_err < MAX_REL_ERR)) row.status = 'MISMATCH';
+
+    const runs = opts.runs || (opts.quick ? Math.min(workload.runs, workload.perCallMicros ? 100 : 3) : workload.runs);
+    const t = await timeInterleaved(ours, theirs, data, opts.quick ? 1 : WARMUP, runs);
+    Object.assign(row, { runs, ours_ms: t.ours, ort_ms: t.ort, ratio: t.ours / t.ort });
+    if (workload.flops) {
+      // FLOP per ms / 1e6 = GFLOP/s
+      row.ours_gflops = workload.flops / t.ours / 1e6;
+      row.ort_gflops = workload.flops / t.ort / 1e6;
+    }
+    if (workload.perCallMicros) {
+      row.ours_us = t.ours * 1000;
+      row.ort_us = t.ort * 1000;
+    }
+  } catch (e) {
+    row.status = `failed: ${e.message}`;
+    row.failed = true;
+  } finally {
+    ours.release();
+    await theirs.release();
+  }
+  return row;
+}
+
+// --- peak memory of one side alone, in a child process ---
+
+async function rssChild(opts) {
+  const workload = WORKLOADS.find((w) => w.id === 'c');
+  if (opts.rssChild.workload !== 'mobilenet') throw new Error('--rss-child: only "mobilenet" is measured');
+  const threads = opts.threads[0];
+  const runs = opts.runs || 20;
+  const { side } = opts.rssChild;
+  const data = workload.inputData(makeRandom(INPUT_SEED));
+  let model;
+  if (side === 'ours') {
+    model = await buildOurs(workload, await webnn().ml.createContext({ numThreads: threads }));
+  } else if (side === 'ort') {
+    model = await buildOrt(workload, threads);
+  } else if (side === 'none') {
+    // Node, the description's weight arrays and the input: the floor both
+    // sides start from.
+    const keep = new NullEmitter();
+    workload.build(keep, makeRandom(WEIGHT_SEED));
+    model = { run: async () => keep, release() {} };
+  } else {
+    throw new Error(`--rss-child: side must be ours, ort or none, not ${side}`);
+  }
+  for (let i = 0; i < runs; i++) await model.run(data);
+  await model.release();
+  console.log(JSON.stringify({ side, threads, runs, max_rss_mb: peakRssMb() }));
+}
+
+// Peak resident memory of this process. On Linux, getrusage's maxRSS (what
+// process.resourceUsage() reports) survives fork and exec, so a child
+// started from a big parent reports the parent's peak if it stays smaller;
+// VmHWM in /proc/self/status belongs to the child's own address space.
+function peakRssMb() {
+  try {
+    const hwm = /^VmHWM:\s+(\d+) kB/m.exec(fs.readFileSync('/proc/self/status', 'utf8'));
+    if (hwm) return Number(hwm[1]) / 1024;
+  } catch {
+    // not Linux: fall through
+  }
+  return process.resourceUsage().maxRSS / 1024; // kilobytes
+}
+
+function measureRss(side, threads, runs) {
+  const out = execFileSync(
+    process.execPath,
+    [__filename, '--rss-child', 'mobilenet', side, '--threads', String(threads), '--runs', String(runs)],
+    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  return JSON.parse(out.trim().split('\n').pop()).max_rss_mb;
+}
+
+// --- report ---
+
+function loadavg() {
+  try {
+    return fs.readFileSync('/proc/loadavg', 'utf8').trim();
+  } catch {
+    return os.loadavg().map((x) => x.toFixed(2)).join(' ');
+  }
+}
+
+function fmtMs(ms) {
+  if (ms === undefined) return '-';
+  if (ms < 1) return ms.toFixed(4);
+  if (ms < 10) return ms.toFixed(3);
+  return ms.toFixed(2);
+}
+
+const fmt = (x, digits) => (x === undefined ? '-' : x.toFixed(digits));
+const fmtErr = (x) => (x === undefined ? '-' : x === Infinity ? 'inf' : x.toExponential(1));
+
+function printTable(rows) {
+  const header = ['workload', 'thr', 'runs', 'ours ms', 'ORT ms', 'ours/ORT', 'ours GFLOP/s', 'ORT GFLOP/s', 'max rel err', 'status'];
+  const lines = rows.map((r) => [
+    `${r.workload} ${r.title}`,
+    String(r.threads),
+    r.runs === undefined ? '-' : String(r.runs),
+    fmtMs(r.ours_ms),
+    fmtMs(r.ort_ms),
+    fmt(r.ratio, 2),
+    fmt(r.ours_gflops, 1),
+    fmt(r.ort_gflops, 1),
+    fmtErr(r.max_rel_err),
+    r.status,
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i].length)));
+  const print = (cells) =>
+    console.log(
+      cells
+        .map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]) : c.padStart(widths[i])))
+        .join('  ')
+        .trimEnd(),
+    );
+  print(header);
+  print(widths.map((w) => '-'.repeat(w)));
+  lines.forEach(print);
+}
+
+const round = (x, digits = 4) => (typeof x === 'number' && Number.isFinite(x) ? Number(x.toPrecision(digits)) : x);
+
+async function main(opts) {
+  const loadStart = loadavg();
+  const selected = WORKLOADS.filter(
+    (w) => !opts.only || opts.only.some((id) => w.id === id || (id === 'a' && w.id.startsWith('a'))),
+  );
+  if (!selected.length) throw new Error(`--only ${opts.only}: no such workload (a, a1, a2, b, c, d, e, f)`);
+  const ortVersion = require('onnxruntime-node/package.json').version;
+  const cpus = os.cpus();
+  console.log(`webnn-node vs onnxruntime-node ${ortVersion}, CPU, float32, batch 1`);
+  console.log(`machine: ${cpus.length} x ${cpus[0] ? cpus[0].model : 'unknown CPU'}, node ${process.version}`);
+  console.log(`load average at start: ${loadStart}`);
+  console.log(
+    `timing: median of interleaved runs after ${opts.quick ? 1 : WARMUP} warm-up runs each${opts.quick ? ' (--quick)' : ''}; ` +
+      `outputs checked first: max |ours-ort|/max(|ort|, ${REL_FLOOR}, ${RMS_FRACTION}*rms(ort)) < ${MAX_REL_ERR}`,
+  );
+  console.log('');
+
+  const { ml } = webnn();
+  const contexts = new Map();
+  for (const n of opts.threads) contexts.set(n, await ml.createContext({ numThreads: n }));
+
+  const rows = [];
+  for (const workload of selected) {
+    if (opts.saveModels) {
+      const dir = path.join(__dirname, 'models');
+      fs.mkdirSync(dir, { recursive: true });
+      fs.writeFileSync(path.join(dir, `${workload.id}.onnx`), onnxModel(workload));
+    }
+    for (const n of opts.threads) {
+      const row = await benchWorkload(workload, n, contexts.get(n), opts);
+      rows.push(row);
+      process.stderr.write(`  ${workload.id} @${n}: ${row.status}\n`);
+    }
+  }
+  for (const context of contexts.values()) context.destroy();
+  printTable(rows);
+
+  for (const r of rows.filter((r) => r.ours_us !== undefined)) {
+    console.log(`${r.title} @${r.threads} threads: round trip ${r.ours_us.toFixed(1)} us ours, ${r.ort_us.toFixed(1)} us ORT`);
+  }
+
+  let mobilenetRss;
+  if (selected.some((w) => w.id === 'c')) {
+    const threads = Math.max(...opts.threads);
+    const runs = opts.quick ? 3 : 20;
+    mobilenetRss = { threads, runs };
+    for (const side of ['none', 'ours', 'ort']) mobilenetRss[`${side}_mb`] = round(measureRss(side, threads, runs), 4);
+    console.log(
+      `MobileNetV2 peak RSS, separate processes (${threads} threads, ${runs} runs): ` +
+        `ours ${mobilenetRss.ours_mb.toFixed(1)} MB, ORT ${mobilenetRss.ort_mb.toFixed(1)} MB ` +
+        `(baseline: node + weights in JS, no runtime: ${mobilenetRss.none_mb.toFixed(1)} MB)`,
+    );
+  }
+
+  const maxRssMb = process.resourceUsage().maxRSS / 1024;
+  const loadEnd = loadavg();
+  console.log(`peak RSS of this process (both runtimes, all workloads): ${maxRssMb.toFixed(1)} MB`);
+  console.log(`load average at end: ${loadEnd}`);
+
+  const report = {
+    bench: 'webnn-node vs onnxruntime-node',
+    ort_version: ortVersion,
+    cpus: cpus.length,
+    quick: opts.quick,
+    load_start: loadStart,
+    load_end: loadEnd,
+    max_rel_err_limit: MAX_REL_ERR,
+    results: rows.map((r) => {
+      const out = {};
+      for (const [k, v] of Object.entries(r)) if (k !== 'failed') out[k] = round(v);
+      return out;
+    }),
+    max_rss_mb: round(maxRssMb),
+    mobilenet_rss_mb: mobilenetRss,
+  };
+  console.log(JSON.stringify(report));
+  return rows.some((r) => r.failed) ? 1 : 0;
+}
+
+if (require.main === module) {
+  let opts;
+  try {
+    opts = parseArgs(process.argv.slice(2));
+  } catch (e) {
+    console.error(e.message);
+    process.exit(2);
+  }
+  const done = opts.rssChild ? rssChild(opts).then(() => 0) : main(opts);
+  done.then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (e) => {
+      console.error(e && e.stack ? e.stack : e);
+      process.exitCode = 1;
+    },
+  );
+}

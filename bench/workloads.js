@@ -1,0 +1,344 @@
+'use strict';
+// The benchmark's workloads, each described ONCE as a function of an
+// "emitter" (g) and a seeded random source. The same description is run
+// against the WebNN emitter below (MLGraphBuilder) and the ONNX emitter in
+// bench/onnx.js; with the same seed both draw identical weights in the same
+// order, so the two graphs compute the same function and their outputs can
+// be compared before anything is timed.
+//
+// The emitter interface (values are the emitter's own handles):
+//   g.input(name, shape)              g.constant(shape, Float32Array)
+//   g.output(name, value, shape)
+//   g.add(a, b)  g.mul(a, b)  g.matmul(a, b)  g.gemm(a, b, c)
+//   g.conv2d(x, w, bias, {kernel, strides, pads: [t, b, l, r], groups})  (NCHW / OIHW)
+//   g.clamp(x, lo, hi)  g.softmax(x, axis)  g.reshape(x, shape)  g.transpose(x, perm)
+//   g.globalAveragePool(x)  g.layerNorm(x, scale, bias, epsilon)  (last axis)  g.gelu(x)
+
+// --- seeded random numbers ---
+
+// A 32-bit xorshift generator (Marsaglia's 13/17/5 triple): small, fast and
+// deterministic across platforms, which is all a benchmark needs.
+function makeRandom(seed) {
+  let state = seed >>> 0 || 0x9e3779b9;
+  const next = () => {
+    state ^= state << 13;
+    state >>>= 0;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    state >>>= 0;
+    return state / 4294967296; // [0, 1)
+  };
+  /** A Float32Array of `shape`'s size, uniform in [-scale, scale). */
+  const uniform = (shape, scale = 1) => {
+    const size = shape.reduce((a, b) => a * b, 1);
+    const out = new Float32Array(size);
+    for (let i = 0; i < size; i++) out[i] = (2 * next() - 1) * scale;
+    return out;
+  };
+  return { next, uniform };
+}
+
+// He-style scale for a uniform distribution: variance 2 / fan_in keeps
+// activations of order 1 through ReLU-like layers, so the outputs stay in a
+// range where a relative-error check means something.
+const heScale = (fanIn) => Math.sqrt(6 / fanIn);
+// Biases small, so they shift without dominating.
+const BIAS_SCALE = 0.1;
+
+const size = (shape) => shape.reduce((a, b) => a * b, 1);
+
+// --- the workloads ---
+
+function matmulWorkload(constantB) {
+  const n = 1024;
+  return {
+    id: constantB ? 'a1' : 'a2',
+    title: constantB ? 'matmul 1024^3, B constant' : 'matmul 1024^3, A and B inputs',
+    inputs: constantB ? [{ name: 'a', shape: [n, n] }] : [{ name: 'a', shape: [n, n] }, { name: 'b', shape: [n, n] }],
+    outputs: [{ name: 'c', shape: [n, n] }],
+    flops: 2 * n * n * n,
+    runs: 20,
+    build(g, rand) {
+      const a = g.input('a', [n, n]);
+      // Scaled by 1/sqrt(K): the products then sum to values of order 1.
+      const b = constantB ? g.constant([n, n], rand.uniform([n, n], 1 / Math.sqrt(n))) : g.input('b', [n, n]);
+      g.output('c', g.matmul(a, b), [n, n]);
+    },
+    // The inputs' own scales (B as an input gets the same 1/sqrt(K)).
+    inputData(rand) {
+      const data = { a: rand.uniform([n, n]) };
+      if (!constantB) data.b = rand.uniform([n, n], 1 / Math.sqrt(n));
+      return data;
+    },
+  };
+}
+
+function conv2dWorkload() {
+  const [cin, cout, h, w, k] = [64, 64, 56, 56, 3];
+  return {
+    id: 'b',
+    title: 'conv2d 1x64x56x56, 64 3x3, pad 1',
+    inputs: [{ name: 'x', shape: [1, cin, h, w] }],
+    outputs: [{ name: 'y', shape: [1, cout, h, w] }],
+    // Output is the same size as the input (stride 1, padding 1).
+    flops: 2 * 1 * cout * h * w * cin * k * k,
+    runs: 30,
+    build(g, rand) {
+      const x = g.input('x', [1, cin, h, w]);
+      const filter = g.constant([cout, cin, k, k], rand.uniform([cout, cin, k, k], heScale(cin * k * k)));
+      const bias = g.constant([cout], rand.uniform([cout], BIAS_SCALE));
+      const y = g.conv2d(x, filter, bias, { kernel: [k, k], pads: [1, 1, 1, 1] });
+      g.output('y', y, [1, cout, h, w]);
+    },
+    inputData(rand) {
+      return { x: rand.uniform([1, cin, h, w]) };
+    },
+  };
+}
+
+// MobileNetV2 (Sandler et al. 2018) at 224x224, batch normalization folded
+// into the convolutions' biases. The table is the paper's: expansion t,
+// output channels c, repeats n, first stride s.
+const MOBILENET_V2_BLOCKS = [
+  [1, 16, 1, 1],
+  [6, 24, 2, 2],
+  [6, 32, 3, 2],
+  [6, 64, 4, 2],
+  [6, 96, 3, 1],
+  [6, 160, 3, 2],
+  [6, 320, 1, 1],
+];
+
+function mobilenetWorkload() {
+  return {
+    id: 'c',
+    title: 'MobileNetV2 224x224',
+    inputs: [{ name: 'image', shape: [1, 3, 224, 224] }],
+    outputs: [{ name: 'probs', shape: [1, 1000] }],
+    runs: 20,
+    build(g, rand) {
+      // conv + folded-BN bias (+ ReLU6); tracks the spatial size itself so
+      // the description needs no shape inference from either emitter.
+      let hw = 224;
+      const conv = (x, cin, cout, k, stride, groups, relu6) => {
+        const fanIn = (cin / groups) * k * k;
+        const filter = g.constant([cout, cin / groups, k, k], rand.uniform([cout, cin / groups, k, k], heScale(fanIn)));
+        const bias = g.constant([cout], rand.uniform([cout], BIAS_SCALE));
+        const pad = (k - 1) / 2;
+        const y = g.conv2d(x, filter, bias, {
+          kernel: [k, k],
+          strides: [stride, stride],
+          pads: [pad, pad, pad, pad],
+          groups,
+        });
+        if (stride === 2) hw /= 2;
+        return relu6 ? g.clamp(y, 0, 6) : y;
+      };
+
+      let x = g.input('image', [1, 3, 224, 224]);
+      x = conv(x, 3, 32, 3, 2, 1, true);
+      let channels = 32;
+      for (const [t, c, n, s] of MOBILENET_V2_BLOCKS) {
+        for (let i = 0; i < n; i++) {
+          const stride = i === 0 ? s : 1;
+          const hidden = channels * t;
+          let y = x;
+          if (t !== 1) y = conv(y, channels, hidden, 1, 1, 1, true); // expansion
+          y = conv(y, hidden, hidden, 3, stride, hidden, true); // depthwise
+          y = conv(y, hidden, c, 1, 1, 1, false); // linear projection
+          x = stride === 1 && channels === c ? g.add(x, y) : y;
+          channels = c;
+        }
+      }
+      x = conv(x, channels, 1280, 1, 1, 1, true);
+      if (hw !== 7) throw new Error(`MobileNetV2 description: final size ${hw}, expected 7`);
+      x = g.reshape(g.globalAveragePool(x), [1, 1280]);
+      const fc = g.constant([1280, 1000], rand.uniform([1280, 1000], heScale(1280)));
+      const fcBias = g.constant([1000], rand.uniform([1000], BIAS_SCALE));
+      g.output('probs', g.softmax(g.gemm(x, fc, fcBias), 1), [1, 1000]);
+    },
+    inputData(rand) {
+      return { image: rand.uniform([1, 3, 224, 224]) };
+    },
+  };
+}
+
+// One post-norm transformer encoder block (BERT-style layout), MiniLM-sized.
+function transformerWorkload() {
+  const [seq, hidden, heads, headDim, ff] = [128, 384, 6, 64, 1536];
+  return {
+    id: 'd',
+    title: 'transformer encoder block 128x384, 6 heads',
+    inputs: [{ name: 'x', shape: [1, seq, hidden] }],
+    outputs: [{ name: 'y', shape: [1, seq, hidden] }],
+    runs: 30,
+    // The WebNN operators this description needs beyond the basic set, so an
+    // older build reports "unavailable" instead of failing halfway.
+    needs: ['layerNormalization', 'gelu'],
+    build(g, rand) {
+      // Linear layers use a 1/sqrt(fan_in) uniform scale: no ReLU follows,
+      // so the plain Xavier-like variance keeps values of order 1.
+      const linear = (x, fanIn, fanOut) => {
+        const w = g.constant([fanIn, fanOut], rand.uniform([fanIn, fanOut], 1 / Math.sqrt(fanIn)));
+        const b = g.constant([fanOut], rand.uniform([fanOut], BIAS_SCALE));
+        return g.add(g.matmul(x, w), b);
+      };
+      const norm = (x) => {
+        // LayerNorm's learned scale near 1 and bias near 0, as after training.
+        const scale = rand.uniform([hidden], 0.1).map((v) => 1 + v);
+        const bias = rand.uniform([hidden], BIAS_SCALE);
+        return g.layerNorm(x, g.constant([hidden], scale), g.constant([hidden], bias), 1e-5);
+      };
+      // [1, seq, hidden] -> [1, heads, seq, headDim] (or its transpose for K).
+      const splitHeads = (x, perm) => g.transpose(g.reshape(x, [1, seq, heads, headDim]), perm);
+
+      const x = g.input('x', [1, seq, hidden]);
+      const q = splitHeads(linear(x, hidden, hidden), [0, 2, 1, 3]);
+      const kt = splitHeads(linear(x, hidden, hidden), [0, 2, 3, 1]);
+      const v = splitHeads(linear(x, hidden, hidden), [0, 2, 1, 3]);
+      const scale = g.constant([], new Float32Array([1 / Math.sqrt(headDim)]));
+      const probs = g.softmax(g.mul(g.matmul(q, kt), scale), 3);
+      const context = g.reshape(g.transpose(g.matmul(probs, v), [0, 2, 1, 3]), [1, seq, hidden]);
+      const h1 = norm(g.add(linear(context, hidden, hidden), x));
+      const ffOut = linear(g.gelu(linear(h1, hidden, ff)), ff, hidden);
+      g.output('y', norm(g.add(ffOut, h1)), [1, seq, hidden]);
+    },
+    inputData(rand) {
+      return { x: rand.uniform([1, seq, hidden]) };
+    },
+  };
+}
+
+function addWorkload(n, id, title, runs) {
+  return {
+    id,
+    title,
+    inputs: [{ name: 'a', shape: [n] }, { name: 'b', shape: [n] }],
+    outputs: [{ name: 'c', shape: [n] }],
+    runs,
+    // For the tiny add the per-call cost is the point: report microseconds.
+    perCallMicros: n <= 1000,
+    build(g) {
+      g.output('c', g.add(g.input('a', [n]), g.input('b', [n])), [n]);
+    },
+    inputData(rand) {
+      return { a: rand.uniform([n]), b: rand.uniform([n]) };
+    },
+  };
+}
+
+const WORKLOADS = [
+  matmulWorkload(true),
+  matmulWorkload(false),
+  conv2dWorkload(),
+  mobilenetWorkload(),
+  transformerWorkload(),
+  addWorkload(1000, 'e', 'add 1000 elements', 2000),
+  addWorkload(1000000, 'f', 'add 1M elements', 200),
+];
+
+// Seeds: one for the weights (drawn by build), another for the inputs, so a
+// description's weights do not depend on whether its inputs were drawn first.
+const WEIGHT_SEED = 0x5eed;
+const INPUT_SEED = 0x1a9b7;
+
+// --- the WebNN emitter ---
+
+class WebnnEmitter {
+  constructor(builder) {
+    this.b = builder;
+    this.outputs = {};
+  }
+
+  input(name, shape) {
+    return this.b.input(name, { dataType: 'float32', shape });
+  }
+
+  constant(shape, data) {
+    return this.b.constant({ dataType: 'float32', shape }, data);
+  }
+
+  output(name, value, shape) {
+    // The declared shape is what the ONNX side writes into its value info and
+    // what the harness allocates; check the builder agrees.
+    if (value.shape.join() !== shape.join()) {
+      throw new Error(`output ${name}: WebNN shape [${value.shape}] differs from the description's [${shape}]`);
+    }
+    this.outputs[name] = value;
+  }
+
+  add(a, b) {
+    return this.b.add(a, b);
+  }
+
+  mul(a, b) {
+    return this.b.mul(a, b);
+  }
+
+  matmul(a, b) {
+    return this.b.matmul(a, b);
+  }
+
+  gemm(a, b, c) {
+    return this.b.gemm(a, b, c === undefined ? {} : { c });
+  }
+
+  conv2d(x, w, bias, { strides = [1, 1], pads = [0, 0, 0, 0], groups = 1 }) {
+    return this.b.conv2d(x, w, { bias, strides, padding: pads, groups });
+  }
+
+  clamp(x, lo, hi) {
+    return this.b.clamp(x, { minValue: lo, maxValue: hi });
+  }
+
+  softmax(x, axis) {
+    return this.b.softmax(x, axis);
+  }
+
+  reshape(x, shape) {
+    return this.b.reshape(x, shape);
+  }
+
+  transpose(x, perm) {
+    return this.b.transpose(x, { permutation: perm });
+  }
+
+  // averagePool2d without windowDimensions pools the whole spatial extent.
+  globalAveragePool(x) {
+    return this.b.averagePool2d(x);
+  }
+
+  layerNorm(x, scale, bias, epsilon) {
+    return this.b.layerNormalization(x, { scale, bias, axes: [x.shape.length - 1], epsilon });
+  }
+
+  gelu(x) {
+    return this.b.gelu(x);
+  }
+}
+
+// Runs a description and discards everything but the random draws: gives
+// the memory baseline (Node plus the weight arrays) for the RSS children.
+class NullEmitter {
+  constructor() {
+    this.kept = [];
+  }
+  constant(shape, data) {
+    this.kept.push(data);
+    return null;
+  }
+}
+for (const op of ['input', 'output', 'add', 'mul', 'matmul', 'gemm', 'conv2d', 'clamp', 'softmax', 'reshape',
+  'transpose', 'globalAveragePool', 'layerNorm', 'gelu']) {
+  NullEmitter.prototype[op] = () => null;
+}
+
+module.exports = {
+  WORKLOADS,
+  WEIGHT_SEED,
+  INPUT_SEED,
+  makeRandom,
+  size,
+  WebnnEmitter,
+  NullEmitter,
+};

@@ -59,7 +59,7 @@ fn act(a: RnnActivation, x: f64) -> f64 {
 }
 
 /// Reads an optional input, checking its length.
-fn opt<'a>(ins: &'a [Vec<f64>], idx: Option<usize>, len: usize) -> Result<Option<&'a [f64]>> {
+fn opt(ins: &[Vec<f64>], idx: Option<usize>, len: usize) -> Result<Option<&[f64]>> {
     match idx {
         None => Ok(None),
         Some(i) => match ins.get(i) {
@@ -474,7 +474,7 @@ mod tests {
             &RecurrentOp::GruCell(p),
             &[&x, &w, &rw, &h],
             &[&d2, &d3, &d3, &d2],
-            &[d2.clone()],
+            std::slice::from_ref(&d2),
         )
         .unwrap();
         let h16 = crate::f16::f16_to_f32(crate::f16::f32_to_f16(0.3)) as f64;

@@ -41,6 +41,16 @@ pub enum UnaryKind {
     Relu,
     Sigmoid,
     Tanh,
+    Ceil,
+    Cos,
+    Erf,
+    Floor,
+    Identity,
+    Reciprocal,
+    RoundEven,
+    Sin,
+    Sign,
+    Tan,
 }
 
 impl UnaryKind {
@@ -54,6 +64,16 @@ impl UnaryKind {
             UnaryKind::Relu => "relu",
             UnaryKind::Sigmoid => "sigmoid",
             UnaryKind::Tanh => "tanh",
+            UnaryKind::Ceil => "ceil",
+            UnaryKind::Cos => "cos",
+            UnaryKind::Erf => "erf",
+            UnaryKind::Floor => "floor",
+            UnaryKind::Identity => "identity",
+            UnaryKind::Reciprocal => "reciprocal",
+            UnaryKind::RoundEven => "roundEven",
+            UnaryKind::Sin => "sin",
+            UnaryKind::Sign => "sign",
+            UnaryKind::Tan => "tan",
         }
     }
 }

@@ -1,16 +1,514 @@
-//! CPU kernels: Activations with parameters (elu, gelu, hardSigmoid, hardSwish, leakyRelu, linear, softplus, softsign), prelu and where.
+//! CPU kernels: activations with parameters (elu, gelu, hardSigmoid,
+//! hardSwish, leakyRelu, linear, softplus, softsign), prelu and where.
+//!
+//! The float activations evaluate their formula in f64 and round to the
+//! output type (float16 through f32, a double rounding that can differ from
+//! a direct one only in rare halfway cases, far inside float16 tolerances).
+//! NaN inputs give NaN: clamps are written with comparisons, not
+//! `min`/`max`, which would replace NaN by the bound.
 
-use crate::error::Result;
+use rayon::prelude::*;
+
+use super::elementwise::{broadcast_map, erf, par_map};
+use super::util::{broadcast_strides, floats, from_floats};
+use crate::error::{Error, Result};
+use crate::f16::{f16_to_f32, f32_to_f16};
 use crate::graph::ops::activation::ActivationOp;
+use crate::graph::ops::broadcasts_to;
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
+
+/// Output elements above which `where` splits its rows across threads.
+const PAR_MIN: usize = 1 << 16;
+
+/// `v` limited to [lo, hi], NaN unchanged.
+fn clamp_keep_nan(v: f64, lo: f64, hi: f64) -> f64 {
+    if v < lo {
+        lo
+    } else if v > hi {
+        hi
+    } else {
+        v
+    }
+}
+
+/// The scalar function of a float activation, in f64.
+fn float_fn(op: &ActivationOp) -> Result<Box<dyn Fn(f64) -> f64 + Sync>> {
+    Ok(match *op {
+        ActivationOp::Elu { alpha } => Box::new(move |x| {
+            // exp_m1 keeps precision near 0 where exp(x) - 1 cancels.
+            if x > 0.0 {
+                x
+            } else {
+                alpha * x.exp_m1()
+            }
+        }),
+        ActivationOp::Gelu => {
+            Box::new(|x| 0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2)))
+        }
+        ActivationOp::HardSigmoid { alpha, beta } => {
+            Box::new(move |x| clamp_keep_nan(alpha * x + beta, 0.0, 1.0))
+        }
+        ActivationOp::HardSwish => Box::new(|x| x * clamp_keep_nan(x + 3.0, 0.0, 6.0) / 6.0),
+        ActivationOp::LeakyRelu { alpha } => {
+            Box::new(move |x| if x >= 0.0 { x } else { alpha * x })
+        }
+        ActivationOp::Linear { alpha, beta } => Box::new(move |x| alpha * x + beta),
+        // ln(1 + e^x) = max(x, 0) + ln(1 + e^-|x|): never overflows, and
+        // keeps the small tail for very negative x.
+        ActivationOp::Softplus => Box::new(|x| {
+            if x.is_nan() {
+                x
+            } else {
+                x.max(0.0) + (-x.abs()).exp().ln_1p()
+            }
+        }),
+        // x / (1 + |x|) is inf/inf at ±inf; the function's limit there is
+        // ±1, which is what it approaches for every large finite x.
+        ActivationOp::Softsign => Box::new(|x| {
+            if x.is_infinite() {
+                x.signum()
+            } else {
+                x / (1.0 + x.abs())
+            }
+        }),
+        ActivationOp::Prelu | ActivationOp::Where => {
+            return Err(Error::operation(format!(
+                "{} is not a one-input activation",
+                op.name()
+            )))
+        }
+    })
+}
+
+/// A float activation on one input.
+fn float_activation(op: &ActivationOp, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
+    if x.len() != out.element_count() {
+        return Err(Error::operation("the output size differs from the input"));
+    }
+    let f = float_fn(op)?;
+    let v = floats(x)?;
+    let r = par_map(v.len(), |i| f(v[i] as f64) as f32);
+    from_floats(out.data_type, r)
+}
+
+fn check_len(b: &Buf, d: &OperandDescriptor) -> Result<()> {
+    if b.len() == d.element_count() {
+        Ok(())
+    } else {
+        Err(Error::operation(
+            "a tensor does not hold as many elements as its shape",
+        ))
+    }
+}
+
+fn mismatch() -> Error {
+    Error::operation("an activation kernel got operands of different types")
+}
+
+fn no_broadcast() -> Error {
+    Error::operation("the operands do not broadcast to the output")
+}
+
+/// `prelu`: `x >= 0 ? x : slope * x`, input and slope broadcast to the
+/// output. Integers multiply with wrapping.
+fn prelu(
+    x: &Buf,
+    dx: &OperandDescriptor,
+    s: &Buf,
+    ds: &OperandDescriptor,
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    check_len(x, dx)?;
+    check_len(s, ds)?;
+    if !broadcasts_to(&dx.shape, &out.shape) || !broadcasts_to(&ds.shape, &out.shape) {
+        return Err(no_broadcast());
+    }
+    let (sx, ss, so) = (&dx.shape[..], &ds.shape[..], &out.shape[..]);
+    // NaN input: `NaN < 0` is false, so NaN passes through.
+    fn f32_prelu(v: f32, k: f32) -> f32 {
+        if v < 0.0 {
+            k * v
+        } else {
+            v
+        }
+    }
+    macro_rules! ints {
+        ($a:ident, $variant:ident) => {{
+            let Buf::$variant(k) = s else {
+                return Err(mismatch());
+            };
+            Buf::$variant(broadcast_map($a, sx, k, ss, so, |v, k| {
+                if v < 0 {
+                    v.wrapping_mul(k)
+                } else {
+                    v
+                }
+            }))
+        }};
+    }
+    Ok(match x {
+        Buf::F32(a) => {
+            let Buf::F32(k) = s else {
+                return Err(mismatch());
+            };
+            Buf::F32(broadcast_map(a, sx, k, ss, so, f32_prelu))
+        }
+        Buf::F16(a) => {
+            let Buf::F16(k) = s else {
+                return Err(mismatch());
+            };
+            Buf::F16(broadcast_map(a, sx, k, ss, so, |v, k| {
+                f32_to_f16(f32_prelu(f16_to_f32(v), f16_to_f32(k)))
+            }))
+        }
+        Buf::I32(a) => ints!(a, I32),
+        Buf::I64(a) => ints!(a, I64),
+        Buf::I8(a) => ints!(a, I8),
+        _ => {
+            return Err(Error::operation(
+                "prelu is defined for float32, float16, int64, int32 and int8",
+            ))
+        }
+    })
+}
+
+/// `where` on one element type: `c[i] != 0 ? t[i] : f[i]` with all three
+/// broadcast to `out` (numpy rules). Each output row walks the three
+/// inputs with their broadcast strides (0 on broadcast dimensions).
+#[allow(clippy::too_many_arguments)]
+fn select<T: Copy + Send + Sync + Default>(
+    c: &[u8],
+    sc: &[usize],
+    t: &[T],
+    st: &[usize],
+    f: &[T],
+    sf: &[usize],
+    out: &[usize],
+) -> Vec<T> {
+    let total: usize = out.iter().product();
+    if total == 0 {
+        return Vec::new();
+    }
+    if out.is_empty() {
+        return vec![if c[0] != 0 { t[0] } else { f[0] }];
+    }
+    let rank = out.len();
+    let (tc, tt, tf) = (
+        broadcast_strides(sc, out),
+        broadcast_strides(st, out),
+        broadcast_strides(sf, out),
+    );
+    let inner = out[rank - 1];
+    let row = |r: usize, dst: &mut [T]| {
+        // Offsets of the row's first element in each input.
+        let (mut oc, mut ot, mut of) = (0, 0, 0);
+        let mut rest = r;
+        for d in (0..rank - 1).rev() {
+            let i = rest % out[d];
+            rest /= out[d];
+            oc += i * tc[d];
+            ot += i * tt[d];
+            of += i * tf[d];
+        }
+        let (ic, it, iff) = (tc[rank - 1], tt[rank - 1], tf[rank - 1]);
+        for (j, v) in dst.iter_mut().enumerate() {
+            *v = if c[oc + j * ic] != 0 {
+                t[ot + j * it]
+            } else {
+                f[of + j * iff]
+            };
+        }
+    };
+    let mut res = vec![T::default(); total];
+    if total >= PAR_MIN {
+        res.par_chunks_mut(inner)
+            .enumerate()
+            .for_each(|(r, dst)| row(r, dst));
+    } else {
+        res.chunks_mut(inner)
+            .enumerate()
+            .for_each(|(r, dst)| row(r, dst));
+    }
+    res
+}
+
+/// `where(condition, trueValue, falseValue)` for every data type.
+fn where_(ins: [(&Buf, &OperandDescriptor); 3], out: &OperandDescriptor) -> Result<Buf> {
+    for (b, d) in ins {
+        check_len(b, d)?;
+        if !broadcasts_to(&d.shape, &out.shape) {
+            return Err(no_broadcast());
+        }
+    }
+    let [(c, dc), (t, dt), (f, df)] = ins;
+    let Buf::U8(c) = c else {
+        return Err(Error::operation("the condition of where must be uint8"));
+    };
+    let (sc, st, sf, so) = (&dc.shape[..], &dt.shape[..], &df.shape[..], &out.shape[..]);
+    macro_rules! sel {
+        ($($variant:ident),*) => {
+            match (t, f) {
+                $((Buf::$variant(t), Buf::$variant(f)) => {
+                    Buf::$variant(select(c, sc, t, st, f, sf, so))
+                })*
+                _ => return Err(mismatch()),
+            }
+        };
+    }
+    Ok(sel!(F32, F16, I32, U32, I64, U64, I8, U8))
+}
 
 /// Runs one operator of this family; returns one buffer per output.
 pub fn run(
     op: &ActivationOp,
-    _inputs: &[&Buf],
-    _in_descs: &[&OperandDescriptor],
-    _out_descs: &[OperandDescriptor],
+    inputs: &[&Buf],
+    in_descs: &[&OperandDescriptor],
+    out_descs: &[OperandDescriptor],
 ) -> Result<Vec<Buf>> {
-    match *op {}
+    let out = out_descs
+        .first()
+        .ok_or_else(|| Error::operation("an activation needs one output"))?;
+    let r = match (op, inputs, in_descs) {
+        (ActivationOp::Prelu, [x, s], [dx, ds]) => prelu(x, dx, s, ds, out)?,
+        (ActivationOp::Where, [c, t, f], [dc, dt, df]) => where_([(c, dc), (t, dt), (f, df)], out)?,
+        (ActivationOp::Prelu | ActivationOp::Where, _, _) => {
+            return Err(Error::operation(format!(
+                "{} got the wrong number of inputs",
+                op.name()
+            )))
+        }
+        (_, [x], _) => float_activation(op, x, out)?,
+        _ => return Err(Error::operation("an activation needs one input")),
+    };
+    Ok(vec![r])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::DataType;
+
+    fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
+        OperandDescriptor::new(dt, shape.to_vec()).unwrap()
+    }
+
+    fn run1(op: ActivationOp, x: Buf, dt: DataType) -> Buf {
+        let d = desc(dt, &[x.len()]);
+        run(&op, &[&x], &[&d], &[d.clone()]).unwrap().remove(0)
+    }
+
+    /// Naive references, written straight from the spec's expressions.
+    fn reference(op: &ActivationOp, x: f64) -> f64 {
+        match *op {
+            ActivationOp::Elu { alpha } => x.max(0.0) + alpha * (x.min(0.0).exp() - 1.0),
+            ActivationOp::Gelu => {
+                // erf by plain midpoint integration of 2/sqrt(pi) e^-t^2.
+                let n = 20000;
+                let h = (x / 2f64.sqrt()) / n as f64;
+                let s: f64 = (0..n)
+                    .map(|i| (-((i as f64 + 0.5) * h).powi(2)).exp())
+                    .sum();
+                0.5 * x * (1.0 + std::f64::consts::FRAC_2_SQRT_PI * s * h)
+            }
+            ActivationOp::HardSigmoid { alpha, beta } => (alpha * x + beta).min(1.0).max(0.0),
+            ActivationOp::HardSwish => x * (x + 3.0).min(6.0).max(0.0) / 6.0,
+            ActivationOp::LeakyRelu { alpha } => x.max(0.0) + alpha * x.min(0.0),
+            ActivationOp::Linear { alpha, beta } => alpha * x + beta,
+            ActivationOp::Softplus => (1.0 + x.exp()).ln(),
+            ActivationOp::Softsign => x / (1.0 + x.abs()),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn float_activations_match_reference() {
+        let xs: Vec<f32> = vec![-7.5, -3.0, -1.25, -0.5, -0.0, 0.0, 0.3, 1.0, 2.75, 3.5, 9.0];
+        let ops = [
+            ActivationOp::Elu { alpha: 0.5 },
+            ActivationOp::Gelu,
+            ActivationOp::HardSigmoid {
+                alpha: 0.2f32 as f64,
+                beta: 0.5,
+            },
+            ActivationOp::HardSwish,
+            ActivationOp::LeakyRelu {
+                alpha: 0.01f32 as f64,
+            },
+            ActivationOp::Linear {
+                alpha: 2.0,
+                beta: -1.0,
+            },
+            ActivationOp::Softplus,
+            ActivationOp::Softsign,
+        ];
+        for op in &ops {
+            let Buf::F32(r) = run1(op.clone(), Buf::F32(xs.clone()), DataType::Float32) else {
+                panic!()
+            };
+            for (&got, &x) in r.iter().zip(&xs) {
+                let want = reference(op, x as f64);
+                assert!(
+                    ((got as f64) - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                    "{op:?}({x}) = {got}, want {want}"
+                );
+            }
+            // float16: computed wide, rounded once.
+            let h = Buf::f16_from_f32(&xs);
+            let widened = h.to_f32_vec();
+            let r = run1(op.clone(), h, DataType::Float16);
+            let want: Vec<f32> = widened
+                .iter()
+                .map(|&x| float_fn(op).unwrap()(x as f64) as f32)
+                .collect();
+            assert_eq!(r, Buf::f16_from_f32(&want), "{op:?} float16");
+            // NaN stays NaN.
+            let Buf::F32(r) = run1(op.clone(), Buf::F32(vec![f32::NAN]), DataType::Float32) else {
+                panic!()
+            };
+            assert!(r[0].is_nan(), "{op:?}(NaN)");
+        }
+        // Extremes: softplus does not overflow, softsign saturates.
+        let Buf::F32(r) = run1(
+            ActivationOp::Softplus,
+            Buf::F32(vec![1000.0, -1000.0, f32::INFINITY]),
+            DataType::Float32,
+        ) else {
+            panic!()
+        };
+        assert_eq!(r, vec![1000.0, 0.0, f32::INFINITY]);
+        let Buf::F32(r) = run1(
+            ActivationOp::Softsign,
+            Buf::F32(vec![f32::INFINITY, f32::NEG_INFINITY]),
+            DataType::Float32,
+        ) else {
+            panic!()
+        };
+        assert_eq!(r, vec![1.0, -1.0]);
+    }
+
+    #[test]
+    fn prelu_broadcasts_both_ways() {
+        // input [2, 3], slope [3].
+        let x = Buf::F32(vec![-1.0, 2.0, -3.0, 4.0, -5.0, 0.0]);
+        let s = Buf::F32(vec![0.5, 2.0, 0.25]);
+        let r = run(
+            &ActivationOp::Prelu,
+            &[&x, &s],
+            &[
+                &desc(DataType::Float32, &[2, 3]),
+                &desc(DataType::Float32, &[3]),
+            ],
+            &[desc(DataType::Float32, &[2, 3])],
+        )
+        .unwrap();
+        assert_eq!(r, vec![Buf::F32(vec![-0.5, 2.0, -0.75, 4.0, -10.0, 0.0])]);
+        // input [3], slope [2, 1]: the output is [2, 3].
+        let r = run(
+            &ActivationOp::Prelu,
+            &[&Buf::I8(vec![-3, 0, 5]), &Buf::I8(vec![2, -100])],
+            &[&desc(DataType::Int8, &[3]), &desc(DataType::Int8, &[2, 1])],
+            &[desc(DataType::Int8, &[2, 3])],
+        )
+        .unwrap();
+        // -3 * -100 = 300 wraps to 44 in int8.
+        assert_eq!(r, vec![Buf::I8(vec![-6, 0, 5, 44, 0, 5])]);
+        let r = run(
+            &ActivationOp::Prelu,
+            &[&Buf::I64(vec![i64::MIN, 7]), &Buf::I64(vec![3])],
+            &[&desc(DataType::Int64, &[2]), &desc(DataType::Int64, &[])],
+            &[desc(DataType::Int64, &[2])],
+        )
+        .unwrap();
+        assert_eq!(r, vec![Buf::I64(vec![i64::MIN.wrapping_mul(3), 7])]);
+        let r = run(
+            &ActivationOp::Prelu,
+            &[&Buf::f16_from_f32(&[-2.0, 3.0]), &Buf::f16_from_f32(&[0.5])],
+            &[
+                &desc(DataType::Float16, &[2]),
+                &desc(DataType::Float16, &[1]),
+            ],
+            &[desc(DataType::Float16, &[2])],
+        )
+        .unwrap();
+        assert_eq!(r, vec![Buf::f16_from_f32(&[-1.0, 3.0])]);
+    }
+
+    #[test]
+    fn where_matches_naive_reference() {
+        // condition [2, 1, 3], trueValue [4, 1], falseValue [3] -> [2, 4, 3].
+        let c: Vec<u8> = vec![1, 0, 7, 0, 255, 0];
+        let t: Vec<i32> = vec![10, 20, 30, 40];
+        let f: Vec<i32> = vec![-1, -2, -3];
+        let out = [2usize, 4, 3];
+        let r = run(
+            &ActivationOp::Where,
+            &[
+                &Buf::U8(c.clone()),
+                &Buf::I32(t.clone()),
+                &Buf::I32(f.clone()),
+            ],
+            &[
+                &desc(DataType::Uint8, &[2, 1, 3]),
+                &desc(DataType::Int32, &[4, 1]),
+                &desc(DataType::Int32, &[3]),
+            ],
+            &[desc(DataType::Int32, &out)],
+        )
+        .unwrap();
+        let mut want = Vec::new();
+        for i in 0..2 {
+            for j in 0..4 {
+                for k in 0..3 {
+                    want.push(if c[i * 3 + k] != 0 { t[j] } else { f[k] });
+                }
+            }
+        }
+        assert_eq!(r, vec![Buf::I32(want)]);
+        // Scalars, float16 and 64-bit values.
+        let r = run(
+            &ActivationOp::Where,
+            &[
+                &Buf::U8(vec![0]),
+                &Buf::f16_from_f32(&[1.0]),
+                &Buf::f16_from_f32(&[2.0]),
+            ],
+            &[
+                &desc(DataType::Uint8, &[]),
+                &desc(DataType::Float16, &[]),
+                &desc(DataType::Float16, &[]),
+            ],
+            &[desc(DataType::Float16, &[])],
+        )
+        .unwrap();
+        assert_eq!(r, vec![Buf::f16_from_f32(&[2.0])]);
+        let r = run(
+            &ActivationOp::Where,
+            &[
+                &Buf::U8(vec![1, 0, 1]),
+                &Buf::U64(vec![u64::MAX]),
+                &Buf::U64(vec![1, 2, 3]),
+            ],
+            &[
+                &desc(DataType::Uint8, &[3]),
+                &desc(DataType::Uint64, &[1]),
+                &desc(DataType::Uint64, &[3]),
+            ],
+            &[desc(DataType::Uint64, &[3])],
+        )
+        .unwrap();
+        assert_eq!(r, vec![Buf::U64(vec![u64::MAX, 2, u64::MAX])]);
+        // Mismatched storage is an error, not a panic.
+        assert!(run(
+            &ActivationOp::Where,
+            &[&Buf::U8(vec![1]), &Buf::U64(vec![1]), &Buf::I64(vec![1])],
+            &[
+                &desc(DataType::Uint8, &[1]),
+                &desc(DataType::Uint64, &[1]),
+                &desc(DataType::Int64, &[1]),
+            ],
+            &[desc(DataType::Uint64, &[1])],
+        )
+        .is_err());
+    }
 }

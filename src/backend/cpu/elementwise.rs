@@ -23,7 +23,7 @@ const PAR_MIN: usize = 1 << 16;
 /// The innermost output dimension is a tight loop over contiguous or
 /// repeated elements; the outer dimensions are walked per row, and rows are
 /// processed in parallel when the output is large.
-fn broadcast_map<T, U, F>(
+pub(super) fn broadcast_map<T, U, F>(
     a: &[T],
     sa: &[usize],
     b: &[T],
@@ -114,7 +114,7 @@ where
 }
 
 /// `(0..n).map(f)`, in parallel for large `n`.
-fn par_map<U: Send, F: Fn(usize) -> U + Sync>(n: usize, f: F) -> Vec<U> {
+pub(super) fn par_map<U: Send, F: Fn(usize) -> U + Sync>(n: usize, f: F) -> Vec<U> {
     if n >= PAR_MIN {
         (0..n).into_par_iter().map(&f).collect()
     } else {
@@ -336,7 +336,61 @@ fn float_unary(k: UnaryKind) -> fn(f32) -> f32 {
         UnaryKind::Relu => |x| if x < 0.0 { 0.0 } else { x },
         UnaryKind::Sigmoid => sigmoid,
         UnaryKind::Tanh => f32::tanh,
+        UnaryKind::Ceil => f32::ceil,
+        UnaryKind::Cos => f32::cos,
+        UnaryKind::Erf => |x| erf(x as f64) as f32,
+        UnaryKind::Floor => f32::floor,
+        UnaryKind::Identity => |x| x,
+        UnaryKind::Reciprocal => |x| 1.0 / x,
+        UnaryKind::RoundEven => f32::round_ties_even,
+        UnaryKind::Sin => f32::sin,
+        // 1 if > 0, -1 if < 0, else the input itself (±0 and NaN).
+        UnaryKind::Sign => |x| {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        },
+        UnaryKind::Tan => f32::tan,
     }
+}
+
+/// The error function in f64, accurate to a few ulps of f64 (far beyond
+/// what the f32/f16 outputs keep).
+///
+/// For |x| <= 6 it sums the series of Abramowitz & Stegun 7.1.6,
+/// `erf(x) = 2/sqrt(pi) * exp(-x^2) * sum_{n>=0} 2^n x^(2n+1) / (1*3*...*(2n+1))`,
+/// whose terms are all of one sign, so no cancellation loses precision
+/// (unlike the alternating Maclaurin series). Beyond 6, 1 - erf(|x|) is
+/// below 2.2e-17 and the result is ±1 in f64.
+pub(super) fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    if a > 6.0 {
+        return 1.0f64.copysign(x);
+    }
+    let x2 = a * a;
+    let mut term = a;
+    let mut sum = a;
+    let mut n = 0.0f64;
+    // The term ratio 2x^2/(2n+3) falls below 1 after n ~ x^2; stop once the
+    // terms no longer change the sum (at most a few hundred steps).
+    while n < 500.0 {
+        term *= 2.0 * x2 / (2.0 * n + 3.0);
+        let next = sum + term;
+        if next == sum {
+            break;
+        }
+        sum = next;
+        n += 1.0;
+    }
+    let r = std::f64::consts::FRAC_2_SQRT_PI * (-x2).exp() * sum;
+    r.min(1.0).copysign(x)
 }
 
 fn int_unary<T: Int>(k: UnaryKind, v: &[T]) -> Result<Vec<T>> {
@@ -344,6 +398,16 @@ fn int_unary<T: Int>(k: UnaryKind, v: &[T]) -> Result<Vec<T>> {
         UnaryKind::Abs => T::wabs,
         UnaryKind::Neg => T::wneg,
         UnaryKind::Relu => |x| x.max(T::ZERO),
+        UnaryKind::Identity => |x| x,
+        UnaryKind::Sign => |x| {
+            if x.is_neg() {
+                T::ONE.wneg()
+            } else if x == T::ZERO {
+                T::ZERO
+            } else {
+                T::ONE
+            }
+        },
         _ => {
             return Err(Error::operation(format!(
                 "{} is not defined for integer tensors",
@@ -354,8 +418,9 @@ fn int_unary<T: Int>(k: UnaryKind, v: &[T]) -> Result<Vec<T>> {
     Ok(par_map(v.len(), |i| f(v[i])))
 }
 
-/// Element-wise unary operators. `exp`, `log`, `sqrt`, `sigmoid` and `tanh`
-/// are float-only; `abs`, `neg`, `relu` also take integers (wrapping).
+/// Element-wise unary operators. `abs`, `neg`, `relu`, `sign` also take
+/// integers (wrapping) and `identity` every type; the others are
+/// float-only.
 pub fn unary(k: UnaryKind, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
     if x.len() != out.element_count() {
         return Err(Error::operation(
@@ -927,6 +992,87 @@ mod tests {
             .unwrap(),
             Buf::F32(vec![])
         );
+    }
+
+    #[test]
+    fn new_unary_ops() {
+        let x = vec![-2.5f32, -1.5, -0.5, 0.5, 1.5, 2.5, 0.0, -3.7];
+        let d = desc(DataType::Float32, &[8]);
+        let go = |k| {
+            let Buf::F32(r) = unary(k, &Buf::F32(x.clone()), &d).unwrap() else {
+                panic!()
+            };
+            r
+        };
+        // Halfway cases round to the even neighbour.
+        assert_eq!(
+            go(UnaryKind::RoundEven),
+            vec![-2.0, -2.0, -0.0, 0.0, 2.0, 2.0, 0.0, -4.0]
+        );
+        assert_eq!(
+            go(UnaryKind::Ceil),
+            vec![-2.0, -1.0, -0.0, 1.0, 2.0, 3.0, 0.0, -3.0]
+        );
+        assert_eq!(
+            go(UnaryKind::Floor),
+            vec![-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 0.0, -4.0]
+        );
+        assert_eq!(
+            go(UnaryKind::Sign),
+            vec![-1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 0.0, -1.0]
+        );
+        assert_eq!(go(UnaryKind::Identity), x);
+        let r = go(UnaryKind::Reciprocal);
+        assert_eq!(r[0], -0.4);
+        assert_eq!(r[6], f32::INFINITY);
+        for (k, f) in [
+            (UnaryKind::Sin, f64::sin as fn(f64) -> f64),
+            (UnaryKind::Cos, f64::cos),
+            (UnaryKind::Tan, f64::tan),
+        ] {
+            for (a, &v) in go(k).iter().zip(&x) {
+                let e = f(v as f64);
+                assert!(
+                    (*a as f64 - e).abs() <= 1e-6 * (1.0 + e.abs()),
+                    "{k:?}({v})"
+                );
+            }
+        }
+        // erf against values from its definition (tabulated to 1e-10).
+        let table = [
+            (0.0, 0.0),
+            (0.1, 0.1124629160),
+            (0.5, 0.5204998778),
+            (1.0, 0.8427007929),
+            (2.0, 0.9953222650),
+            (3.0, 0.9999779095),
+            (-1.5, -0.9661051465),
+        ];
+        for (v, e) in table {
+            assert!((erf(v) - e).abs() < 1e-9, "erf({v}) = {}", erf(v));
+        }
+        assert_eq!(erf(7.0), 1.0);
+        assert_eq!(erf(-f64::INFINITY), -1.0);
+        assert!(erf(f64::NAN).is_nan());
+        // Small arguments keep full relative precision: erf(x) ~ 2x/sqrt(pi).
+        let tiny = 1e-30;
+        assert!((erf(tiny) / (tiny * std::f64::consts::FRAC_2_SQRT_PI) - 1.0).abs() < 1e-15);
+        // Integers: sign and identity.
+        let di = desc(DataType::Int64, &[3]);
+        assert_eq!(
+            unary(UnaryKind::Sign, &Buf::I64(vec![i64::MIN, 0, 9]), &di).unwrap(),
+            Buf::I64(vec![-1, 0, 1])
+        );
+        assert_eq!(
+            unary(
+                UnaryKind::Identity,
+                &Buf::U8(vec![3, 255]),
+                &desc(DataType::Uint8, &[2])
+            )
+            .unwrap(),
+            Buf::U8(vec![3, 255])
+        );
+        assert!(unary(UnaryKind::Erf, &Buf::I64(vec![1, 2, 3]), &di).is_err());
     }
 
     #[test]

@@ -1,16 +1,352 @@
-//! CPU kernels: Comparison and logical operators: equal, notEqual, greater, greaterOrEqual, lesser, lesserOrEqual, logicalNot, logicalAnd, logicalOr, logicalXor, isNaN, isInfinite (uint8 outputs).
+//! CPU kernels: comparison and logical operators (equal, notEqual, greater,
+//! greaterOrEqual, lesser, lesserOrEqual, logicalNot, logicalAnd, logicalOr,
+//! logicalXor, isNaN, isInfinite), all with uint8 outputs of 0 or 1.
+//!
+//! Comparisons follow IEEE semantics: any comparison with NaN is false,
+//! except notEqual, which is true. float16 compares exactly in f32 (the
+//! widening is exact). Logical operators treat any non-zero byte as true.
 
-use crate::error::Result;
+use super::elementwise::{broadcast_map, par_map};
+use crate::error::{Error, Result};
+use crate::f16::f16_to_f32;
+use crate::graph::ops::broadcasts_to;
 use crate::graph::ops::logical::LogicalOp;
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
+/// The comparison of `op` on one element type.
+fn compare<T: PartialOrd + Copy>(op: LogicalOp) -> Result<fn(T, T) -> u8> {
+    Ok(match op {
+        LogicalOp::Equal => |x, y| (x == y) as u8,
+        LogicalOp::NotEqual => |x, y| (x != y) as u8,
+        LogicalOp::Greater => |x, y| (x > y) as u8,
+        LogicalOp::GreaterOrEqual => |x, y| (x >= y) as u8,
+        LogicalOp::Lesser => |x, y| (x < y) as u8,
+        LogicalOp::LesserOrEqual => |x, y| (x <= y) as u8,
+        _ => {
+            return Err(Error::operation(format!(
+                "{} is not a comparison",
+                op.name()
+            )))
+        }
+    })
+}
+
+fn logical_binary(op: LogicalOp) -> Result<fn(u8, u8) -> u8> {
+    Ok(match op {
+        LogicalOp::LogicalAnd => |x, y| (x != 0 && y != 0) as u8,
+        LogicalOp::LogicalOr => |x, y| (x != 0 || y != 0) as u8,
+        LogicalOp::LogicalXor => |x, y| ((x != 0) != (y != 0)) as u8,
+        _ => return not_logical(op),
+    })
+}
+
+/// An operator routed to the wrong kernel (never from a validated graph).
+fn not_logical<T>(op: LogicalOp) -> Result<T> {
+    Err(Error::operation(format!(
+        "{} is not a logical operator",
+        op.name()
+    )))
+}
+
+fn check_len(b: &Buf, d: &OperandDescriptor) -> Result<()> {
+    if b.len() == d.element_count() {
+        Ok(())
+    } else {
+        Err(Error::operation(
+            "a tensor does not hold as many elements as its shape",
+        ))
+    }
+}
+
+fn mismatch() -> Error {
+    Error::operation("a logical kernel got operands of different types")
+}
+
+/// A binary comparison or logical operator with bidirectional broadcasting.
+fn binary(
+    op: LogicalOp,
+    a: &Buf,
+    da: &OperandDescriptor,
+    b: &Buf,
+    db: &OperandDescriptor,
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    check_len(a, da)?;
+    check_len(b, db)?;
+    let fits = |s: &[usize]| broadcasts_to(s, &out.shape);
+    if !fits(&da.shape) || !fits(&db.shape) {
+        return Err(Error::operation(
+            "the operands do not broadcast to the output",
+        ));
+    }
+    let (sa, sb, so) = (&da.shape[..], &db.shape[..], &out.shape[..]);
+    if matches!(
+        op,
+        LogicalOp::LogicalAnd | LogicalOp::LogicalOr | LogicalOp::LogicalXor
+    ) {
+        let (Buf::U8(x), Buf::U8(y)) = (a, b) else {
+            return Err(mismatch());
+        };
+        return Ok(Buf::U8(broadcast_map(
+            x,
+            sa,
+            y,
+            sb,
+            so,
+            logical_binary(op)?,
+        )));
+    }
+    macro_rules! cmp {
+        ($x:ident, $variant:ident) => {{
+            let Buf::$variant(y) = b else {
+                return Err(mismatch());
+            };
+            broadcast_map($x, sa, y, sb, so, compare(op)?)
+        }};
+    }
+    Ok(Buf::U8(match a {
+        Buf::F32(x) => cmp!(x, F32),
+        Buf::F16(x) => {
+            let Buf::F16(y) = b else {
+                return Err(mismatch());
+            };
+            let f = compare::<f32>(op)?;
+            broadcast_map(x, sa, y, sb, so, |p, q| f(f16_to_f32(p), f16_to_f32(q)))
+        }
+        Buf::I32(x) => cmp!(x, I32),
+        Buf::U32(x) => cmp!(x, U32),
+        Buf::I64(x) => cmp!(x, I64),
+        Buf::U64(x) => cmp!(x, U64),
+        Buf::I8(x) => cmp!(x, I8),
+        Buf::U8(x) => cmp!(x, U8),
+    }))
+}
+
+/// logicalNot, isNaN, isInfinite.
+fn unary(op: LogicalOp, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
+    if x.len() != out.element_count() {
+        return Err(Error::operation("the output size differs from the input"));
+    }
+    let test: fn(f32) -> bool = match op {
+        LogicalOp::LogicalNot => {
+            let Buf::U8(v) = x else {
+                return Err(Error::operation("logicalNot needs a uint8 tensor"));
+            };
+            return Ok(Buf::U8(par_map(v.len(), |i| (v[i] == 0) as u8)));
+        }
+        LogicalOp::IsNaN => f32::is_nan,
+        LogicalOp::IsInfinite => f32::is_infinite,
+        _ => return not_logical(op),
+    };
+    Ok(Buf::U8(match x {
+        Buf::F32(v) => par_map(v.len(), |i| test(v[i]) as u8),
+        // float16 NaN and infinities widen to f32 NaN and infinities.
+        Buf::F16(v) => par_map(v.len(), |i| test(f16_to_f32(v[i])) as u8),
+        _ => {
+            return Err(Error::operation(format!(
+                "{} needs a float tensor",
+                op.name()
+            )))
+        }
+    }))
+}
+
 /// Runs one operator of this family; returns one buffer per output.
 pub fn run(
     op: &LogicalOp,
-    _inputs: &[&Buf],
-    _in_descs: &[&OperandDescriptor],
-    _out_descs: &[OperandDescriptor],
+    inputs: &[&Buf],
+    in_descs: &[&OperandDescriptor],
+    out_descs: &[OperandDescriptor],
 ) -> Result<Vec<Buf>> {
-    match *op {}
+    let out = out_descs
+        .first()
+        .ok_or_else(|| Error::operation("a logical operator needs one output"))?;
+    let r = if op.is_binary() {
+        match (inputs, in_descs) {
+            ([a, b], [da, db]) => binary(*op, a, da, b, db, out)?,
+            _ => return Err(Error::operation("a binary operator needs two inputs")),
+        }
+    } else {
+        match inputs {
+            [x] => unary(*op, x, out)?,
+            _ => return Err(Error::operation("a unary operator needs one input")),
+        }
+    };
+    Ok(vec![r])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::DataType;
+
+    fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
+        OperandDescriptor::new(dt, shape.to_vec()).unwrap()
+    }
+
+    fn run2(op: LogicalOp, a: Buf, sa: &[usize], b: Buf, sb: &[usize], dt: DataType) -> Vec<u8> {
+        let so = crate::graph::ops::broadcast_shapes(sa, sb).unwrap();
+        let r = run(
+            &op,
+            &[&a, &b],
+            &[&desc(dt, sa), &desc(dt, sb)],
+            &[desc(DataType::Uint8, &so)],
+        )
+        .unwrap();
+        let Buf::U8(v) = r.into_iter().next().unwrap() else {
+            panic!()
+        };
+        v
+    }
+
+    #[test]
+    fn comparisons_match_naive_reference() {
+        use LogicalOp::*;
+        // [2, 3] against [3] (broadcast), odd sizes, float32 with NaN.
+        let a = vec![1.0f32, f32::NAN, -0.0, 2.5, 3.0, f32::INFINITY];
+        let b = vec![1.0f32, 2.0, 0.0];
+        type Reference = (LogicalOp, fn(f32, f32) -> bool);
+        let refs: [Reference; 6] = [
+            (Equal, |x, y| x == y),
+            (NotEqual, |x, y| x != y),
+            (Greater, |x, y| x > y),
+            (GreaterOrEqual, |x, y| x >= y),
+            (Lesser, |x, y| x < y),
+            (LesserOrEqual, |x, y| x <= y),
+        ];
+        for (op, f) in refs {
+            let want: Vec<u8> = (0..6).map(|i| f(a[i], b[i % 3]) as u8).collect();
+            let got = run2(
+                op,
+                Buf::F32(a.clone()),
+                &[2, 3],
+                Buf::F32(b.clone()),
+                &[3],
+                DataType::Float32,
+            );
+            assert_eq!(got, want, "{op:?}");
+            // float16: the same values are exact in float16.
+            let got = run2(
+                op,
+                Buf::f16_from_f32(&a),
+                &[2, 3],
+                Buf::f16_from_f32(&b),
+                &[3],
+                DataType::Float16,
+            );
+            assert_eq!(got, want, "{op:?} float16");
+        }
+        // NaN: only notEqual is true.
+        assert_eq!(
+            run2(
+                NotEqual,
+                Buf::F32(vec![f32::NAN]),
+                &[],
+                Buf::F32(vec![f32::NAN]),
+                &[],
+                DataType::Float32
+            ),
+            vec![1]
+        );
+        // Integers compare exactly (beyond f32 precision too).
+        assert_eq!(
+            run2(
+                Greater,
+                Buf::I64(vec![i64::MAX, i64::MIN, 5]),
+                &[3],
+                Buf::I64(vec![i64::MAX - 1]),
+                &[1],
+                DataType::Int64
+            ),
+            vec![1, 0, 0]
+        );
+        assert_eq!(
+            run2(
+                LesserOrEqual,
+                Buf::U32(vec![0, u32::MAX]),
+                &[2, 1],
+                Buf::U32(vec![0, 1, u32::MAX]),
+                &[3],
+                DataType::Uint32
+            ),
+            vec![1, 1, 1, 0, 0, 1]
+        );
+        assert_eq!(
+            run2(
+                Equal,
+                Buf::I8(vec![-8, 7]),
+                &[2],
+                Buf::I8(vec![-8, -7]),
+                &[2],
+                DataType::Int8
+            ),
+            vec![1, 0]
+        );
+    }
+
+    #[test]
+    fn logical_ops_treat_nonzero_as_true() {
+        use LogicalOp::*;
+        let a = Buf::U8(vec![0, 0, 5, 255]);
+        let b = Buf::U8(vec![0, 1, 0, 2]);
+        let go = |op| run2(op, a.clone(), &[4], b.clone(), &[4], DataType::Uint8);
+        assert_eq!(go(LogicalAnd), vec![0, 0, 0, 1]);
+        assert_eq!(go(LogicalOr), vec![0, 1, 1, 1]);
+        assert_eq!(go(LogicalXor), vec![0, 1, 1, 0]);
+        let r = run(
+            &LogicalNot,
+            &[&a],
+            &[&desc(DataType::Uint8, &[4])],
+            &[desc(DataType::Uint8, &[4])],
+        )
+        .unwrap();
+        assert_eq!(r, vec![Buf::U8(vec![1, 1, 0, 0])]);
+    }
+
+    #[test]
+    fn nan_and_infinity_tests() {
+        let x = [
+            1.5f32,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -0.0,
+            65504.0,
+            1e30,
+        ];
+        let d = desc(DataType::Float32, &[7]);
+        let o = desc(DataType::Uint8, &[7]);
+        let r = run(
+            &LogicalOp::IsNaN,
+            &[&Buf::F32(x.to_vec())],
+            &[&d],
+            &[o.clone()],
+        )
+        .unwrap();
+        assert_eq!(r, vec![Buf::U8(vec![0, 1, 0, 0, 0, 0, 0])]);
+        let r = run(
+            &LogicalOp::IsInfinite,
+            &[&Buf::F32(x.to_vec())],
+            &[&d],
+            &[o.clone()],
+        )
+        .unwrap();
+        assert_eq!(r, vec![Buf::U8(vec![0, 0, 1, 1, 0, 0, 0])]);
+        // In float16, 1e30 rounds to infinity.
+        let h = Buf::f16_from_f32(&x);
+        let dh = desc(DataType::Float16, &[7]);
+        let r = run(&LogicalOp::IsInfinite, &[&h], &[&dh], &[o.clone()]).unwrap();
+        assert_eq!(r, vec![Buf::U8(vec![0, 0, 1, 1, 0, 0, 1])]);
+        let r = run(&LogicalOp::IsNaN, &[&h], &[&dh], &[o]).unwrap();
+        assert_eq!(r, vec![Buf::U8(vec![0, 1, 0, 0, 0, 0, 0])]);
+        // Wrong storage is an error, not a panic.
+        assert!(run(
+            &LogicalOp::IsNaN,
+            &[&Buf::I32(vec![1])],
+            &[&desc(DataType::Int32, &[1])],
+            &[desc(DataType::Uint8, &[1])]
+        )
+        .is_err());
+    }
 }

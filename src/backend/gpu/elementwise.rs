@@ -136,6 +136,16 @@ pub(super) fn unary(
         // Some drivers compute tanh as a ratio of exponentials, which gives
         // NaN once they overflow; tanh(±10) already rounds to ±1 in f32.
         UnaryKind::Tanh if float => "tanh(clamp(v, -10.0, 10.0))",
+        UnaryKind::Ceil if float => "ceil(v)",
+        UnaryKind::Cos if float => "cos(v)",
+        UnaryKind::Floor if float => "floor(v)",
+        UnaryKind::Identity if float => "v",
+        UnaryKind::Reciprocal if float => "1.0 / v",
+        // WGSL's round() rounds halfway cases to even.
+        UnaryKind::RoundEven if float => "round(v)",
+        UnaryKind::Sin if float => "sin(v)",
+        UnaryKind::Sign if float => "sign(v)",
+        UnaryKind::Tan if float => "tan(v)",
         _ => {
             return Err(Error::not_supported(format!(
                 "{} on {} is not supported on the GPU backend",

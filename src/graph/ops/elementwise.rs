@@ -3,7 +3,9 @@
 //! Spec: "Element-wise binary operations", "Element-wise unary operations",
 //! `clamp()` and `softmax()` of webmachinelearning/webnn `index.bs`.
 
-use super::{arg, broadcast_shapes, check, lim, OpDef, FLOATS, MAX_RANK, NUMERIC, SIGNED};
+use super::{
+    arg, broadcast_shapes, check, lim, OpDef, ALL_TYPES, FLOATS, MAX_RANK, NUMERIC, SIGNED,
+};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
 use crate::graph::op::{BinaryKind, UnaryKind};
@@ -95,6 +97,16 @@ unary_ops! {
     RELU, "relu", Relu, build_relu, SIGNED;
     SIGMOID, "sigmoid", Sigmoid, build_sigmoid, FLOATS;
     TANH, "tanh", Tanh, build_tanh, FLOATS;
+    CEIL, "ceil", Ceil, build_ceil, FLOATS;
+    COS, "cos", Cos, build_cos, FLOATS;
+    ERF, "erf", Erf, build_erf, FLOATS;
+    FLOOR, "floor", Floor, build_floor, FLOATS;
+    IDENTITY, "identity", Identity, build_identity, ALL_TYPES;
+    RECIPROCAL, "reciprocal", Reciprocal, build_reciprocal, FLOATS;
+    ROUND_EVEN, "roundEven", RoundEven, build_round_even, FLOATS;
+    SIN, "sin", Sin, build_sin, FLOATS;
+    SIGN, "sign", Sign, build_sign, SIGNED;
+    TAN, "tan", Tan, build_tan, FLOATS;
 }
 
 /// `clamp(input, {minValue, maxValue})`.
@@ -166,5 +178,5 @@ pub const SOFTMAX: OpDef = OpDef {
 /// This family's builder methods.
 pub const DEFS: &[OpDef] = &[
     ADD, SUB, MUL, DIV, MAX, MIN, POW, ABS, NEG, EXP, LOG, SQRT, RELU, SIGMOID, TANH, CLAMP,
-    SOFTMAX,
+    SOFTMAX, CEIL, COS, ERF, FLOOR, IDENTITY, RECIPROCAL, ROUND_EVEN, SIN, SIGN, TAN,
 ];

@@ -234,6 +234,16 @@ export class MLGraphBuilder {
   relu(input: MLOperand, options?: MLOperatorOptions): MLOperand;
   sigmoid(input: MLOperand, options?: MLOperatorOptions): MLOperand;
   tanh(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  ceil(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  cos(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  erf(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  floor(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  identity(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  reciprocal(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  roundEven(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  sin(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  sign(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  tan(input: MLOperand, options?: MLOperatorOptions): MLOperand;
   clamp(input: MLOperand, options?: MLClampOptions): MLOperand;
   /** `axis` may be omitted: the last axis (the earlier spec's form). */
   softmax(input: MLOperand, axis?: number, options?: MLOperatorOptions): MLOperand;
@@ -251,8 +261,30 @@ export class MLGraphBuilder {
   cast(input: MLOperand, type: MLOperandDataType, options?: MLOperatorOptions): MLOperand;
 
   // --- logical operators ---
+  equal(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  notEqual(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  greater(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  greaterOrEqual(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  lesser(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  lesserOrEqual(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  logicalNot(a: MLOperand, options?: MLOperatorOptions): MLOperand;
+  logicalAnd(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  logicalOr(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  logicalXor(a: MLOperand, b: MLOperand, options?: MLOperatorOptions): MLOperand;
+  isNaN(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  isInfinite(input: MLOperand, options?: MLOperatorOptions): MLOperand;
 
   // --- activation operators ---
+  elu(input: MLOperand, options?: MLEluOptions): MLOperand;
+  gelu(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  hardSigmoid(input: MLOperand, options?: MLHardSigmoidOptions): MLOperand;
+  hardSwish(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  leakyRelu(input: MLOperand, options?: MLLeakyReluOptions): MLOperand;
+  linear(input: MLOperand, options?: MLLinearOptions): MLOperand;
+  softplus(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  softsign(input: MLOperand, options?: MLOperatorOptions): MLOperand;
+  prelu(input: MLOperand, slope: MLOperand, options?: MLOperatorOptions): MLOperand;
+  where(condition: MLOperand, trueValue: MLOperand, falseValue: MLOperand, options?: MLOperatorOptions): MLOperand;
 
   // --- reduce operators ---
   reduceL1(input: MLOperand, options?: MLReduceOptions): MLOperand;
@@ -411,6 +443,24 @@ export interface MLArgMinMaxOptions extends MLOperatorOptions {
 export interface MLCumulativeSumOptions extends MLOperatorOptions {
   exclusive?: boolean;
   reversed?: boolean;
+}
+
+export interface MLEluOptions extends MLOperatorOptions {
+  alpha?: number;
+}
+
+export interface MLHardSigmoidOptions extends MLOperatorOptions {
+  alpha?: number;
+  beta?: number;
+}
+
+export interface MLLeakyReluOptions extends MLOperatorOptions {
+  alpha?: number;
+}
+
+export interface MLLinearOptions extends MLOperatorOptions {
+  alpha?: number;
+  beta?: number;
 }
 
 // --- option dictionaries of the operator families ---

@@ -319,8 +319,15 @@ export class MLGraphBuilder {
   resample2d(input: MLOperand, options?: MLResample2dOptions): MLOperand;
 
   // --- quantize operators ---
+  quantizeLinear(input: MLOperand, scale: MLOperand, zeroPoint: MLOperand, options?: MLOperatorOptions): MLOperand;
+  dequantizeLinear(input: MLOperand, scale: MLOperand, zeroPoint: MLOperand, options?: MLOperatorOptions): MLOperand;
 
   // --- conv-transpose-norm operators ---
+  convTranspose2d(input: MLOperand, filter: MLOperand, options?: MLConvTranspose2dOptions): MLOperand;
+  l2Pool2d(input: MLOperand, options?: MLPool2dOptions): MLOperand;
+  batchNormalization(input: MLOperand, mean: MLOperand, variance: MLOperand, options?: MLBatchNormalizationOptions): MLOperand;
+  instanceNormalization(input: MLOperand, options?: MLInstanceNormalizationOptions): MLOperand;
+  layerNormalization(input: MLOperand, options?: MLLayerNormalizationOptions): MLOperand;
 
   // --- recurrent operators ---
   gru(input: MLOperand, weight: MLOperand, recurrentWeight: MLOperand, steps: number, hiddenSize: number, options?: MLGruOptions): MLOperand[];
@@ -461,6 +468,47 @@ export interface MLLeakyReluOptions extends MLOperatorOptions {
 export interface MLLinearOptions extends MLOperatorOptions {
   alpha?: number;
   beta?: number;
+}
+
+export type MLConvTranspose2dFilterOperandLayout = 'iohw' | 'hwoi' | 'ohwi';
+
+export interface MLConvTranspose2dOptions extends MLOperatorOptions {
+  /** [beginning height, ending height, beginning width, ending width] */
+  padding?: number[];
+  strides?: number[];
+  dilations?: number[];
+  /** Added to the computed output size; each must be below its stride. */
+  outputPadding?: number[];
+  /** [height, width]; overrides outputPadding. */
+  outputSizes?: number[];
+  groups?: number;
+  inputLayout?: MLInputOperandLayout;
+  filterLayout?: MLConvTranspose2dFilterOperandLayout;
+  bias?: MLOperand;
+}
+
+export interface MLBatchNormalizationOptions extends MLOperatorOptions {
+  scale?: MLOperand;
+  bias?: MLOperand;
+  /** Default 1. */
+  axis?: number;
+  /** Default 1e-5. */
+  epsilon?: number;
+}
+
+export interface MLInstanceNormalizationOptions extends MLOperatorOptions {
+  scale?: MLOperand;
+  bias?: MLOperand;
+  epsilon?: number;
+  layout?: MLInputOperandLayout;
+}
+
+export interface MLLayerNormalizationOptions extends MLOperatorOptions {
+  scale?: MLOperand;
+  bias?: MLOperand;
+  /** Default: every dimension but the first. */
+  axes?: number[];
+  epsilon?: number;
 }
 
 // --- option dictionaries of the operator families ---

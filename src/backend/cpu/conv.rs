@@ -782,4 +782,207 @@ mod tests {
         .unwrap();
         assert_eq!(r, Buf::F32(vec![2.5; 4]));
     }
+
+    /// Direct scatter form of convTranspose2d on NCHW input and IOHW filter.
+    fn naive_conv_transpose(
+        p: &ConvTranspose2dParams,
+        x: &[f32],
+        f: &[f32],
+        bias: Option<&[f32]>,
+    ) -> Vec<f32> {
+        let (cg, og) = (p.in_channels / p.groups, p.out_channels / p.groups);
+        let mut out = vec![0.0f64; p.batch * p.out_channels * p.out_h * p.out_w];
+        for b in 0..p.batch {
+            for ci in 0..p.in_channels {
+                let g = ci / cg;
+                for iy in 0..p.in_h {
+                    for ix in 0..p.in_w {
+                        let v = x[((b * p.in_channels + ci) * p.in_h + iy) * p.in_w + ix] as f64;
+                        for o in 0..og {
+                            for ky in 0..p.kernel_h {
+                                for kx in 0..p.kernel_w {
+                                    let oy = (iy * p.strides[0] + ky * p.dilations[0]) as isize
+                                        - p.padding[0] as isize;
+                                    let ox = (ix * p.strides[1] + kx * p.dilations[1]) as isize
+                                        - p.padding[2] as isize;
+                                    if oy < 0
+                                        || ox < 0
+                                        || oy >= p.out_h as isize
+                                        || ox >= p.out_w as isize
+                                    {
+                                        continue;
+                                    }
+                                    let oc = g * og + o;
+                                    let fi = ((ci * og + o) * p.kernel_h + ky) * p.kernel_w + kx;
+                                    out[((b * p.out_channels + oc) * p.out_h + oy as usize)
+                                        * p.out_w
+                                        + ox as usize] += v * f[fi] as f64;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let plane = p.out_h * p.out_w;
+        out.iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                (v + bias.map_or(0.0, |b| b[(i / plane) % p.out_channels] as f64)) as f32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn conv_transpose2d_matches_naive_in_every_layout() {
+        // (n, c, h, w), (og, kh, kw), padding, strides, dilations, groups,
+        // extra output size (outputPadding / outputSizes).
+        let cases = [
+            ((1, 1, 2, 2), (1, 2, 2), [0; 4], [1, 1], [1, 1], 1, [0, 0]),
+            (
+                (2, 4, 3, 4),
+                (3, 3, 2),
+                [1, 0, 2, 1],
+                [2, 3],
+                [1, 2],
+                2,
+                [1, 2],
+            ),
+            (
+                (1, 3, 5, 5),
+                (2, 3, 3),
+                [1, 1, 1, 1],
+                [2, 2],
+                [1, 1],
+                1,
+                [1, 0],
+            ),
+            (
+                (1, 6, 4, 3),
+                (1, 3, 3),
+                [0, 2, 1, 0],
+                [1, 2],
+                [2, 1],
+                6,
+                [0, 1],
+            ),
+            ((3, 2, 1, 1), (5, 1, 1), [0; 4], [1, 1], [1, 1], 1, [0, 0]),
+            (
+                (1, 2, 7, 6),
+                (4, 2, 3),
+                [2, 1, 0, 3],
+                [3, 2],
+                [2, 2],
+                1,
+                [2, 1],
+            ),
+        ];
+        for ((n, c, h, w), (og, kh, kw), padding, strides, dilations, groups, extra) in cases {
+            let size = |i: usize, k: usize, p0: usize, p1: usize, s: usize, d: usize| {
+                (i - 1) * s + (k - 1) * d + 1 - p0 - p1
+            };
+            let oc = og * groups;
+            let base = ConvTranspose2dParams {
+                nhwc: false,
+                filter_layout: TransposeFilterLayout::Iohw,
+                padding,
+                strides,
+                dilations,
+                groups,
+                has_bias: false,
+                batch: n,
+                in_channels: c,
+                in_h: h,
+                in_w: w,
+                out_channels: oc,
+                kernel_h: kh,
+                kernel_w: kw,
+                out_h: size(h, kh, padding[0], padding[1], strides[0], dilations[0]) + extra[0],
+                out_w: size(w, kw, padding[2], padding[3], strides[1], dilations[1]) + extra[1],
+            };
+            let (oh, ow) = (base.out_h, base.out_w);
+            let x = data(n * c * h * w, 11);
+            let f = data(c * og * kh * kw, 12);
+            let bias = data(oc, 13);
+            for has_bias in [false, true] {
+                let expect = naive_conv_transpose(&base, &x, &f, has_bias.then_some(&bias[..]));
+                for nhwc in [false, true] {
+                    for layout in [
+                        TransposeFilterLayout::Iohw,
+                        TransposeFilterLayout::Hwoi,
+                        TransposeFilterLayout::Ohwi,
+                    ] {
+                        let p = ConvTranspose2dParams {
+                            nhwc,
+                            filter_layout: layout,
+                            has_bias,
+                            ..base.clone()
+                        };
+                        let xin = if nhwc {
+                            transpose_vec(&x, &[n, c, h, w], &TO_NHWC)
+                        } else {
+                            x.clone()
+                        };
+                        let fin = match layout {
+                            TransposeFilterLayout::Iohw => f.clone(),
+                            TransposeFilterLayout::Hwoi => {
+                                transpose_vec(&f, &[c, og, kh, kw], &[2, 3, 1, 0])
+                            }
+                            TransposeFilterLayout::Ohwi => {
+                                transpose_vec(&f, &[c, og, kh, kw], &[1, 2, 3, 0])
+                            }
+                        };
+                        let (xb, fb, bb) = (Buf::F32(xin), Buf::F32(fin), Buf::F32(bias.clone()));
+                        let mut ins = vec![&xb, &fb];
+                        if has_bias {
+                            ins.push(&bb);
+                        }
+                        let oshape = if nhwc {
+                            [n, oh, ow, oc]
+                        } else {
+                            [n, oc, oh, ow]
+                        };
+                        let Buf::F32(r) =
+                            conv_transpose2d(&p, &ins, &[], &[desc(DataType::Float32, &oshape)])
+                                .unwrap()
+                                .remove(0)
+                        else {
+                            panic!()
+                        };
+                        let r = if nhwc {
+                            transpose_vec(&r, &[n, oh, ow, oc], &TO_NCHW)
+                        } else {
+                            r
+                        };
+                        close(&r, &expect, 1e-5);
+                    }
+                }
+            }
+            // float16 rounds once per output.
+            let xh = Buf::f16_from_f32(&x);
+            let fh = Buf::f16_from_f32(&f);
+            let r = conv_transpose2d(
+                &base,
+                &[&xh, &fh],
+                &[],
+                &[desc(DataType::Float16, &[n, oc, oh, ow])],
+            )
+            .unwrap()
+            .remove(0);
+            let expect = naive_conv_transpose(&base, &xh.to_f32_vec(), &fh.to_f32_vec(), None);
+            close(
+                &r.to_f32_vec(),
+                &Buf::f16_from_f32(&expect).to_f32_vec(),
+                1e-3,
+            );
+            // A filter of the wrong size is an error, not a panic.
+            assert!(conv_transpose2d(
+                &base,
+                &[&Buf::F32(x.clone()), &Buf::F32(vec![0.0; 1])],
+                &[],
+                &[desc(DataType::Float32, &[n, oc, oh, ow])],
+            )
+            .is_err());
+        }
+    }
 }

@@ -182,8 +182,8 @@ mod tests {
         let sh = input(&mut b, "sh", Float16, &[2, 2]);
         let z = input(&mut b, "z", Uint8, &[2, 2]);
         let z4 = input(&mut b, "z4", Int4, &[2, 2]);
-        let z3 = input(&mut b, "z3", Uint8, &[3, 2]);
-        let s3 = input(&mut b, "s3", Float32, &[3, 2]);
+        let z3 = input(&mut b, "z3", Uint8, &[4, 2]);
+        let s3 = input(&mut b, "s3", Float32, &[4, 2]);
         let zi64 = input(&mut b, "zi64", Int64, &[2, 2]);
         let q = b
             .call("quantizeLinear", &[x.clone(), s.clone(), z.clone()])

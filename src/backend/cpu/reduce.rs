@@ -269,7 +269,8 @@ fn reduce(
 ) -> Result<Buf> {
     let segs = segments(shape, axes);
     let expected: usize = segs.iter().map(|s| s.0).product();
-    if expected != x.len() {
+    let kept: usize = segs.iter().filter(|s| !s.1).map(|s| s.0).product();
+    if expected != x.len() || kept != out_len {
         return Err(Error::operation("reduce: the input size does not match"));
     }
     Ok(match x {

@@ -817,10 +817,10 @@ mod tests {
             &MovementOp::Reverse { axes: vec![0] },
             &[&x],
             &[&d3],
-            &[d3.clone()]
+            std::slice::from_ref(&d3)
         )
         .is_err());
-        assert!(run(&MovementOp::Expand, &[], &[], &[d3.clone()]).is_err());
+        assert!(run(&MovementOp::Expand, &[], &[], std::slice::from_ref(&d3)).is_err());
         let d2 = desc(DataType::Float32, &[2]);
         assert!(run(
             &MovementOp::Triangular {
@@ -829,7 +829,7 @@ mod tests {
             },
             &[&x],
             &[&d2],
-            &[d2.clone()]
+            std::slice::from_ref(&d2)
         )
         .is_err());
         assert!(run(
@@ -839,7 +839,7 @@ mod tests {
             },
             &[&x],
             &[&d2],
-            &[d2.clone()]
+            std::slice::from_ref(&d2)
         )
         .is_err());
     }

@@ -295,7 +295,9 @@ mod tests {
 
     fn run1(op: ActivationOp, x: Buf, dt: DataType) -> Buf {
         let d = desc(dt, &[x.len()]);
-        run(&op, &[&x], &[&d], &[d.clone()]).unwrap().remove(0)
+        run(&op, &[&x], &[&d], std::slice::from_ref(&d))
+            .unwrap()
+            .remove(0)
     }
 
     /// Naive references, written straight from the spec's expressions.
@@ -311,8 +313,8 @@ mod tests {
                     .sum();
                 0.5 * x * (1.0 + std::f64::consts::FRAC_2_SQRT_PI * s * h)
             }
-            ActivationOp::HardSigmoid { alpha, beta } => (alpha * x + beta).min(1.0).max(0.0),
-            ActivationOp::HardSwish => x * (x + 3.0).min(6.0).max(0.0) / 6.0,
+            ActivationOp::HardSigmoid { alpha, beta } => (alpha * x + beta).clamp(0.0, 1.0),
+            ActivationOp::HardSwish => x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
             ActivationOp::LeakyRelu { alpha } => x.max(0.0) + alpha * x.min(0.0),
             ActivationOp::Linear { alpha, beta } => alpha * x + beta,
             ActivationOp::Softplus => (1.0 + x.exp()).ln(),
@@ -458,9 +460,9 @@ mod tests {
         .unwrap();
         let mut want = Vec::new();
         for i in 0..2 {
-            for j in 0..4 {
-                for k in 0..3 {
-                    want.push(if c[i * 3 + k] != 0 { t[j] } else { f[k] });
+            for &tj in &t {
+                for (k, &fk) in f.iter().enumerate() {
+                    want.push(if c[i * 3 + k] != 0 { tj } else { fk });
                 }
             }
         }

@@ -321,7 +321,7 @@ mod tests {
             &LogicalOp::IsNaN,
             &[&Buf::F32(x.to_vec())],
             &[&d],
-            &[o.clone()],
+            std::slice::from_ref(&o),
         )
         .unwrap();
         assert_eq!(r, vec![Buf::U8(vec![0, 1, 0, 0, 0, 0, 0])]);
@@ -329,14 +329,20 @@ mod tests {
             &LogicalOp::IsInfinite,
             &[&Buf::F32(x.to_vec())],
             &[&d],
-            &[o.clone()],
+            std::slice::from_ref(&o),
         )
         .unwrap();
         assert_eq!(r, vec![Buf::U8(vec![0, 0, 1, 1, 0, 0, 0])]);
         // In float16, 1e30 rounds to infinity.
         let h = Buf::f16_from_f32(&x);
         let dh = desc(DataType::Float16, &[7]);
-        let r = run(&LogicalOp::IsInfinite, &[&h], &[&dh], &[o.clone()]).unwrap();
+        let r = run(
+            &LogicalOp::IsInfinite,
+            &[&h],
+            &[&dh],
+            std::slice::from_ref(&o),
+        )
+        .unwrap();
         assert_eq!(r, vec![Buf::U8(vec![0, 0, 1, 1, 0, 0, 1])]);
         let r = run(&LogicalOp::IsNaN, &[&h], &[&dh], &[o]).unwrap();
         assert_eq!(r, vec![Buf::U8(vec![0, 1, 0, 0, 0, 0, 0])]);

@@ -308,7 +308,7 @@ mod tests {
         let s = input(&mut b, "s", DataType::Float32, &[4]);
         // Float-only activations refuse integers.
         for name in ["elu", "gelu", "hardSwish", "softplus", "softsign"] {
-            assert!(b.call(name, &[i.clone()]).is_err(), "{name}");
+            assert!(b.call(name, std::slice::from_ref(&i)).is_err(), "{name}");
         }
         // Non-finite or non-number options.
         assert!(b

@@ -18,13 +18,11 @@ use super::util::{floats, from_floats};
 /// Elements below which groups are normalized on this thread.
 const PAR_MIN: usize = 1 << 15;
 
+/// An optional scale and an optional bias, as f32 values.
+type ScaleBias = (Option<Vec<f32>>, Option<Vec<f32>>);
+
 /// The optional scale and bias after `first` fixed inputs, as f32 vectors.
-fn scale_bias(
-    inputs: &[&Buf],
-    first: usize,
-    has_scale: bool,
-    has_bias: bool,
-) -> Result<(Option<Vec<f32>>, Option<Vec<f32>>)> {
+fn scale_bias(inputs: &[&Buf], first: usize, has_scale: bool, has_bias: bool) -> Result<ScaleBias> {
     let mut next = first;
     let mut take = |present: bool| -> Result<Option<Vec<f32>>> {
         if !present {

@@ -1,5 +1,5 @@
-//! Matrix multiplication CPU kernels: `matmul`, `gemm`, and the f32 sgemm
-//! core that conv2d also uses.
+//! Matrix multiplication CPU kernels: `matmul` and `gemm`, on the f32
+//! sgemm of `sgemm.rs` (re-exported here for conv2d).
 //!
 //! float16 operands are widened to f32, multiplied in f32 and rounded once
 //! at the output.
@@ -11,175 +11,13 @@ use crate::graph::op::GemmParams;
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
+pub(super) use super::sgemm::sgemm;
+use super::sgemm::{sgemm_packed, sgemm_t, PackedB};
 use super::util::{broadcast_strides, floats, from_floats, strides};
 
-/// Rows of C per parallel task (a multiple of the 4-row micro-kernel).
-const MC: usize = 64;
-/// Columns of C per task: a 4 x NC strip of C stays in L1 while B rows
-/// stream past it.
-const NC: usize = 256;
-/// Depth of one pass: a KC x NC panel of B (256 KiB) stays in L2 and is
-/// reused by every 4-row group of the task.
-const KC: usize = 256;
-/// Multiply-adds below which threading costs more than it saves.
+/// Multiply-adds per product below which batched products run in
+/// parallel one per thread rather than one after another on all threads.
 const PAR_WORK: usize = 1 << 18;
-
-/// A raw pointer that tasks may share because each writes a disjoint tile.
-#[derive(Clone, Copy)]
-struct TilePtr(*mut f32);
-// SAFETY: the pointer is only dereferenced through `tile_rows`, and the
-// tiles handed to different tasks never overlap (see `sgemm`).
-unsafe impl Send for TilePtr {}
-unsafe impl Sync for TilePtr {}
-
-/// `c[i][j] += sum_p a[i][p] * b[p][j]` for four rows of C at once:
-/// every loaded row segment of B feeds four multiply-adds. The inner loop
-/// runs over equal-length slices, so it has no bounds checks and
-/// vectorises.
-#[inline(always)]
-fn kernel4(c: [&mut [f32]; 4], a: [&[f32]; 4], b: &[f32], ldb: usize, kb: usize) {
-    let [c0, c1, c2, c3] = c;
-    let nb = c0.len();
-    for p in 0..kb {
-        let brow = &b[p * ldb..p * ldb + nb];
-        let (x0, x1, x2, x3) = (a[0][p], a[1][p], a[2][p], a[3][p]);
-        for ((((y0, y1), y2), y3), &bj) in c0
-            .iter_mut()
-            .zip(c1.iter_mut())
-            .zip(c2.iter_mut())
-            .zip(c3.iter_mut())
-            .zip(brow)
-        {
-            *y0 += x0 * bj;
-            *y1 += x1 * bj;
-            *y2 += x2 * bj;
-            *y3 += x3 * bj;
-        }
-    }
-}
-
-/// The single-row remainder of [`kernel4`].
-#[inline(always)]
-fn kernel1(c: &mut [f32], a: &[f32], b: &[f32], ldb: usize, kb: usize) {
-    let nb = c.len();
-    for (p, &x) in a[..kb].iter().enumerate() {
-        let brow = &b[p * ldb..p * ldb + nb];
-        for (y, &bj) in c.iter_mut().zip(brow) {
-            *y += x * bj;
-        }
-    }
-}
-
-/// Computes one tile of C: rows `i0..i1`, columns `j0..j1`, accumulating
-/// into C (which the caller has initialised).
-///
-/// # Safety
-/// `c` must point to an `m x n` row-major matrix, the tile must lie inside
-/// it, and no other thread may access the tile meanwhile.
-unsafe fn tile(
-    c: TilePtr,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    b: &[f32],
-    rows: (usize, usize),
-    cols: (usize, usize),
-) {
-    let (i0, i1) = rows;
-    let (j0, j1) = cols;
-    let nb = j1 - j0;
-    // SAFETY (for every row slice below): rows i0..i1 and columns j0..j1
-    // are inside the matrix and owned by this call; distinct rows never
-    // alias.
-    let row = |i: usize| unsafe { std::slice::from_raw_parts_mut(c.0.add(i * n + j0), nb) };
-    // When several 4-row groups reuse the B panel, copy it to contiguous
-    // rows first: B rows `n` apart (a power of two, typically) map to the
-    // same cache sets and evict each other; the copy is read MC/4 times.
-    let pack = i1 - i0 > 4;
-    let mut packed = Vec::new();
-    let mut p0 = 0;
-    while p0 < k {
-        let kb = KC.min(k - p0);
-        let (bpanel, ldb) = if pack {
-            packed.clear();
-            for p in p0..p0 + kb {
-                packed.extend_from_slice(&b[p * n + j0..p * n + j1]);
-            }
-            (&packed[..], nb)
-        } else {
-            (&b[p0 * n + j0..], n)
-        };
-        let mut i = i0;
-        while i + 4 <= i1 {
-            let a_rows = [0, 1, 2, 3].map(|r| &a[(i + r) * k + p0..(i + r) * k + p0 + kb]);
-            kernel4(
-                [row(i), row(i + 1), row(i + 2), row(i + 3)],
-                a_rows,
-                bpanel,
-                ldb,
-                kb,
-            );
-            i += 4;
-        }
-        while i < i1 {
-            kernel1(row(i), &a[i * k + p0..i * k + p0 + kb], bpanel, ldb, kb);
-            i += 1;
-        }
-        p0 += kb;
-    }
-}
-
-/// `c = a * b` for row-major `a` [m, k], `b` [k, n], `c` [m, n] (f32).
-///
-/// C is split into MC x NC tiles; with `parallel` and enough work the tiles
-/// run on the rayon pool, otherwise in order on this thread (callers that
-/// already run many sgemms in parallel pass `false`).
-pub(super) fn sgemm(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    b: &[f32],
-    c: &mut [f32],
-    parallel: bool,
-) {
-    assert!(
-        a.len() >= m * k && b.len() >= k * n && c.len() >= m * n,
-        "sgemm: operands too small"
-    );
-    c[..m * n].fill(0.0);
-    if m == 0 || n == 0 || k == 0 {
-        return;
-    }
-    let ptr = TilePtr(c.as_mut_ptr());
-    let row_tiles = m.div_ceil(MC);
-    // With a single row tile (small M) the column tiles are the only
-    // parallelism, and B is streamed once: make them as wide as the threads
-    // allow (up to 2048 columns, whose 4-row C strip still fits in L1) so
-    // that B is read in long contiguous runs.
-    let nc = if row_tiles == 1 {
-        n.div_ceil(rayon::current_num_threads().max(1))
-            .clamp(NC, 2048)
-    } else {
-        NC
-    };
-    let col_tiles = n.div_ceil(nc);
-    let run = |t: usize| {
-        let (ti, tj) = (t / col_tiles, t % col_tiles);
-        let rows = (ti * MC, ((ti + 1) * MC).min(m));
-        let cols = (tj * nc, ((tj + 1) * nc).min(n));
-        // SAFETY: `c` holds m x n elements (asserted above) and tile `t`
-        // is a distinct (row block, column block) pair, so no two tasks
-        // touch the same element; `c` stays borrowed until they finish.
-        unsafe { tile(ptr, n, k, a, b, rows, cols) }
-    };
-    let tiles = row_tiles * col_tiles;
-    if parallel && tiles > 1 && m * n * k >= PAR_WORK {
-        (0..tiles).into_par_iter().for_each(run);
-    } else {
-        (0..tiles).for_each(run);
-    }
-}
 
 /// Widens the float operands `a` and `b`, checking their element counts.
 fn widen<'a>(x: &'a Buf, d: &OperandDescriptor) -> Result<std::borrow::Cow<'a, [f32]>> {
@@ -193,13 +31,15 @@ fn widen<'a>(x: &'a Buf, d: &OperandDescriptor) -> Result<std::borrow::Cow<'a, [
 }
 
 /// `matmul`: [..., M, K] x [..., K, N] -> [...batch, M, N], the batch
-/// dimensions broadcast bidirectionally.
+/// dimensions broadcast bidirectionally. `prepacked`: B (rank 2) packed at
+/// build time; `b` is then not read.
 pub fn matmul(
     a: &Buf,
     da: &OperandDescriptor,
     b: &Buf,
     db: &OperandDescriptor,
     out: &OperandDescriptor,
+    prepacked: Option<&PackedB>,
 ) -> Result<Buf> {
     let (ra, rb, ro) = (da.rank(), db.rank(), out.rank());
     if ra < 2 || rb < 2 || ro < 2 {
@@ -225,8 +65,30 @@ pub fn matmul(
         ));
     }
     let av = widen(a, da)?;
-    let bv = widen(b, db)?;
     let batches: usize = batch_shape.iter().product();
+    if bb.is_empty() && ba == batch_shape {
+        // Every batch of A meets the same B: the batches are the row
+        // blocks of one [batches * M, K] x [K, N] product (row-major, so
+        // no copy), which packs B once and parallelises better.
+        let rows = batches * m;
+        let mut res = vec![0.0f32; rows * n];
+        match prepacked.filter(|pb| pb.k() == k && pb.n() == n) {
+            Some(pb) => sgemm_packed(rows, &av, false, pb, &mut res, true)?,
+            None => sgemm_t(
+                rows,
+                n,
+                k,
+                &av,
+                false,
+                &widen(b, db)?,
+                false,
+                &mut res,
+                true,
+            )?,
+        }
+        return from_floats(out.data_type, res);
+    }
+    let bv = widen(b, db)?;
     // Matrix offsets of each output batch in a and b (0 strides where
     // broadcast).
     let (sa, sb) = (
@@ -273,6 +135,7 @@ pub fn matmul(
 
 /// `x` as a row-major [rows, cols] matrix, transposed when `t` (so that it
 /// is read as the [cols, rows] matrix `x^T`).
+#[cfg(test)]
 fn maybe_transpose(x: &[f32], rows: usize, cols: usize, t: bool) -> std::borrow::Cow<'_, [f32]> {
     if !t {
         return std::borrow::Cow::Borrowed(x);
@@ -288,11 +151,13 @@ fn maybe_transpose(x: &[f32], rows: usize, cols: usize, t: bool) -> std::borrow:
 
 /// `gemm`: `alpha * A' * B' + beta * C`, where A' and B' are A and B
 /// transposed on request and C (optional) broadcasts to [M, N].
+/// `prepacked`: B' packed at build time; B is then not read.
 pub fn gemm(
     p: &GemmParams,
     inputs: &[&Buf],
     descs: &[&OperandDescriptor],
     out: &OperandDescriptor,
+    prepacked: Option<&PackedB>,
 ) -> Result<Buf> {
     let want = if p.has_c { 3 } else { 2 };
     if inputs.len() < want || descs.len() < want {
@@ -305,11 +170,25 @@ pub fn gemm(
         return Err(Error::operation("gemm: inconsistent shapes"));
     }
     let av = widen(inputs[0], descs[0])?;
-    let bv = widen(inputs[1], descs[1])?;
-    let at = maybe_transpose(&av, a_shape[0], a_shape[1], p.a_transpose);
-    let bt = maybe_transpose(&bv, b_shape[0], b_shape[1], p.b_transpose);
     let mut res = vec![0.0f32; m * n];
-    sgemm(m, n, k, &at, &bt, &mut res, true);
+    // The transposes are read in place (the packing absorbs them).
+    match prepacked.filter(|pb| pb.k() == k && pb.n() == n) {
+        Some(pb) => sgemm_packed(m, &av, p.a_transpose, pb, &mut res, true)?,
+        None => {
+            let bv = widen(inputs[1], descs[1])?;
+            sgemm_t(
+                m,
+                n,
+                k,
+                &av,
+                p.a_transpose,
+                &bv,
+                p.b_transpose,
+                &mut res,
+                true,
+            )?;
+        }
+    }
     let alpha = p.alpha as f32;
     if alpha != 1.0 {
         res.iter_mut().for_each(|x| *x *= alpha);
@@ -426,6 +305,7 @@ mod tests {
             &Buf::F32(b.clone()),
             &desc(DataType::Float32, &sb),
             &desc(DataType::Float32, &so),
+            None,
         )
         .unwrap();
         let Buf::F32(r) = r else { panic!() };
@@ -452,6 +332,7 @@ mod tests {
             &Buf::F32(b.clone()),
             &desc(DataType::Float32, &[64, 3, 5]),
             &desc(DataType::Float32, &[64, 2, 5]),
+            None,
         )
         .unwrap();
         let Buf::F32(r) = r else { panic!() };
@@ -473,6 +354,7 @@ mod tests {
             &bh,
             &desc(DataType::Float16, &[4, 5]),
             &desc(DataType::Float16, &[3, 5]),
+            None,
         )
         .unwrap();
         let aw = ah.to_f32_vec();
@@ -499,6 +381,7 @@ mod tests {
             &Buf::F32(vec![0.0; 12]),
             &desc(DataType::Float32, &[3, 4]),
             &desc(DataType::Float32, &[0, 2, 4]),
+            None,
         )
         .unwrap();
         assert_eq!(r, Buf::F32(vec![]));
@@ -508,6 +391,7 @@ mod tests {
             &Buf::F32(vec![]),
             &desc(DataType::Float32, &[0, 3]),
             &desc(DataType::Float32, &[2, 3]),
+            None,
         )
         .unwrap();
         assert_eq!(r, Buf::F32(vec![0.0; 6]));
@@ -569,10 +453,42 @@ mod tests {
                     ins.push(&bc);
                     ds.push(&dc);
                 }
-                let r = gemm(&p, &ins, &ds, &desc(DataType::Float32, &[m, n])).unwrap();
+                let r = gemm(&p, &ins, &ds, &desc(DataType::Float32, &[m, n]), None).unwrap();
+                let Buf::F32(r) = r else { panic!() };
+                close(&r, &expect, 1e-5);
+                // B packed in advance (as at build for a constant B).
+                let Buf::F32(bvec) = &bb else { panic!() };
+                let pb = PackedB::new(bvec, k, n, bt).unwrap();
+                let r = gemm(&p, &ins, &ds, &desc(DataType::Float32, &[m, n]), Some(&pb)).unwrap();
                 let Buf::F32(r) = r else { panic!() };
                 close(&r, &expect, 1e-5);
             }
+        }
+    }
+
+    #[test]
+    fn matmul_rank2_b_folds_batches_and_uses_prepacked() {
+        // a [2, 3, 37, 70] x b [70, 45]: one [222, 70] x [70, 45] product.
+        let (m, k, n) = (37, 70, 45);
+        let a = data(6 * m * k, 12);
+        let b = data(k * n, 13);
+        let expect: Vec<f32> = (0..6)
+            .flat_map(|t| naive(m, n, k, &a[t * m * k..(t + 1) * m * k], &b))
+            .collect();
+        let pb = PackedB::new(&b, k, n, false).unwrap();
+        for pre in [None, Some(&pb)] {
+            let r = matmul(
+                &Buf::F32(a.clone()),
+                &desc(DataType::Float32, &[2, 3, m, k]),
+                // With B packed, the kernel must not read b.
+                &Buf::F32(if pre.is_some() { vec![] } else { b.clone() }),
+                &desc(DataType::Float32, &[k, n]),
+                &desc(DataType::Float32, &[2, 3, m, n]),
+                pre,
+            )
+            .unwrap();
+            let Buf::F32(r) = r else { panic!() };
+            close(&r, &expect, 1e-4);
         }
     }
 }

@@ -16,6 +16,7 @@ mod norm;
 mod quantize;
 mod recurrent;
 mod reduce;
+mod sgemm;
 mod shape;
 pub mod util;
 
@@ -40,6 +41,9 @@ struct CompiledGraph {
     /// For each operand, the index of the last node reading it (graph
     /// outputs: `usize::MAX`, never freed during the run).
     last_use: Vec<usize>,
+    /// Constant right-hand sides of matmul/gemm nodes, packed once for the
+    /// sgemm micro-kernel, by node index.
+    packed: HashMap<usize, sgemm::PackedB>,
 }
 
 /// The CPU backend.
@@ -97,7 +101,8 @@ impl CpuBackend {
 
     /// What a run may allocate for intermediates.
     fn budget(&self) -> Option<usize> {
-        self.memory_limit.map(|l| l.saturating_sub(self.tensor_bytes))
+        self.memory_limit
+            .map(|l| l.saturating_sub(self.tensor_bytes))
     }
 
     fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
@@ -110,11 +115,14 @@ impl CpuBackend {
 
 /// Runs one operator on the CPU. `inputs` are the node's input operands in
 /// the order the variant documents; returns one buffer per output.
+/// `prepacked`: the node's constant B operand packed at compile
+/// (matmul, gemm).
 pub fn run_op(
     op: &Op,
     inputs: &[&Buf],
     in_descs: &[&OperandDescriptor],
     out_descs: &[OperandDescriptor],
+    prepacked: Option<&sgemm::PackedB>,
 ) -> Result<Vec<Buf>> {
     let out = &out_descs[0];
     let one = |b: Result<Buf>| b.map(|b| vec![b]);
@@ -137,8 +145,9 @@ pub fn run_op(
             inputs[1],
             in_descs[1],
             out,
+            prepacked,
         )),
-        Op::Gemm(p) => one(matmul::gemm(p, inputs, in_descs, out)),
+        Op::Gemm(p) => one(matmul::gemm(p, inputs, in_descs, out, prepacked)),
         Op::Conv2d(p) => one(conv::conv2d(p, inputs, out)),
         Op::Pool2d(p) => one(conv::pool2d(p, inputs[0], out)),
         Op::Reshape => Ok(vec![inputs[0].clone()]),
@@ -159,6 +168,36 @@ pub fn run_op(
         Op::Norm(o) => norm::run(o, inputs, in_descs, out_descs),
         Op::Recurrent(o) => recurrent::run(o, inputs, in_descs, out_descs),
     }
+}
+
+/// Packs the constant B operand of every matmul (rank-2 B) and gemm node
+/// once, so that runs skip packing it; by node index.
+fn prepack(
+    graph: &Graph,
+    constants: &HashMap<usize, Buf>,
+) -> Result<HashMap<usize, sgemm::PackedB>> {
+    let mut packed = HashMap::new();
+    for (n, node) in graph.nodes.iter().enumerate() {
+        let Some(&b_id) = node.inputs.get(1) else {
+            continue;
+        };
+        let Some(b) = constants.get(&b_id) else {
+            continue;
+        };
+        let db = &graph.operands[b_id];
+        let (k, cols, transposed) = match &node.op {
+            Op::Matmul if db.rank() == 2 => (db.shape[0], db.shape[1], false),
+            Op::Gemm(p) => (p.k, p.n, p.b_transpose),
+            _ => continue,
+        };
+        // Float data only (validation guarantees it; skip anything else).
+        let Ok(bv) = util::floats(b) else { continue };
+        if bv.len() != k * cols {
+            continue;
+        }
+        packed.insert(n, sgemm::PackedB::new(&bv, k, cols, transposed)?);
+    }
+    Ok(packed)
 }
 
 /// A value during a run: borrowed (inputs, constants) or owned.
@@ -216,16 +255,17 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             }
         }
         live += needed;
-        let results = run_op(&node.op, &ins, &in_descs, &out_descs).map_err(|e| {
-            if node.label.is_empty() {
-                e
-            } else {
-                Error::new(
-                    e.kind,
-                    format!("{} (operator labelled {:?})", e.message, node.label),
-                )
-            }
-        })?;
+        let results =
+            run_op(&node.op, &ins, &in_descs, &out_descs, cg.packed.get(&n)).map_err(|e| {
+                if node.label.is_empty() {
+                    e
+                } else {
+                    Error::new(
+                        e.kind,
+                        format!("{} (operator labelled {:?})", e.message, node.label),
+                    )
+                }
+            })?;
         for (&o, r) in node.outputs.iter().zip(results) {
             slots[o] = Slot::Owned(r);
         }
@@ -325,6 +365,7 @@ impl Backend for CpuBackend {
         for (_, o) in &graph.outputs {
             last_use[*o] = usize::MAX;
         }
+        let packed = self.run(|| prepack(&graph, &constants))?;
         // Inputs and constants are borrowed, never freed; mark them too.
         for (op, src) in graph.sources.iter().enumerate() {
             if !matches!(src, Source::Node { .. }) {
@@ -337,6 +378,7 @@ impl Backend for CpuBackend {
                 graph,
                 constants,
                 last_use,
+                packed,
             },
         );
         Ok(())
@@ -383,5 +425,87 @@ impl Backend for CpuBackend {
         let refs: Vec<&Buf> = inputs.iter().collect();
         let budget = self.budget();
         self.run(|| execute(cg, &refs, budget))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::op::GemmParams;
+    use crate::graph::Node;
+    use crate::types::DataType;
+
+    fn f32_desc(shape: &[usize]) -> OperandDescriptor {
+        OperandDescriptor {
+            data_type: DataType::Float32,
+            shape: shape.to_vec(),
+        }
+    }
+
+    fn bytes(v: &[f32]) -> Arc<Vec<u8>> {
+        Arc::new(v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+
+    /// matmul and gemm (B transposed) with constant B: compile packs B,
+    /// dispatch uses the packed copy, and the results match a plain loop.
+    #[test]
+    fn constant_b_is_prepacked() {
+        let (m, k, n) = (3, 5, 4);
+        let a: Vec<f32> = (0..m * k).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 - 2.0).collect();
+        // b^T, for gemm's bTranspose.
+        let bt: Vec<f32> = (0..n * k).map(|t| b[(t % k) * n + t / k]).collect();
+        let g = Graph {
+            operands: vec![
+                f32_desc(&[m, k]),
+                f32_desc(&[k, n]),
+                f32_desc(&[n, k]),
+                f32_desc(&[m, n]),
+                f32_desc(&[m, n]),
+            ],
+            sources: vec![
+                Source::Input("a".into()),
+                Source::Constant(bytes(&b)),
+                Source::Constant(bytes(&bt)),
+                Source::Node { node: 0, index: 0 },
+                Source::Node { node: 1, index: 0 },
+            ],
+            nodes: vec![
+                Node {
+                    op: Op::Matmul,
+                    inputs: vec![0, 1],
+                    outputs: vec![3],
+                    label: String::new(),
+                },
+                Node {
+                    op: Op::Gemm(GemmParams {
+                        alpha: 2.0,
+                        beta: 1.0,
+                        a_transpose: false,
+                        b_transpose: true,
+                        has_c: false,
+                        m,
+                        n,
+                        k,
+                    }),
+                    inputs: vec![0, 2],
+                    outputs: vec![4],
+                    label: String::new(),
+                },
+            ],
+            inputs: vec![("a".into(), 0)],
+            outputs: vec![("mm".into(), 3), ("gemm".into(), 4)],
+        };
+        let g = Arc::new(g);
+        let mut cpu = CpuBackend::new();
+        cpu.compile(1, g.clone()).unwrap();
+        assert_eq!(cpu.graphs[&1].packed.len(), 2);
+        let out = cpu.compute(1, &g, vec![Buf::F32(a.clone())]).unwrap();
+        let expect: Vec<f32> = (0..m * n)
+            .map(|t| (0..k).map(|p| a[t / n * k + p] * b[p * n + t % n]).sum())
+            .collect();
+        assert_eq!(out[0], Buf::F32(expect.clone()));
+        let twice: Vec<f32> = expect.iter().map(|x| 2.0 * x).collect();
+        assert_eq!(out[1], Buf::F32(twice));
     }
 }

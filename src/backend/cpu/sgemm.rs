@@ -1,0 +1,1055 @@
+//! The f32 matrix product behind matmul, gemm and conv2d.
+//!
+//! The classic blocked algorithm (Goto's, as in BLIS), written for this
+//! crate:
+//!
+//! ```text
+//! for jc in N by NC:              B block (KC x NC) stays in L3
+//!   for pc in K by KC:            pack B[pc.., jc..] into NR-wide panels
+//!     for ic in M by MC:          (parallel) pack A[ic.., pc..] into
+//!                                 MR-high panels; the A block stays in L2
+//!       for jr in NC by NR:       one B panel (KC x NR) stays in L1
+//!         for ir in MC by MR:     micro-kernel: MR x NR tile of C in
+//!                                 registers, KC rank-1 updates
+//! ```
+//!
+//! Packing makes the micro-kernel read both operands sequentially from
+//! aligned, zero-padded buffers, so it needs no edge cases: a tile that
+//! sticks out of C is computed whole into a scratch tile and only its valid
+//! part is copied. The micro-kernel (and with it MR, NR and the block sizes)
+//! is chosen once per process: AVX-512, else AVX2+FMA, else portable code.
+//!
+//! Every element of C is summed in the same order (K ascending, in KC
+//! blocks) whatever the number of threads, so results do not depend on the
+//! pool size. [`PackedB`] packs a constant right-hand side once (at graph
+//! build) in exactly the layout the B-packing step produces.
+
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+
+/// Multiply-adds below which one thread does the whole product: a rayon
+/// fork-join costs a few microseconds, which this much work repays.
+const PAR_WORK: usize = 1 << 19;
+
+/// Computes the `mr x nr` tile `C (=|+=) A_panel * B_panel`, where the A
+/// panel holds `kc` columns of `mr` values and the B panel `kc` rows of
+/// `nr` values. The sum starts from zero and is added to C at the end (when
+/// `accumulate`), so a tile computed into scratch and added by the caller
+/// rounds exactly like one written in place.
+///
+/// # Safety
+/// `a` must be readable for `kc * mr` floats, `b` for `kc * nr`, and `c`
+/// readable and writable for `mr` rows of `nr` floats, `ldc` apart; the CPU
+/// must have the kernel's target features.
+type KernelFn =
+    unsafe fn(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, accumulate: bool);
+
+/// A micro-kernel and the blocking that suits it.
+#[derive(Debug)]
+pub struct Kernel {
+    name: &'static str,
+    /// Tile rows (A panel height) and columns (B panel width).
+    mr: usize,
+    nr: usize,
+    /// Depth of a packed block: a KC x NR B panel should fill about half
+    /// of L1, leaving room for the A panel and C lines.
+    kc: usize,
+    /// Rows of A packed at once (a multiple of `mr`): an MC x KC block of
+    /// A stays in L2 while every B panel of the block streams past it.
+    mc: usize,
+    /// Columns of B packed at once (a multiple of `nr`): bounds the packed
+    /// B block (KC x NC) so that it stays in L3.
+    nc: usize,
+    func: KernelFn,
+}
+
+/// The largest `mr * nr` of any kernel (scratch tiles for the edges).
+const MAX_TILE: usize = 12 * 32;
+
+/// Portable kernel: plain loops over fixed-size arrays, which LLVM keeps in
+/// vector registers. aarch64 has 32 NEON registers and fused multiply-add;
+/// baseline x86-64 has 16 SSE registers, hence the narrower tile there.
+const PORTABLE_MR: usize = 4;
+#[cfg(target_arch = "aarch64")]
+const PORTABLE_NR: usize = 16;
+#[cfg(not(target_arch = "aarch64"))]
+const PORTABLE_NR: usize = 8;
+
+/// # Safety
+/// See [`KernelFn`].
+unsafe fn kernel_portable(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    const MR: usize = PORTABLE_MR;
+    const NR: usize = PORTABLE_NR;
+    // SAFETY: the caller guarantees kc * MR and kc * NR readable floats.
+    let (a, b) = unsafe {
+        (
+            std::slice::from_raw_parts(a, kc * MR),
+            std::slice::from_raw_parts(b, kc * NR),
+        )
+    };
+    let mut acc = [[0.0f32; NR]; MR];
+    for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+        for (row, &x) in acc.iter_mut().zip(ap) {
+            for (y, &bv) in row.iter_mut().zip(bp) {
+                // aarch64 always has a fused multiply-add instruction;
+                // elsewhere `mul_add` may be a slow library call.
+                #[cfg(target_arch = "aarch64")]
+                {
+                    *y = x.mul_add(bv, *y);
+                }
+                #[cfg(not(target_arch = "aarch64"))]
+                {
+                    *y += x * bv;
+                }
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        // SAFETY: row r of the tile is inside C (caller's contract) and
+        // nothing else references it during this call.
+        let dst = unsafe { std::slice::from_raw_parts_mut(c.add(r * ldc), NR) };
+        if accumulate {
+            dst.iter_mut().zip(row).for_each(|(d, &v)| *d += v);
+        } else {
+            dst.copy_from_slice(row);
+        }
+    }
+}
+
+/// Defines an x86 SIMD micro-kernel of `$mr` rows by `$nv` vectors of
+/// `$w` lanes. Both x86 kernels come from this one template, so the
+/// AVX-512 kernel (which the development machine cannot run) shares the
+/// code that the AVX2 kernel's tests exercise.
+#[cfg(target_arch = "x86_64")]
+macro_rules! simd_kernel {
+    ($name:ident, $feat:literal, $mr:expr, $nv:expr, $w:expr, $vt:ty,
+     $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident) => {
+        /// # Safety
+        /// See [`KernelFn`]; the CPU must support the enabled features.
+        #[target_feature(enable = $feat)]
+        unsafe fn $name(
+            kc: usize,
+            a: *const f32,
+            b: *const f32,
+            c: *mut f32,
+            ldc: usize,
+            accumulate: bool,
+        ) {
+            use std::arch::x86_64::*;
+            // The whole tile lives in registers: fixed-size arrays indexed
+            // by constants in fully unrolled loops are promoted to them.
+            let mut acc: [[$vt; $nv]; $mr] = [[$zero(); $nv]; $mr];
+            for p in 0..kc {
+                // SAFETY: p < kc, so these reads stay inside the panels
+                // the caller vouched for (kc * NR and kc * MR floats).
+                let (bp, ap) = unsafe { (b.add(p * $nv * $w), a.add(p * $mr)) };
+                let mut bv: [$vt; $nv] = [$zero(); $nv];
+                for (v, x) in bv.iter_mut().enumerate() {
+                    // SAFETY: lane block v of row p of the B panel.
+                    *x = unsafe { $load(bp.add(v * $w)) };
+                }
+                for (r, row) in acc.iter_mut().enumerate() {
+                    // SAFETY: element r of column p of the A panel.
+                    let x = $set1(unsafe { *ap.add(r) });
+                    for (y, &bx) in row.iter_mut().zip(&bv) {
+                        *y = $fma(x, bx, *y);
+                    }
+                }
+            }
+            for (r, row) in acc.iter().enumerate() {
+                for (v, &x) in row.iter().enumerate() {
+                    // SAFETY: (r, v) is inside the mr x nr tile of C that
+                    // the caller owns.
+                    unsafe {
+                        let dst = c.add(r * ldc + v * $w);
+                        let val = if accumulate { $add($load(dst), x) } else { x };
+                        $store(dst, val);
+                    }
+                }
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+simd_kernel!(
+    kernel_avx2,
+    "avx2,fma",
+    6,
+    2,
+    8,
+    __m256,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps,
+    _mm256_add_ps
+);
+
+#[cfg(target_arch = "x86_64")]
+simd_kernel!(
+    kernel_avx512,
+    "avx512f",
+    12,
+    2,
+    16,
+    __m512,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    _mm512_add_ps
+);
+
+static PORTABLE: Kernel = Kernel {
+    name: "portable",
+    mr: PORTABLE_MR,
+    nr: PORTABLE_NR,
+    kc: 256,
+    mc: 128,
+    nc: 4096,
+    func: kernel_portable,
+};
+
+/// 6 x 16: 12 accumulators + 2 B vectors + 1 broadcast = 15 of the 16
+/// ymm registers; 12 FMAs per 2 loads and 6 broadcasts keep both FMA
+/// pipes busy. A 256 x 16 B panel is 16 KiB (half a 32 KiB L1d); the
+/// 144 x 256 A block is 144 KiB (L2 is 512 KiB or more).
+#[cfg(target_arch = "x86_64")]
+static AVX2: Kernel = Kernel {
+    name: "avx2+fma",
+    mr: 6,
+    nr: 16,
+    kc: 256,
+    mc: 144,
+    nc: 4096,
+    func: kernel_avx2,
+};
+
+/// 12 x 32: 24 accumulators + 2 B vectors + 1 broadcast of the 32 zmm
+/// registers. KC = 192 keeps the 24 KiB B panel within half of a 48 KiB
+/// L1d; the 192 x 192 A block is 144 KiB.
+#[cfg(target_arch = "x86_64")]
+static AVX512: Kernel = Kernel {
+    name: "avx512f",
+    mr: 12,
+    nr: 32,
+    kc: 192,
+    mc: 192,
+    nc: 4096,
+    func: kernel_avx512,
+};
+
+/// Every kernel this CPU can run, best first.
+pub fn available_kernels() -> Vec<&'static Kernel> {
+    #[allow(unused_mut)]
+    let mut v: Vec<&'static Kernel> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            v.push(&AVX512);
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            v.push(&AVX2);
+        }
+    }
+    v.push(&PORTABLE);
+    v
+}
+
+/// The kernel of this process, chosen on first use.
+pub fn best_kernel() -> &'static Kernel {
+    static BEST: OnceLock<&'static Kernel> = OnceLock::new();
+    BEST.get_or_init(|| available_kernels()[0])
+}
+
+/// 64 bytes of floats, so that a `Vec` of them is cache-line aligned: an
+/// unaligned packed row would split a cache line on every vector load.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([f32; 16]);
+
+/// A zero-initialised, 64-byte aligned float buffer.
+#[derive(Default)]
+struct AlignedBuf {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn zeroed(len: usize) -> Self {
+        AlignedBuf {
+            lines: vec![Line([0.0; 16]); len.div_ceil(16)],
+            len,
+        }
+    }
+
+    /// Grows (never shrinks) to at least `len` floats.
+    fn ensure(&mut self, len: usize) {
+        if self.lines.len() * 16 < len {
+            *self = Self::zeroed(len);
+        }
+        self.len = self.len.max(len);
+    }
+
+    fn as_slice(&self) -> &[f32] {
+        // SAFETY: `Line` is `repr(C)` around [f32; 16] with size 64 (no
+        // padding), so the vector's storage is lines.len() * 16 contiguous
+        // initialised floats, and len <= that.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<f32>(), self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        // SAFETY: as in `as_slice`, with exclusive access through &mut.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<f32>(), self.len) }
+    }
+}
+
+/// A matrix view: element (i, j) is `data[i * rs + j * cs]`, which covers
+/// row-major matrices and their transposes.
+#[derive(Clone, Copy)]
+struct Mat<'a> {
+    data: &'a [f32],
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// A `rows x cols` matrix stored row-major, or (when `transposed`)
+    /// the transpose of a row-major `cols x rows` matrix. Checks the size.
+    fn new(data: &'a [f32], rows: usize, cols: usize, transposed: bool) -> Result<Self> {
+        if data.len() < rows * cols {
+            return Err(Error::operation("sgemm: an operand is too small"));
+        }
+        Ok(if transposed {
+            Mat {
+                data,
+                rs: 1,
+                cs: rows,
+            }
+        } else {
+            Mat {
+                data,
+                rs: cols,
+                cs: 1,
+            }
+        })
+    }
+}
+
+/// Packs rows `i0..i0 + rows` (rows <= mr), columns `p0..p0 + kc` of `a`
+/// as one A panel: column p holds `mr` values, zero below `rows`.
+fn pack_a_panel(a: Mat, i0: usize, rows: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+    let dst = &mut dst[..kc * mr];
+    if rows < mr {
+        dst.fill(0.0);
+    }
+    for r in 0..rows {
+        let base = (i0 + r) * a.rs + p0 * a.cs;
+        if a.cs == 1 {
+            let src = &a.data[base..base + kc];
+            for (d, &s) in dst[r..].iter_mut().step_by(mr).zip(src) {
+                *d = s;
+            }
+        } else {
+            for (p, d) in dst[r..].iter_mut().step_by(mr).take(kc).enumerate() {
+                *d = a.data[base + p * a.cs];
+            }
+        }
+    }
+}
+
+/// Packs columns `j0..j0 + cols` (cols <= nr), rows `p0..p0 + kc` of `b`
+/// as one B panel: row p holds `nr` values, zero right of `cols`.
+fn pack_b_panel(b: Mat, p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]) {
+    let dst = &mut dst[..kc * nr];
+    if cols < nr {
+        dst.fill(0.0);
+    }
+    if b.cs == 1 {
+        for (p, row) in dst.chunks_exact_mut(nr).enumerate() {
+            let base = (p0 + p) * b.rs + j0;
+            row[..cols].copy_from_slice(&b.data[base..base + cols]);
+        }
+    } else {
+        for j in 0..cols {
+            let base = p0 * b.rs + (j0 + j) * b.cs;
+            for (p, d) in dst[j..].iter_mut().step_by(nr).take(kc).enumerate() {
+                *d = b.data[base + p * b.rs];
+            }
+        }
+    }
+}
+
+/// Packs the `kc x cols` block of `b` at (p0, j0) into consecutive panels
+/// (each `kc * nr` floats), in parallel when `parallel`.
+#[allow(clippy::too_many_arguments)]
+fn pack_b_block(
+    b: Mat,
+    p0: usize,
+    kc: usize,
+    j0: usize,
+    cols: usize,
+    nr: usize,
+    dst: &mut [f32],
+    parallel: bool,
+) {
+    // Panels are packed in groups: for a row-major B, one pass over the
+    // rows of a group reads each row segment sequentially. Packing panel
+    // by panel would instead touch one cache line in each of KC rows that
+    // are a whole row apart, which defeats the prefetchers and the TLB.
+    const GROUP: usize = 8;
+    let panels = cols.div_ceil(nr);
+    let dst = &mut dst[..panels * kc * nr];
+    let one = |(g, chunk): (usize, &mut [f32])| {
+        let q0 = g * GROUP;
+        if b.cs == 1 {
+            for p in 0..kc {
+                let row = &b.data[(p0 + p) * b.rs + j0..];
+                for (qi, panel) in chunk.chunks_exact_mut(kc * nr).enumerate() {
+                    let j = (q0 + qi) * nr;
+                    let w = nr.min(cols - j);
+                    let d = &mut panel[p * nr..(p + 1) * nr];
+                    d[..w].copy_from_slice(&row[j..j + w]);
+                    d[w..].fill(0.0);
+                }
+            }
+        } else {
+            for (qi, panel) in chunk.chunks_exact_mut(kc * nr).enumerate() {
+                let j = (q0 + qi) * nr;
+                pack_b_panel(b, p0, kc, j0 + j, nr.min(cols - j), nr, panel);
+            }
+        }
+    };
+    if parallel && panels > GROUP {
+        dst.par_chunks_mut(GROUP * kc * nr)
+            .enumerate()
+            .for_each(one);
+    } else {
+        dst.chunks_mut(GROUP * kc * nr).enumerate().for_each(one);
+    }
+}
+
+/// A right-hand side `B` (K x N) packed once into the micro-kernel's panel
+/// layout, for products with many left-hand sides (constant weights).
+///
+/// Layout: for each KC block of rows (in order), the ceil(N / NR) panels of
+/// that block, each `kc * NR` floats, zero-padded on the right; this is
+/// what packing a block of a plain B produces, so both paths share the
+/// macro-kernel and give identical results.
+pub struct PackedB {
+    k: usize,
+    n: usize,
+    kern: &'static Kernel,
+    data: AlignedBuf,
+}
+
+impl std::fmt::Debug for PackedB {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedB")
+            .field("k", &self.k)
+            .field("n", &self.n)
+            .field("kernel", &self.kern.name)
+            .finish()
+    }
+}
+
+impl PackedB {
+    /// Packs `b`: a row-major [k, n] matrix, or when `transposed` a
+    /// row-major [n, k] matrix whose transpose is used.
+    pub fn new(b: &[f32], k: usize, n: usize, transposed: bool) -> Result<Self> {
+        Self::with_kernel(best_kernel(), b, k, n, transposed)
+    }
+
+    fn with_kernel(
+        kern: &'static Kernel,
+        b: &[f32],
+        k: usize,
+        n: usize,
+        transposed: bool,
+    ) -> Result<Self> {
+        let bm = Mat::new(b, k, n, transposed)?;
+        let panels = n.div_ceil(kern.nr);
+        let mut data = AlignedBuf::zeroed(k * panels * kern.nr);
+        let block = panels * kern.nr * kern.kc;
+        if block > 0 {
+            for (bi, dst) in data.as_mut_slice().chunks_mut(block).enumerate() {
+                let p0 = bi * kern.kc;
+                pack_b_block(bm, p0, kern.kc.min(k - p0), 0, n, kern.nr, dst, true);
+            }
+        }
+        Ok(PackedB { k, n, kern, data })
+    }
+
+    /// Rows (the shared dimension K).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Columns (N).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// The panels of the block at rows `p0..p0 + kc`, from column `j0`
+    /// (a multiple of NR) on.
+    fn block(&self, p0: usize, kc: usize, j0: usize) -> &[f32] {
+        let panels = self.n.div_ceil(self.kern.nr);
+        let start = p0 * panels * self.kern.nr + (j0 / self.kern.nr) * kc * self.kern.nr;
+        &self.data.as_slice()[start..]
+    }
+}
+
+/// The right-hand side of one product.
+#[derive(Clone, Copy)]
+enum BSrc<'a> {
+    Plain(Mat<'a>),
+    Packed(&'a PackedB),
+}
+
+/// C's storage shared by the tasks of one block.
+#[derive(Clone, Copy)]
+struct CPtr(*mut f32);
+// SAFETY: tasks only write the disjoint tiles of C they are given (see
+// `gemm_blocked`), while the `&mut [f32]` it came from stays borrowed.
+unsafe impl Send for CPtr {}
+unsafe impl Sync for CPtr {}
+
+thread_local! {
+    /// Each thread's A-packing buffer, reused across calls. A task never
+    /// calls into rayon while it holds the borrow, so it cannot re-enter.
+    static A_PACK: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::default());
+}
+
+/// One task: rows `r0..r1`, the B panels `q0..q1` of the current block
+/// (columns `j0 + q * nr`, clipped at `j0 + cols`), depth `p0..p0 + kc`.
+struct Task<'a> {
+    kern: &'static Kernel,
+    a: Mat<'a>,
+    bblock: &'a [f32],
+    c: CPtr,
+    ldc: usize,
+    rows: (usize, usize),
+    panels: (usize, usize),
+    j0: usize,
+    cols: usize,
+    p0: usize,
+    kc: usize,
+    accumulate: bool,
+}
+
+impl Task<'_> {
+    /// # Safety
+    /// C must be `ldc` wide with at least `rows.1` rows and `j0 + cols <=
+    /// ldc`, and no other thread may touch this task's tiles meanwhile.
+    unsafe fn run(&self) {
+        let k = self.kern;
+        let (mr, nr, kc) = (k.mr, k.nr, self.kc);
+        let (r0, r1) = self.rows;
+        let (q0, q1) = self.panels;
+        if r0 >= r1 || q0 >= q1 {
+            return;
+        }
+        let row_panels = (r1 - r0).div_ceil(mr);
+        A_PACK.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            buf.ensure(row_panels * kc * mr);
+            let apack = buf.as_mut_slice();
+            for (ip, dst) in apack.chunks_mut(kc * mr).take(row_panels).enumerate() {
+                let i = r0 + ip * mr;
+                pack_a_panel(self.a, i, mr.min(r1 - i), self.p0, kc, mr, dst);
+            }
+            let mut scratch = [0.0f32; MAX_TILE];
+            for q in q0..q1 {
+                let jl = q * nr;
+                let ncols = nr.min(self.cols - jl);
+                let bp = &self.bblock[q * kc * nr..(q + 1) * kc * nr];
+                for ip in 0..row_panels {
+                    let i = r0 + ip * mr;
+                    let nrows = mr.min(r1 - i);
+                    let ap = &apack[ip * kc * mr..(ip + 1) * kc * mr];
+                    // SAFETY: rows i..i+nrows and columns j0+jl..+ncols are
+                    // inside C (caller's contract) and belong to this task.
+                    unsafe {
+                        let cp = self.c.0.add(i * self.ldc + self.j0 + jl);
+                        if nrows == mr && ncols == nr {
+                            (k.func)(kc, ap.as_ptr(), bp.as_ptr(), cp, self.ldc, self.accumulate);
+                        } else {
+                            // The edge tile: compute it whole in scratch,
+                            // then store its valid part.
+                            (k.func)(
+                                kc,
+                                ap.as_ptr(),
+                                bp.as_ptr(),
+                                scratch.as_mut_ptr(),
+                                nr,
+                                false,
+                            );
+                            for r in 0..nrows {
+                                let dst =
+                                    std::slice::from_raw_parts_mut(cp.add(r * self.ldc), ncols);
+                                let src = &scratch[r * nr..r * nr + ncols];
+                                if self.accumulate {
+                                    dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
+                                } else {
+                                    dst.copy_from_slice(src);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// `c = a * b` (c row-major m x n) with `threads` threads (1: this one).
+#[allow(clippy::too_many_arguments)]
+fn gemm_blocked(
+    kern: &'static Kernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: BSrc,
+    c: &mut [f32],
+    threads: usize,
+) {
+    let c = &mut c[..m * n];
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c.fill(0.0);
+        return;
+    }
+    let (mr, nr) = (kern.mr, kern.nr);
+    let row_panels = m.div_ceil(mr);
+    // Row blocks: as few as MC allows, but a multiple of the thread count
+    // so that no thread idles at the end; when there are fewer row blocks
+    // than threads, the columns are split too (lcm(blocks, threads) tasks).
+    let min_blocks = row_panels.div_ceil(kern.mc / mr);
+    let (row_blocks, col_chunks) = if threads <= 1 {
+        (min_blocks, 1)
+    } else if min_blocks >= threads {
+        (min_blocks.next_multiple_of(threads).min(row_panels), 1)
+    } else {
+        (min_blocks, threads / gcd(min_blocks, threads))
+    };
+    let cptr = CPtr(c.as_mut_ptr());
+    let mut bbuf = AlignedBuf::default();
+    let mut j0 = 0;
+    while j0 < n {
+        let cols = kern.nc.min(n - j0);
+        let col_panels = cols.div_ceil(nr);
+        let chunks = col_chunks.min(col_panels);
+        let mut p0 = 0;
+        while p0 < k {
+            let kc = kern.kc.min(k - p0);
+            let bblock: &[f32] = match b {
+                BSrc::Packed(pb) => pb.block(p0, kc, j0),
+                BSrc::Plain(bm) => {
+                    bbuf.ensure(col_panels * kc * nr);
+                    pack_b_block(bm, p0, kc, j0, cols, nr, bbuf.as_mut_slice(), threads > 1);
+                    bbuf.as_slice()
+                }
+            };
+            let task = |t: usize| {
+                let (rb, ch) = (t / chunks, t % chunks);
+                // Whole MR panels per block, so tiles sit at the same rows
+                // whatever the split (results independent of threads).
+                let rows = (
+                    (rb * row_panels / row_blocks * mr).min(m),
+                    ((rb + 1) * row_panels / row_blocks * mr).min(m),
+                );
+                let panels = (ch * col_panels / chunks, (ch + 1) * col_panels / chunks);
+                let t = Task {
+                    kern,
+                    a,
+                    bblock,
+                    c: cptr,
+                    ldc: n,
+                    rows,
+                    panels,
+                    j0,
+                    cols,
+                    p0,
+                    kc,
+                    accumulate: p0 > 0,
+                };
+                // SAFETY: rows <= m, columns j0 + cols <= n = ldc, and the
+                // (row block, column chunk) pairs of one block are
+                // disjoint; blocks run one after another.
+                unsafe { t.run() }
+            };
+            let tasks = row_blocks * chunks;
+            if threads > 1 && tasks > 1 {
+                (0..tasks).into_par_iter().for_each(task);
+            } else {
+                (0..tasks).for_each(task);
+            }
+            p0 += kc;
+        }
+        j0 += cols;
+    }
+}
+
+/// A row vector times B (`m == 1`): no packing, B streamed once. Sums run
+/// over K in order, whatever the split.
+fn gemv(n: usize, k: usize, a: &[f32], b: Mat, c: &mut [f32], threads: usize) {
+    let c = &mut c[..n];
+    let chunk = if threads > 1 {
+        n.div_ceil(threads).next_multiple_of(16)
+    } else {
+        n
+    }
+    .max(1);
+    let one = |(ci, dst): (usize, &mut [f32])| {
+        let j0 = ci * chunk;
+        if b.cs == 1 {
+            // Row-major B: axpy over contiguous rows (vectorises).
+            dst.fill(0.0);
+            for (p, &x) in a[..k].iter().enumerate() {
+                let row = &b.data[p * b.rs + j0..p * b.rs + j0 + dst.len()];
+                dst.iter_mut().zip(row).for_each(|(y, &bv)| *y += x * bv);
+            }
+        } else {
+            for (j, y) in dst.iter_mut().enumerate() {
+                let base = (j0 + j) * b.cs;
+                *y = (0..k).map(|p| a[p] * b.data[base + p * b.rs]).sum();
+            }
+        }
+    };
+    if threads > 1 && n > chunk {
+        c.par_chunks_mut(chunk).enumerate().for_each(one);
+    } else {
+        c.chunks_mut(chunk).enumerate().for_each(one);
+    }
+}
+
+fn threads_for(m: usize, n: usize, k: usize, parallel: bool) -> usize {
+    if parallel && m.saturating_mul(n).saturating_mul(k) >= PAR_WORK {
+        rayon::current_num_threads().max(1)
+    } else {
+        1
+    }
+}
+
+/// `c = a' * b'` for f32 matrices, where `a'` is `a` ([m, k] row-major)
+/// or, when `a_t`, the transpose of `a` ([k, m] row-major), and likewise
+/// `b'` is [k, n] from `b` ([k, n], or [n, k] when `b_t`). `c` is [m, n]
+/// row-major and is overwritten. With `parallel` and enough work the
+/// product runs on the current rayon pool; callers that already run many
+/// products in parallel pass `false`.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_t(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_t: bool,
+    b: &[f32],
+    b_t: bool,
+    c: &mut [f32],
+    parallel: bool,
+) -> Result<()> {
+    let am = Mat::new(a, m, k, a_t)?;
+    let bm = Mat::new(b, k, n, b_t)?;
+    if c.len() < m * n {
+        return Err(Error::operation("sgemm: the output is too small"));
+    }
+    let threads = threads_for(m, n, k, parallel);
+    if m == 1 && n > 0 {
+        gemv(n, k, a, bm, c, threads);
+    } else {
+        gemm_blocked(best_kernel(), m, n, k, am, BSrc::Plain(bm), c, threads);
+    }
+    Ok(())
+}
+
+/// `c = a * b` for row-major `a` [m, k], `b` [k, n], `c` [m, n] (f32);
+/// see [`sgemm_t`].
+///
+/// # Panics
+/// When a buffer is smaller than its shape says (a caller bug).
+pub fn sgemm(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32], parallel: bool) {
+    sgemm_t(m, n, k, a, false, b, false, c, parallel).expect("sgemm: operands too small");
+}
+
+/// `c = a' * B` with B packed in advance; `a'` is `a` ([m, K] row-major)
+/// or, when `a_t`, the transpose of `a` ([K, m]). `c` is [m, N].
+pub fn sgemm_packed(
+    m: usize,
+    a: &[f32],
+    a_t: bool,
+    b: &PackedB,
+    c: &mut [f32],
+    parallel: bool,
+) -> Result<()> {
+    let (k, n) = (b.k, b.n);
+    let am = Mat::new(a, m, k, a_t)?;
+    if c.len() < m * n {
+        return Err(Error::operation("sgemm: the output is too small"));
+    }
+    let threads = threads_for(m, n, k, parallel);
+    gemm_blocked(b.kern, m, n, k, am, BSrc::Packed(b), c, threads);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic pseudo-random values in [-1, 1).
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// f64 reference of `a' * b'` (transposes as in `sgemm_t`).
+    #[allow(clippy::too_many_arguments)]
+    fn naive(m: usize, n: usize, k: usize, a: &[f32], a_t: bool, b: &[f32], b_t: bool) -> Vec<f32> {
+        let mut c = vec![0.0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0.0f64;
+                for p in 0..k {
+                    let x = if a_t { a[p * m + i] } else { a[i * k + p] };
+                    let y = if b_t { b[j * k + p] } else { b[p * n + j] };
+                    s += x as f64 * y as f64;
+                }
+                c[i * n + j] = s as f32;
+            }
+        }
+        c
+    }
+
+    /// Values in [-1, 1): the rounding error grows about like sqrt(K),
+    /// bounded here by K ulps-ish of the largest partial sum.
+    fn check(got: &[f32], want: &[f32], k: usize, what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        let tol = 1e-6 * (k as f32 + 1.0) * 4.0;
+        for (i, (x, y)) in got.iter().zip(want).enumerate() {
+            assert!((x - y).abs() <= tol, "{what}: element {i}: {x} vs {y}");
+        }
+    }
+
+    const SHAPES: &[(usize, usize, usize)] = &[
+        (1, 1, 1),
+        (1, 1000, 1),
+        (1, 1000, 37),
+        (1000, 1, 3),
+        (2, 3, 4),
+        (6, 16, 256),
+        (12, 32, 192),
+        (7, 17, 257),
+        (17, 33, 65),
+        (130, 257, 70),
+        (145, 31, 300),
+        (64, 300, 513),
+        (5, 4100, 9),
+        (0, 3, 4),
+        (3, 0, 4),
+        (3, 4, 0),
+    ];
+
+    #[test]
+    fn every_kernel_matches_naive() {
+        for kern in available_kernels() {
+            for &(m, n, k) in SHAPES {
+                for (a_t, b_t) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let a = data(m * k, 1 + m as u64);
+                    let b = data(k * n, 2 + n as u64);
+                    let want = naive(m, n, k, &a, a_t, &b, b_t);
+                    let am = Mat::new(&a, m, k, a_t).unwrap();
+                    let bm = Mat::new(&b, k, n, b_t).unwrap();
+                    let what = format!("{} {m}x{n}x{k} a_t={a_t} b_t={b_t}", kern.name);
+                    let mut c1 = vec![7.0f32; m * n];
+                    gemm_blocked(kern, m, n, k, am, BSrc::Plain(bm), &mut c1, 1);
+                    check(&c1, &want, k, &what);
+                    // Any split gives bit-identical results.
+                    for threads in [2, 3, 4] {
+                        let mut c2 = vec![-3.0f32; m * n];
+                        gemm_blocked(kern, m, n, k, am, BSrc::Plain(bm), &mut c2, threads);
+                        assert_eq!(c1, c2, "{what} threads={threads}");
+                    }
+                    let pb = PackedB::with_kernel(kern, &b, k, n, b_t).unwrap();
+                    let mut c3 = vec![1.0f32; m * n];
+                    gemm_blocked(kern, m, n, k, am, BSrc::Packed(&pb), &mut c3, 2);
+                    assert_eq!(c1, c3, "{what} packed");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn public_entry_points() {
+        for &(m, n, k) in SHAPES {
+            let a = data(m * k, 3);
+            let b = data(k * n, 4);
+            let want = naive(m, n, k, &a, false, &b, false);
+            let mut c = vec![9.0f32; m * n];
+            sgemm(m, n, k, &a, &b, &mut c, true);
+            check(&c, &want, k, "sgemm");
+            let mut c2 = vec![9.0f32; m * n];
+            sgemm(m, n, k, &a, &b, &mut c2, false);
+            assert_eq!(c, c2);
+            for (a_t, b_t) in [(true, false), (false, true), (true, true)] {
+                let want = naive(m, n, k, &a, a_t, &b, b_t);
+                let mut c = vec![9.0f32; m * n];
+                sgemm_t(m, n, k, &a, a_t, &b, b_t, &mut c, true).unwrap();
+                check(&c, &want, k, "sgemm_t");
+                let pb = PackedB::new(&b, k, n, b_t).unwrap();
+                assert_eq!((pb.k(), pb.n()), (k, n));
+                let mut c = vec![9.0f32; m * n];
+                sgemm_packed(m, &a, a_t, &pb, &mut c, true).unwrap();
+                check(&c, &want, k, "sgemm_packed");
+            }
+        }
+    }
+
+    #[test]
+    fn inside_a_pool_and_with_big_strides() {
+        // Larger than one NC block and several KC blocks, on 2 threads.
+        let (m, n, k) = (37, 4096 + 40, 600);
+        let a = data(m * k, 5);
+        let b = data(k * n, 6);
+        let want = naive(m, n, k, &a, false, &b, false);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let mut c = vec![0.0f32; m * n];
+        pool.install(|| sgemm(m, n, k, &a, &b, &mut c, true));
+        check(&c, &want, k, "pool");
+    }
+
+    #[test]
+    fn short_buffers_are_errors() {
+        let mut c = vec![0.0f32; 4];
+        assert!(sgemm_t(2, 2, 2, &[1.0; 3], false, &[1.0; 4], false, &mut c, false).is_err());
+        assert!(sgemm_t(2, 2, 2, &[1.0; 4], false, &[1.0; 3], true, &mut c, false).is_err());
+        assert!(sgemm_t(
+            2,
+            2,
+            2,
+            &[1.0; 4],
+            false,
+            &[1.0; 4],
+            true,
+            &mut c[..3],
+            false
+        )
+        .is_err());
+        assert!(PackedB::new(&[1.0; 5], 2, 3, false).is_err());
+        let pb = PackedB::new(&[1.0; 6], 2, 3, false).unwrap();
+        let mut c = vec![0.0f32; 6];
+        assert!(sgemm_packed(2, &[1.0; 3], false, &pb, &mut c, false).is_err());
+        sgemm_packed(2, &[1.0; 4], false, &pb, &mut c, false).unwrap();
+        assert_eq!(c, vec![2.0; 6]);
+    }
+
+    /// This process's user + system CPU time (Linux; 0 elsewhere), to
+    /// tell whether the threads ran at once on a loaded machine.
+    fn cpu_seconds() -> f64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // Fields after the parenthesised command name; utime and stime
+        // are the 14th and 15th fields overall, in clock ticks (100 Hz).
+        let rest = stat.rsplit(')').next().unwrap_or("");
+        let f: Vec<f64> = rest
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        f.iter().sum::<f64>() / 100.0
+    }
+
+    /// `cargo test --release --lib sgemm_bench -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn sgemm_bench() {
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        println!("load: {}", load.trim());
+        println!("kernel: {}", best_kernel().name);
+        let reps: usize = std::env::var("SGEMM_REPS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(15);
+        let shapes: &[(usize, usize, usize)] =
+            &[(1024, 1024, 1024), (64, 3136, 576), (256, 256, 256)];
+        for &(m, n, k) in shapes {
+            let a = data(m * k, 1);
+            let b = data(k * n, 2);
+            let pb = PackedB::new(&b, k, n, false).unwrap();
+            let mut c = vec![0.0f32; m * n];
+            let flops = 2.0 * (m * n * k) as f64;
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                for packed in [false, true] {
+                    let mut best = f64::MAX;
+                    let mut times = Vec::new();
+                    let cpu0 = cpu_seconds();
+                    for _ in 0..reps {
+                        let t = std::time::Instant::now();
+                        pool.install(|| {
+                            if packed {
+                                sgemm_packed(m, &a, false, &pb, &mut c, true).unwrap()
+                            } else {
+                                sgemm(m, n, k, &a, &b, &mut c, true)
+                            }
+                        });
+                        let dt = t.elapsed().as_secs_f64();
+                        times.push(dt);
+                        best = best.min(dt);
+                    }
+                    let cpu = cpu_seconds() - cpu0;
+                    let wall: f64 = times.iter().sum();
+                    times.sort_by(f64::total_cmp);
+                    let med = times[times.len() / 2];
+                    println!(
+                        "{m}x{n}x{k} threads={threads} packed={packed}: min {:.3} ms ({:.1} GFLOP/s), median {:.3} ms ({:.1} GFLOP/s), cpu/wall {:.2}",
+                        best * 1e3,
+                        flops / best / 1e9,
+                        med * 1e3,
+                        flops / med / 1e9,
+                        cpu / wall
+                    );
+                }
+            }
+        }
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        println!("load after: {}", load.trim());
+    }
+}

@@ -239,7 +239,11 @@ impl Worker<'_> {
             } => {
                 let result = guarded("createTensor", || b.create_tensor(id, &desc)).map_err(|e| {
                     // The spec reports a failed allocation as UnknownError.
-                    Error::unknown(format!("{}: {}", describe("createTensor", &label), e.message))
+                    Error::unknown(format!(
+                        "{}: {}",
+                        describe("createTensor", &label),
+                        e.message
+                    ))
                 });
                 match (r, result) {
                     (Some(r), result) => respond(sink, r, result.map(|_| Payload::Done)),
@@ -308,10 +312,7 @@ impl Worker<'_> {
                 let me = describe("dispatch", &label);
                 let upstream = inputs.iter().find_map(|t| self.errored.get(t)).cloned();
                 let state = match upstream {
-                    Some(e) => Some(Errored {
-                        via: Some(me),
-                        ..e
-                    }),
+                    Some(e) => Some(Errored { via: Some(me), ..e }),
                     None => match guarded("dispatch", || b.dispatch(graph, &inputs, &outputs)) {
                         Ok(()) => None,
                         Err(e) => Some(Errored {

@@ -195,7 +195,12 @@ impl MLGraphBuilder {
     /// `build(outputs)`: resolves with an MLGraph once the backend has
     /// compiled it.
     #[napi]
-    pub fn build(&mut self, env: Env, outputs: JsRaw, options: Option<JsRaw>) -> napi::Result<JsRaw> {
+    pub fn build(
+        &mut self,
+        env: Env,
+        outputs: JsRaw,
+        options: Option<JsRaw>,
+    ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let mut label = String::new();
         let r = (|| {

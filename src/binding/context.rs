@@ -391,7 +391,9 @@ impl MLContext {
             let d = descriptor(&ctx, &v)?;
             self.shared.check_size(&d, "createTensor")?;
             let readable = ctx.bool_or(v.member("readable"), "readable", false)?;
-            let label = ctx.opt_string(v.member("label"), "label")?.unwrap_or_default();
+            let label = ctx
+                .opt_string(v.member("label"), "label")?
+                .unwrap_or_default();
             let writable = ctx.bool_or(v.member("writable"), "writable", false)?;
             Ok(TensorInfo {
                 ctx: self.shared.clone(),
@@ -440,7 +442,9 @@ impl MLContext {
             let ctx = Ctx::new("createConstantTensor");
             let v = to_val(e, desc.0)?;
             let d = descriptor(&ctx, &v)?;
-            let label = ctx.opt_string(v.member("label"), "label")?.unwrap_or_default();
+            let label = ctx
+                .opt_string(v.member("label"), "label")?
+                .unwrap_or_default();
             self.shared.check_size(&d, "createConstantTensor")?;
             let bytes = check_source(e, data, &d, "createConstantTensor: data")?;
             let buf = Buf::from_bytes(d.data_type, &bytes, d.element_count())?;
@@ -757,7 +761,9 @@ fn context_factory(opts: &Val) -> Result<(BackendFactory, String)> {
         .to_string();
     let accelerated = matches!(opts.member("accelerated"), Val::Bool(true));
     ctx.bool_or(opts.member("accelerated"), "accelerated", true)?;
-    let label = ctx.opt_string(opts.member("label"), "label")?.unwrap_or_default();
+    let label = ctx
+        .opt_string(opts.member("label"), "label")?
+        .unwrap_or_default();
     let memory_limit = match opts.member("memoryLimit") {
         Val::Undefined => None,
         v => {

@@ -150,6 +150,14 @@ macro_rules! simd_kernel {
             // The whole tile lives in registers: fixed-size arrays indexed
             // by constants in fully unrolled loops are promoted to them.
             let mut acc: [[$vt; $nv]; $mr] = [[$zero(); $nv]; $mr];
+            // Start fetching the C tile now, so that the loads of the final
+            // accumulation (C often comes from L3 or memory) overlap the
+            // FMAs. Prefetches never fault, so no bounds matter here.
+            for r in 0..$mr {
+                let row = c.wrapping_add(r * ldc);
+                _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
+                _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add($nv * $w - 1).cast::<i8>());
+            }
             for p in 0..kc {
                 // SAFETY: p < kc, so these reads stay inside the panels
                 // the caller vouched for (kc * NR and kc * MR floats).

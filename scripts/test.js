@@ -12,7 +12,10 @@ const run = (cmd, args) => execFileSync(cmd, args, { cwd: root, stdio: 'inherit'
 
 if (!fs.existsSync(path.join(root, 'node_modules', 'jest'))) {
   // --ignore-scripts: our own install script (the native build) runs next.
-  run('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund']);
+  // `npm install` rather than `npm ci`: the lock records no registry
+  // addresses and only this platform's optional packages, which `npm ci`
+  // refuses as out of sync; --no-save leaves the lock as it is.
+  run('npm', ['install', '--ignore-scripts', '--no-save', '--no-audit', '--no-fund']);
 }
 run('node', ['scripts/build.js']);
 run('cargo', ['test', '--release']);

@@ -13,6 +13,7 @@ use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
 use super::matmul::sgemm;
+use super::sgemm::sgemm_gen;
 use super::shape::transpose_vec;
 use super::util::{floats, from_floats};
 
@@ -42,34 +43,41 @@ fn src_index(
 }
 
 /// Fills `col` ([cg * kh * kw, oh * ow], row-major) with the input patches
-/// of channels `x` ([cg, h, w]); padding reads as 0.
+/// of channels `x` ([cg, h, w]); padding reads as 0. Writes every element.
 fn im2col(x: &[f32], cg: usize, p: &Conv2dParams, col: &mut [f32]) {
     let (h, w) = (p.in_h, p.in_w);
     let (oh, ow) = (p.out_h, p.out_w);
+    let (sw, dw, pl) = (p.strides[1], p.dilations[1], p.padding[2]);
     let mut rows = col.chunks_mut(oh * ow);
     for c in 0..cg {
         let plane = &x[c * h * w..(c + 1) * h * w];
         for ky in 0..p.kernel_h {
             for kx in 0..p.kernel_w {
                 let Some(row) = rows.next() else { return };
+                // Output columns [lo, hi) read inside the input row.
+                let first = |xo: usize| xo * sw + kx * dw >= pl;
+                let inside = |xo: usize| xo * sw + kx * dw < pl + w;
+                let lo = (0..ow).find(|&xo| first(xo)).unwrap_or(ow);
+                let hi = (lo..ow).find(|&xo| !inside(xo)).unwrap_or(ow);
                 for y in 0..oh {
                     let dst = &mut row[y * ow..(y + 1) * ow];
                     match src_index(y, ky, p.strides[0], p.dilations[0], p.padding[0], h) {
                         None => dst.fill(0.0),
                         Some(iy) => {
                             let src = &plane[iy * w..(iy + 1) * w];
-                            for (xo, d) in dst.iter_mut().enumerate() {
-                                *d = match src_index(
-                                    xo,
-                                    kx,
-                                    p.strides[1],
-                                    p.dilations[1],
-                                    p.padding[2],
-                                    w,
-                                ) {
-                                    Some(ix) => src[ix],
-                                    None => 0.0,
-                                };
+                            dst[..lo].fill(0.0);
+                            dst[hi..].fill(0.0);
+                            if lo < hi {
+                                let s0 = lo * sw + kx * dw - pl;
+                                if sw == 1 {
+                                    dst[lo..hi].copy_from_slice(&src[s0..s0 + hi - lo]);
+                                } else {
+                                    for (d, s) in
+                                        dst[lo..hi].iter_mut().zip(src[s0..].iter().step_by(sw))
+                                    {
+                                        *d = *s;
+                                    }
+                                }
                             }
                         }
                     }
@@ -79,31 +87,316 @@ fn im2col(x: &[f32], cg: usize, p: &Conv2dParams, col: &mut [f32]) {
     }
 }
 
-/// The filter in OIHW order, whatever its layout.
-fn filter_oihw(f: &[f32], p: &Conv2dParams) -> Vec<f32> {
+/// The filter in OIHW order, whatever its layout (borrowed when it is).
+fn filter_oihw<'a>(f: &'a [f32], p: &Conv2dParams) -> std::borrow::Cow<'a, [f32]> {
     let (o, i, h, w) = (
         p.out_channels,
         p.in_channels / p.groups,
         p.kernel_h,
         p.kernel_w,
     );
-    match p.filter_layout {
-        FilterLayout::Oihw => f.to_vec(),
+    std::borrow::Cow::Owned(match p.filter_layout {
+        FilterLayout::Oihw => return std::borrow::Cow::Borrowed(f),
         FilterLayout::Hwio => transpose_vec(f, &[h, w, i, o], &[3, 2, 0, 1]),
         FilterLayout::Ohwi => transpose_vec(f, &[o, h, w, i], &[0, 3, 1, 2]),
         FilterLayout::Ihwo => transpose_vec(f, &[i, h, w, o], &[3, 0, 1, 2]),
+    })
+}
+
+/// Clamps as the clamp operator does (comparisons, so NaN passes), so
+/// that an activation fused into conv2d gives the unfused bits.
+#[inline(always)]
+fn clamp_f32(x: f32, lo: f32, hi: f32) -> f32 {
+    if x < lo {
+        lo
+    } else if x > hi {
+        hi
+    } else {
+        x
     }
+}
+
+/// The epilogue of every conv2d path: adds the bias (when there is one)
+/// and applies the fused activation bounds (when there are some).
+#[inline(always)]
+fn finish(dst: &mut [f32], bias: Option<f32>, act: Option<(f32, f32)>) {
+    match (bias, act) {
+        (None, None) => {}
+        (Some(b), None) => dst.iter_mut().for_each(|y| *y += b),
+        (None, Some((lo, hi))) => dst.iter_mut().for_each(|y| *y = clamp_f32(*y, lo, hi)),
+        (Some(b), Some((lo, hi))) => dst.iter_mut().for_each(|y| *y = clamp_f32(*y + b, lo, hi)),
+    }
+}
+
+/// `a * b + c`, fused when `FMA` (only instantiated where the CPU has it).
+#[inline(always)]
+fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// The output rows of one depthwise plane from its padded, phase-split
+/// input `s` (see [`depthwise_plane`]): `s[(q * hu + r) * wq + t]` is
+/// padded row `r`, padded column `q + t * sw`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn depthwise_rows<const FMA: bool>(
+    s: &[f32],
+    (hu, wq): (usize, usize),
+    wts: &[f32],
+    p: &Conv2dParams,
+    bias: Option<f32>,
+    act: Option<(f32, f32)>,
+    dst: &mut [f32],
+) {
+    let (kh, kw, ow) = (p.kernel_h, p.kernel_w, p.out_w);
+    let (sh, sw) = (p.strides[0], p.strides[1]);
+    let (dh, dw) = (p.dilations[0], p.dilations[1]);
+    let tap = |r: usize, kx: usize| {
+        let (q, off) = ((kx * dw) % sw, (kx * dw) / sw);
+        let start = (q * hu + r) * wq + off;
+        &s[start..start + ow]
+    };
+    for (oy, d) in dst.chunks_exact_mut(ow).enumerate() {
+        let r0 = oy * sh;
+        if kh == 3 && kw == 3 {
+            let w: [f32; 9] = std::array::from_fn(|i| wts[i]);
+            let (a0, a1, a2) = (tap(r0, 0), tap(r0, 1), tap(r0, 2));
+            let (b0, b1, b2) = (tap(r0 + dh, 0), tap(r0 + dh, 1), tap(r0 + dh, 2));
+            let (c0, c1, c2) = (
+                tap(r0 + 2 * dh, 0),
+                tap(r0 + 2 * dh, 1),
+                tap(r0 + 2 * dh, 2),
+            );
+            for i in 0..ow {
+                let mut v = w[0] * a0[i];
+                v = madd::<FMA>(w[1], a1[i], v);
+                v = madd::<FMA>(w[2], a2[i], v);
+                v = madd::<FMA>(w[3], b0[i], v);
+                v = madd::<FMA>(w[4], b1[i], v);
+                v = madd::<FMA>(w[5], b2[i], v);
+                v = madd::<FMA>(w[6], c0[i], v);
+                v = madd::<FMA>(w[7], c1[i], v);
+                v = madd::<FMA>(w[8], c2[i], v);
+                d[i] = v;
+            }
+        } else {
+            d.fill(0.0);
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let wv = wts[ky * kw + kx];
+                    let src = tap(r0 + ky * dh, kx);
+                    for (y, &x) in d.iter_mut().zip(src) {
+                        *y = madd::<FMA>(wv, x, *y);
+                    }
+                }
+            }
+        }
+        finish(d, bias, act);
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn depthwise_rows_fma(
+    s: &[f32],
+    dims: (usize, usize),
+    wts: &[f32],
+    p: &Conv2dParams,
+    bias: Option<f32>,
+    act: Option<(f32, f32)>,
+    dst: &mut [f32],
+) {
+    depthwise_rows::<true>(s, dims, wts, p, bias, act, dst)
+}
+
+/// One plane of a depthwise convolution, directly: the input plane `x`
+/// ([h, w]) is copied once into `scratch` with its padding and split by
+/// column phase (stride), so that every tap reads a contiguous run of the
+/// output width, which vectorises.
+fn depthwise_plane(
+    x: &[f32],
+    wts: &[f32],
+    p: &Conv2dParams,
+    bias: Option<f32>,
+    act: Option<(f32, f32)>,
+    scratch: &mut Vec<f32>,
+    dst: &mut [f32],
+) {
+    let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+    let (sh, sw) = (p.strides[0], p.strides[1]);
+    let (pt, pl) = (p.padding[0], p.padding[2]);
+    // Padded rows and columns the taps reach.
+    let hu = (oh - 1) * sh + (p.kernel_h - 1) * p.dilations[0] + 1;
+    let wu = (ow - 1) * sw + (p.kernel_w - 1) * p.dilations[1] + 1;
+    let wq = wu.div_ceil(sw);
+    scratch.clear();
+    scratch.resize(sw * hu * wq, 0.0);
+    for r in 0..hu {
+        let Some(iy) = r.checked_sub(pt).filter(|&iy| iy < h) else {
+            continue;
+        };
+        let src = &x[iy * w..(iy + 1) * w];
+        if sw == 1 {
+            let (lo, hi) = (pl.min(wu), (pl + w).min(wu));
+            if lo < hi {
+                scratch[r * wq + lo..r * wq + hi].copy_from_slice(&src[..hi - lo]);
+            }
+        } else {
+            for q in 0..sw {
+                let row = &mut scratch[(q * hu + r) * wq..(q * hu + r + 1) * wq];
+                for (t, d) in row.iter_mut().enumerate() {
+                    let col = q + t * sw;
+                    if col >= wu || col >= pl + w {
+                        break;
+                    }
+                    if let Some(ix) = col.checked_sub(pl) {
+                        *d = src[ix];
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the features were just detected.
+        unsafe { depthwise_rows_fma(scratch, (hu, wq), wts, p, bias, act, dst) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    depthwise_rows::<true>(scratch, (hu, wq), wts, p, bias, act, dst);
+    #[cfg(not(target_arch = "aarch64"))]
+    depthwise_rows::<false>(scratch, (hu, wq), wts, p, bias, act, dst);
+}
+
+/// Depthwise conv2d (one input and one output channel per group) on NCHW
+/// `x` with OIHW filter `f`: planes in parallel.
+fn depthwise(
+    x: &[f32],
+    f: &[f32],
+    bias: Option<&[f32]>,
+    act: Option<(f32, f32)>,
+    p: &Conv2dParams,
+    res: &mut [f32],
+) {
+    let (c, khw) = (p.in_channels, p.kernel_h * p.kernel_w);
+    let (in_plane, plane) = (p.in_h * p.in_w, p.out_h * p.out_w);
+    // Planes per task: about 64k multiply-adds each.
+    let per = ((1usize << 16) / (plane * khw + in_plane).max(1)).max(1);
+    let run = |(t, dst): (usize, &mut [f32])| {
+        let mut scratch = Vec::new();
+        for (i, d) in dst.chunks_exact_mut(plane).enumerate() {
+            let idx = t * per + i;
+            let ch = idx % c;
+            depthwise_plane(
+                &x[idx * in_plane..(idx + 1) * in_plane],
+                &f[ch * khw..(ch + 1) * khw],
+                p,
+                bias.map(|b| b[ch]),
+                act,
+                &mut scratch,
+                d,
+            );
+        }
+    };
+    if res.len() > per * plane {
+        res.par_chunks_mut(per * plane).enumerate().for_each(run);
+    } else {
+        res.chunks_mut(per * plane).enumerate().for_each(run);
+    }
+}
+
+/// One (batch, group) unit of a unit-stride convolution, with no im2col
+/// buffer: the input is padded once, and the product runs over a grid as
+/// wide as the padded input (`oh x wp`), on which the patch row of tap
+/// (c, ky, kx) is the padded plane of c read from offset
+/// `ky * dh * wp + kx * dw` on: the sgemm packs its B panels straight from
+/// there. The grid's extra columns are computed and dropped.
+#[allow(clippy::too_many_arguments)]
+fn conv_unit_stride1(
+    xs: &[f32],
+    wg: &[f32],
+    cg: usize,
+    og: usize,
+    p: &Conv2dParams,
+    bias: Option<&[f32]>,
+    act: Option<(f32, f32)>,
+    dst: &mut [f32],
+    parallel: bool,
+) -> Result<()> {
+    let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+    let (kh, kw) = (p.kernel_h, p.kernel_w);
+    let (dh, dw) = (p.dilations[0], p.dilations[1]);
+    let (pt, pl) = (p.padding[0], p.padding[2]);
+    let (hp, wp) = (h + pt + p.padding[1], w + pl + p.padding[3]);
+    let pplane = hp * wp;
+    // Panels (at most 32 wide) may read past the last grid column.
+    let mut xp = vec![0.0f32; cg * pplane + (kw - 1) * dw + 64];
+    for c in 0..cg {
+        for iy in 0..h {
+            let d = c * pplane + (iy + pt) * wp + pl;
+            xp[d..d + w].copy_from_slice(&xs[(c * h + iy) * w..(c * h + iy + 1) * w]);
+        }
+    }
+    let np = oh * wp;
+    let khw = kh * kw;
+    let xp = &xp;
+    let gen = move |p0: usize, kc: usize, j0: usize, _cols: usize, nr: usize, dst: &mut [f32]| {
+        for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
+            let j = j0 + q * nr;
+            let (mut c, mut ky, mut kx) = (p0 / khw, (p0 / kw) % kh, p0 % kw);
+            for row in panel.chunks_exact_mut(nr) {
+                let off = c * pplane + ky * dh * wp + kx * dw + j;
+                row.copy_from_slice(&xp[off..off + nr]);
+                kx += 1;
+                if kx == kw {
+                    kx = 0;
+                    ky += 1;
+                    if ky == kh {
+                        ky = 0;
+                        c += 1;
+                    }
+                }
+            }
+        }
+    };
+    let mut grid = vec![0.0f32; og * np];
+    sgemm_gen(og, np, cg * khw, wg, false, &gen, &mut grid, parallel)?;
+    let plane = oh * ow;
+    for (o, (d, g)) in dst
+        .chunks_exact_mut(plane)
+        .zip(grid.chunks_exact(np))
+        .enumerate()
+    {
+        for (dr, gr) in d.chunks_exact_mut(ow).zip(g.chunks_exact(wp)) {
+            dr.copy_from_slice(&gr[..ow]);
+            finish(dr, bias.map(|b| b[o]), act);
+        }
+    }
+    Ok(())
 }
 
 /// `conv2d` with nchw/nhwc input, any filter layout, padding, strides,
 /// dilations, groups (depthwise included) and an optional bias
 /// (`inputs[2]`).
+///
+/// A further input after those (never made by validation; attached by
+/// `compile()` when it fuses a following clamp or relu) is a float32
+/// `[min, max]`: each output is then clamped as the clamp operator would,
+/// after the bias.
 pub fn conv2d(p: &Conv2dParams, inputs: &[&Buf], out: &OperandDescriptor) -> Result<Buf> {
     let g = p.groups;
     if g == 0
         || !p.in_channels.is_multiple_of(g)
         || !p.out_channels.is_multiple_of(g)
         || p.strides.contains(&0)
+        || p.dilations.contains(&0)
     {
         return Err(Error::operation("conv2d: invalid groups or strides"));
     }
@@ -131,17 +424,27 @@ pub fn conv2d(p: &Conv2dParams, inputs: &[&Buf], out: &OperandDescriptor) -> Res
     } else {
         None
     };
+    let act = match inputs.get(2 + usize::from(p.has_bias)) {
+        None => None,
+        Some(b) => match &*floats(b)? {
+            &[lo, hi] => Some((lo, hi)),
+            _ => return Err(Error::operation("conv2d: bad activation bounds")),
+        },
+    };
     let ok = x.len() == n * c * h * w
         && f.len() == oc * kk
         && bias.as_ref().is_none_or(|b| b.len() == oc)
         && out.element_count() == n * oc * oh * ow;
-    // Every im2col read must land inside the padded input.
+    // Every read must land inside the padded input.
     let reach = |o: usize, k: usize, s: usize, d: usize| {
         (o.saturating_sub(1)) * s + (k.saturating_sub(1)) * d
     };
     let fits = oh == 0
         || ow == 0
-        || (reach(oh, p.kernel_h, p.strides[0], p.dilations[0]) < h + p.padding[0] + p.padding[1]
+        || (p.kernel_h > 0
+            && p.kernel_w > 0
+            && reach(oh, p.kernel_h, p.strides[0], p.dilations[0])
+                < h + p.padding[0] + p.padding[1]
             && reach(ow, p.kernel_w, p.strides[1], p.dilations[1])
                 < w + p.padding[2] + p.padding[3]);
     if !ok || !fits {
@@ -155,17 +458,26 @@ pub fn conv2d(p: &Conv2dParams, inputs: &[&Buf], out: &OperandDescriptor) -> Res
         x
     };
     let f = filter_oihw(&f, p);
+    let bias = bias.as_deref();
     let plane = oh * ow;
     let unit = og * plane;
     let mut res = vec![0.0f32; n * oc * plane];
-    // A 1x1 kernel with unit strides and no padding reads the input as is.
-    let direct = p.kernel_h == 1 && p.kernel_w == 1 && p.strides == [1, 1] && p.padding == [0; 4];
-    let units = n * g;
-    if unit > 0 {
-        let run = |(t, dst): (usize, &mut [f32]), parallel: bool| {
+    if unit > 0 && cg == 1 && og == 1 {
+        depthwise(&x, &f, bias, act, p, &mut res);
+    } else if unit > 0 {
+        // A 1x1 kernel with unit strides and no padding reads the input
+        // as is.
+        let direct =
+            p.kernel_h == 1 && p.kernel_w == 1 && p.strides == [1, 1] && p.padding == [0; 4];
+        let units = n * g;
+        let run = |(t, dst): (usize, &mut [f32]), parallel: bool| -> Result<()> {
             let (b, gi) = (t / g, t % g);
             let xs = &x[(b * c + gi * cg) * h * w..(b * c + (gi + 1) * cg) * h * w];
             let wg = &f[gi * og * kk..(gi + 1) * og * kk];
+            let bg = bias.map(|bv| &bv[gi * og..(gi + 1) * og]);
+            if !direct && p.strides == [1, 1] {
+                return conv_unit_stride1(xs, wg, cg, og, p, bg, act, dst, parallel);
+            }
             if direct {
                 sgemm(og, plane, kk, wg, xs, dst, parallel);
             } else {
@@ -173,19 +485,19 @@ pub fn conv2d(p: &Conv2dParams, inputs: &[&Buf], out: &OperandDescriptor) -> Res
                 im2col(xs, cg, p, &mut col);
                 sgemm(og, plane, kk, wg, &col, dst, parallel);
             }
+            for (o, d) in dst.chunks_exact_mut(plane).enumerate() {
+                finish(d, bg.map(|bv| bv[o]), act);
+            }
+            Ok(())
         };
         if units > 1 && og * plane * kk < UNIT_PAR_WORK {
             res.par_chunks_mut(unit)
                 .enumerate()
-                .for_each(|u| run(u, false));
+                .try_for_each(|u| run(u, false))?;
         } else {
-            res.chunks_mut(unit).enumerate().for_each(|u| run(u, true));
-        }
-        if let Some(bias) = &bias {
-            for (i, ch) in res.chunks_mut(plane).enumerate() {
-                let v = bias[i % oc];
-                ch.iter_mut().for_each(|y| *y += v);
-            }
+            res.chunks_mut(unit)
+                .enumerate()
+                .try_for_each(|u| run(u, true))?;
         }
     }
     let res = if p.nhwc {

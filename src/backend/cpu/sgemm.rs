@@ -521,11 +521,48 @@ impl PackedB {
     }
 }
 
+/// Writes B panels on demand: `gen(p0, kc, j0, cols, nr, dst)` fills
+/// `dst` with the `cols.div_ceil(nr)` panels of rows `p0..p0 + kc` and
+/// columns `j0..j0 + cols` of B, each `kc * nr` floats (row p of a panel
+/// holds `nr` values), exactly as packing a plain B would. It must write
+/// every element of `dst`; what it puts right of `cols` is never stored.
+pub type PanelGen<'a> = &'a (dyn Fn(usize, usize, usize, usize, usize, &mut [f32]) + Sync);
+
 /// The right-hand side of one product.
 #[derive(Clone, Copy)]
 enum BSrc<'a> {
     Plain(Mat<'a>),
     Packed(&'a PackedB),
+    Gen(PanelGen<'a>),
+}
+
+/// Packs the `kc x cols` block of a generated B at (p0, j0), in groups of
+/// panels (in parallel when `parallel`).
+#[allow(clippy::too_many_arguments)]
+fn pack_gen_block(
+    gen: PanelGen,
+    p0: usize,
+    kc: usize,
+    j0: usize,
+    cols: usize,
+    nr: usize,
+    dst: &mut [f32],
+    parallel: bool,
+) {
+    const GROUP: usize = 8;
+    let panels = cols.div_ceil(nr);
+    let dst = &mut dst[..panels * kc * nr];
+    let one = |(g, chunk): (usize, &mut [f32])| {
+        let c0 = g * GROUP * nr;
+        gen(p0, kc, j0 + c0, (GROUP * nr).min(cols - c0), nr, chunk);
+    };
+    if parallel && panels > GROUP {
+        dst.par_chunks_mut(GROUP * kc * nr)
+            .enumerate()
+            .for_each(one);
+    } else {
+        dst.chunks_mut(GROUP * kc * nr).enumerate().for_each(one);
+    }
 }
 
 /// C's storage shared by the tasks of one block.
@@ -682,6 +719,11 @@ fn gemm_blocked(
                     pack_b_block(bm, p0, kc, j0, cols, nr, bbuf.as_mut_slice(), threads > 1);
                     bbuf.as_slice()
                 }
+                BSrc::Gen(gen) => {
+                    bbuf.ensure(col_panels * kc * nr);
+                    pack_gen_block(gen, p0, kc, j0, cols, nr, bbuf.as_mut_slice(), threads > 1);
+                    bbuf.as_slice()
+                }
             };
             let task = |t: usize| {
                 let (rb, ch) = (t / chunks, t % chunks);
@@ -825,6 +867,30 @@ pub fn sgemm_packed(
     Ok(())
 }
 
+/// `c = a' * B` where B ([k, n]) is never stored whole: `gen` writes its
+/// panels as the product needs them (see [`PanelGen`]), e.g. im2col
+/// patches straight into the packed layout. `a'` is `a` ([m, k]) or, when
+/// `a_t`, the transpose of `a` ([k, m]); `c` is [m, n].
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_gen(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_t: bool,
+    gen: PanelGen,
+    c: &mut [f32],
+    parallel: bool,
+) -> Result<()> {
+    let am = Mat::new(a, m, k, a_t)?;
+    if c.len() < m * n {
+        return Err(Error::operation("sgemm: the output is too small"));
+    }
+    let threads = threads_for(m, n, k, parallel);
+    gemm_blocked(best_kernel(), m, n, k, am, BSrc::Gen(gen), c, threads);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -913,6 +979,23 @@ mod tests {
                     let mut c3 = vec![1.0f32; m * n];
                     gemm_blocked(kern, m, n, k, am, BSrc::Packed(&pb), &mut c3, 2);
                     assert_eq!(c1, c3, "{what} packed");
+                    // Panels generated on demand: the same as packing B.
+                    let gen = |p0: usize,
+                               kc: usize,
+                               j0: usize,
+                               cols: usize,
+                               nr: usize,
+                               dst: &mut [f32]| {
+                        for (q, panel) in dst.chunks_mut(kc * nr).enumerate() {
+                            let j = j0 + q * nr;
+                            pack_b_panel(bm, p0, kc, j, nr.min(j0 + cols - j), nr, panel);
+                        }
+                    };
+                    for threads in [1, 2] {
+                        let mut c4 = vec![5.0f32; m * n];
+                        gemm_blocked(kern, m, n, k, am, BSrc::Gen(&gen), &mut c4, threads);
+                        assert_eq!(c1, c4, "{what} generated");
+                    }
                 }
             }
         }

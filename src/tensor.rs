@@ -51,9 +51,48 @@ fn try_vec<T: Clone>(n: usize, v: T) -> Result<Vec<T>> {
 }
 
 impl Buf {
+    /// An empty buffer of the variant that stores `dt`.
+    fn empty(dt: DataType) -> Buf {
+        match dt {
+            DataType::Float32 => Buf::F32(Vec::new()),
+            DataType::Float16 => Buf::F16(Vec::new()),
+            DataType::Int32 => Buf::I32(Vec::new()),
+            DataType::Uint32 => Buf::U32(Vec::new()),
+            DataType::Int64 => Buf::I64(Vec::new()),
+            DataType::Uint64 => Buf::U64(Vec::new()),
+            DataType::Int8 | DataType::Int4 => Buf::I8(Vec::new()),
+            DataType::Uint8 | DataType::Uint4 => Buf::U8(Vec::new()),
+        }
+    }
+
+    /// Hands a buffer that is no longer needed to the recycling pool.
+    pub fn recycle(self) {
+        pool::give(self)
+    }
+
+    /// A copy of this buffer, in recycled memory when some is free.
+    pub fn pooled_clone(&self) -> Buf {
+        match pool::take(self, self.len()) {
+            Some(mut b) => {
+                let src = self.raw_bytes();
+                // SAFETY: same variant and length, so the same byte size;
+                // every element type is plain old data.
+                with_buf!(&mut b, v => unsafe {
+                    std::ptr::copy_nonoverlapping(src.as_ptr(), v.as_mut_ptr().cast::<u8>(), src.len())
+                });
+                b
+            }
+            None => self.clone(),
+        }
+    }
+
     /// A zero-filled buffer of `n` elements, or an OperationError when the
     /// memory cannot be had (never an abort).
     pub fn zeros(dt: DataType, n: usize) -> Result<Buf> {
+        if let Some(mut b) = pool::take(&Buf::empty(dt), n) {
+            with_buf!(&mut b, v => v.iter_mut().for_each(|x| *x = Default::default()));
+            return Ok(b);
+        }
         Ok(match dt {
             DataType::Float32 => Buf::F32(try_vec(n, 0.0)?),
             DataType::Float16 => Buf::F16(try_vec(n, 0)?),
@@ -85,12 +124,27 @@ impl Buf {
                 dt.name()
             )));
         }
+        // The external layout is the in-memory one (little-endian, plain
+        // old data), so one bulk copy fills the vector; the source may be
+        // unaligned, which a byte copy does not mind.
         macro_rules! read {
             ($t:ty, $variant:ident) => {{
-                const W: usize = std::mem::size_of::<$t>();
-                let mut v: Vec<$t> = try_vec(n, 0 as $t)?;
-                for (dst, src) in v.iter_mut().zip(bytes.chunks_exact(W)) {
-                    *dst = <$t>::from_le_bytes(src.try_into().unwrap());
+                let len = n * std::mem::size_of::<$t>();
+                let mut v: Vec<$t> = match pool::take(&Buf::$variant(Vec::new()), n) {
+                    Some(Buf::$variant(mut v)) => {
+                        v.clear();
+                        v
+                    }
+                    _ => Vec::new(),
+                };
+                v.try_reserve_exact(n)
+                    .map_err(|_| Error::operation(format!("cannot allocate {n} elements")))?;
+                // SAFETY: the capacity holds n elements (len bytes), bytes has
+                // at least len bytes (checked above), every bit pattern is a
+                // valid $t, and set_len follows the full initialisation.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr().cast::<u8>(), len);
+                    v.set_len(n);
                 }
                 Buf::$variant(v)
             }};
@@ -181,6 +235,64 @@ impl Buf {
     /// A float16 buffer from f32 values, rounding each once.
     pub fn f16_from_f32(v: &[f32]) -> Buf {
         Buf::F16(v.iter().map(|&x| f32_to_f16(x)).collect())
+    }
+}
+
+/// Recycled element buffers.
+///
+/// Fresh multi-megabyte allocations come from new pages, and the first
+/// touch of every page is a page fault: for tensors that are written, run
+/// and read in a loop, those faults cost more than the copies themselves.
+/// Buffers released by the backend (replaced tensor contents, dead
+/// intermediates, collected read results) wait here to be reused for a
+/// buffer of the same type and length, so steady-state loops touch warm
+/// memory only. Small buffers are not worth it and the pool is bounded.
+mod pool {
+    use super::Buf;
+    use std::sync::Mutex;
+
+    /// Buffers smaller than this are left to the allocator.
+    const MIN_BYTES: usize = 64 * 1024;
+    /// The most memory the pool keeps idle.
+    const MAX_BYTES: usize = 128 * 1024 * 1024;
+
+    struct Pool {
+        bufs: Vec<Buf>,
+        bytes: usize,
+    }
+
+    static POOL: Mutex<Pool> = Mutex::new(Pool {
+        bufs: Vec::new(),
+        bytes: 0,
+    });
+
+    /// Takes a recycled buffer of the same variant as `kind` and `n`
+    /// elements (contents unspecified).
+    pub(super) fn take(kind: &Buf, n: usize) -> Option<Buf> {
+        let mut p = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let i = p.bufs.iter().rposition(|b| {
+            std::mem::discriminant(b) == std::mem::discriminant(kind) && b.len() == n
+        })?;
+        let b = p.bufs.swap_remove(i);
+        p.bytes -= b.raw_bytes().len();
+        Some(b)
+    }
+
+    pub(super) fn give(b: Buf) {
+        let bytes = b.raw_bytes().len();
+        if bytes < MIN_BYTES {
+            return;
+        }
+        let mut p = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        // Oldest first out when full: recent sizes are the likely ones.
+        while p.bytes + bytes > MAX_BYTES && !p.bufs.is_empty() {
+            let old = p.bufs.remove(0);
+            p.bytes -= old.raw_bytes().len();
+        }
+        if bytes <= MAX_BYTES {
+            p.bytes += bytes;
+            p.bufs.push(b);
+        }
     }
 }
 

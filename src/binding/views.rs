@@ -104,7 +104,8 @@ unsafe extern "C" fn free_buf(
     _data: *mut std::ffi::c_void,
     hint: *mut std::ffi::c_void,
 ) {
-    drop(Box::from_raw(hint as *mut Buf));
+    // The memory goes back to the pool for the next read of this size.
+    Box::from_raw(hint as *mut Buf).recycle();
 }
 
 /// An ArrayBuffer of exactly the tensor's bytes. The buffer's own memory is

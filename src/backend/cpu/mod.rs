@@ -326,6 +326,7 @@ impl Backend for CpuBackend {
     fn destroy_tensor(&mut self, id: TensorId) {
         if let Some(t) = self.tensors.remove(&id) {
             self.tensor_bytes -= held_bytes(&t.desc);
+            t.data.recycle();
         }
     }
 
@@ -337,14 +338,14 @@ impl Backend for CpuBackend {
         if data.len() != t.desc.element_count() {
             return Err(Error::type_error("the data does not fit the tensor"));
         }
-        t.data = data;
+        std::mem::replace(&mut t.data, data).recycle();
         Ok(())
     }
 
     fn read_tensor(&mut self, id: TensorId) -> Result<Buf> {
         self.tensors
             .get(&id)
-            .map(|t| t.data.clone())
+            .map(|t| t.data.pooled_clone())
             .ok_or_else(|| Error::invalid_state("the tensor is destroyed"))
     }
 
@@ -411,7 +412,7 @@ impl Backend for CpuBackend {
         let results = self.run(|| execute(cg, &ins, budget))?;
         for (id, r) in outputs.iter().zip(results) {
             if let Some(t) = self.tensors.get_mut(id) {
-                t.data = r;
+                std::mem::replace(&mut t.data, r).recycle();
             }
         }
         Ok(())

@@ -4,13 +4,17 @@
 //! and convert the result back to the requested layout and type. conv2d
 //! lowers each (batch, group) to im2col plus the sgemm of `matmul.rs`.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
+use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind, UnaryKind};
 use crate::graph::ops::conv::{ConvTranspose2dParams, TransposeFilterLayout};
+use crate::graph::{Graph, Op, Source};
 use crate::tensor::Buf;
-use crate::types::OperandDescriptor;
+use crate::types::{DataType, OperandDescriptor};
 
 use super::matmul::sgemm;
 use super::sgemm::sgemm_gen;
@@ -508,6 +512,101 @@ pub fn conv2d(p: &Conv2dParams, inputs: &[&Buf], out: &OperandDescriptor) -> Res
     from_floats(out.data_type, res)
 }
 
+/// Fuses each float32 conv2d whose only reader is a clamp or relu (and
+/// that is no graph output) with that activation: the conv2d node gets
+/// the activation's output and a trailing constant input `[min, max]`
+/// (see [`conv2d`]), and the activation node goes. Returns the rewritten
+/// graph (`None`: nothing to fuse); new constants go into `constants`.
+/// Results are bitwise those of the unfused graph: the conv computes the
+/// same values and clamps them as the clamp and relu kernels do (relu is
+/// clamp to [0, +inf], NaN and -0 included).
+pub(super) fn fuse_activations(
+    graph: &Graph,
+    constants: &mut HashMap<usize, Buf>,
+) -> Option<Graph> {
+    let mut readers = vec![0usize; graph.operands.len()];
+    let mut reader = vec![usize::MAX; graph.operands.len()];
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        for &i in &node.inputs {
+            readers[i] += 1;
+            reader[i] = ni;
+        }
+    }
+    for (_, o) in &graph.outputs {
+        readers[*o] = usize::MAX;
+    }
+    // conv node -> (activation node, bounds).
+    let mut fuse: Vec<(usize, usize, f32, f32)> = Vec::new();
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        let Op::Conv2d(p) = &node.op else { continue };
+        let [o] = node.outputs[..] else { continue };
+        if readers[o] != 1
+            || graph.operands[o].data_type != DataType::Float32
+            || node.inputs.len() != 2 + usize::from(p.has_bias)
+        {
+            continue;
+        }
+        let a = reader[o];
+        let act = &graph.nodes[a];
+        let (lo, hi) = match act.op {
+            Op::Clamp { min, max } => (min as f32, max as f32),
+            Op::Unary(UnaryKind::Relu) => (0.0, f32::INFINITY),
+            _ => continue,
+        };
+        if act.inputs[..] != [o] || act.outputs.len() != 1 {
+            continue;
+        }
+        fuse.push((ni, a, lo, hi));
+    }
+    if fuse.is_empty() {
+        return None;
+    }
+    let mut g = graph.clone();
+    let mut drop = vec![false; g.nodes.len()];
+    for &(ni, a, lo, hi) in &fuse {
+        let id = g.operands.len();
+        let bounds = [lo, hi];
+        g.operands.push(OperandDescriptor {
+            data_type: DataType::Float32,
+            shape: vec![2],
+        });
+        g.sources.push(Source::Constant(Arc::new(
+            bounds.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        )));
+        constants.insert(id, Buf::F32(bounds.to_vec()));
+        let out = g.nodes[a].outputs[0];
+        g.nodes[ni].inputs.push(id);
+        g.nodes[ni].outputs = vec![out];
+        drop[a] = true;
+    }
+    // Renumber the nodes that stay, and the sources that name them.
+    let mut new_index = vec![usize::MAX; g.nodes.len()];
+    let mut kept = Vec::with_capacity(g.nodes.len());
+    for (ni, node) in std::mem::take(&mut g.nodes).into_iter().enumerate() {
+        if !drop[ni] {
+            new_index[ni] = kept.len();
+            kept.push(node);
+        }
+    }
+    g.nodes = kept;
+    for (ni, node) in g.nodes.iter().enumerate() {
+        for (index, &o) in node.outputs.iter().enumerate() {
+            g.sources[o] = Source::Node { node: ni, index };
+        }
+    }
+    // The fused convs' own outputs are no longer produced by any node;
+    // point them at their conv (nothing reads them).
+    for &(ni, ..) in &fuse {
+        for &o in &graph.nodes[ni].outputs {
+            g.sources[o] = Source::Node {
+                node: new_index[ni],
+                index: 0,
+            };
+        }
+    }
+    Some(g)
+}
+
 /// Reduces one output position's window over one input plane.
 fn pool_window(x: &[f32], p: &Pool2dParams, y: usize, xo: usize) -> f32 {
     let (mut acc, mut count) = match p.kind {
@@ -840,6 +939,27 @@ mod tests {
                 [1, 1],
                 32,
             ),
+            // Depthwise: strides, dilations, odd and asymmetric padding,
+            // other kernel sizes, many small planes (parallel chunks).
+            params((1, 5, 9, 11), (5, 3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 5),
+            params((2, 3, 8, 7), (3, 3, 3), [0, 1, 2, 0], [1, 2], [2, 1], 3),
+            params((1, 4, 13, 10), (4, 5, 5), [2, 2, 2, 2], [2, 2], [1, 1], 4),
+            params((1, 3, 7, 9), (3, 2, 4), [1, 0, 3, 1], [3, 1], [1, 2], 3),
+            params((1, 3, 6, 6), (3, 1, 1), [0; 4], [1, 1], [1, 1], 3),
+            params(
+                (1, 200, 5, 4),
+                (200, 3, 3),
+                [1, 1, 1, 1],
+                [1, 1],
+                [1, 1],
+                200,
+            ),
+            // Unit stride with padding and dilation (the padded-grid path),
+            // wide enough for several panels and KC blocks.
+            params((1, 40, 9, 37), (5, 3, 3), [2, 0, 1, 3], [1, 1], [2, 3], 1),
+            params((2, 6, 5, 5), (4, 1, 1), [1, 0, 0, 2], [1, 1], [1, 1], 2),
+            // 1x1 with a stride (im2col).
+            params((1, 3, 7, 8), (4, 1, 1), [0; 4], [2, 3], [1, 1], 1),
         ];
         for base in cases {
             let (n, c, h, w) = (base.batch, base.in_channels, base.in_h, base.in_w);
@@ -902,6 +1022,141 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A trailing `[min, max]` input (a fused clamp or relu) gives the
+    /// bits of the clamp operator applied to the unfused result.
+    #[test]
+    fn fused_activation_is_bitwise_the_clamp() {
+        let cases = [
+            params((1, 8, 9, 9), (8, 3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 8),
+            params((1, 6, 10, 11), (7, 3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1),
+            params((1, 6, 10, 11), (7, 1, 1), [0; 4], [1, 1], [1, 1], 1),
+            params((1, 3, 11, 11), (4, 3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 1),
+        ];
+        for base in cases {
+            let (n, c, h, w) = (base.batch, base.in_channels, base.in_h, base.in_w);
+            let o = base.out_channels;
+            let p = Conv2dParams {
+                has_bias: true,
+                ..base.clone()
+            };
+            let mut xv = data(n * c * h * w, 21);
+            xv[3] = f32::NAN;
+            let x = Buf::F32(xv);
+            let f = Buf::F32(data(o * (c / p.groups) * p.kernel_h * p.kernel_w, 22));
+            let b = Buf::F32(data(o, 23));
+            let d = desc(DataType::Float32, &[n, o, p.out_h, p.out_w]);
+            let plain = conv2d(&p, &[&x, &f, &b], &d).unwrap();
+            for (lo, hi) in [(0.0f64, 6.0f64), (-0.25, 0.5), (0.0, f64::INFINITY)] {
+                let want = super::super::elementwise::clamp(&plain, lo, hi, &d).unwrap();
+                let bounds = Buf::F32(vec![lo as f32, hi as f32]);
+                let got = conv2d(&p, &[&x, &f, &b, &bounds], &d).unwrap();
+                let bits = |v: &Buf| {
+                    v.to_f32_vec()
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(bits(&got), bits(&want), "{lo} {hi}");
+            }
+            // Bad bounds are an error.
+            let bad = Buf::F32(vec![0.0]);
+            assert!(conv2d(&p, &[&x, &f, &b, &bad], &d).is_err());
+        }
+    }
+
+    /// compile() fuses conv2d + clamp and conv2d + relu, and the fused
+    /// graph gives the bits of the unfused one (where the conv output is
+    /// also a graph output, which prevents fusion).
+    #[test]
+    fn compile_fuses_conv_activations() {
+        use crate::backend::Backend;
+        use crate::graph::Node;
+        let p = Conv2dParams {
+            has_bias: true,
+            ..params((1, 4, 6, 6), (4, 3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1)
+        };
+        let f32d = |shape: &[usize]| desc(DataType::Float32, shape);
+        let bytes = |v: &[f32]| Arc::new(v.iter().flat_map(|x| x.to_le_bytes()).collect());
+        let x = data(144, 31);
+        for act in [Op::Clamp { min: 0.0, max: 6.0 }, Op::Unary(UnaryKind::Relu)] {
+            // x -> conv -> act -> conv -> act (out); conv 2 reads act 1.
+            let graph = |expose: bool| {
+                let mut outputs = vec![("y".to_string(), 7)];
+                if expose {
+                    outputs.push(("c1".to_string(), 4));
+                    outputs.push(("c2".to_string(), 6));
+                }
+                Graph {
+                    operands: vec![
+                        f32d(&[1, 4, 6, 6]),
+                        f32d(&[4, 4, 3, 3]),
+                        f32d(&[4]),
+                        f32d(&[4, 4, 3, 3]),
+                        f32d(&[1, 4, 6, 6]),
+                        f32d(&[1, 4, 6, 6]),
+                        f32d(&[1, 4, 6, 6]),
+                        f32d(&[1, 4, 6, 6]),
+                    ],
+                    sources: vec![
+                        Source::Input("x".into()),
+                        Source::Constant(bytes(&data(144, 32))),
+                        Source::Constant(bytes(&data(4, 33))),
+                        Source::Constant(bytes(&data(144, 34))),
+                        Source::Node { node: 0, index: 0 },
+                        Source::Node { node: 1, index: 0 },
+                        Source::Node { node: 2, index: 0 },
+                        Source::Node { node: 3, index: 0 },
+                    ],
+                    nodes: vec![
+                        Node {
+                            op: Op::Conv2d(p.clone()),
+                            inputs: vec![0, 1, 2],
+                            outputs: vec![4],
+                            label: String::new(),
+                        },
+                        Node {
+                            op: act.clone(),
+                            inputs: vec![4],
+                            outputs: vec![5],
+                            label: String::new(),
+                        },
+                        Node {
+                            op: Op::Conv2d(p.clone()),
+                            inputs: vec![5, 3, 2],
+                            outputs: vec![6],
+                            label: String::new(),
+                        },
+                        Node {
+                            op: act.clone(),
+                            inputs: vec![6],
+                            outputs: vec![7],
+                            label: "last".into(),
+                        },
+                    ],
+                    inputs: vec![("x".into(), 0)],
+                    outputs,
+                }
+            };
+            let mut cpu = super::super::CpuBackend::new();
+            let (fused, plain) = (Arc::new(graph(false)), Arc::new(graph(true)));
+            cpu.compile(1, fused.clone()).unwrap();
+            cpu.compile(2, plain.clone()).unwrap();
+            assert_eq!(cpu.graphs[&1].graph.nodes.len(), 2);
+            assert_eq!(cpu.graphs[&2].graph.nodes.len(), 4);
+            let a = cpu.compute(1, &fused, vec![Buf::F32(x.clone())]).unwrap();
+            let b = cpu.compute(2, &plain, vec![Buf::F32(x.clone())]).unwrap();
+            let bits = |v: &Buf| {
+                v.to_f32_vec()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(&a[0]), bits(&b[0]));
+            // Some values are clamped, so the activation did something.
+            assert!(b[1].to_f32_vec().iter().any(|&v| v < 0.0));
         }
     }
 

@@ -357,6 +357,12 @@ impl Backend for CpuBackend {
                 constants.insert(op, Buf::from_bytes(d.data_type, bytes, d.element_count())?);
             }
         }
+        // Each conv2d that only a clamp or relu reads runs with that
+        // activation in its epilogue (a rewritten copy of the graph).
+        let graph = match conv::fuse_activations(&graph, &mut constants) {
+            Some(g) => Arc::new(g),
+            None => graph,
+        };
         let mut last_use = vec![0usize; graph.operands.len()];
         for (n, node) in graph.nodes.iter().enumerate() {
             for &i in &node.inputs {

@@ -344,6 +344,27 @@ impl Worker<'_> {
     }
 }
 
+/// How long the worker polls for the next command before it sleeps.
+/// Commands come in bursts (write, dispatch, read); catching the next one
+/// without a sleep and a wake-up saves tens of microseconds per inference,
+/// for a few microseconds of spinning when the burst is over.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// The next command, or `None` once every sender is gone.
+fn next_command(receiver: &Receiver<Command>) -> Option<Command> {
+    let start = std::time::Instant::now();
+    loop {
+        match receiver.try_recv() {
+            Ok(c) => return Some(c),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+            Err(crossbeam_channel::TryRecvError::Empty) if start.elapsed() < SPIN => {
+                std::hint::spin_loop()
+            }
+            Err(crossbeam_channel::TryRecvError::Empty) => return receiver.recv().ok(),
+        }
+    }
+}
+
 fn run(
     factory: BackendFactory,
     sink: Box<dyn CompletionSink>,
@@ -373,7 +394,7 @@ fn run(
     };
     // Ends when every sender is gone (the context was destroyed or
     // collected) or when the backend can no longer work.
-    for command in receiver {
+    while let Some(command) = next_command(&receiver) {
         worker.execute(command);
         if let Some(reason) = worker.backend.lost_reason() {
             sink.complete(Completion {

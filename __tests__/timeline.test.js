@@ -204,11 +204,16 @@ describe('non-fatal errors on the timeline', () => {
       expect(e.name).toBe('NotSupportedError');
       return; // no adapter here: createContext's refusal is the checked behaviour
     }
+    // A real failure: an intermediate just larger than the largest tensor
+    // the GPU holds (one storage binding), built from small inputs.
+    const max = gpu.opSupportLimits().maxTensorByteLength;
+    const n = Math.ceil(Math.sqrt(max / 4)) + 1;
     const b = new MLGraphBuilder(gpu);
-    const x = b.input('x', f32([2, 2]));
-    const e = await rejection(b.build({ y: b.transpose(x) }, { label: 'tposed' }));
+    const col = b.input('col', f32([n, 1]));
+    const row = b.input('row', f32([1, n]));
+    const e = await rejection(b.build({ y: b.matmul(col, row) }, { label: 'outer' }));
     expect(e.name).toBe('OperationError');
-    expect(e.message).toMatch(/'tposed'/);
+    expect(e.message).toMatch(/'outer'/);
   });
 });
 

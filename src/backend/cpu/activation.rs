@@ -9,14 +9,16 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::{broadcast_map, par_map};
+use std::borrow::Cow;
+
+use super::elementwise::{broadcast_map, map_slice, par_map, with_simd};
 use super::util::{broadcast_strides, floats, from_floats};
 use crate::error::{Error, Result};
 use crate::f16::{f16_to_f32, f32_to_f16};
 use crate::graph::ops::activation::ActivationOp;
 use crate::graph::ops::broadcasts_to;
 use crate::tensor::Buf;
-use crate::types::OperandDescriptor;
+use crate::types::{DataType, OperandDescriptor};
 
 /// Output elements above which `where` splits its rows across threads.
 const PAR_MIN: usize = 1 << 16;
@@ -102,10 +104,76 @@ fn float_fn(op: &ActivationOp) -> Result<Box<dyn Fn(f64) -> f64 + Sync>> {
     })
 }
 
+/// gelu in f32, vectorisable: `0.5 x (1 + erf(x / sqrt 2))` with erf as
+/// in [`gelu_erf`]. With `q = 1 - erf(|z|) = poly(t) e^(-z^2)`, the factor
+/// `1 + erf(z)` is `q` for negative z (no cancellation in the tail) and
+/// `2 - q` otherwise. `z^2 = x^2 / 2` is split exactly into a float and a
+/// small remainder (Dekker's product), so the exponential keeps full
+/// relative precision even where `x^2` is large.
+#[inline(always)]
+fn gelu_f32(x: f32) -> f32 {
+    // Beyond |x| = 20, 1 + erf is 0 or 2 in f32; clamping keeps x^2 finite.
+    let xc = if x < -20.0 {
+        -20.0
+    } else if x > 20.0 {
+        20.0
+    } else {
+        x
+    };
+    let a = xc.abs() * std::f32::consts::FRAC_1_SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let poly = t
+        * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
+    // x^2 = hi + lo exactly.
+    let c = xc * 4097.0;
+    let xh = c - (c - xc);
+    let xl = xc - xh;
+    let hi = xc * xc;
+    let lo = ((xh * xh - hi) + 2.0 * xh * xl) + xl * xl;
+    // e^(-(hi + lo) / 2) = e^(-hi / 2) (1 - lo / 2) (|lo| is tiny).
+    let e = super::elementwise::exp_f32(-0.5 * hi);
+    let pl = poly * (1.0 - 0.5 * lo);
+    if xc < 0.0 {
+        // One rounding into the subnormals at most, in the last product.
+        (0.5 * x * pl) * e
+    } else {
+        0.5 * x * (2.0 - pl * e)
+    }
+}
+
+/// gelu over the elements of `x` (a float buffer), in its own buffer when
+/// it is handed over as float32.
+pub(super) fn gelu_owned(x: Cow<'_, Buf>, out: &OperandDescriptor) -> Result<Buf> {
+    if x.len() != out.element_count() {
+        return Err(Error::operation("the output size differs from the input"));
+    }
+    match (x, out.data_type) {
+        (Cow::Owned(Buf::F32(mut v)), DataType::Float32) => {
+            let per = if v.len() >= PAR_MIN && rayon::current_num_threads() > 1 {
+                v.len().div_ceil(rayon::current_num_threads() * 4)
+            } else {
+                v.len().max(1)
+            };
+            v.par_chunks_mut(per)
+                .for_each(|c| with_simd(|| c.iter_mut().for_each(|y| *y = gelu_f32(*y))));
+            Ok(Buf::F32(v))
+        }
+        (x, _) => {
+            let v = floats(&x)?;
+            let r = map_slice(&v, gelu_f32);
+            from_floats(out.data_type, r)
+        }
+    }
+}
+
 /// A float activation on one input.
 fn float_activation(op: &ActivationOp, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
     if x.len() != out.element_count() {
         return Err(Error::operation("the output size differs from the input"));
+    }
+    if let ActivationOp::Gelu = op {
+        return gelu_owned(Cow::Borrowed(x), out);
     }
     let f = float_fn(op)?;
     let v = floats(x)?;

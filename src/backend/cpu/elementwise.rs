@@ -5,6 +5,9 @@
 //! once). Integer arithmetic wraps and never panics: kernels must not abort
 //! the process whatever the data.
 
+use std::borrow::Cow;
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -18,11 +21,118 @@ use super::util::{broadcast_strides, floats, from_floats};
 /// Output elements above which element-wise loops are split across threads.
 const PAR_MIN: usize = 1 << 16;
 
+/// Builds a vector of `n` elements without zero-filling it first: `fill`
+/// receives the offset of a chunk and the chunk, and must write every
+/// element of it. Chunks run in parallel when `n` is large and the pool has
+/// more than one thread.
+pub(super) fn build_vec<U, F>(n: usize, fill: F) -> Vec<U>
+where
+    U: Copy + Send,
+    F: Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+{
+    let mut v: Vec<U> = Vec::with_capacity(n);
+    {
+        let spare = &mut v.spare_capacity_mut()[..n];
+        let threads = rayon::current_num_threads();
+        if n >= PAR_MIN && threads > 1 {
+            // A few chunks per thread balance the load without much
+            // scheduling; whole cache lines per chunk.
+            let chunk = n.div_ceil(threads * 4).next_multiple_of(16);
+            spare
+                .par_chunks_mut(chunk)
+                .enumerate()
+                .for_each(|(i, c)| with_simd(|| fill(i * chunk, c)));
+        } else {
+            with_simd(|| fill(0, spare));
+        }
+    }
+    // SAFETY: `fill` wrote all `n` elements (every caller writes each element
+    // of the chunk it is given), and `n` is within the capacity.
+    unsafe { v.set_len(n) };
+    v
+}
+
+/// Runs `f`, compiled for AVX2 and FMA when the CPU has them (the
+/// closures of the element-wise loops inline into it, so their loops use
+/// 8-wide vectors), else for the baseline target.
+#[inline(always)]
+pub(super) fn with_simd<R, F: FnOnce() -> R>(f: F) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2<R, F: FnOnce() -> R>(f: F) -> R {
+            f()
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports the features just detected.
+            return unsafe { avx2(f) };
+        }
+    }
+    f()
+}
+
+/// `e^x` in f32 within about 1 ulp over the whole range (subnormal results
+/// included, overflow to +inf, NaN kept), written with plain arithmetic and
+/// bit operations so that loops over it vectorise (libm's `expf` does
+/// not).
+#[inline(always)]
+pub(super) fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    // ln 2 split so that n * LN2_HI is exact for |n| < 256.
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa.
+    const SHIFT: f32 = 12_582_912.0;
+    // Below -104 the result rounds to 0; above 89 it overflows either way.
+    let x = if x < -104.0 {
+        -104.0
+    } else if x > 89.0 {
+        89.0
+    } else {
+        x
+    };
+    let t = x * LOG2E + SHIFT;
+    let n = t - SHIFT;
+    let ni = (t.to_bits() as i32).wrapping_sub(SHIFT.to_bits() as i32);
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    // Taylor series of e^r for |r| <= ln2/2 to degree 7 (error < 1e-8).
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0
+                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    // 2^n as two normal factors, so results down to the subnormals round
+    // only once.
+    let n1 = ni >> 1;
+    let n2 = ni - n1;
+    let s1 = f32::from_bits(((n1 + 127) as u32) << 23);
+    let s2 = f32::from_bits(((n2 + 127) as u32) << 23);
+    p * s1 * s2
+}
+
+/// `out[i] = f(x[i])` over equal-length slices (vectorisable when `f` is).
+#[inline(always)]
+fn map1<T: Copy, U: Copy, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: &F) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        o.write(f(v));
+    }
+}
+
+/// `out[i] = f(x[i], y[i])` over equal-length slices.
+#[inline(always)]
+fn map2<T: Copy, U: Copy, F: Fn(T, T) -> U>(x: &[T], y: &[T], out: &mut [MaybeUninit<U>], f: &F) {
+    for ((o, &p), &q) in out.iter_mut().zip(x).zip(y) {
+        o.write(f(p, q));
+    }
+}
+
 /// Applies `f` to `a` and `b` broadcast (numpy style) to `out_shape`.
 ///
-/// The innermost output dimension is a tight loop over contiguous or
-/// repeated elements; the outer dimensions are walked per row, and rows are
-/// processed in parallel when the output is large.
+/// Same-shape operands and a single-element operand are flat loops; else
+/// the innermost output dimension is a tight loop over contiguous or
+/// repeated elements, and the outer dimensions are walked per row. Large
+/// outputs are split across threads.
 pub(super) fn broadcast_map<T, U, F>(
     a: &[T],
     sa: &[usize],
@@ -33,7 +143,7 @@ pub(super) fn broadcast_map<T, U, F>(
 ) -> Vec<U>
 where
     T: Copy + Sync,
-    U: Copy + Send + Default,
+    U: Copy + Send,
     F: Fn(T, T) -> U + Sync,
 {
     let total: usize = out_shape.iter().product();
@@ -41,16 +151,19 @@ where
         return Vec::new();
     }
     // Fast paths: same shape, or one side a single element.
-    if sa == out_shape && sb == out_shape {
-        return par_map(total, |i| f(a[i], b[i]));
+    if a.len() == total && b.len() == total {
+        return build_vec(total, |s, o| {
+            let e = s + o.len();
+            map2(&a[s..e], &b[s..e], o, &f)
+        });
     }
-    if a.len() == 1 && sb == out_shape {
+    if a.len() == 1 && b.len() == total {
         let x = a[0];
-        return par_map(total, |i| f(x, b[i]));
+        return build_vec(total, |s, o| map1(&b[s..s + o.len()], o, &|y| f(x, y)));
     }
-    if b.len() == 1 && sa == out_shape {
+    if b.len() == 1 && a.len() == total {
         let y = b[0];
-        return par_map(total, |i| f(a[i], y));
+        return build_vec(total, |s, o| map1(&a[s..s + o.len()], o, &|x| f(x, y)));
     }
     let rank = out_shape.len();
     let ta = broadcast_strides(sa, out_shape);
@@ -69,57 +182,67 @@ where
         }
         (oa, ob)
     };
-    let row = |r: usize, dst: &mut [U]| {
+    let row = |r: usize, dst: &mut [MaybeUninit<U>]| {
         let (oa, ob) = row_offsets(r);
         match (ia, ib) {
-            (1, 1) => {
-                for ((d, &x), &y) in dst
-                    .iter_mut()
-                    .zip(&a[oa..oa + inner])
-                    .zip(&b[ob..ob + inner])
-                {
-                    *d = f(x, y);
-                }
-            }
+            (1, 1) => map2(&a[oa..oa + inner], &b[ob..ob + inner], dst, &f),
             (1, 0) => {
                 let y = b[ob];
-                for (d, &x) in dst.iter_mut().zip(&a[oa..oa + inner]) {
-                    *d = f(x, y);
-                }
+                map1(&a[oa..oa + inner], dst, &|x| f(x, y))
             }
             (0, 1) => {
                 let x = a[oa];
-                for (d, &y) in dst.iter_mut().zip(&b[ob..ob + inner]) {
-                    *d = f(x, y);
-                }
+                map1(&b[ob..ob + inner], dst, &|y| f(x, y))
             }
             _ => {
                 for (j, d) in dst.iter_mut().enumerate() {
-                    *d = f(a[oa + j * ia], b[ob + j * ib]);
+                    d.write(f(a[oa + j * ia], b[ob + j * ib]));
                 }
             }
         }
     };
-    let mut out = vec![U::default(); total];
-    if total >= PAR_MIN {
-        out.par_chunks_mut(inner)
-            .enumerate()
-            .for_each(|(r, dst)| row(r, dst));
+    // Chunks of whole rows, so each row is one tight loop.
+    let rows = total / inner;
+    let rows_per_chunk = if total >= PAR_MIN {
+        rows.div_ceil(rayon::current_num_threads() * 4).max(1)
     } else {
-        out.chunks_mut(inner)
-            .enumerate()
-            .for_each(|(r, dst)| row(r, dst));
+        rows
+    };
+    let chunk = rows_per_chunk * inner;
+    let mut v: Vec<U> = Vec::with_capacity(total);
+    let work = |(c, dst): (usize, &mut [MaybeUninit<U>])| {
+        for (j, d) in dst.chunks_mut(inner).enumerate() {
+            row(c * rows_per_chunk + j, d);
+        }
+    };
+    let spare = &mut v.spare_capacity_mut()[..total];
+    if chunk < total {
+        spare.par_chunks_mut(chunk).enumerate().for_each(work);
+    } else {
+        work((0, spare));
     }
-    out
+    // SAFETY: every row of the output was written above.
+    unsafe { v.set_len(total) };
+    v
 }
 
 /// `(0..n).map(f)`, in parallel for large `n`.
-pub(super) fn par_map<U: Send, F: Fn(usize) -> U + Sync>(n: usize, f: F) -> Vec<U> {
-    if n >= PAR_MIN {
-        (0..n).into_par_iter().map(&f).collect()
-    } else {
-        (0..n).map(f).collect()
-    }
+pub(super) fn par_map<U: Copy + Send, F: Fn(usize) -> U + Sync>(n: usize, f: F) -> Vec<U> {
+    build_vec(n, |s, o| {
+        for (i, d) in o.iter_mut().enumerate() {
+            d.write(f(s + i));
+        }
+    })
+}
+
+/// `x.map(f)`, vectorisable and in parallel for large inputs.
+pub(super) fn map_slice<T, U, F>(x: &[T], f: F) -> Vec<U>
+where
+    T: Copy + Sync,
+    U: Copy + Send,
+    F: Fn(T) -> U + Sync,
+{
+    build_vec(x.len(), |s, o| map1(&x[s..s + o.len()], o, &f))
 }
 
 /// Integer element types: wrapping arithmetic that never panics.
@@ -205,16 +328,41 @@ fn int_pow<T: Int>(base: T, exp: T) -> T {
     }
 }
 
-fn int_binary<T: Int>(k: BinaryKind) -> fn(T, T) -> T {
-    match k {
-        BinaryKind::Add => T::wadd,
-        BinaryKind::Sub => T::wsub,
-        BinaryKind::Mul => T::wmul,
-        BinaryKind::Div => T::wdiv,
-        BinaryKind::Max => |x, y| x.max(y),
-        BinaryKind::Min => |x, y| x.min(y),
-        BinaryKind::Pow => int_pow,
-    }
+/// Binds `$f` to the integer function of `$k` on `$t` (a zero-sized fn
+/// item, so each use is monomorphised and inlined) and evaluates `$body`.
+macro_rules! with_int_binary {
+    ($k:expr, $t:ty, $f:ident => $body:expr) => {
+        match $k {
+            BinaryKind::Add => {
+                let $f = <$t as Int>::wadd;
+                $body
+            }
+            BinaryKind::Sub => {
+                let $f = <$t as Int>::wsub;
+                $body
+            }
+            BinaryKind::Mul => {
+                let $f = <$t as Int>::wmul;
+                $body
+            }
+            BinaryKind::Div => {
+                let $f = <$t as Int>::wdiv;
+                $body
+            }
+            BinaryKind::Max => {
+                let $f = |x: $t, y: $t| x.max(y);
+                $body
+            }
+            BinaryKind::Min => {
+                let $f = |x: $t, y: $t| x.min(y);
+                $body
+            }
+            BinaryKind::Pow => {
+                let $f = int_pow::<$t>;
+                $body
+            }
+        }
+    };
 }
 
 /// Float max/min propagate NaN (unlike `f32::max`), so a NaN input is not
@@ -235,16 +383,41 @@ fn fmin(x: f32, y: f32) -> f32 {
     }
 }
 
-fn float_binary(k: BinaryKind) -> fn(f32, f32) -> f32 {
-    match k {
-        BinaryKind::Add => |x, y| x + y,
-        BinaryKind::Sub => |x, y| x - y,
-        BinaryKind::Mul => |x, y| x * y,
-        BinaryKind::Div => |x, y| x / y,
-        BinaryKind::Max => fmax,
-        BinaryKind::Min => fmin,
-        BinaryKind::Pow => f32::powf,
-    }
+/// Binds `$f` to the f32 function of `$k` (each arm monomorphised, so the
+/// loops around it vectorise) and evaluates `$body`.
+macro_rules! with_float_binary {
+    ($k:expr, $f:ident => $body:expr) => {
+        match $k {
+            BinaryKind::Add => {
+                let $f = |x: f32, y: f32| x + y;
+                $body
+            }
+            BinaryKind::Sub => {
+                let $f = |x: f32, y: f32| x - y;
+                $body
+            }
+            BinaryKind::Mul => {
+                let $f = |x: f32, y: f32| x * y;
+                $body
+            }
+            BinaryKind::Div => {
+                let $f = |x: f32, y: f32| x / y;
+                $body
+            }
+            BinaryKind::Max => {
+                let $f = fmax;
+                $body
+            }
+            BinaryKind::Min => {
+                let $f = fmin;
+                $body
+            }
+            BinaryKind::Pow => {
+                let $f = f32::powf;
+                $body
+            }
+        }
+    };
 }
 
 fn check_len(b: &Buf, d: &OperandDescriptor) -> Result<()> {
@@ -288,11 +461,11 @@ pub fn binary(
     }
     let (sa, sb, so) = (&da.shape[..], &db.shape[..], &out.shape[..]);
     macro_rules! ints {
-        ($x:ident, $variant:ident) => {{
+        ($x:ident, $variant:ident, $t:ty) => {{
             let Buf::$variant(y) = b else {
                 return Err(mismatch());
             };
-            Buf::$variant(broadcast_map($x, sa, y, sb, so, int_binary(k)))
+            Buf::$variant(with_int_binary!(k, $t, f => broadcast_map($x, sa, y, sb, so, f)))
         }};
     }
     Ok(match a {
@@ -300,24 +473,150 @@ pub fn binary(
             let Buf::F32(y) = b else {
                 return Err(mismatch());
             };
-            Buf::F32(broadcast_map(x, sa, y, sb, so, float_binary(k)))
+            Buf::F32(with_float_binary!(k, f => broadcast_map(x, sa, y, sb, so, f)))
         }
         Buf::F16(x) => {
             let Buf::F16(y) = b else {
                 return Err(mismatch());
             };
-            let f = float_binary(k);
-            Buf::F16(broadcast_map(x, sa, y, sb, so, |p, q| {
-                f32_to_f16(f(f16_to_f32(p), f16_to_f32(q)))
-            }))
+            Buf::F16(
+                with_float_binary!(k, f => broadcast_map(x, sa, y, sb, so, |p, q| {
+                    f32_to_f16(f(f16_to_f32(p), f16_to_f32(q)))
+                })),
+            )
         }
-        Buf::I32(x) => ints!(x, I32),
-        Buf::U32(x) => ints!(x, U32),
-        Buf::I64(x) => ints!(x, I64),
-        Buf::U64(x) => ints!(x, U64),
-        Buf::I8(x) => ints!(x, I8),
-        Buf::U8(x) => ints!(x, U8),
+        Buf::I32(x) => ints!(x, I32, i32),
+        Buf::U32(x) => ints!(x, U32, u32),
+        Buf::I64(x) => ints!(x, I64, i64),
+        Buf::U64(x) => ints!(x, U64, u64),
+        Buf::I8(x) => ints!(x, I8, i8),
+        Buf::U8(x) => ints!(x, U8, u8),
     })
+}
+
+/// `acc[i] = f(acc[i], other[i])` with `other` (shape `so`) broadcast to
+/// `out_shape`, the shape of `acc`; rows in parallel for large outputs.
+fn binary_in_place<F: Fn(f32, f32) -> f32 + Sync>(
+    acc: &mut [f32],
+    other: &[f32],
+    so: &[usize],
+    out_shape: &[usize],
+    f: F,
+) {
+    let total = acc.len();
+    if total == 0 {
+        return;
+    }
+    let rank = out_shape.len();
+    let inner = if rank == 0 {
+        1
+    } else {
+        out_shape[rank - 1].max(1)
+    };
+    let tb = broadcast_strides(so, out_shape);
+    let ib = tb.last().copied().unwrap_or(0);
+    let outer_shape = &out_shape[..rank.saturating_sub(1)];
+    let row_offset = |mut r: usize| {
+        let mut ob = 0;
+        for d in (0..outer_shape.len()).rev() {
+            let i = r % outer_shape[d];
+            r /= outer_shape[d];
+            ob += i * tb[d];
+        }
+        ob
+    };
+    let same = other.len() == total;
+    let scalar = other.len() == 1;
+    // Runs over whole rows starting at row `r0`.
+    let work = |r0: usize, dst: &mut [f32]| {
+        with_simd(|| {
+            if same {
+                let s = r0 * inner;
+                let len = dst.len();
+                for (x, &y) in dst.iter_mut().zip(&other[s..s + len]) {
+                    *x = f(*x, y);
+                }
+            } else if scalar {
+                let y = other[0];
+                for x in dst.iter_mut() {
+                    *x = f(*x, y);
+                }
+            } else {
+                for (j, row) in dst.chunks_mut(inner).enumerate() {
+                    let ob = row_offset(r0 + j);
+                    if ib == 1 {
+                        for (x, &y) in row.iter_mut().zip(&other[ob..ob + inner]) {
+                            *x = f(*x, y);
+                        }
+                    } else {
+                        let y = other[ob];
+                        for x in row.iter_mut() {
+                            *x = f(*x, y);
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let rows = total / inner;
+    let threads = rayon::current_num_threads();
+    if total >= PAR_MIN && threads > 1 {
+        let per = rows.div_ceil(threads * 4).max(1);
+        acc.par_chunks_mut(per * inner)
+            .enumerate()
+            .for_each(|(c, dst)| work(c * per, dst));
+    } else {
+        work(0, acc);
+    }
+}
+
+/// [`binary`] that may write into an operand handed over as owned (one of
+/// the output's shape and type), saving the output allocation.
+pub fn binary_owned(
+    k: BinaryKind,
+    a: Cow<'_, Buf>,
+    da: &OperandDescriptor,
+    b: Cow<'_, Buf>,
+    db: &OperandDescriptor,
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    let total = out.element_count();
+    let fits = |s: &[usize]| {
+        s.len() <= out.rank()
+            && s.iter()
+                .rev()
+                .zip(out.shape.iter().rev())
+                .all(|(&x, &o)| x == o || x == 1)
+    };
+    let usable = |x: &Cow<'_, Buf>, d: &OperandDescriptor| {
+        matches!(x, Cow::Owned(Buf::F32(_)))
+            && x.len() == total
+            && d.element_count() == total
+            && out.data_type == crate::types::DataType::Float32
+    };
+    let shapes_ok = a.len() == da.element_count()
+        && b.len() == db.element_count()
+        && fits(&da.shape)
+        && fits(&db.shape);
+    if shapes_ok && matches!(&*a, Buf::F32(_)) && matches!(&*b, Buf::F32(_)) {
+        if usable(&a, da) {
+            let (Cow::Owned(Buf::F32(mut x)), Buf::F32(y)) = (a, &*b) else {
+                unreachable!()
+            };
+            with_float_binary!(k, f => binary_in_place(&mut x, y, &db.shape, &out.shape, f));
+            return Ok(Buf::F32(x));
+        }
+        if usable(&b, db) {
+            let (Buf::F32(x), Cow::Owned(Buf::F32(mut y))) = (&*a, b) else {
+                unreachable!()
+            };
+            with_float_binary!(k, f => {
+                binary_in_place(&mut y, x, &da.shape, &out.shape, |q, p| f(p, q))
+            });
+            return Ok(Buf::F32(y));
+        }
+    }
+    binary(k, &a, da, &b, db, out)
 }
 
 fn sigmoid(x: f32) -> f32 {
@@ -325,37 +624,101 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-fn float_unary(k: UnaryKind) -> fn(f32) -> f32 {
-    match k {
-        UnaryKind::Abs => f32::abs,
-        UnaryKind::Neg => |x| -x,
-        UnaryKind::Exp => f32::exp,
-        UnaryKind::Log => f32::ln,
-        UnaryKind::Sqrt => f32::sqrt,
-        // NaN stays NaN (a plain max(0) would turn it into 0).
-        UnaryKind::Relu => |x| if x < 0.0 { 0.0 } else { x },
-        UnaryKind::Sigmoid => sigmoid,
-        UnaryKind::Tanh => f32::tanh,
-        UnaryKind::Ceil => f32::ceil,
-        UnaryKind::Cos => f32::cos,
-        UnaryKind::Erf => |x| erf(x as f64) as f32,
-        UnaryKind::Floor => f32::floor,
-        UnaryKind::Identity => |x| x,
-        UnaryKind::Reciprocal => |x| 1.0 / x,
-        UnaryKind::RoundEven => f32::round_ties_even,
-        UnaryKind::Sin => f32::sin,
-        // 1 if > 0, -1 if < 0, else the input itself (±0 and NaN).
-        UnaryKind::Sign => |x| {
-            if x > 0.0 {
-                1.0
-            } else if x < 0.0 {
-                -1.0
-            } else {
-                x
+/// Binds `$f` to the f32 function of `$k` (monomorphised per arm, so the
+/// loop around it is inlined and, where the function allows, vectorised)
+/// and evaluates `$body`.
+macro_rules! with_float_unary {
+    ($k:expr, $f:ident => $body:expr) => {
+        match $k {
+            UnaryKind::Abs => {
+                let $f = f32::abs;
+                $body
             }
-        },
-        UnaryKind::Tan => f32::tan,
-    }
+            UnaryKind::Neg => {
+                let $f = |x: f32| -x;
+                $body
+            }
+            UnaryKind::Exp => {
+                let $f = f32::exp;
+                $body
+            }
+            UnaryKind::Log => {
+                let $f = f32::ln;
+                $body
+            }
+            UnaryKind::Sqrt => {
+                let $f = f32::sqrt;
+                $body
+            }
+            // NaN stays NaN (a plain max(0) would turn it into 0).
+            UnaryKind::Relu => {
+                let $f = |x: f32| if x < 0.0 { 0.0 } else { x };
+                $body
+            }
+            UnaryKind::Sigmoid => {
+                let $f = sigmoid;
+                $body
+            }
+            UnaryKind::Tanh => {
+                let $f = f32::tanh;
+                $body
+            }
+            UnaryKind::Ceil => {
+                let $f = f32::ceil;
+                $body
+            }
+            UnaryKind::Cos => {
+                let $f = f32::cos;
+                $body
+            }
+            UnaryKind::Erf => {
+                let $f = |x: f32| erf(x as f64) as f32;
+                $body
+            }
+            UnaryKind::Floor => {
+                let $f = f32::floor;
+                $body
+            }
+            UnaryKind::Identity => {
+                let $f = |x: f32| x;
+                $body
+            }
+            UnaryKind::Reciprocal => {
+                let $f = |x: f32| 1.0 / x;
+                $body
+            }
+            UnaryKind::RoundEven => {
+                let $f = f32::round_ties_even;
+                $body
+            }
+            UnaryKind::Sin => {
+                let $f = f32::sin;
+                $body
+            }
+            // 1 if > 0, -1 if < 0, else the input itself (±0 and NaN).
+            UnaryKind::Sign => {
+                let $f = |x: f32| {
+                    if x > 0.0 {
+                        1.0
+                    } else if x < 0.0 {
+                        -1.0
+                    } else {
+                        x
+                    }
+                };
+                $body
+            }
+            UnaryKind::Tan => {
+                let $f = f32::tan;
+                $body
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+fn float_unary(k: UnaryKind) -> fn(f32) -> f32 {
+    with_float_unary!(k, f => f as fn(f32) -> f32)
 }
 
 /// The error function in f64, accurate to a few ulps of f64 (far beyond
@@ -428,14 +791,10 @@ pub fn unary(k: UnaryKind, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
         ));
     }
     Ok(match x {
-        Buf::F32(v) => {
-            let f = float_unary(k);
-            Buf::F32(par_map(v.len(), |i| f(v[i])))
-        }
-        Buf::F16(v) => {
-            let f = float_unary(k);
-            Buf::F16(par_map(v.len(), |i| f32_to_f16(f(f16_to_f32(v[i])))))
-        }
+        Buf::F32(v) => Buf::F32(with_float_unary!(k, f => map_slice(v, f))),
+        Buf::F16(v) => Buf::F16(with_float_unary!(k, f => {
+            map_slice(v, |h| f32_to_f16(f(f16_to_f32(h))))
+        })),
         Buf::I32(v) => Buf::I32(int_unary(k, v)?),
         Buf::U32(v) => Buf::U32(int_unary(k, v)?),
         Buf::I64(v) => Buf::I64(int_unary(k, v)?),
@@ -486,58 +845,139 @@ pub fn clamp(x: &Buf, min: f64, max: f64, out: &OperandDescriptor) -> Result<Buf
     })
 }
 
-/// Softmax of one group of `n` values spaced `stride` apart, starting at
-/// `src[0]`, written to the same positions of `dst`.
-fn softmax_strided(src: &[f32], dst: &mut [f32], n: usize, stride: usize) {
+/// Sum of `v` in f32 over 8 independent lanes (vectorisable, and more
+/// accurate than one running sum).
+#[inline(always)]
+pub(super) fn sum_lanes(v: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let mut chunks = v.chunks_exact(8);
+    for c in &mut chunks {
+        for j in 0..8 {
+            lanes[j] += c[j];
+        }
+    }
+    let mut s = chunks.remainder().iter().sum::<f32>();
+    for l in lanes {
+        s += l;
+    }
+    s
+}
+
+/// Maximum of `v` (-inf when empty); vectorisable. NaNs may be skipped:
+/// callers get NaN from them elsewhere.
+#[inline(always)]
+fn max_lanes(v: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let mut chunks = v.chunks_exact(8);
+    for c in &mut chunks {
+        for j in 0..8 {
+            lanes[j] = if c[j] > lanes[j] { c[j] } else { lanes[j] };
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    for &x in chunks.remainder().iter().chain(&lanes) {
+        m = fmax(m, x);
+    }
+    m
+}
+
+/// Softmax of one contiguous row, in place.
+#[inline(always)]
+fn softmax_row(row: &mut [f32]) {
     // Subtracting the maximum keeps exp() from overflowing; the result is
     // mathematically unchanged.
-    let mut m = f32::NEG_INFINITY;
-    for i in 0..n {
-        m = fmax(m, src[i * stride]);
-    }
+    let mut m = max_lanes(row);
     if m.is_infinite() {
         // All -inf (0/0) or some +inf (inf/inf): no finite shift exists;
         // compute without it, which yields NaN like the formula does.
         m = 0.0;
     }
+    for v in row.iter_mut() {
+        *v = exp_f32(*v - m);
+    }
+    let inv = 1.0 / sum_lanes(row);
+    for v in row.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// Softmax of one group of `n` values spaced `stride` apart, starting at
+/// `x[0]`, in place.
+fn softmax_strided(x: &mut [f32], n: usize, stride: usize) {
+    let mut m = f32::NEG_INFINITY;
+    for i in 0..n {
+        m = fmax(m, x[i * stride]);
+    }
+    if m.is_infinite() {
+        m = 0.0;
+    }
     let mut sum = 0.0f32;
     for i in 0..n {
-        let e = (src[i * stride] - m).exp();
-        dst[i * stride] = e;
+        let e = exp_f32(x[i * stride] - m);
+        x[i * stride] = e;
         sum += e;
     }
     let inv = 1.0 / sum;
     for i in 0..n {
-        dst[i * stride] *= inv;
+        x[i * stride] *= inv;
     }
 }
 
 /// `softmax` along `axis` (float types).
 pub fn softmax(x: &Buf, axis: usize, out: &OperandDescriptor) -> Result<Buf> {
+    softmax_owned(Cow::Borrowed(x), axis, out)
+}
+
+/// `softmax`, computed in the input's own buffer when it is handed over.
+pub fn softmax_owned(x: Cow<'_, Buf>, axis: usize, out: &OperandDescriptor) -> Result<Buf> {
     let shape = &out.shape;
     if axis >= shape.len() || x.len() != out.element_count() {
         return Err(Error::operation("softmax: bad axis or size"));
     }
-    let v = floats(x)?;
+    let mut v = owned_floats(x)?;
     let n = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
     let block = n * inner;
-    let mut res = vec![0.0f32; v.len()];
     if block > 0 {
-        let run = |(src, dst): (&[f32], &mut [f32])| {
-            for j in 0..inner {
-                softmax_strided(&src[j..], &mut dst[j..], n, inner);
-            }
-        };
-        if v.len() >= PAR_MIN {
-            v.par_chunks(block)
-                .zip(res.par_chunks_mut(block))
-                .for_each(run);
+        // Groups of whole blocks per task.
+        let per = if v.len() >= PAR_MIN && rayon::current_num_threads() > 1 {
+            (v.len() / block)
+                .div_ceil(rayon::current_num_threads() * 4)
+                .max(1)
+                * block
         } else {
-            v.chunks(block).zip(res.chunks_mut(block)).for_each(run);
+            v.len()
+        };
+        let run = |c: &mut [f32]| {
+            with_simd(|| {
+                if inner == 1 {
+                    c.chunks_exact_mut(n).for_each(softmax_row);
+                } else {
+                    for b in c.chunks_exact_mut(block) {
+                        for j in 0..inner {
+                            softmax_strided(&mut b[j..], n, inner);
+                        }
+                    }
+                }
+            })
+        };
+        if per < v.len() {
+            v.par_chunks_mut(per).for_each(run);
+        } else {
+            run(&mut v);
         }
     }
-    from_floats(out.data_type, res)
+    from_floats(out.data_type, v)
+}
+
+/// The elements of a float buffer as an owned f32 vector: a float32 buffer
+/// handed over is reused as is.
+pub(super) fn owned_floats(x: Cow<'_, Buf>) -> Result<Vec<f32>> {
+    match x {
+        Cow::Owned(Buf::F32(v)) => Ok(v),
+        Cow::Borrowed(Buf::F32(v)) => Ok(v.clone()),
+        other => Ok(floats(&other)?.into_owned()),
+    }
 }
 
 /// A source value of a cast: floats are exact in f32 (float16 widens

@@ -12,6 +12,7 @@ use crate::graph::ops::norm::NormOp;
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
+use super::elementwise::with_simd;
 use super::shape::transpose_vec;
 use super::util::{floats, from_floats};
 
@@ -54,23 +55,73 @@ fn normalize_rows(
     if len == 0 {
         return;
     }
+    // Per-element scale and bias as full rows (ones and zeros when
+    // absent), so the inner loop is branch-free and vectorises.
+    let ones;
+    let zeros;
+    let (srow, brow): (&[f32], &[f32]) = if per_element {
+        let s = match scale {
+            Some(s) if s.len() >= len => &s[..len],
+            _ => {
+                ones = vec![1.0f32; len];
+                &ones[..]
+            }
+        };
+        let b = match bias {
+            Some(b) if b.len() >= len => &b[..len],
+            _ => {
+                zeros = vec![0.0f32; len];
+                &zeros[..]
+            }
+        };
+        (s, b)
+    } else {
+        (&[], &[])
+    };
     let run = |(r, row): (usize, &mut [f32])| {
-        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / len as f64;
-        let var = row
-            .iter()
-            .map(|&v| {
-                let d = v as f64 - mean;
-                d * d
-            })
-            .sum::<f64>()
-            / len as f64;
-        let inv = 1.0 / (var + epsilon as f64).sqrt();
-        for (j, v) in row.iter_mut().enumerate() {
-            let k = if per_element { j } else { r % channels.max(1) };
-            let s = scale.map_or(1.0, |s| s[k] as f64);
-            let b = bias.map_or(0.0, |b| b[k] as f64);
-            *v = ((*v as f64 - mean) * inv * s + b) as f32;
-        }
+        with_simd(|| {
+            // Mean and variance accumulated in f64 over independent lanes
+            // (vectorisable); the variance in a second pass, which does not
+            // cancel.
+            let mut lanes = [0.0f64; 8];
+            let mut chunks = row.chunks_exact(8);
+            for c in &mut chunks {
+                for j in 0..8 {
+                    lanes[j] += c[j] as f64;
+                }
+            }
+            let mut sum: f64 = chunks.remainder().iter().map(|&v| v as f64).sum();
+            sum += lanes.iter().sum::<f64>();
+            let mean = sum / len as f64;
+            let mut lanes = [0.0f64; 8];
+            let mut chunks = row.chunks_exact(8);
+            for c in &mut chunks {
+                for j in 0..8 {
+                    let d = c[j] as f64 - mean;
+                    lanes[j] += d * d;
+                }
+            }
+            let mut sq: f64 = chunks
+                .remainder()
+                .iter()
+                .map(|&v| (v as f64 - mean) * (v as f64 - mean))
+                .sum();
+            sq += lanes.iter().sum::<f64>();
+            let var = sq / len as f64;
+            let inv = 1.0 / (var + epsilon as f64).sqrt();
+            if per_element {
+                for ((v, &s), &b) in row.iter_mut().zip(srow).zip(brow) {
+                    *v = ((*v as f64 - mean) * (inv * s as f64) + b as f64) as f32;
+                }
+            } else {
+                let k = r % channels.max(1);
+                let s = scale.map_or(1.0, |s| s[k] as f64) * inv;
+                let b = bias.map_or(0.0, |b| b[k] as f64);
+                for v in row.iter_mut() {
+                    *v = ((*v as f64 - mean) * s + b) as f32;
+                }
+            }
+        })
     };
     if x.len() >= PAR_MIN {
         x.par_chunks_mut(len).enumerate().for_each(run);

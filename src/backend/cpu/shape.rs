@@ -122,7 +122,61 @@ pub(super) fn transpose_vec<T: Copy>(x: &[T], shape: &[usize], perm: &[usize]) -
     let s = strides(shape);
     let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
     let src: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+    let rank = out_shape.len();
+    if rank >= 2 && src[rank - 2] == 1 && src[rank - 1] != 1 && x.len() == s[0] * shape[0] {
+        return transpose_inner(x, &out_shape, &src);
+    }
     gather(x, 0, &out_shape, &src)
+}
+
+/// Transpose whose two innermost output dimensions swap the input's
+/// contiguous axis with a strided one (e.g. [0, 2, 3, 1] or the last two
+/// axes): a batch of 2-D transposes, copied in square tiles so that both
+/// the reads and the writes stay within a few cache lines.
+fn transpose_inner<T: Copy>(x: &[T], out_shape: &[usize], src: &[usize]) -> Vec<T> {
+    const TILE: usize = 16;
+    let total: usize = out_shape.iter().product();
+    let rank = out_shape.len();
+    let (rows, cols) = (out_shape[rank - 2], out_shape[rank - 1]);
+    let cs = src[rank - 1];
+    let mut out: Vec<T> = Vec::with_capacity(total);
+    if total == 0 {
+        return out;
+    }
+    let dst = &mut out.spare_capacity_mut()[..total];
+    let outer_shape = &out_shape[..rank - 2];
+    let outer_src = &src[..rank - 2];
+    let mut idx = vec![0usize; outer_shape.len()];
+    let mut base = 0usize;
+    for block in dst.chunks_exact_mut(rows * cols) {
+        for i0 in (0..rows).step_by(TILE) {
+            let i1 = (i0 + TILE).min(rows);
+            for j0 in (0..cols).step_by(TILE) {
+                let j1 = (j0 + TILE).min(cols);
+                for i in i0..i1 {
+                    let drow = &mut block[i * cols + j0..i * cols + j1];
+                    let s0 = base + i + j0 * cs;
+                    for (j, d) in drow.iter_mut().enumerate() {
+                        d.write(x[s0 + j * cs]);
+                    }
+                }
+            }
+        }
+        // Advance the odometer over the outer dimensions.
+        for d in (0..outer_shape.len()).rev() {
+            idx[d] += 1;
+            base += outer_src[d];
+            if idx[d] < outer_shape[d] {
+                break;
+            }
+            base -= outer_src[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+    // SAFETY: the tiles of every block cover all `rows * cols` elements,
+    // and the blocks cover the output.
+    unsafe { out.set_len(total) };
+    out
 }
 
 fn transpose_t<T: Elem>(x: &Buf, d: &OperandDescriptor, perm: &[usize]) -> Result<Buf> {

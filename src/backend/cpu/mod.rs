@@ -230,19 +230,24 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
     for (id, buf) in &cg.constants {
         slots[*id] = Slot::Borrowed(buf);
     }
+    use std::borrow::Cow;
+
+    use crate::graph::ops::activation::ActivationOp;
+
+    // Multi-output nodes get their descriptors cloned into this buffer;
+    // single-output nodes borrow theirs.
+    let mut multi: Vec<OperandDescriptor> = Vec::new();
     for (n, node) in g.nodes.iter().enumerate() {
-        let ins: Vec<&Buf> = node
-            .inputs
-            .iter()
-            .map(|&i| slots[i].get().expect("operand computed before use"))
-            .collect();
         let in_descs: Vec<&OperandDescriptor> =
             node.inputs.iter().map(|&i| &g.operands[i]).collect();
-        let out_descs: Vec<OperandDescriptor> = node
-            .outputs
-            .iter()
-            .map(|&o| g.operands[o].clone())
-            .collect();
+        let out_descs: &[OperandDescriptor] = match node.outputs[..] {
+            [o] => std::slice::from_ref(&g.operands[o]),
+            _ => {
+                multi.clear();
+                multi.extend(node.outputs.iter().map(|&o| g.operands[o].clone()));
+                &multi
+            }
+        };
         let needed: usize = out_descs.iter().map(held_bytes).sum();
         if let Some(budget) = budget {
             if live.saturating_add(needed) > budget {
@@ -255,17 +260,70 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             }
         }
         live += needed;
-        let results =
-            run_op(&node.op, &ins, &in_descs, &out_descs, cg.packed.get(&n)).map_err(|e| {
-                if node.label.is_empty() {
-                    e
-                } else {
-                    Error::new(
-                        e.kind,
-                        format!("{} (operator labelled {:?})", e.message, node.label),
-                    )
+        // An owned intermediate that dies here and is read once by this
+        // node can become the output of an element-wise node in place.
+        let reusable = |slots: &[Slot], i: usize| {
+            cg.last_use[i] == n
+                && matches!(slots[i], Slot::Owned(_))
+                && node.inputs.iter().filter(|&&j| j == i).count() == 1
+        };
+        let in_place = matches!(
+            node.op,
+            Op::Binary(_) | Op::Softmax { .. } | Op::Activation(ActivationOp::Gelu)
+        ) && node.outputs.len() == 1
+            && node.inputs.iter().any(|&i| reusable(&slots, i));
+        let results = if in_place {
+            let mut taken: Vec<Option<Buf>> = Vec::with_capacity(node.inputs.len());
+            for &i in &node.inputs {
+                if reusable(&slots, i) {
+                    if let Slot::Owned(b) = std::mem::replace(&mut slots[i], Slot::Empty) {
+                        live = live.saturating_sub(held_bytes(&g.operands[i]));
+                        taken.push(Some(b));
+                        continue;
+                    }
                 }
-            })?;
+                taken.push(None);
+            }
+            let mut args: Vec<Cow<Buf>> = Vec::with_capacity(node.inputs.len());
+            for (&i, t) in node.inputs.iter().zip(taken) {
+                args.push(match t {
+                    Some(b) => Cow::Owned(b),
+                    None => Cow::Borrowed(slots[i].get().expect("operand computed before use")),
+                });
+            }
+            let out = &out_descs[0];
+            let mut args = args.into_iter();
+            let mut next = || {
+                args.next()
+                    .ok_or_else(|| Error::operation("an operator is missing an input"))
+            };
+            match &node.op {
+                Op::Binary(k) => {
+                    let (a, b) = (next()?, next()?);
+                    elementwise::binary_owned(*k, a, in_descs[0], b, in_descs[1], out)
+                }
+                Op::Softmax { axis } => elementwise::softmax_owned(next()?, *axis, out),
+                _ => activation::gelu_owned(next()?, out),
+            }
+            .map(|b| vec![b])
+        } else {
+            let ins: Vec<&Buf> = node
+                .inputs
+                .iter()
+                .map(|&i| slots[i].get().expect("operand computed before use"))
+                .collect();
+            run_op(&node.op, &ins, &in_descs, out_descs, cg.packed.get(&n))
+        };
+        let results = results.map_err(|e| {
+            if node.label.is_empty() {
+                e
+            } else {
+                Error::new(
+                    e.kind,
+                    format!("{} (operator labelled {:?})", e.message, node.label),
+                )
+            }
+        })?;
         for (&o, r) in node.outputs.iter().zip(results) {
             slots[o] = Slot::Owned(r);
         }

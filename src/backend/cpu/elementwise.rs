@@ -38,12 +38,17 @@ where
             // A few chunks per thread balance the load without much
             // scheduling; whole cache lines per chunk.
             let chunk = n.div_ceil(threads * 4).next_multiple_of(16);
-            spare
-                .par_chunks_mut(chunk)
-                .enumerate()
-                .for_each(|(i, c)| with_simd(|| fill(i * chunk, c)));
+            spare.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| {
+                with_simd(
+                    #[inline(always)]
+                    || fill(i * chunk, c),
+                )
+            });
         } else {
-            with_simd(|| fill(0, spare));
+            with_simd(
+                #[inline(always)]
+                || fill(0, spare),
+            );
         }
     }
     // SAFETY: `fill` wrote all `n` elements (every caller writes each element
@@ -152,18 +157,30 @@ where
     }
     // Fast paths: same shape, or one side a single element.
     if a.len() == total && b.len() == total {
-        return build_vec(total, |s, o| {
-            let e = s + o.len();
-            map2(&a[s..e], &b[s..e], o, &f)
-        });
+        return build_vec(
+            total,
+            #[inline(always)]
+            |s, o| {
+                let e = s + o.len();
+                map2(&a[s..e], &b[s..e], o, &f)
+            },
+        );
     }
     if a.len() == 1 && b.len() == total {
         let x = a[0];
-        return build_vec(total, |s, o| map1(&b[s..s + o.len()], o, &|y| f(x, y)));
+        return build_vec(
+            total,
+            #[inline(always)]
+            |s, o| map1(&b[s..s + o.len()], o, &|y| f(x, y)),
+        );
     }
     if b.len() == 1 && a.len() == total {
         let y = b[0];
-        return build_vec(total, |s, o| map1(&a[s..s + o.len()], o, &|x| f(x, y)));
+        return build_vec(
+            total,
+            #[inline(always)]
+            |s, o| map1(&a[s..s + o.len()], o, &|x| f(x, y)),
+        );
     }
     let rank = out_shape.len();
     let ta = broadcast_strides(sa, out_shape);
@@ -211,9 +228,14 @@ where
     let chunk = rows_per_chunk * inner;
     let mut v: Vec<U> = Vec::with_capacity(total);
     let work = |(c, dst): (usize, &mut [MaybeUninit<U>])| {
-        for (j, d) in dst.chunks_mut(inner).enumerate() {
-            row(c * rows_per_chunk + j, d);
-        }
+        with_simd(
+            #[inline(always)]
+            || {
+                for (j, d) in dst.chunks_mut(inner).enumerate() {
+                    row(c * rows_per_chunk + j, d);
+                }
+            },
+        )
     };
     let spare = &mut v.spare_capacity_mut()[..total];
     if chunk < total {
@@ -228,11 +250,15 @@ where
 
 /// `(0..n).map(f)`, in parallel for large `n`.
 pub(super) fn par_map<U: Copy + Send, F: Fn(usize) -> U + Sync>(n: usize, f: F) -> Vec<U> {
-    build_vec(n, |s, o| {
-        for (i, d) in o.iter_mut().enumerate() {
-            d.write(f(s + i));
-        }
-    })
+    build_vec(
+        n,
+        #[inline(always)]
+        |s, o| {
+            for (i, d) in o.iter_mut().enumerate() {
+                d.write(f(s + i));
+            }
+        },
+    )
 }
 
 /// `x.map(f)`, vectorisable and in parallel for large inputs.
@@ -242,7 +268,11 @@ where
     U: Copy + Send,
     F: Fn(T) -> U + Sync,
 {
-    build_vec(x.len(), |s, o| map1(&x[s..s + o.len()], o, &f))
+    build_vec(
+        x.len(),
+        #[inline(always)]
+        |s, o| map1(&x[s..s + o.len()], o, &f),
+    )
 }
 
 /// Integer element types: wrapping arithmetic that never panics.
@@ -529,34 +559,37 @@ fn binary_in_place<F: Fn(f32, f32) -> f32 + Sync>(
     let scalar = other.len() == 1;
     // Runs over whole rows starting at row `r0`.
     let work = |r0: usize, dst: &mut [f32]| {
-        with_simd(|| {
-            if same {
-                let s = r0 * inner;
-                let len = dst.len();
-                for (x, &y) in dst.iter_mut().zip(&other[s..s + len]) {
-                    *x = f(*x, y);
-                }
-            } else if scalar {
-                let y = other[0];
-                for x in dst.iter_mut() {
-                    *x = f(*x, y);
-                }
-            } else {
-                for (j, row) in dst.chunks_mut(inner).enumerate() {
-                    let ob = row_offset(r0 + j);
-                    if ib == 1 {
-                        for (x, &y) in row.iter_mut().zip(&other[ob..ob + inner]) {
-                            *x = f(*x, y);
-                        }
-                    } else {
-                        let y = other[ob];
-                        for x in row.iter_mut() {
-                            *x = f(*x, y);
+        with_simd(
+            #[inline(always)]
+            || {
+                if same {
+                    let s = r0 * inner;
+                    let len = dst.len();
+                    for (x, &y) in dst.iter_mut().zip(&other[s..s + len]) {
+                        *x = f(*x, y);
+                    }
+                } else if scalar {
+                    let y = other[0];
+                    for x in dst.iter_mut() {
+                        *x = f(*x, y);
+                    }
+                } else {
+                    for (j, row) in dst.chunks_mut(inner).enumerate() {
+                        let ob = row_offset(r0 + j);
+                        if ib == 1 {
+                            for (x, &y) in row.iter_mut().zip(&other[ob..ob + inner]) {
+                                *x = f(*x, y);
+                            }
+                        } else {
+                            let y = other[ob];
+                            for x in row.iter_mut() {
+                                *x = f(*x, y);
+                            }
                         }
                     }
                 }
-            }
-        })
+            },
+        )
     };
     let rows = total / inner;
     let threads = rayon::current_num_threads();
@@ -856,7 +889,10 @@ pub(super) fn sum_lanes(v: &[f32]) -> f32 {
             lanes[j] += c[j];
         }
     }
-    let mut s = chunks.remainder().iter().sum::<f32>();
+    let mut s = 0.0f32;
+    for &x in chunks.remainder() {
+        s += x;
+    }
     for l in lanes {
         s += l;
     }
@@ -883,6 +919,7 @@ fn max_lanes(v: &[f32]) -> f32 {
 
 /// Softmax of one contiguous row, in place.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)]
 fn softmax_row(row: &mut [f32]) {
     // Subtracting the maximum keeps exp() from overflowing; the result is
     // mathematically unchanged.
@@ -892,12 +929,12 @@ fn softmax_row(row: &mut [f32]) {
         // compute without it, which yields NaN like the formula does.
         m = 0.0;
     }
-    for v in row.iter_mut() {
-        *v = exp_f32(*v - m);
+    for i in 0..row.len() {
+        row[i] = exp_f32(row[i] - m);
     }
     let inv = 1.0 / sum_lanes(row);
-    for v in row.iter_mut() {
-        *v *= inv;
+    for i in 0..row.len() {
+        row[i] *= inv;
     }
 }
 
@@ -949,17 +986,22 @@ pub fn softmax_owned(x: Cow<'_, Buf>, axis: usize, out: &OperandDescriptor) -> R
             v.len()
         };
         let run = |c: &mut [f32]| {
-            with_simd(|| {
-                if inner == 1 {
-                    c.chunks_exact_mut(n).for_each(softmax_row);
-                } else {
-                    for b in c.chunks_exact_mut(block) {
-                        for j in 0..inner {
-                            softmax_strided(&mut b[j..], n, inner);
+            with_simd(
+                #[inline(always)]
+                || {
+                    if inner == 1 {
+                        for row in c.chunks_exact_mut(n) {
+                            softmax_row(row);
+                        }
+                    } else {
+                        for b in c.chunks_exact_mut(block) {
+                            for j in 0..inner {
+                                softmax_strided(&mut b[j..], n, inner);
+                            }
                         }
                     }
-                }
-            })
+                },
+            )
         };
         if per < v.len() {
             v.par_chunks_mut(per).for_each(run);

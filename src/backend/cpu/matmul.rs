@@ -120,9 +120,9 @@ pub fn matmul(
                 parallel,
             );
         };
-        // Many small products: one thread per product; few large ones: the
-        // threads share each product.
-        if batches > 1 && m * n * k < PAR_WORK * 4 {
+        // Many products (at least one per thread) or small ones: one thread
+        // per product; few large ones: the threads share each product.
+        if batches > 1 && (m * n * k < PAR_WORK * 4 || batches >= rayon::current_num_threads()) {
             res.par_chunks_mut(mn)
                 .enumerate()
                 .for_each(|x| one(x, false));

@@ -79,49 +79,52 @@ fn normalize_rows(
         (&[], &[])
     };
     let run = |(r, row): (usize, &mut [f32])| {
-        with_simd(|| {
-            // Mean and variance accumulated in f64 over independent lanes
-            // (vectorisable); the variance in a second pass, which does not
-            // cancel.
-            let mut lanes = [0.0f64; 8];
-            let mut chunks = row.chunks_exact(8);
-            for c in &mut chunks {
-                for j in 0..8 {
-                    lanes[j] += c[j] as f64;
+        with_simd(
+            #[inline(always)]
+            || {
+                // Mean and variance accumulated in f64 over independent lanes
+                // (vectorisable); the variance in a second pass, which does not
+                // cancel.
+                let mut lanes = [0.0f64; 8];
+                let mut chunks = row.chunks_exact(8);
+                for c in &mut chunks {
+                    for j in 0..8 {
+                        lanes[j] += c[j] as f64;
+                    }
                 }
-            }
-            let mut sum: f64 = chunks.remainder().iter().map(|&v| v as f64).sum();
-            sum += lanes.iter().sum::<f64>();
-            let mean = sum / len as f64;
-            let mut lanes = [0.0f64; 8];
-            let mut chunks = row.chunks_exact(8);
-            for c in &mut chunks {
-                for j in 0..8 {
-                    let d = c[j] as f64 - mean;
-                    lanes[j] += d * d;
+                let mut sum: f64 = chunks.remainder().iter().map(|&v| v as f64).sum();
+                sum += lanes.iter().sum::<f64>();
+                let mean = sum / len as f64;
+                let mut lanes = [0.0f64; 8];
+                let mut chunks = row.chunks_exact(8);
+                for c in &mut chunks {
+                    for j in 0..8 {
+                        let d = c[j] as f64 - mean;
+                        lanes[j] += d * d;
+                    }
                 }
-            }
-            let mut sq: f64 = chunks
-                .remainder()
-                .iter()
-                .map(|&v| (v as f64 - mean) * (v as f64 - mean))
-                .sum();
-            sq += lanes.iter().sum::<f64>();
-            let var = sq / len as f64;
-            let inv = 1.0 / (var + epsilon as f64).sqrt();
-            if per_element {
-                for ((v, &s), &b) in row.iter_mut().zip(srow).zip(brow) {
-                    *v = ((*v as f64 - mean) * (inv * s as f64) + b as f64) as f32;
+                let mut sq: f64 = chunks
+                    .remainder()
+                    .iter()
+                    .map(|&v| (v as f64 - mean) * (v as f64 - mean))
+                    .sum();
+                sq += lanes.iter().sum::<f64>();
+                let var = sq / len as f64;
+                let inv = 1.0 / (var + epsilon as f64).sqrt();
+                if per_element {
+                    for ((v, &s), &b) in row.iter_mut().zip(srow).zip(brow) {
+                        *v = ((*v as f64 - mean) * (inv * s as f64) + b as f64) as f32;
+                    }
+                } else {
+                    let k = r % channels.max(1);
+                    let s = scale.map_or(1.0, |s| s[k] as f64) * inv;
+                    let b = bias.map_or(0.0, |b| b[k] as f64);
+                    for v in row.iter_mut() {
+                        *v = ((*v as f64 - mean) * s + b) as f32;
+                    }
                 }
-            } else {
-                let k = r % channels.max(1);
-                let s = scale.map_or(1.0, |s| s[k] as f64) * inv;
-                let b = bias.map_or(0.0, |b| b[k] as f64);
-                for v in row.iter_mut() {
-                    *v = ((*v as f64 - mean) * s + b) as f32;
-                }
-            }
-        })
+            },
+        )
     };
     if x.len() >= PAR_MIN {
         x.par_chunks_mut(len).enumerate().for_each(run);

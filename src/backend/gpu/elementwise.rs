@@ -7,6 +7,7 @@
 use super::{broadcast_strides, wgsl_type, word, Gpu, Step};
 use crate::error::{Error, Result};
 use crate::graph::op::{BinaryKind, UnaryKind};
+use crate::graph::ops::activation::ActivationOp;
 use crate::types::{DataType, OperandDescriptor};
 
 const BINARY: &str = include_str!("shaders/binary.wgsl");
@@ -24,7 +25,7 @@ fn element_type(op: &str, dt: DataType) -> Result<&'static str> {
 /// Shape and per-input strides of a broadcast, with size-1 output
 /// dimensions dropped and neighbouring dimensions merged wherever both
 /// inputs walk them contiguously (so equal shapes become one flat loop).
-fn coalesce(out: &[usize], sa: &[u64], sb: &[u64]) -> Vec<(u64, u64, u64)> {
+pub(super) fn coalesce(out: &[usize], sa: &[u64], sb: &[u64]) -> Vec<(u64, u64, u64)> {
     let mut dims: Vec<(u64, u64, u64)> = Vec::new();
     for d in 0..out.len() {
         let size = out[d] as u64;
@@ -183,4 +184,55 @@ pub(super) fn clamp(
         out,
         out_desc,
     )
+}
+
+/// The one-input float32 activations (elu, gelu, hardSigmoid, hardSwish,
+/// leakyRelu, linear, softplus, softsign); alpha and beta travel as the
+/// template's bounds.
+pub(super) fn activation(
+    gpu: &mut Gpu,
+    op: &ActivationOp,
+    input: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    out_desc: &OperandDescriptor,
+) -> Result<Option<Step>> {
+    if out_desc.data_type != DataType::Float32 {
+        return Err(Error::not_supported(format!(
+            "{} on {} is not supported on the GPU backend yet",
+            op.name(),
+            out_desc.data_type.name()
+        )));
+    }
+    let (expr, a, b) = match *op {
+        ActivationOp::Elu { alpha } => ("select(lo() * expm1_f(v), v, v > 0.0)", alpha, 0.0),
+        ActivationOp::Gelu => (
+            "0.5 * v * (1.0 + erf_as(v * 0.70710678118654752))",
+            0.0,
+            0.0,
+        ),
+        ActivationOp::HardSigmoid { alpha, beta } => {
+            ("clamp_nan(fma(lo(), v, hi()), 0.0, 1.0)", alpha, beta)
+        }
+        ActivationOp::HardSwish => ("v * clamp_nan(v + 3.0, 0.0, 6.0) / 6.0", 0.0, 0.0),
+        ActivationOp::LeakyRelu { alpha } => ("select(lo() * v, v, v >= 0.0)", alpha, 0.0),
+        ActivationOp::Linear { alpha, beta } => ("fma(lo(), v, hi())", alpha, beta),
+        ActivationOp::Softplus => (
+            "select(max(v, 0.0) + log1p_f(exp(-abs(v))), v, (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u)",
+            0.0,
+            0.0,
+        ),
+        ActivationOp::Softsign => (
+            "select(v / (1.0 + abs(v)), sign(v), abs(v) > 3.4e38)",
+            0.0,
+            0.0,
+        ),
+        ActivationOp::Prelu | ActivationOp::Where => {
+            return Err(Error::operation(format!(
+                "{} is not a one-input activation",
+                op.name()
+            )))
+        }
+    };
+    let bounds = [(a as f32).to_bits(), (b as f32).to_bits()];
+    run_unary(gpu, "f32", expr, bounds, input, out, out_desc)
 }

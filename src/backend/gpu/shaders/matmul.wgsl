@@ -8,6 +8,13 @@
 // tile of b in workgroup memory; out-of-range elements are staged as zero,
 // so any M, N, K work.
 //
+// The host substitutes the placeholders LOAD_A and LOAD_B (the element of a at row
+// `r`, column `c` of the logical M x K matrix, and of b in K x N, given the
+// batch offsets a0 and b0), STORE (the value written from `acc[i][j]`
+// at output row `r`, column `c`) and EXTRA (further declarations):
+// matmul reads row-major operands; gemm reads transposed ones as such and
+// adds alpha, beta and c.
+//
 // Parameters, as u32 words:
 //   p[0], p[1], p[2]          M, N, K
 //   p[3]                      batch count
@@ -18,6 +25,14 @@
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+{{EXTRA}}
+fn load_a(a0: u32, r: u32, c: u32, m: u32, k: u32) -> f32 {
+    return {{LOAD_A}};
+}
+
+fn load_b(b0: u32, r: u32, c: u32, k: u32, n: u32) -> f32 {
+    return {{LOAD_B}};
+}
 
 // 64 rows x 16 of a, and 16 x 64 columns of b, both row-major.
 var<workgroup> ta: array<f32, 1024>;
@@ -50,14 +65,14 @@ fn main(
             let ak = k0 + idx % 16u;
             var va = 0.0;
             if (ar < m && ak < k) {
-                va = a[a0 + ar * k + ak];
+                va = load_a(a0, ar, ak, m, k);
             }
             ta[idx] = va;
             let bk = k0 + idx / 64u;
             let bc = col0 + idx % 64u;
             var vb = 0.0;
             if (bk < k && bc < n) {
-                vb = b[b0 + bk * n + bc];
+                vb = load_b(b0, bk, bc, k, n);
             }
             tb[idx] = vb;
         }
@@ -82,7 +97,7 @@ fn main(
         for (var j = 0u; j < 4u; j++) {
             let c = col0 + lid.x + 16u * j;
             if (r < m && c < n) {
-                out[o0 + r * n + c] = acc[i][j];
+                out[o0 + r * n + c] = {{STORE}};
             }
         }
     }

@@ -3,8 +3,8 @@
 // The host substitutes {{T}} (the element type) and {{EXPR}} (the operator
 // on `v`). Parameters, as u32 words:
 //   p[0]   element count
-//   p[1]   lower bound bits (clamp only, as {{T}})
-//   p[2]   upper bound bits (clamp only, as {{T}})
+//   p[1]   lower bound bits (clamp, or alpha), as {{T}}
+//   p[2]   upper bound bits (clamp, or beta), as {{T}}
 
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<{{T}}>;
@@ -16,6 +16,38 @@ fn lo() -> {{T}} {
 
 fn hi() -> {{T}} {
     return bitcast<{{T}}>(p[2]);
+}
+
+// Helpers of the float activations (unused ones cost nothing).
+
+// e^x - 1, without the cancellation of exp(x) - 1 near 0.
+fn expm1_f(x: f32) -> f32 {
+    if (abs(x) < 1e-3) {
+        return x + x * x * (0.5 + x / 6.0);
+    }
+    return exp(x) - 1.0;
+}
+
+// ln(1 + t) for t >= 0, keeping the tail for tiny t.
+fn log1p_f(t: f32) -> f32 {
+    if (t < 1e-3) {
+        return t - t * t * (0.5 - t / 3.0);
+    }
+    return log(1.0 + t);
+}
+
+// erf by Abramowitz and Stegun 7.1.26 (as the CPU backend's gelu).
+fn erf_as(x: f32) -> f32 {
+    let a = abs(x);
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    let y = 1.0 - poly * exp(-a * a);
+    return select(y, -y, x < 0.0);
+}
+
+// clamp(y, l, h) that keeps NaN.
+fn clamp_nan(y: f32, l: f32, h: f32) -> f32 {
+    return select(select(y, l, y < l), h, y > h);
 }
 
 fn op(v: {{T}}) -> {{T}} {

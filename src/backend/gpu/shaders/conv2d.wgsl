@@ -1,0 +1,69 @@
+// Direct float32 conv2d: one invocation per output element.
+//
+// Layouts are handled through strides: the input, filter and output are
+// read and written at sum(coordinate * stride) in the canonical NCHW / OIHW
+// sense, whatever their layouts. Parameters, as u32 words:
+//   p[0]                     output element count
+//   p[1 .. 5]                batch, in channels, in height, in width
+//   p[5 .. 9]                out channels, kernel height, kernel width, groups
+//   p[9], p[10]              out height, out width
+//   p[11], p[12]             padding top, left
+//   p[13], p[14]             strides (h, w)
+//   p[15], p[16]             dilations (h, w)
+//   p[17]                    1 when a bias is bound
+//   p[18 .. 22]              input strides (n, c, h, w)
+//   p[22 .. 26]              filter strides (o, i, h, w)
+//   p[26 .. 30]              output strides (n, c, h, w)
+
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> f: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.y * nwg.x * 256u + gid.x;
+    if (i >= p[0]) {
+        return;
+    }
+    let ih = i32(p[3]);
+    let iw = i32(p[4]);
+    let oc = p[5];
+    let kh = p[6];
+    let kw = p[7];
+    let oh = p[9];
+    let ow = p[10];
+    let ox = i % ow;
+    let oy = (i / ow) % oh;
+    let o = (i / (ow * oh)) % oc;
+    let b = i / (ow * oh * oc);
+    let cg = p[2] / p[8];
+    let c0 = (o / (oc / p[8])) * cg;
+    var acc = 0.0;
+    if (p[17] != 0u) {
+        acc = bias[o];
+    }
+    let y0 = i32(oy * p[13]) - i32(p[11]);
+    let x0 = i32(ox * p[14]) - i32(p[12]);
+    for (var ci = 0u; ci < cg; ci++) {
+        let xc = b * p[18] + (c0 + ci) * p[19];
+        let fc = o * p[22] + ci * p[23];
+        for (var ky = 0u; ky < kh; ky++) {
+            let iy = y0 + i32(ky * p[15]);
+            if (iy < 0 || iy >= ih) {
+                continue;
+            }
+            let xr = xc + u32(iy) * p[20];
+            let fr = fc + ky * p[24];
+            for (var kx = 0u; kx < kw; kx++) {
+                let ix = x0 + i32(kx * p[16]);
+                if (ix < 0 || ix >= iw) {
+                    continue;
+                }
+                acc = fma(x[xr + u32(ix) * p[21]], f[fr + kx * p[25]], acc);
+            }
+        }
+    }
+    out[b * p[26] + o * p[27] + oy * p[28] + ox * p[29]] = acc;
+}

@@ -1419,7 +1419,7 @@ mod tests {
                 .unwrap()[0];
             let g = bld.build(vec![("out".into(), out)]).unwrap();
             let node = g.nodes[0].clone();
-            let ins = vec![
+            let ins = [
                 random_buf(F, 37 * 19, 1),
                 random_buf(F, 19 * 70, 2),
                 random_buf(F, sc.iter().product(), 3),
@@ -1452,7 +1452,14 @@ mod tests {
     fn conv2d_options() {
         let Some(mut be) = backend() else { return };
         // (input layout, filter layout, input, filter, options)
-        let cases: Vec<(&str, &str, Vec<usize>, Vec<usize>, Vec<(&str, Val)>)> = vec![
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            Vec<usize>,
+            Vec<usize>,
+            Vec<(&'a str, Val)>,
+        );
+        let cases: Vec<Case> = vec![
             ("nchw", "oihw", vec![1, 3, 9, 11], vec![5, 3, 3, 3], vec![]),
             (
                 "nchw",

@@ -113,13 +113,7 @@ fn float_fn(op: &ActivationOp) -> Result<Box<dyn Fn(f64) -> f64 + Sync>> {
 #[inline(always)]
 fn gelu_f32(x: f32) -> f32 {
     // Beyond |x| = 20, 1 + erf is 0 or 2 in f32; clamping keeps x^2 finite.
-    let xc = if x < -20.0 {
-        -20.0
-    } else if x > 20.0 {
-        20.0
-    } else {
-        x
-    };
+    let xc = x.clamp(-20.0, 20.0);
     let a = xc.abs() * std::f32::consts::FRAC_1_SQRT_2;
     let t = 1.0 / (1.0 + 0.327_591_1 * a);
     let poly = t

@@ -89,13 +89,7 @@ pub(super) fn exp_f32(x: f32) -> f32 {
     // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa.
     const SHIFT: f32 = 12_582_912.0;
     // Below -104 the result rounds to 0; above 89 it overflows either way.
-    let x = if x < -104.0 {
-        -104.0
-    } else if x > 89.0 {
-        89.0
-    } else {
-        x
-    };
+    let x = x.clamp(-104.0, 89.0);
     let t = x * LOG2E + SHIFT;
     let n = t - SHIFT;
     let ni = (t.to_bits() as i32).wrapping_sub(SHIFT.to_bits() as i32);
@@ -975,13 +969,10 @@ pub fn softmax_owned(x: Cow<'_, Buf>, axis: usize, out: &OperandDescriptor) -> R
     let n = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
     let block = n * inner;
-    if block > 0 {
+    if let Some(groups) = v.len().checked_div(block) {
         // Groups of whole blocks per task.
         let per = if v.len() >= PAR_MIN && rayon::current_num_threads() > 1 {
-            (v.len() / block)
-                .div_ceil(rayon::current_num_threads() * 4)
-                .max(1)
-                * block
+            groups.div_ceil(rayon::current_num_threads() * 4).max(1) * block
         } else {
             v.len()
         };

@@ -7,6 +7,26 @@ use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
 use crate::graph::{GraphBuilder, Op, OperandId};
 use crate::types::OperandDescriptor;
 
+/// (batch, channels, height, width) of a 4-D shape in the nchw or nhwc
+/// layout.
+fn split_layout(s: &[usize], nhwc: bool) -> (usize, usize, usize, usize) {
+    if nhwc {
+        (s[0], s[3], s[1], s[2])
+    } else {
+        (s[0], s[1], s[2], s[3])
+    }
+}
+
+/// The 4-D shape of (batch, channels, height, width) in the nchw or nhwc
+/// layout.
+fn join_layout(nhwc: bool, batch: usize, channels: usize, h: usize, w: usize) -> Vec<usize> {
+    if nhwc {
+        vec![batch, h, w, channels]
+    } else {
+        vec![batch, channels, h, w]
+    }
+}
+
 /// Reads a list option of exactly `n` values, each at least `min`.
 fn fixed_list<const N: usize>(
     ctx: &Ctx,
@@ -68,11 +88,7 @@ fn build_conv2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         return Err(ctx.err("groups must be greater than 0"));
     }
     let s = &di.shape;
-    let (batch, in_channels, in_h, in_w) = if nhwc {
-        (s[0], s[3], s[1], s[2])
-    } else {
-        (s[0], s[1], s[2], s[3])
-    };
+    let (batch, in_channels, in_h, in_w) = split_layout(s, nhwc);
     let f = &dw.shape;
     let (out_channels, filter_in, kernel_h, kernel_w) = match filter_layout {
         FilterLayout::Oihw => (f[0], f[1], f[2], f[3]),
@@ -128,11 +144,7 @@ fn build_conv2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         )))
         }
     };
-    let shape = if nhwc {
-        vec![batch, out_h, out_w, out_channels]
-    } else {
-        vec![batch, out_channels, out_h, out_w]
-    };
+    let shape = join_layout(nhwc, batch, out_channels, out_h, out_w);
     let out = OperandDescriptor::new(di.data_type, shape).map_err(|e| ctx.err(e.message))?;
     let params = Conv2dParams {
         nhwc,
@@ -180,11 +192,7 @@ fn pool2d(
     check(&ctx, "input", &d)?;
     let nhwc = ctx.enum_or(opts.member("layout"), "layout", &["nchw", "nhwc"], "nchw")? == "nhwc";
     let s = &d.shape;
-    let (batch, channels, in_h, in_w) = if nhwc {
-        (s[0], s[3], s[1], s[2])
-    } else {
-        (s[0], s[1], s[2], s[3])
-    };
+    let (batch, channels, in_h, in_w) = split_layout(s, nhwc);
     let window = fixed_list::<2>(
         &ctx,
         opts.member("windowDimensions"),
@@ -252,11 +260,7 @@ fn pool2d(
             o
         }
     };
-    let shape = if nhwc {
-        vec![batch, out_h, out_w, channels]
-    } else {
-        vec![batch, channels, out_h, out_w]
-    };
+    let shape = join_layout(nhwc, batch, channels, out_h, out_w);
     let out = OperandDescriptor::new(d.data_type, shape).map_err(|e| ctx.err(e.message))?;
     let params = Pool2dParams {
         kind,
@@ -417,11 +421,7 @@ fn build_conv_transpose2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Oper
         return Err(ctx.err("groups must be greater than 0"));
     }
     let s = &di.shape;
-    let (batch, in_channels, in_h, in_w) = if nhwc {
-        (s[0], s[3], s[1], s[2])
-    } else {
-        (s[0], s[1], s[2], s[3])
-    };
+    let (batch, in_channels, in_h, in_w) = split_layout(s, nhwc);
     let f = &dw.shape;
     let (filter_in, filter_out, kernel_h, kernel_w) = match filter_layout {
         TransposeFilterLayout::Iohw => (f[0], f[1], f[2], f[3]),
@@ -505,11 +505,7 @@ fn build_conv_transpose2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Oper
         }
         None => (calc_h + output_padding[0], calc_w + output_padding[1]),
     };
-    let shape = if nhwc {
-        vec![batch, out_h, out_w, out_channels]
-    } else {
-        vec![batch, out_channels, out_h, out_w]
-    };
+    let shape = join_layout(nhwc, batch, out_channels, out_h, out_w);
     let out = OperandDescriptor::new(di.data_type, shape).map_err(|e| ctx.err(e.message))?;
     let params = ConvTranspose2dParams {
         nhwc,

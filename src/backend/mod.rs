@@ -84,10 +84,12 @@ pub trait Backend {
 }
 
 /// Whether a backend of `device` type runs operator `op` (empty: tensors in
-/// general) with data type `dt`; `opSupportLimits()` reports this.
-pub fn supports(device: &str, op: &str, dt: crate::types::DataType) -> bool {
+/// general) with data type `dt` for its operand named `operand` (the
+/// `opSupportLimits()` member name; empty: any); `opSupportLimits()`
+/// reports this.
+pub fn supports(device: &str, op: &str, operand: &str, dt: crate::types::DataType) -> bool {
     match device {
-        "gpu" => gpu::supports(op, dt),
+        "gpu" => gpu::supports(op, operand, dt),
         _ => true,
     }
 }

@@ -35,7 +35,7 @@ pub fn op_support_limits(
         l.types
             .iter()
             .copied()
-            .filter(|&t| crate::backend::supports(device, op, t))
+            .filter(|&t| crate::backend::supports(device, op, l.name, t))
             .collect()
     };
     let o = raw::object(env)?;
@@ -49,7 +49,7 @@ pub fn op_support_limits(
     let io_types: Vec<DataType> = ALL_TYPES
         .iter()
         .copied()
-        .filter(|&t| crate::backend::supports(device, "", t))
+        .filter(|&t| crate::backend::supports(device, "", "", t))
         .collect();
     for key in ["input", "constant", "output"] {
         raw::set(env, o, key, limit(env, &io_types, 0, MAX_RANK)?)?;

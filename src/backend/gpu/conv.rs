@@ -3,10 +3,29 @@
 //! `l2Pool2d`, as direct float32 kernels: one invocation per output
 //! element, layouts expressed as strides.
 
-use super::{word, Gpu, Step};
-use crate::error::Result;
+use super::{is_float, word, Gpu, NodeIo, Step};
+use crate::error::{Error, Result};
 use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
-use crate::types::OperandDescriptor;
+use crate::graph::ops::conv::ConvTranspose2dParams;
+use crate::types::{DataType, OperandDescriptor};
+
+/// The family's answer to [`super::supports`]: float kernels (float16
+/// computed in f32).
+pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
+    matches!(op, "conv2d" | "averagePool2d" | "maxPool2d" | "l2Pool2d") && is_float(dt)
+}
+
+/// `convTranspose2d`.
+pub(super) fn conv_transpose2d(
+    gpu: &mut Gpu,
+    c: &ConvTranspose2dParams,
+    io: &NodeIo,
+) -> Result<Vec<Step>> {
+    let _ = (gpu, c, io);
+    Err(Error::not_supported(
+        "convTranspose2d is not supported on the GPU backend yet",
+    ))
+}
 
 const CONV2D: &str = include_str!("shaders/conv2d.wgsl");
 const POOL2D: &str = include_str!("shaders/pool2d.wgsl");

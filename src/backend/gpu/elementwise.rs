@@ -4,7 +4,7 @@
 //! the operator's expression, so each (operator, type) pair compiles to its
 //! own small pipeline, cached by source.
 
-use super::{broadcast_strides, wgsl_type, word, Gpu, Step};
+use super::{broadcast_strides, is_float, is_word, wgsl_type, word, Gpu, Step};
 use crate::error::{Error, Result};
 use crate::graph::op::{BinaryKind, UnaryKind};
 use crate::graph::ops::activation::ActivationOp;
@@ -12,6 +12,20 @@ use crate::types::{DataType, OperandDescriptor};
 
 const BINARY: &str = include_str!("shaders/binary.wgsl");
 const UNARY: &str = include_str!("shaders/unary.wgsl");
+
+/// The family's answer to [`super::supports`]: every operand of these
+/// operators has the output's type, computed in one word.
+pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
+    match op {
+        "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" | "abs" | "neg" | "relu"
+        | "clamp" | "identity" => is_word(dt),
+        "sign" => is_float(dt) || wgsl_type(dt) == Some("i32"),
+        "exp" | "log" | "sqrt" | "sigmoid" | "tanh" | "ceil" | "cos" | "floor" | "reciprocal"
+        | "roundEven" | "sin" | "tan" | "erf" | "elu" | "gelu" | "hardSigmoid" | "hardSwish"
+        | "leakyRelu" | "linear" | "softplus" | "softsign" => is_float(dt),
+        _ => false,
+    }
+}
 
 fn element_type(op: &str, dt: DataType) -> Result<&'static str> {
     wgsl_type(dt).ok_or_else(|| {
@@ -76,8 +90,9 @@ pub(super) fn binary(
         BinaryKind::Add => "x + y",
         BinaryKind::Sub => "x - y",
         BinaryKind::Mul => "x * y",
-        // Integer division by zero yields x in WGSL instead of trapping.
-        BinaryKind::Div => "x / y",
+        BinaryKind::Div if t == "f32" => "x / y",
+        // WGSL's integer x / 0 is x; the CPU backend (and this one) give 0.
+        BinaryKind::Div => "select(x / y, x - x, y == y - y)",
         BinaryKind::Max => "max(x, y)",
         BinaryKind::Min => "min(x, y)",
         BinaryKind::Pow => match t {
@@ -140,12 +155,15 @@ pub(super) fn unary(
         UnaryKind::Ceil if float => "ceil(v)",
         UnaryKind::Cos if float => "cos(v)",
         UnaryKind::Floor if float => "floor(v)",
-        UnaryKind::Identity if float => "v",
+        UnaryKind::Identity => "v",
+        UnaryKind::Erf if float => {
+            "select(erf_as(v), v, (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u)"
+        }
         UnaryKind::Reciprocal if float => "1.0 / v",
         // WGSL's round() rounds halfway cases to even.
         UnaryKind::RoundEven if float => "round(v)",
         UnaryKind::Sin if float => "sin(v)",
-        UnaryKind::Sign if float => "sign(v)",
+        UnaryKind::Sign if float || t == "i32" => "sign(v)",
         UnaryKind::Tan if float => "tan(v)",
         _ => {
             return Err(Error::not_supported(format!(
@@ -170,9 +188,9 @@ pub(super) fn clamp(
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
     let t = element_type("clamp", out_desc.data_type)?;
-    let bounds = match out_desc.data_type {
-        DataType::Float32 => [(min as f32).to_bits(), (max as f32).to_bits()],
-        DataType::Int32 => [(min as i32) as u32, (max as i32) as u32],
+    let bounds = match t {
+        "f32" => [(min as f32).to_bits(), (max as f32).to_bits()],
+        "i32" => [(min as i32) as u32, (max as i32) as u32],
         _ => [min as u32, max as u32],
     };
     run_unary(
@@ -196,7 +214,7 @@ pub(super) fn activation(
     out: &wgpu::Buffer,
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
-    if out_desc.data_type != DataType::Float32 {
+    if !is_float(out_desc.data_type) {
         return Err(Error::not_supported(format!(
             "{} on {} is not supported on the GPU backend yet",
             op.name(),

@@ -1,29 +1,29 @@
-//! Operators over up to three broadcast inputs whose operands may be
-//! uint8: comparisons and logical operators (uint8 outputs), `where` and
-//! `prelu`. One generated WGSL source per (operator, types): uint8 tensors
-//! are bound as arrays of u32 words holding four bytes each; a uint8
-//! output is written a whole word (four elements) per invocation, so no
-//! invocation ever touches another's word.
+//! Operators over up to three broadcast inputs of possibly different
+//! types: comparisons and logical operators (uint8 outputs, computed as
+//! u32 0/1), `where` and `prelu`. One generated WGSL source per (operator,
+//! types).
 
-use super::{broadcast_strides, word, Gpu, Step};
+use super::{broadcast_strides, is_float, is_word, wgsl_type, word, Gpu, Step};
 use crate::error::{Error, Result};
 use crate::graph::ops::activation::ActivationOp;
 use crate::graph::ops::logical::LogicalOp;
 use crate::types::{DataType, OperandDescriptor};
 
-/// The WGSL type an element of `dt` is computed in (uint8 as u32).
-fn compute_type(dt: DataType) -> Option<&'static str> {
-    match dt {
-        DataType::Float32 => Some("f32"),
-        DataType::Int32 => Some("i32"),
-        DataType::Uint32 | DataType::Uint8 => Some("u32"),
-        _ => None,
+/// The family's answer to [`super::supports`].
+pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
+    match op {
+        "equal" | "notEqual" | "greater" | "greaterOrEqual" | "lesser" | "lesserOrEqual"
+        | "where" => is_word(dt),
+        "logicalNot" | "logicalAnd" | "logicalOr" | "logicalXor" => dt == DataType::Uint8,
+        "isNaN" | "isInfinite" => is_float(dt) || dt == DataType::Uint8,
+        "prelu" => is_float(dt) || wgsl_type(dt) == Some("i32"),
+        _ => false,
     }
 }
 
-/// Whether a tensor of `dt` is bound packed, four bytes per word.
-fn packed(dt: DataType) -> bool {
-    dt == DataType::Uint8
+/// The WGSL type an element of `dt` is computed in.
+fn compute_type(dt: DataType) -> Option<&'static str> {
+    wgsl_type(dt)
 }
 
 /// A step computing `expr` (on `a`, `b`, `c`: the inputs' elements, uint8
@@ -77,11 +77,7 @@ fn run(
         );
         let at = format!("p[2u + rank * {}u + k]", k + 1);
         loads += &format!("        i{k} += c * {at};\n");
-        let value = if packed(d.data_type) {
-            format!("(in{k}[i{k} >> 2u] >> ((i{k} & 3u) * 8u)) & 0xffu")
-        } else {
-            format!("in{k}[i{k}]")
-        };
+        let value = format!("in{k}[i{k}]");
         let _ = l;
         src += &format!("fn ld{k}(i{k}: u32) -> {t} {{ return {value}; }}\n");
     }
@@ -121,31 +117,13 @@ fn run(
 ",
         call.join(", ")
     );
-    let (body, invocations) = if packed(out_desc.data_type) {
-        (
-            "    let w = i;
-    if (w * 4u >= p[0]) {
-        return;
-    }
-    var r = 0u;
-    for (var j = 0u; j < 4u; j++) {
-        let e = w * 4u + j;
-        if (e < p[0]) {
-            r |= (value(e) & 0xffu) << (8u * j);
-        }
-    }
-    out[w] = r;",
-            n.div_ceil(4),
-        )
-    } else {
-        (
-            "    if (i >= p[0]) {
+    let (body, invocations) = (
+        "    if (i >= p[0]) {
         return;
     }
     out[i] = value(i);",
-            n,
-        )
-    };
+        n,
+    );
     src += &format!(
         "@compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
@@ -199,7 +177,9 @@ pub(super) fn activation(
 ) -> Result<Option<Step>> {
     let expr = match op {
         ActivationOp::Where => "select(c, b, a != 0u)",
-        ActivationOp::Prelu if out_desc.data_type == DataType::Int32 => "select(a * b, a, a >= 0)",
+        ActivationOp::Prelu if wgsl_type(out_desc.data_type) == Some("i32") => {
+            "select(a * b, a, a >= 0)"
+        }
         ActivationOp::Prelu => "select(a * b, a, a >= 0.0)",
         _ => {
             return Err(Error::operation(format!(

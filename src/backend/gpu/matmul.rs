@@ -2,10 +2,16 @@
 //! dimensions) and `gemm` (transposes, alpha, beta, broadcast c), on the
 //! tiled kernel of `shaders/matmul.wgsl`.
 
-use super::{broadcast_strides, word, Gpu, Step};
+use super::{broadcast_strides, is_float, word, Gpu, Step};
 use crate::error::Result;
 use crate::graph::op::GemmParams;
-use crate::types::OperandDescriptor;
+use crate::types::{DataType, OperandDescriptor};
+
+/// The family's answer to [`super::supports`]: float kernels (float16
+/// computed in f32).
+pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
+    matches!(op, "matmul" | "gemm") && is_float(dt)
+}
 
 const MATMUL: &str = include_str!("shaders/matmul.wgsl");
 

@@ -2,10 +2,10 @@
 //! any set of axes: one invocation per output element walks the reduced
 //! elements. One generated WGSL source per (reduction, type).
 
-use super::{wgsl_type, word, Gpu, Step};
+use super::{is_float, is_word, wgsl_type, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
-use crate::graph::ops::reduce::ReduceKind;
-use crate::types::OperandDescriptor;
+use crate::graph::ops::reduce::{ReduceKind, ReduceOp};
+use crate::types::{DataType, OperandDescriptor};
 
 /// Row-major element strides of `shape`.
 fn strides(shape: &[usize]) -> Vec<u64> {
@@ -50,6 +50,25 @@ fn body(kind: ReduceKind, t: &str) -> Option<(String, String, String)> {
         ),
         _ => None,
     }
+}
+
+/// The family's answer to [`super::supports`].
+pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
+    match op {
+        "reduceSum" | "reduceL1" | "reduceSumSquare" | "reduceProduct" | "reduceMax"
+        | "reduceMin" => is_word(dt),
+        "reduceMean" | "reduceL2" | "reduceLogSum" | "reduceLogSumExp" => is_float(dt),
+        _ => false,
+    }
+}
+
+/// argMin/argMax and cumulativeSum.
+pub(super) fn other(gpu: &mut Gpu, op: &ReduceOp, io: &NodeIo) -> Result<Vec<Step>> {
+    let _ = (gpu, io);
+    Err(Error::not_supported(format!(
+        "{} is not supported on the GPU backend yet",
+        op.name()
+    )))
 }
 
 pub(super) fn reduce(

@@ -3,7 +3,7 @@
 //! between float32, int32 and uint32, and `softmax`.
 
 use super::elementwise::coalesce;
-use super::{wgsl_type, word, Gpu, Step};
+use super::{convert, is_float, word, Gpu, Step};
 use crate::error::{Error, Result};
 use crate::types::{DataType, OperandDescriptor};
 
@@ -19,22 +19,26 @@ fn strides(shape: &[usize]) -> Vec<u64> {
     s
 }
 
-/// Checks that the tensors of a copy hold 32-bit elements.
-fn check_words(op: &str, dt: DataType) -> Result<()> {
-    if wgsl_type(dt).is_none() {
-        return Err(Error::not_supported(format!(
-            "{op} on {} is not supported on the GPU backend yet",
-            dt.name()
-        )));
+/// The family's answer to [`super::supports`]: the copies move words (and
+/// word pairs), so they take every type; cast converts between all.
+pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
+    match op {
+        "transpose" | "slice" | "concat" | "cast" => true,
+        "softmax" => is_float(dt),
+        _ => false,
     }
-    Ok(())
 }
 
 /// A step copying the walk over `shape` from `src` (offset `so`, strides
-/// `ss`) to `dst` (offset `dof`, strides `ds`); none when it is empty.
+/// `ss`, in elements) to `dst` (offset `dof`, strides `ds`) for elements
+/// of `dt`; none when it is empty. Strides may be negative as wrapped u32
+/// (the kernel's index arithmetic wraps), which walks a dimension
+/// backwards. Elements of two words (int64/uint64) become a trailing
+/// walk over the pair.
 #[allow(clippy::too_many_arguments)]
-fn copy(
+pub(super) fn copy(
     gpu: &mut Gpu,
+    dt: DataType,
     shape: &[usize],
     so: u64,
     ss: &[u64],
@@ -43,20 +47,35 @@ fn copy(
     src: &wgpu::Buffer,
     dst: &wgpu::Buffer,
 ) -> Result<Option<Step>> {
-    let n: u64 = shape.iter().map(|&d| d as u64).product();
+    let w = convert::words(dt);
+    let n: u64 = shape.iter().map(|&d| d as u64).product::<u64>() * w;
     if n == 0 {
         return Ok(None);
     }
-    let dims = coalesce(shape, ss, ds);
-    let mut p = vec![word(n)?, dims.len() as u32, word(so)?, word(dof)?];
+    let mut shape = shape.to_vec();
+    let scale = |v: &[u64]| -> Vec<u64> { v.iter().map(|&x| x.wrapping_mul(w)).collect() };
+    let (mut ss, mut ds) = (scale(ss), scale(ds));
+    if w > 1 {
+        shape.push(w as usize);
+        ss.push(1);
+        ds.push(1);
+    }
+    let dims = coalesce(&shape, &ss, &ds);
+    let wrap = |v: u64| v as u32;
+    let mut p = vec![
+        word(n)?,
+        dims.len() as u32,
+        wrap(so.wrapping_mul(w)),
+        wrap(dof.wrapping_mul(w)),
+    ];
     for &(size, _, _) in &dims {
         p.push(word(size)?);
     }
     for &(_, s, _) in &dims {
-        p.push(word(s)?);
+        p.push(wrap(s));
     }
     for &(_, _, s) in &dims {
-        p.push(word(s)?);
+        p.push(wrap(s));
     }
     let params = gpu.params(&p)?;
     let grid = gpu.grid_1d(n)?;
@@ -72,11 +91,20 @@ pub(super) fn transpose(
     out: &wgpu::Buffer,
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
-    check_words("transpose", out_desc.data_type)?;
     let is = strides(&in_desc.shape);
     let ss: Vec<u64> = permutation.iter().map(|&a| is[a]).collect();
     let ds = strides(&out_desc.shape);
-    copy(gpu, &out_desc.shape, 0, &ss, 0, &ds, input, out)
+    copy(
+        gpu,
+        out_desc.data_type,
+        &out_desc.shape,
+        0,
+        &ss,
+        0,
+        &ds,
+        input,
+        out,
+    )
 }
 
 pub(super) fn slice(
@@ -88,7 +116,6 @@ pub(super) fn slice(
     out: &wgpu::Buffer,
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
-    check_words("slice", out_desc.data_type)?;
     let is = strides(&in_desc.shape);
     let so: u64 = starts.iter().zip(&is).map(|(&s, &st)| s as u64 * st).sum();
     let ss: Vec<u64> = steps
@@ -97,7 +124,17 @@ pub(super) fn slice(
         .map(|(&k, &st)| k as u64 * st)
         .collect();
     let ds = strides(&out_desc.shape);
-    copy(gpu, &out_desc.shape, so, &ss, 0, &ds, input, out)
+    copy(
+        gpu,
+        out_desc.data_type,
+        &out_desc.shape,
+        so,
+        &ss,
+        0,
+        &ds,
+        input,
+        out,
+    )
 }
 
 /// One copy step per input, each into its block of the output.
@@ -109,20 +146,95 @@ pub(super) fn concat(
     out: &wgpu::Buffer,
     out_desc: &OperandDescriptor,
 ) -> Result<Vec<Step>> {
-    check_words("concat", out_desc.data_type)?;
     let ds = strides(&out_desc.shape);
     let mut steps = Vec::new();
     let mut at = 0u64;
     for (buf, d) in ins.iter().zip(in_descs) {
         let ss = strides(&d.shape);
-        steps.extend(copy(gpu, &d.shape, 0, &ss, at * ds[axis], &ds, buf, out)?);
+        steps.extend(copy(
+            gpu,
+            out_desc.data_type,
+            &d.shape,
+            0,
+            &ss,
+            at * ds[axis],
+            &ds,
+            buf,
+            out,
+        )?);
         at += d.shape[axis] as u64;
     }
     Ok(steps)
 }
 
-/// `cast` among float32, int32 and uint32. Floats truncate toward zero and
-/// saturate out of range, NaN giving 0; integers keep their bits.
+/// WGSL helpers of `cast` for word pairs (int64/uint64, low word first).
+const CAST64: &str = "
+// NaN by its bits: WGSL lets compilers assume floats are never NaN.
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn i64_of_i32(v: i32) -> vec2<u32> {
+    return vec2<u32>(bitcast<u32>(v), select(0u, 0xffffffffu, v < 0));
+}
+
+// Truncates toward zero; saturates at the int64 (or, when `unsigned`, the
+// uint64) range; NaN gives 0.
+fn i64_of_f32(v: f32, unsigned: bool) -> vec2<u32> {
+    if (is_nan(v)) {
+        return vec2<u32>(0u, 0u);
+    }
+    if (unsigned) {
+        if (v <= 0.0) {
+            return vec2<u32>(0u, 0u);
+        }
+        if (v >= 18446744073709551616.0) {
+            return vec2<u32>(0xffffffffu, 0xffffffffu);
+        }
+    } else {
+        if (v >= 9223372036854775808.0) {
+            return vec2<u32>(0xffffffffu, 0x7fffffffu);
+        }
+        if (v <= -9223372036854775808.0) {
+            return vec2<u32>(0u, 0x80000000u);
+        }
+    }
+    let a = trunc(abs(v));
+    // For |v| >= 2^24 the value is an integer and both parts are exact.
+    let hi = floor(a / 4294967296.0);
+    let lo = a - hi * 4294967296.0;
+    var r = vec2<u32>(u32(lo), u32(hi));
+    if (v < 0.0) {
+        // Two's complement negation of the pair.
+        let nlo = ~r.x + 1u;
+        r = vec2<u32>(nlo, ~r.y + select(0u, 1u, nlo == 0u));
+    }
+    return r;
+}
+
+// The nearest f32 of a signed (or unsigned) 64-bit value; exact rounding
+// whenever the value fits 32 bits, else within one f32 rounding step.
+fn f32_of_i64(v: vec2<u32>, unsigned: bool) -> f32 {
+    if (!unsigned && v.y == select(0u, 0xffffffffu, (v.x & 0x80000000u) != 0u)) {
+        return f32(bitcast<i32>(v.x));
+    }
+    if (unsigned && v.y == 0u) {
+        return f32(v.x);
+    }
+    if (!unsigned && (v.y & 0x80000000u) != 0u) {
+        let nlo = ~v.x + 1u;
+        let nhi = ~v.y + select(0u, 1u, nlo == 0u);
+        return -(f32(nhi) * 4294967296.0 + f32(nlo));
+    }
+    return f32(v.y) * 4294967296.0 + f32(v.x);
+}
+";
+
+/// `cast` between any two data types, as the CPU backend: to a float, the
+/// nearest value (the fix-up after the step rounds float16); float to an
+/// integer type, truncated and saturated at that type's range, NaN giving
+/// 0; integer to integer, the low bits (the fix-up wraps the narrow
+/// types). Elements are in the working representation of their types.
 pub(super) fn cast(
     gpu: &mut Gpu,
     input: &wgpu::Buffer,
@@ -132,40 +244,58 @@ pub(super) fn cast(
 ) -> Result<Option<Step>> {
     use DataType::*;
     let (from, to) = (in_desc.data_type, out_desc.data_type);
-    let expr = match (from, to) {
-        _ if from == to => "v",
-        (Float32, Int32) => {
-            "select(select(select(i32(v), 2147483647, v >= 2147483648.0), \
-             -2147483647 - 1, v < -2147483648.0), 0, (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u)"
-        }
-        (Float32, Uint32) => {
-            "select(select(select(u32(v), 4294967295u, v >= 4294967296.0), 0u, v <= 0.0), \
-             0u, (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u)"
-        }
-        (Int32 | Uint32, Float32) => "f32(v)",
-        (Int32, Uint32) => "bitcast<u32>(v)",
-        (Uint32, Int32) => "bitcast<i32>(v)",
-        _ => {
-            return Err(Error::not_supported(format!(
-                "cast from {} to {} is not supported on the GPU backend yet",
-                from.name(),
-                to.name()
-            )))
-        }
-    };
     let n = out_desc.element_count() as u64;
     if n == 0 {
         return Ok(None);
     }
-    let (ti, to) = (
-        wgsl_type(from).unwrap_or("u32"),
-        wgsl_type(to).unwrap_or("u32"),
-    );
+    let (ti, tout) = (convert::compute_type(from), convert::compute_type(to));
+    let unsigned_from = matches!(from, Uint64);
+    // Range of an integer target, for saturating float sources.
+    let (lo, hi): (f64, f64) = match to {
+        Int32 => (-2147483648.0, 2147483647.0),
+        Uint32 => (0.0, 4294967295.0),
+        Int8 => (-128.0, 127.0),
+        Uint8 => (0.0, 255.0),
+        Int4 => (-8.0, 7.0),
+        Uint4 => (0.0, 15.0),
+        _ => (0.0, 0.0),
+    };
+    let expr = match (ti, tout) {
+        // Same working type: the value (or its bits); the fix-up after
+        // the step rounds or wraps it into a narrower target.
+        _ if ti == tout => "v".to_string(),
+        ("f32", "i32") => {
+            let lo_s = if lo == -2147483648.0 {
+                "(-2147483647 - 1)".to_string()
+            } else {
+                format!("{}", lo as i64)
+            };
+            format!(
+                "select(select(select(i32(v), {hi}, v >= {hi}.0), {lo_s}, v <= {lo}.0), 0, is_nan(v))",
+                hi = hi as i64,
+                lo = lo as i64,
+            )
+        }
+        ("f32", "u32") => format!(
+            "select(select(select(u32(v), {h}u, v >= {h}.0), 0u, v <= 0.0), 0u, is_nan(v))",
+            h = hi as u64
+        ),
+        ("f32", _) => format!("i64_of_f32(v, {})", to == Uint64),
+        ("i32" | "u32", "f32") => "f32(v)".to_string(),
+        ("i32", "u32") => "bitcast<u32>(v)".to_string(),
+        ("u32", "i32") => "bitcast<i32>(v)".to_string(),
+        ("i32", _) => "i64_of_i32(v)".to_string(),
+        ("u32", _) => "vec2<u32>(v, 0u)".to_string(),
+        (_, "f32") => format!("f32_of_i64(v, {unsigned_from})"),
+        (_, "i32") => "bitcast<i32>(v.x)".to_string(),
+        (_, "u32") => "v.x".to_string(),
+        _ => "v".to_string(),
+    };
     let source = format!(
         "@group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<{ti}>;
-@group(0) @binding(2) var<storage, read_write> out: array<{to}>;
-
+@group(0) @binding(2) var<storage, read_write> out: array<{tout}>;
+{CAST64}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
     let i = gid.y * nwg.x * 256u + gid.x;
@@ -191,7 +321,7 @@ pub(super) fn softmax(
     out: &wgpu::Buffer,
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
-    if out_desc.data_type != DataType::Float32 {
+    if !is_float(out_desc.data_type) {
         return Err(Error::not_supported(format!(
             "softmax on {} is not supported on the GPU backend yet",
             out_desc.data_type.name()

@@ -30,6 +30,8 @@ mod quantize;
 mod recurrent;
 mod reduce;
 mod shape;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -878,106 +880,11 @@ impl Backend for GpuBackend {
 
 #[cfg(test)]
 mod tests {
+    use super::testing::*;
     use super::*;
     use crate::error::ErrorKind;
     use crate::graph::args::Val;
     use crate::graph::GraphBuilder;
-
-    /// The backend, or `None` (after a message) on machines without a
-    /// Vulkan adapter, so that the suite passes there.
-    fn backend() -> Option<GpuBackend> {
-        match GpuBackend::new("default") {
-            Ok(b) => Some(b),
-            Err(e) if e.kind == ErrorKind::NotSupported => {
-                eprintln!("skipping the GPU test: {}", e.message);
-                None
-            }
-            Err(e) => panic!("creating the GPU backend failed: {e}"),
-        }
-    }
-
-    /// Deterministic pseudo-random values in [-2, 2).
-    fn random(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
-            })
-            .collect()
-    }
-
-    /// A descriptor built directly, so the backend's handling of shapes
-    /// that validation refuses (zero-sized) is still exercised.
-    fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
-        OperandDescriptor {
-            data_type: dt,
-            shape: shape.to_vec(),
-        }
-    }
-
-    fn operand(b: &GraphBuilder, id: usize) -> Val {
-        Val::Operand { builder: b.id, id }
-    }
-
-    /// Compiles `graph` and runs it once on `inputs`.
-    fn run(be: &mut GpuBackend, graph: Graph, inputs: Vec<Buf>) -> Result<Vec<Buf>> {
-        let g = Arc::new(graph);
-        be.compile(1, g.clone())?;
-        let out = be.compute(1, &g, inputs);
-        be.destroy_graph(1);
-        out
-    }
-
-    /// Builds `name(a, b, ...extra)` on inputs of the given shapes.
-    fn op_graph(name: &str, dt: DataType, shapes: &[&[usize]], extra: &[Val]) -> Result<Graph> {
-        let mut b = GraphBuilder::new();
-        let mut args = Vec::new();
-        for (i, s) in shapes.iter().enumerate() {
-            let id = b.input(&format!("in{i}"), desc(dt, s))?;
-            args.push(operand(&b, id));
-        }
-        args.extend(extra.iter().cloned());
-        let out = b.call(name, &args)?[0];
-        b.build(vec![("out".into(), out)])
-    }
-
-    /// The index into an input of `shape` for each output element
-    /// (a straightforward numpy broadcast, independent of the kernel's).
-    fn broadcast_index(out: &[usize], shape: &[usize], i: usize) -> usize {
-        let mut rem = i;
-        let mut coords = vec![0; out.len()];
-        for d in (0..out.len()).rev() {
-            coords[d] = rem % out[d];
-            rem /= out[d];
-        }
-        let offset = out.len() - shape.len();
-        let mut idx = 0;
-        for (d, &size) in shape.iter().enumerate() {
-            idx = idx * size + if size == 1 { 0 } else { coords[offset + d] };
-        }
-        idx
-    }
-
-    fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
-        assert_eq!(got.len(), want.len(), "{what}: length");
-        for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            let ok = (g - w).abs() <= tol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan()) || g == w;
-            assert!(ok, "{what}: element {i} is {g}, expected {w}");
-        }
-    }
-
-    type BinaryFn = fn(f32, f32) -> f32;
-    type UnaryFn = fn(f32) -> f32;
-
-    fn f32s(b: &Buf) -> Vec<f32> {
-        match b {
-            Buf::F32(v) => v.clone(),
-            other => panic!("expected float32 data, got {other:?}"),
-        }
-    }
 
     #[test]
     fn device_identity() {
@@ -1296,88 +1203,51 @@ mod tests {
 
     /// Random data of `dt`: floats in [-2, 2), integers in [-50, 50) (or
     /// [0, 100) unsigned), uint8 booleans 0/1.
-    fn random_buf(dt: DataType, n: usize, seed: u64) -> Buf {
-        let r = random(n, seed);
-        match dt {
-            DataType::Float32 => Buf::F32(r),
-            DataType::Int32 => Buf::I32(r.iter().map(|v| (v * 25.0) as i32).collect()),
-            DataType::Uint32 => Buf::U32(r.iter().map(|v| ((v + 2.0) * 25.0) as u32).collect()),
-            DataType::Uint8 => Buf::U8(r.iter().map(|&v| u8::from(v > 0.0)).collect()),
-            other => panic!("no random data for {}", other.name()),
+    /// float16, the 8- and 4-bit integers and int64 go through the
+    /// unpack, fix-up and pack steps around ordinary kernels.
+    #[test]
+    fn narrow_types_match_the_cpu() {
+        use DataType::*;
+        let Some(mut be) = backend() else { return };
+        for dt in [Float16, Int8, Uint8] {
+            for op in ["add", "sub", "mul", "max"] {
+                check_vs_cpu(&mut be, op, &[dt, dt], &[&[3, 5], &[5]], &[], 0.0);
+            }
         }
-    }
-
-    fn n(v: f64) -> Val {
-        Val::Number(v)
-    }
-
-    fn list(v: &[f64]) -> Val {
-        Val::List(v.iter().map(|&x| Val::Number(x)).collect())
-    }
-
-    fn dict(entries: &[(&str, Val)]) -> Val {
-        Val::Dict(
-            entries
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-        )
-    }
-
-    fn s(v: &str) -> Val {
-        Val::String(v.into())
-    }
-
-    /// Builds `name` on inputs of `types` and `shapes` (plus `extra`
-    /// arguments), runs it on the GPU and on the CPU backend's kernel with
-    /// the same random inputs, and compares (floats within `tol`).
-    fn check_vs_cpu(
-        be: &mut GpuBackend,
-        name: &str,
-        types: &[DataType],
-        shapes: &[&[usize]],
-        extra: &[Val],
-        tol: f32,
-    ) {
-        let mut b = GraphBuilder::new();
-        let mut args = Vec::new();
-        for (i, (sh, dt)) in shapes.iter().zip(types).enumerate() {
-            let id = b.input(&format!("in{i}"), desc(*dt, sh)).unwrap();
-            args.push(operand(&b, id));
+        for dt in [Float16, Int8] {
+            check_vs_cpu(&mut be, "relu", &[dt], &[&[7, 3]], &[], 0.0);
         }
-        args.extend(extra.iter().cloned());
-        let out = b.call(name, &args).unwrap()[0];
-        let g = b.build(vec![("out".into(), out)]).unwrap();
-        assert_eq!(g.nodes.len(), 1, "{name} builds one node");
-        let node = &g.nodes[0];
-        let inputs: Vec<Buf> = shapes
-            .iter()
-            .zip(types)
-            .enumerate()
-            .map(|(i, (sh, dt))| random_buf(*dt, sh.iter().product(), 1000 + i as u64))
-            .collect();
-        let in_descs: Vec<&OperandDescriptor> =
-            node.inputs.iter().map(|&i| &g.operands[i]).collect();
-        let out_descs: Vec<OperandDescriptor> = node
-            .outputs
-            .iter()
-            .map(|&o| g.operands[o].clone())
-            .collect();
-        let refs: Vec<&Buf> = inputs.iter().collect();
-        let want = crate::backend::cpu::run_op(&node.op, &refs, &in_descs, &out_descs, None)
-            .unwrap()
-            .remove(0);
-        let what = format!("{name} {shapes:?} {extra:?}");
-        let got = run(be, g, inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
-        match (&got[0], &want) {
-            (Buf::F32(g), Buf::F32(w)) => assert_close(g, w, tol, &what),
-            (g, w) => assert_eq!(g, w, "{what}"),
+        check_vs_cpu(&mut be, "reduceSum", &[Float16], &[&[4, 9]], &[], 1e-3);
+        for dt in [
+            Float16, Int8, Uint8, Int4, Uint4, Int64, Uint64, Float32, Int32, Uint32,
+        ] {
+            check_vs_cpu(&mut be, "transpose", &[dt], &[&[3, 1, 5]], &[], 0.0);
+            check_vs_cpu(
+                &mut be,
+                "slice",
+                &[dt],
+                &[&[4, 6]],
+                &[list(&[1.0, 2.0]), list(&[2.0, 3.0])],
+                0.0,
+            );
+            for to in [
+                "float32", "float16", "int32", "uint32", "int64", "uint64", "int8", "uint8",
+                "int4", "uint4",
+            ] {
+                check_vs_cpu(&mut be, "cast", &[dt], &[&[33]], &[s(to)], 0.0);
+            }
         }
+        check_vs_cpu(
+            &mut be,
+            "matmul",
+            &[Float16, Float16],
+            &[&[5, 7], &[7, 3]],
+            &[],
+            1e-3,
+        );
+        check_vs_cpu(&mut be, "exp", &[Float16], &[&[61]], &[], 1e-3);
+        check_vs_cpu(&mut be, "div", &[Int8, Int8], &[&[4, 4], &[4]], &[], 0.0);
     }
-
-    const F: DataType = DataType::Float32;
-    const I: DataType = DataType::Int32;
-    const U: DataType = DataType::Uint32;
 
     #[test]
     fn softmax_axes() {

@@ -17,9 +17,12 @@ const UNARY: &str = include_str!("shaders/unary.wgsl");
 /// operators has the output's type, computed in one word.
 pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
     match op {
-        "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" | "abs" | "neg" | "relu"
-        | "clamp" | "identity" => is_word(dt),
-        "sign" => is_float(dt) || wgsl_type(dt) == Some("i32"),
+        "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" => is_word(dt),
+        // The word-pair kernels of `unary64` take int64 (and uint64 where
+        // the operator is defined on it).
+        "clamp" | "identity" => true,
+        "abs" | "neg" | "relu" => is_word(dt) || dt == DataType::Int64,
+        "sign" => is_float(dt) || wgsl_type(dt) == Some("i32") || dt == DataType::Int64,
         "exp" | "log" | "sqrt" | "sigmoid" | "tanh" | "ceil" | "cos" | "floor" | "reciprocal"
         | "roundEven" | "sin" | "tan" | "erf" | "elu" | "gelu" | "hardSigmoid" | "hardSwish"
         | "leakyRelu" | "linear" | "softplus" | "softsign" => is_float(dt),
@@ -130,6 +133,73 @@ fn run_unary(
         .map(Some)
 }
 
+/// 64-bit integer helpers on (low, high) word pairs.
+const INT64: &str = "
+fn negative(v: vec2<u32>) -> bool {
+    return (v.y & 0x80000000u) != 0u;
+}
+
+fn neg64(v: vec2<u32>) -> vec2<u32> {
+    let lo = ~v.x + 1u;
+    return vec2<u32>(lo, ~v.y + select(0u, 1u, lo == 0u));
+}
+
+fn lt_s64(a: vec2<u32>, b: vec2<u32>) -> bool {
+    let ah = bitcast<i32>(a.y);
+    let bh = bitcast<i32>(b.y);
+    return ah < bh || (ah == bh && a.x < b.x);
+}
+
+fn lt_u64(a: vec2<u32>, b: vec2<u32>) -> bool {
+    return a.y < b.y || (a.y == b.y && a.x < b.x);
+}
+";
+
+/// A unary operator on int64/uint64 word pairs: `expr` on `v`, with the
+/// bounds `lo` and `hi` (clamp) as pairs.
+fn unary64(
+    gpu: &mut Gpu,
+    expr: &str,
+    bounds: [u64; 2],
+    input: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    out_desc: &OperandDescriptor,
+) -> Result<Option<Step>> {
+    let n = out_desc.element_count() as u64;
+    if n == 0 {
+        return Ok(None);
+    }
+    let source = format!(
+        "@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read_write> out: array<vec2<u32>>;
+{INT64}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let i = gid.y * nwg.x * 256u + gid.x;
+    if (i >= p[0]) {{
+        return;
+    }}
+    let v = x[i];
+    let lo = vec2<u32>(p[1], p[2]);
+    let hi = vec2<u32>(p[3], p[4]);
+    out[i] = {expr};
+}}
+"
+    );
+    let [l, h] = bounds;
+    let params = gpu.params(&[
+        word(n)?,
+        l as u32,
+        (l >> 32) as u32,
+        h as u32,
+        (h >> 32) as u32,
+    ])?;
+    let grid = gpu.grid_1d(n)?;
+    gpu.step(source, "main", &[&params, input, out], grid)
+        .map(Some)
+}
+
 /// `abs`, `neg`, `exp`, ... on one input.
 pub(super) fn unary(
     gpu: &mut Gpu,
@@ -138,6 +208,27 @@ pub(super) fn unary(
     out: &wgpu::Buffer,
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
+    if matches!(out_desc.data_type, DataType::Int64 | DataType::Uint64) {
+        let zero = "vec2<u32>(0u, 0u)";
+        let expr = match kind {
+            UnaryKind::Identity => "v".to_string(),
+            UnaryKind::Neg => "neg64(v)".to_string(),
+            UnaryKind::Abs => "select(v, neg64(v), negative(v))".to_string(),
+            UnaryKind::Relu => format!("select(v, {zero}, negative(v))"),
+            UnaryKind::Sign => format!(
+                "select(select(vec2<u32>(1u, 0u), {zero}, v.x == 0u && v.y == 0u), \
+                 vec2<u32>(0xffffffffu, 0xffffffffu), negative(v))"
+            ),
+            _ => {
+                return Err(Error::not_supported(format!(
+                    "{} on {} is not supported on the GPU backend",
+                    kind.name(),
+                    out_desc.data_type.name()
+                )))
+            }
+        };
+        return unary64(gpu, &expr, [0, 0], input, out, out_desc);
+    }
     let t = element_type(kind.name(), out_desc.data_type)?;
     let float = t == "f32";
     let expr = match kind {
@@ -187,7 +278,37 @@ pub(super) fn clamp(
     out: &wgpu::Buffer,
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
+    match out_desc.data_type {
+        // `as` saturates at the type's range, as the CPU's conversion.
+        DataType::Int64 => {
+            let expr = "select(select(v, lo, lt_s64(v, lo)), hi, lt_s64(hi, select(v, lo, lt_s64(v, lo))))";
+            let b = [min as i64 as u64, max as i64 as u64];
+            return unary64(gpu, expr, b, input, out, out_desc);
+        }
+        DataType::Uint64 => {
+            let expr = "select(select(v, lo, lt_u64(v, lo)), hi, lt_u64(hi, select(v, lo, lt_u64(v, lo))))";
+            return unary64(gpu, expr, [min as u64, max as u64], input, out, out_desc);
+        }
+        _ => {}
+    }
     let t = element_type("clamp", out_desc.data_type)?;
+    // Integer bounds saturate to the operand type's own range first (as
+    // the CPU backend's), so a bound beyond int8 cannot leave int8.
+    let range = match out_desc.data_type {
+        DataType::Int8 => (-128.0, 127.0),
+        DataType::Uint8 => (0.0, 255.0),
+        DataType::Int4 => (-8.0, 7.0),
+        DataType::Uint4 => (0.0, 15.0),
+        _ => (f64::NEG_INFINITY, f64::INFINITY),
+    };
+    let sat = |v: f64| {
+        if v.is_nan() {
+            v
+        } else {
+            v.clamp(range.0, range.1)
+        }
+    };
+    let (min, max) = (sat(min), sat(max));
     let bounds = match t {
         "f32" => [(min as f32).to_bits(), (max as f32).to_bits()],
         "i32" => [(min as i32) as u32, (max as i32) as u32],

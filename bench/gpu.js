@@ -3,7 +3,7 @@
 // The GPU benchmark: webnn-node's wgpu backend on its own, against nothing
 // but itself (and the CPU backend, for correctness).
 //
-//   node bench/gpu.js [--quick] [--runs N] [--chain K] [--only a1,a3,b,c,d]
+//   node bench/gpu.js [--quick] [--runs N] [--chain K] [--only a1,a3,b,c,d] [--max-run-s S]
 //
 // Workloads (float32, batch 1), built from the same descriptions as the CPU
 // benchmark (bench/workloads.js) with the same seeded weights:
@@ -49,9 +49,13 @@
 // slow, so the first inference's time sets a budget: each series (timed
 // runs, chain) is cut to about BUDGET_MS / first, at least one run and a
 // chain of two, and when the first inference took over SLOW_MS there is no
-// further warm-up (the first and the CPU-check runs already were). --runs N
+// further warm-up (the first inference already was one). --runs N
 // and --chain K override the counts and the budget. --quick: one timed run,
 // a chain of 3 (2 for slow workloads) and no warm-up beyond the first run.
+// Before a3 (137 GFLOP), one inference is estimated from the matmul rate
+// already measured (a1's, or a 512^3 probe's when a1 is not selected); over
+// --max-run-s seconds (default 60) a3 is `skipped` rather than run: on a
+// software adapter one 4096^3 run takes many minutes.
 //
 // An operator this build's GPU backend lacks (opSupportLimits() lists no
 // float32 for it, or build() rejects with "not supported") makes its
@@ -61,7 +65,7 @@
 //
 // Output: a table, one row per workload, and one JSON line starting with
 // {"bench": for scripts. Exit status: 0 when everything ran or was
-// unavailable (however slow); 1 on a mismatch or an error; 2 for bad
+// unavailable or skipped (however slow); 1 on a mismatch or an error; 2 for bad
 // arguments. On a software adapter the figures only prove the path works.
 
 const fs = require('fs');

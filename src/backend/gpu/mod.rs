@@ -545,7 +545,15 @@ impl GpuBackend {
             }
         }
 
-        for node in &graph.nodes {
+        // Intermediates share buffers: once the last node reading an
+        // operand has its steps, the operand's buffer returns to a pool
+        // that later outputs draw from, so a graph holds about as many
+        // intermediate buffers as are alive at once, and a dispatch
+        // allocates nothing. A node's outputs never share a buffer with
+        // its own inputs (kernels read the inputs while writing them).
+        let plan = Liveness::of(graph);
+        let mut free: Vec<usize> = Vec::new();
+        for (index, node) in graph.nodes.iter().enumerate() {
             let out = node.outputs[0];
             // Reshape keeps the bytes: its output shares the input's buffer.
             if node.op == Op::Reshape {
@@ -553,8 +561,24 @@ impl GpuBackend {
                 continue;
             }
             for &o in &node.outputs {
-                buffers.push(gpu.storage(working_bytes(&graph.operands[o]), "intermediate")?);
-                slot[o] = Some(buffers.len() - 1);
+                let bytes = padded(working_bytes(&graph.operands[o]));
+                // The smallest free buffer that fits, within twice the size.
+                let reuse = free
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &b)| {
+                        let size = buffers[b].size();
+                        size >= bytes && size <= bytes.saturating_mul(2)
+                    })
+                    .min_by_key(|(_, &b)| buffers[b].size())
+                    .map(|(k, _)| k);
+                slot[o] = Some(match reuse {
+                    Some(k) => free.swap_remove(k),
+                    None => {
+                        buffers.push(gpu.storage(bytes, "intermediate")?);
+                        buffers.len() - 1
+                    }
+                });
             }
             let buf = |id: usize| {
                 slot[id]
@@ -655,6 +679,15 @@ impl GpuBackend {
                 }
             })?;
             steps.extend(step);
+            for &i in &node.inputs {
+                if plan.frees_after(i, index) {
+                    if let Some(b) = slot[i] {
+                        if !free.contains(&b) {
+                            free.push(b);
+                        }
+                    }
+                }
+            }
             // Operators that compute new values of a narrow type get them
             // rounded or wrapped back into the type; operators that only
             // move or select elements cannot leave it.
@@ -698,6 +731,56 @@ impl GpuBackend {
             outputs,
             steps,
         })
+    }
+}
+
+/// When each intermediate buffer's contents are last needed.
+struct Liveness {
+    /// The operand whose buffer each operand uses (reshape shares its
+    /// input's).
+    root: Vec<usize>,
+    /// Per root operand: the index of the last node reading it, or None
+    /// when it must live for the whole dispatch (graph inputs, constants,
+    /// and whatever a graph output shares).
+    last: Vec<Option<usize>>,
+    /// Whether the root operand's buffer is an intermediate at all.
+    intermediate: Vec<bool>,
+}
+
+impl Liveness {
+    fn of(graph: &Graph) -> Liveness {
+        let n = graph.operands.len();
+        let mut root: Vec<usize> = (0..n).collect();
+        let mut intermediate = vec![false; n];
+        for node in &graph.nodes {
+            for &o in &node.outputs {
+                if node.op == Op::Reshape {
+                    root[o] = root[node.inputs[0]];
+                } else {
+                    intermediate[o] = true;
+                }
+            }
+        }
+        let mut last: Vec<Option<usize>> = vec![None; n];
+        for (index, node) in graph.nodes.iter().enumerate() {
+            for &i in &node.inputs {
+                last[root[i]] = Some(index);
+            }
+        }
+        for (_, id) in &graph.outputs {
+            intermediate[root[*id]] = false;
+        }
+        Liveness {
+            root,
+            last,
+            intermediate,
+        }
+    }
+
+    /// Whether operand `id`'s buffer is free once node `index` has run.
+    fn frees_after(&self, id: usize, index: usize) -> bool {
+        let r = self.root[id];
+        self.intermediate[r] && self.last[r] == Some(index)
     }
 }
 
@@ -1249,6 +1332,43 @@ mod tests {
         check_vs_cpu(&mut be, "div", &[Int8, Int8], &[&[4, 4], &[4]], &[], 0.0);
     }
 
+    /// A long chain keeps a few intermediate buffers alive, not one per
+    /// node, and still computes what the CPU computes.
+    #[test]
+    fn intermediates_share_buffers() {
+        let Some(mut be) = backend() else { return };
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", desc(F, &[3, 67])).unwrap();
+        let mut y = x;
+        for k in 0..24 {
+            let op = if k % 3 == 0 { "relu" } else { "exp" };
+            let t = b.call(op, &[operand(&b, y)]).unwrap()[0];
+            let t = b
+                .call("reshape", &[operand(&b, t), list(&[67.0, 3.0])])
+                .unwrap()[0];
+            let t = b
+                .call("reshape", &[operand(&b, t), list(&[3.0, 67.0])])
+                .unwrap()[0];
+            y = b.call("mul", &[operand(&b, t), operand(&b, x)]).unwrap()[0];
+        }
+        let g = b.build(vec![("y".into(), y)]).unwrap();
+        let compiled = be.build(&g).unwrap();
+        // One input slot plus a handful of intermediates (48 nodes compute).
+        assert!(
+            compiled.buffers.len() <= 5,
+            "{} buffers",
+            compiled.buffers.len()
+        );
+        let input = random_buf(F, 3 * 67, 7);
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        let g = Arc::new(g);
+        cpu.compile(1, g.clone()).unwrap();
+        let want = cpu.compute(1, &g, vec![input.clone()]).unwrap();
+        be.compile(1, g.clone()).unwrap();
+        let got = be.compute(1, &g, vec![input]).unwrap();
+        assert_close(&f32s(&got[0]), &f32s(&want[0]), 1e-4, "chain");
+    }
+
     #[test]
     fn softmax_axes() {
         let Some(mut be) = backend() else { return };
@@ -1715,7 +1835,7 @@ mod tests {
         let Some(mut be) = backend() else { return };
         // Arithmetic on int64 has no kernel: int64 only moves, casts and
         // indexes on the GPU.
-        let g = op_graph("abs", DataType::Int64, &[&[2]], &[]).unwrap();
+        let g = op_graph("add", DataType::Int64, &[&[2], &[2]], &[]).unwrap();
         let e = be.compile(2, Arc::new(g)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::NotSupported);
         assert!(e.message.contains("int64"), "{}", e.message);

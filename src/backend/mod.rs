@@ -18,6 +18,9 @@ use crate::types::OperandDescriptor;
 pub type TensorId = u64;
 pub type GraphId = u64;
 
+/// Receives the result of [`Backend::read_tensor_async`], on any thread.
+pub type ReadDone = Box<dyn FnOnce(Result<Buf>) + Send>;
+
 /// The operations a timeline runs, in submission order.
 pub trait Backend {
     /// `"cpu"` or `"gpu"`.
@@ -40,6 +43,13 @@ pub trait Backend {
     /// Replaces a tensor's contents (`data` has its element count and type).
     fn write_tensor(&mut self, id: TensorId, data: Buf) -> Result<()>;
     fn read_tensor(&mut self, id: TensorId) -> Result<Buf>;
+    /// Reads a tensor once the work queued before has finished and hands
+    /// the contents to `done`. A backend whose reads wait on a device
+    /// overrides this so that the commands after a read need not wait for
+    /// it; the default reads at once.
+    fn read_tensor_async(&mut self, id: TensorId, done: ReadDone) {
+        done(self.read_tensor(id))
+    }
     /// Compiles a graph once: constants are converted and uploaded here.
     fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()>;
     fn destroy_graph(&mut self, id: GraphId);

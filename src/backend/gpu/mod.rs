@@ -414,6 +414,105 @@ pub struct GpuBackend {
     accelerated: bool,
     tensors: HashMap<TensorId, GpuTensor>,
     graphs: HashMap<GraphId, CompiledGraph>,
+    /// Finishes asynchronous reads (declared last: dropped, and joined,
+    /// after everything else is released).
+    reader: Reader,
+}
+
+/// A read whose copy is submitted: the staging buffer being mapped.
+struct ReadJob {
+    index: wgpu::SubmissionIndex,
+    staging: wgpu::Buffer,
+    desc: OperandDescriptor,
+    mapped: MapResult,
+    done: super::ReadDone,
+}
+
+type MapResult = Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>>;
+
+/// The thread that waits for submitted reads, so that the timeline thread
+/// goes on with later commands (further dispatches are recorded and
+/// submitted while a read is in flight). It waits for each read's own
+/// submission, in order, then copies the mapped bytes out.
+struct Reader {
+    jobs: Option<crossbeam_channel::Sender<ReadJob>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Reader {
+    fn start(device: wgpu::Device) -> Result<Reader> {
+        let (jobs, receiver) = crossbeam_channel::unbounded::<ReadJob>();
+        let thread = std::thread::Builder::new()
+            .name("webnn-gpu-reads".into())
+            .spawn(move || {
+                for job in receiver {
+                    let waited = device.poll(wgpu::PollType::Wait {
+                        submission_index: Some(job.index.clone()),
+                        timeout: None,
+                    });
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        finish_read(&job.staging, &job.desc, &job.mapped, waited.err())
+                    }))
+                    .unwrap_or_else(|_| Err(Error::unknown("reading a tensor failed on the GPU")));
+                    (job.done)(result);
+                }
+            })
+            .map_err(|e| Error::not_supported(format!("cannot start the GPU reader: {e}")))?;
+        Ok(Reader {
+            jobs: Some(jobs),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread once queued reads are done.
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Copies a mapped staging buffer out into a tensor's elements.
+fn finish_read(
+    staging: &wgpu::Buffer,
+    desc: &OperandDescriptor,
+    mapped: &MapResult,
+    poll_error: Option<wgpu::PollError>,
+) -> Result<Buf> {
+    if let Some(e) = poll_error {
+        return Err(Error::unknown(format!(
+            "reading a tensor failed on the GPU: {e}"
+        )));
+    }
+    let result = mapped.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match result {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            return Err(Error::unknown(format!(
+                "reading a tensor failed on the GPU: {e}"
+            )))
+        }
+        None => {
+            return Err(Error::unknown(
+                "reading a tensor did not complete on the GPU",
+            ))
+        }
+    }
+    let out = {
+        let view = staging
+            .get_mapped_range(..)
+            .map_err(|e| Error::unknown(format!("reading a tensor failed on the GPU: {e:?}")))?;
+        Buf::from_bytes(
+            desc.data_type,
+            &view[..desc.byte_length()],
+            desc.element_count(),
+        )
+    };
+    staging.unmap();
+    out
 }
 
 impl GpuBackend {
@@ -459,6 +558,7 @@ impl GpuBackend {
                 .push(why.clone());
             *lost_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
         });
+        let reader = Reader::start(device.clone())?;
         Ok(GpuBackend {
             gpu: Gpu {
                 limits: device.limits(),
@@ -471,7 +571,53 @@ impl GpuBackend {
             lost,
             tensors: HashMap::new(),
             graphs: HashMap::new(),
+            reader,
         })
+    }
+
+    /// Queues the copy of tensor `id` into a staging buffer and its
+    /// mapping; the returned job completes once its submission is done
+    /// (on failure, `done` comes back with the error).
+    #[allow(clippy::result_large_err)]
+    fn submit_read(
+        &mut self,
+        id: TensorId,
+        done: super::ReadDone,
+    ) -> std::result::Result<ReadJob, (Error, super::ReadDone)> {
+        let Some(t) = self.tensors.get(&id) else {
+            return Err((Error::invalid_state("the tensor is destroyed"), done));
+        };
+        let gpu = &self.gpu;
+        let size = t.buffer.size();
+        let staging = match gpu.buffer(
+            size,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            "read staging",
+        ) {
+            Ok(b) => b,
+            Err(e) => return Err((e, done)),
+        };
+        let mapped: MapResult = Arc::new(Mutex::new(None));
+        let slot = mapped.clone();
+        let submitted = gpu.scoped("reading a tensor", || {
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&t.buffer, 0, &staging, 0, size);
+            let index = gpu.queue.submit([enc.finish()]);
+            staging.map_async(wgpu::MapMode::Read, .., move |r| {
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            });
+            index
+        });
+        match submitted {
+            Ok(index) => Ok(ReadJob {
+                index,
+                staging,
+                desc: t.desc.clone(),
+                mapped,
+                done,
+            }),
+            Err(e) => Err((e, done)),
+        }
     }
 
     /// Checks that every node is supported before anything is allocated
@@ -850,57 +996,27 @@ impl Backend for GpuBackend {
     }
 
     fn read_tensor(&mut self, id: TensorId) -> Result<Buf> {
-        let t = self
-            .tensors
-            .get(&id)
-            .ok_or_else(|| Error::invalid_state("the tensor is destroyed"))?;
-        let gpu = &self.gpu;
-        let size = t.buffer.size();
-        let staging = gpu.buffer(
-            size,
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            "read staging",
-        )?;
-        let mapped: Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>> =
-            Arc::new(Mutex::new(None));
-        let done = mapped.clone();
-        gpu.scoped("reading a tensor", || {
-            let mut enc = gpu.device.create_command_encoder(&Default::default());
-            enc.copy_buffer_to_buffer(&t.buffer, 0, &staging, 0, size);
-            gpu.queue.submit([enc.finish()]);
-            staging.map_async(wgpu::MapMode::Read, .., move |r| {
-                *done.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-            });
-        })?;
-        gpu.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::unknown(format!("reading a tensor failed on the GPU: {e}")))?;
-        let result = mapped.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match result {
-            Some(Ok(())) => {}
-            Some(Err(e)) => {
-                return Err(Error::unknown(format!(
-                    "reading a tensor failed on the GPU: {e}"
-                )))
-            }
-            None => {
-                return Err(Error::unknown(
-                    "reading a tensor did not complete on the GPU",
-                ))
-            }
-        }
-        let out = {
-            let view = staging.get_mapped_range(..).map_err(|e| {
-                Error::unknown(format!("reading a tensor failed on the GPU: {e:?}"))
-            })?;
-            Buf::from_bytes(
-                t.desc.data_type,
-                &view[..t.desc.byte_length()],
-                t.desc.element_count(),
-            )
+        let job = self.submit_read(id, Box::new(|_| {})).map_err(|(e, _)| e)?;
+        let waited = self.gpu.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(job.index.clone()),
+            timeout: None,
+        });
+        finish_read(&job.staging, &job.desc, &job.mapped, waited.err())
+    }
+
+    fn read_tensor_async(&mut self, id: TensorId, done: super::ReadDone) {
+        let job = match self.submit_read(id, done) {
+            Ok(job) => job,
+            Err((e, done)) => return done(Err(e)),
         };
-        staging.unmap();
-        out
+        match &self.reader.jobs {
+            Some(jobs) => {
+                if let Err(crossbeam_channel::SendError(job)) = jobs.send(job) {
+                    (job.done)(Err(Error::unknown("the GPU reader has stopped")));
+                }
+            }
+            None => (job.done)(Err(Error::unknown("the GPU reader has stopped"))),
+        }
     }
 
     fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()> {

@@ -1,8 +1,10 @@
 //! The reduce family (`reduceSum`, `reduceMean`, `reduceMax`, ...) over
 //! any set of axes: one invocation per output element walks the reduced
-//! elements. One generated WGSL source per (reduction, type).
+//! elements. One generated WGSL source per (reduction, type). argMin,
+//! argMax and cumulativeSum walk one axis per invocation
+//! (`shaders/argminmax.wgsl`, `shaders/cumsum.wgsl`).
 
-use super::{is_float, is_word, wgsl_type, word, Gpu, NodeIo, Step};
+use super::{convert, is_float, is_word, wgsl_type, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
 use crate::graph::ops::reduce::{ReduceKind, ReduceOp};
 use crate::types::{DataType, OperandDescriptor};
@@ -52,23 +54,231 @@ fn body(kind: ReduceKind, t: &str) -> Option<(String, String, String)> {
     }
 }
 
+const ARG_MIN_MAX: &str = include_str!("shaders/argminmax.wgsl");
+const CUMULATIVE_SUM: &str = include_str!("shaders/cumsum.wgsl");
+
 /// The family's answer to [`super::supports`].
-pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
+pub(super) fn supports(op: &str, operand: &str, dt: DataType) -> bool {
     match op {
         "reduceSum" | "reduceL1" | "reduceSumSquare" | "reduceProduct" | "reduceMax"
         | "reduceMin" => is_word(dt),
         "reduceMean" | "reduceL2" | "reduceLogSum" | "reduceLogSumExp" => is_float(dt),
+        // Comparisons and sums of word pairs are written out, so every
+        // element type is handled; argMin/argMax write int32 or int64.
+        "argMin" | "argMax" => match operand {
+            "output" => matches!(dt, DataType::Int32 | DataType::Int64),
+            _ => true,
+        },
+        "cumulativeSum" => true,
         _ => false,
+    }
+}
+
+/// The sizes before, along and after `axis` of `shape`.
+fn split_at_axis(shape: &[usize], axis: usize) -> Result<(u64, u64, u64)> {
+    if axis >= shape.len() {
+        return Err(Error::operation(format!(
+            "the axis {axis} is out of range for rank {}",
+            shape.len()
+        )));
+    }
+    let prod = |d: &[usize]| d.iter().map(|&v| v as u64).product::<u64>();
+    Ok((
+        prod(&shape[..axis]),
+        shape[axis] as u64,
+        prod(&shape[axis + 1..]),
+    ))
+}
+
+/// WGSL `better(v, best)` for argMin (`max == false`) or argMax on
+/// elements of `dt`.
+fn better(dt: DataType, max: bool) -> String {
+    let op = if max { ">" } else { "<" };
+    match convert::compute_type(dt) {
+        // Never true with a NaN on either side, whatever the compiler
+        // assumes about NaN in comparisons.
+        "f32" => format!(
+            "fn better(v: f32, b: f32) -> bool {{
+    return !is_nan(v) && !is_nan(b) && v {op} b;
+}}"
+        ),
+        "vec2<u32>" => {
+            // The high words decide (signed for int64), then the low ones.
+            let high = if dt == DataType::Int64 {
+                format!("bitcast<i32>(v.y) {op} bitcast<i32>(b.y)")
+            } else {
+                format!("v.y {op} b.y")
+            };
+            format!(
+                "fn better(v: vec2<u32>, b: vec2<u32>) -> bool {{
+    if (v.y != b.y) {{
+        return {high};
+    }}
+    return v.x {op} b.x;
+}}"
+            )
+        }
+        t => format!(
+            "fn better(v: {t}, b: {t}) -> bool {{
+    return v {op} b;
+}}"
+        ),
+    }
+}
+
+/// WGSL `zero()`, `add(acc, v)` and `value(acc)` of a running sum of
+/// elements of `dt`, with `ACC` the accumulator type.
+fn accumulate(dt: DataType) -> String {
+    match convert::compute_type(dt) {
+        // The CPU backend sums in f64 and rounds each output once; a
+        // compensated pair (sum, rounding error) keeps the running sum as
+        // accurate. A non-finite sum drops the pair, whose error term would
+        // be NaN.
+        "f32" => "fn zero() -> vec2<f32> {
+    return vec2<f32>(0.0, 0.0);
+}
+
+fn finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+fn add(a: vec2<f32>, v: f32) -> vec2<f32> {
+    let s = a.x + v;
+    if (!finite(s)) {
+        return vec2<f32>(s, 0.0);
+    }
+    let bv = s - a.x;
+    let err = (a.x - (s - bv)) + (v - bv);
+    let lo = a.y + err;
+    let hi = s + lo;
+    return vec2<f32>(hi, lo - (hi - s));
+}
+
+fn value(a: vec2<f32>) -> f32 {
+    return a.x;
+}"
+        .to_string(),
+        // Wrapping 64-bit addition on (low, high) word pairs.
+        "vec2<u32>" => "fn zero() -> vec2<u32> {
+    return vec2<u32>(0u, 0u);
+}
+
+fn add(a: vec2<u32>, v: vec2<u32>) -> vec2<u32> {
+    let lo = a.x + v.x;
+    return vec2<u32>(lo, a.y + v.y + select(0u, 1u, lo < a.x));
+}
+
+fn value(a: vec2<u32>) -> vec2<u32> {
+    return a;
+}"
+        .to_string(),
+        // WGSL integer addition wraps, as the CPU backend's does.
+        t => format!(
+            "fn zero() -> {t} {{
+    return {t}(0);
+}}
+
+fn add(a: {t}, v: {t}) -> {t} {{
+    return a + v;
+}}
+
+fn value(a: {t}) -> {t} {{
+    return a;
+}}"
+        ),
     }
 }
 
 /// argMin/argMax and cumulativeSum.
 pub(super) fn other(gpu: &mut Gpu, op: &ReduceOp, io: &NodeIo) -> Result<Vec<Step>> {
-    let _ = (gpu, io);
-    Err(Error::not_supported(format!(
-        "{} is not supported on the GPU backend yet",
-        op.name()
-    )))
+    let (Some(&input), Some(&in_desc), Some(&out), Some(&out_desc)) = (
+        io.ins.first(),
+        io.in_descs.first(),
+        io.outs.first(),
+        io.out_descs.first(),
+    ) else {
+        return Err(Error::operation(format!(
+            "{}: missing an input or output",
+            op.name()
+        )));
+    };
+    let dt = in_desc.data_type;
+    let elem = convert::compute_type(dt);
+    match *op {
+        ReduceOp::ArgMinMax { max, axis, .. } => {
+            let (outer, n, inner) = split_at_axis(&in_desc.shape, axis)?;
+            let count = outer * inner;
+            if count == 0 {
+                return Ok(vec![]);
+            }
+            if n == 0 {
+                return Err(Error::operation(format!(
+                    "{}: the axis is empty",
+                    op.name()
+                )));
+            }
+            word(outer * n * inner)?;
+            let (out_type, store) = match out_desc.data_type {
+                DataType::Int32 => ("i32", "i32(k)"),
+                DataType::Int64 => ("vec2<u32>", "vec2<u32>(k, 0u)"),
+                other => {
+                    return Err(Error::not_supported(format!(
+                        "{} cannot produce {} on the GPU backend",
+                        op.name(),
+                        other.name()
+                    )))
+                }
+            };
+            let source = ARG_MIN_MAX
+                .replace("$ELEM", elem)
+                .replace("$OUT", out_type)
+                .replace(
+                    "$BETTER",
+                    &format!(
+                        "{}\n\nfn store(k: u32) -> {out_type} {{\n    return {store};\n}}",
+                        better(dt, max)
+                    ),
+                );
+            let params = gpu.params(&[word(count)?, word(n)?, word(inner)?])?;
+            let grid = gpu.grid_1d(count)?;
+            Ok(vec![gpu.step(
+                source,
+                "main",
+                &[&params, input, out],
+                grid,
+            )?])
+        }
+        ReduceOp::CumulativeSum {
+            axis,
+            exclusive,
+            reversed,
+        } => {
+            let (outer, n, inner) = split_at_axis(&in_desc.shape, axis)?;
+            let count = outer * inner;
+            if count == 0 || n == 0 {
+                return Ok(vec![]);
+            }
+            word(outer * n * inner)?;
+            let source = CUMULATIVE_SUM
+                .replace("$ELEM", elem)
+                .replace("$ACCUMULATE", &accumulate(dt));
+            let params = gpu.params(&[
+                word(count)?,
+                word(n)?,
+                word(inner)?,
+                u32::from(reversed),
+                u32::from(exclusive),
+            ])?;
+            let grid = gpu.grid_1d(count)?;
+            Ok(vec![gpu.step(
+                source,
+                "main",
+                &[&params, input, out],
+                grid,
+            )?])
+        }
+        ReduceOp::Reduce { .. } => Err(Error::operation("reductions are built by reduce::reduce")),
+    }
 }
 
 pub(super) fn reduce(
@@ -191,4 +401,238 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let grid = gpu.grid_1d(n)?;
     gpu.step(source, "main", &[&params, input, out], grid)
         .map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::graph::args::Val;
+    use crate::tensor::Buf;
+
+    /// Runs `name` on the GPU and the CPU kernel with the given input
+    /// data and compares exactly.
+    fn same_as_cpu(name: &str, dt: DataType, shape: &[usize], extra: &[Val], x: Buf) {
+        let Some(mut be) = backend() else { return };
+        let g = op_graph(name, dt, &[shape], extra).unwrap();
+        let node = g.nodes[0].clone();
+        let want = crate::backend::cpu::run_op(
+            &node.op,
+            &[&x],
+            &[&g.operands[node.inputs[0]]],
+            &[g.operands[node.outputs[0]].clone()],
+            None,
+        )
+        .unwrap();
+        let got = run(&mut be, g, vec![x]).unwrap();
+        assert_eq!(got[0], want[0], "{name} {} {shape:?} {extra:?}", dt.name());
+    }
+
+    const EVERY_TYPE: [DataType; 10] = [
+        DataType::Float32,
+        DataType::Float16,
+        DataType::Int32,
+        DataType::Uint32,
+        DataType::Int64,
+        DataType::Uint64,
+        DataType::Int8,
+        DataType::Uint8,
+        DataType::Int4,
+        DataType::Uint4,
+    ];
+
+    #[test]
+    fn arg_min_max_every_type_and_axis() {
+        let Some(mut be) = backend() else { return };
+        let shapes: &[(&[usize], usize)] = &[
+            (&[3, 5, 7], 0),
+            (&[3, 5, 7], 1),
+            (&[3, 5, 7], 2),
+            (&[1, 300], 1),
+            (&[300, 1], 0),
+            (&[2, 1, 263], 1),
+            (&[5], 0),
+        ];
+        for name in ["argMin", "argMax"] {
+            for dt in EVERY_TYPE {
+                for &(shape, axis) in shapes {
+                    for (keep, out) in [(false, "int32"), (true, "int64")] {
+                        let opts = dict(&[
+                            ("keepDimensions", Val::Bool(keep)),
+                            ("outputDataType", s(out)),
+                        ]);
+                        check_vs_cpu(&mut be, name, &[dt], &[shape], &[n(axis as f64), opts], 0.0);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn arg_min_max_nan_and_wide_values() {
+        let nan = f32::NAN;
+        for name in ["argMin", "argMax"] {
+            // A NaN first stays the best; a later NaN never wins.
+            let x = vec![
+                nan,
+                1.0,
+                -1.0,
+                2.0,
+                5.0,
+                nan,
+                -3.0,
+                0.0,
+                f32::INFINITY,
+                -0.0,
+                0.0,
+                -f32::INFINITY,
+            ];
+            same_as_cpu(
+                name,
+                DataType::Float32,
+                &[3, 4],
+                &[n(1.0)],
+                Buf::F32(x.clone()),
+            );
+            same_as_cpu(name, DataType::Float32, &[3, 4], &[n(0.0)], Buf::F32(x));
+            // Word pairs: high words decide (signed for int64), then low.
+            let x = vec![
+                i64::MIN,
+                -1,
+                0,
+                1 << 33,
+                (1 << 32) - 1,
+                i64::MAX,
+                (1 << 32) + 5,
+                -(1 << 32),
+                1 << 32,
+                (1 << 32) + 4,
+                7,
+                i64::MAX - 1,
+            ];
+            same_as_cpu(name, DataType::Int64, &[12], &[n(0.0)], Buf::I64(x.clone()));
+            same_as_cpu(
+                name,
+                DataType::Int64,
+                &[3, 4],
+                &[n(1.0)],
+                Buf::I64(x.clone()),
+            );
+            let u: Vec<u64> = x.iter().map(|&v| v as u64).collect();
+            same_as_cpu(
+                name,
+                DataType::Uint64,
+                &[12],
+                &[n(0.0)],
+                Buf::U64(u.clone()),
+            );
+            same_as_cpu(name, DataType::Uint64, &[4, 3], &[n(0.0)], Buf::U64(u));
+            let i: Vec<i32> = x.iter().map(|&v| v as i32).collect();
+            same_as_cpu(name, DataType::Int32, &[12], &[n(0.0)], Buf::I32(i.clone()));
+            let u: Vec<u32> = i.iter().map(|&v| v as u32).collect();
+            same_as_cpu(name, DataType::Uint32, &[12], &[n(0.0)], Buf::U32(u));
+        }
+    }
+
+    #[test]
+    fn cumulative_sum_every_option() {
+        let Some(mut be) = backend() else { return };
+        let shapes: &[(&[usize], usize)] = &[
+            (&[3, 5, 7], 0),
+            (&[3, 5, 7], 1),
+            (&[3, 5, 7], 2),
+            (&[2, 600], 1),
+            (&[600, 2], 0),
+            (&[1, 1, 1], 2),
+            (&[9], 0),
+        ];
+        let types = [
+            DataType::Float32,
+            DataType::Float16,
+            DataType::Int32,
+            DataType::Uint32,
+            DataType::Int64,
+            DataType::Uint64,
+            DataType::Int8,
+            DataType::Uint8,
+        ];
+        for dt in types {
+            for &(shape, axis) in shapes {
+                for exclusive in [false, true] {
+                    for reversed in [false, true] {
+                        let opts = dict(&[
+                            ("exclusive", Val::Bool(exclusive)),
+                            ("reversed", Val::Bool(reversed)),
+                        ]);
+                        check_vs_cpu(
+                            &mut be,
+                            "cumulativeSum",
+                            &[dt],
+                            &[shape],
+                            &[n(axis as f64), opts],
+                            1e-6,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cumulative_sum_wraps_and_stays_accurate() {
+        // Wrapping integer sums, carries between the words of a pair.
+        let x = vec![i32::MAX, 1, i32::MIN, -1, 5, i32::MAX];
+        same_as_cpu(
+            "cumulativeSum",
+            DataType::Int32,
+            &[6],
+            &[n(0.0)],
+            Buf::I32(x),
+        );
+        let x = vec![u64::MAX, 1, 0xffff_ffff, 1, u64::MAX - 3, 7, 1 << 40];
+        same_as_cpu(
+            "cumulativeSum",
+            DataType::Uint64,
+            &[7],
+            &[n(0.0)],
+            Buf::U64(x),
+        );
+        let x = vec![i64::MIN, -1, -(1 << 32), 3, i64::MAX, 0xffff_ffff];
+        same_as_cpu(
+            "cumulativeSum",
+            DataType::Int64,
+            &[6],
+            &[n(0.0)],
+            Buf::I64(x),
+        );
+        // Cancellation: the CPU sums in f64; each output must be its
+        // rounded value exactly.
+        let x = vec![
+            1e8,
+            1.0,
+            -1e8,
+            1.0,
+            0.25,
+            3e-8,
+            f32::INFINITY,
+            1.0,
+            -f32::INFINITY,
+            2.0,
+        ];
+        same_as_cpu(
+            "cumulativeSum",
+            DataType::Float32,
+            &[10],
+            &[n(0.0)],
+            Buf::F32(x),
+        );
+        let x: Vec<f32> = random(4000, 3).iter().map(|v| v * 1000.0).collect();
+        same_as_cpu(
+            "cumulativeSum",
+            DataType::Float32,
+            &[4000],
+            &[n(0.0)],
+            Buf::F32(x),
+        );
+    }
 }

@@ -1,33 +1,122 @@
-//! `conv2d` (both input layouts, every filter layout, groups, padding,
-//! strides, dilations, bias) and `averagePool2d` / `maxPool2d` /
-//! `l2Pool2d`, as direct float32 kernels: one invocation per output
-//! element, layouts expressed as strides.
+//! `conv2d` and `convTranspose2d` (both input layouts, every filter
+//! layout, groups, padding, strides, dilations, bias) and `averagePool2d` /
+//! `maxPool2d` / `l2Pool2d`, as direct float32 kernels: one invocation per
+//! output element, layouts expressed as strides.
 
 use super::{is_float, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
 use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
-use crate::graph::ops::conv::ConvTranspose2dParams;
+use crate::graph::ops::conv::{ConvTranspose2dParams, TransposeFilterLayout};
 use crate::types::{DataType, OperandDescriptor};
 
 /// The family's answer to [`super::supports`]: float kernels (float16
 /// computed in f32).
 pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
-    matches!(op, "conv2d" | "averagePool2d" | "maxPool2d" | "l2Pool2d") && is_float(dt)
+    matches!(
+        op,
+        "conv2d" | "convTranspose2d" | "averagePool2d" | "maxPool2d" | "l2Pool2d"
+    ) && is_float(dt)
 }
 
-/// `convTranspose2d`.
+/// `convTranspose2d`: a gather over the input positions and taps that
+/// reach each output element (see the shader).
 pub(super) fn conv_transpose2d(
     gpu: &mut Gpu,
     c: &ConvTranspose2dParams,
     io: &NodeIo,
 ) -> Result<Vec<Step>> {
-    let _ = (gpu, c, io);
-    Err(Error::not_supported(
-        "convTranspose2d is not supported on the GPU backend yet",
-    ))
+    let (Some(&out), Some(out_desc)) = (io.outs.first(), io.out_descs.first()) else {
+        return Err(Error::operation("convTranspose2d has no output"));
+    };
+    let n = out_desc.element_count() as u64;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let g = c.groups;
+    if io.ins.len() < 2 + usize::from(c.has_bias)
+        || g == 0
+        || !c.in_channels.is_multiple_of(g)
+        || !c.out_channels.is_multiple_of(g)
+        || c.strides.contains(&0)
+    {
+        return Err(Error::operation(
+            "convTranspose2d: the operands do not match the parameters",
+        ));
+    }
+    for d in io.in_descs {
+        word(d.element_count() as u64)?;
+    }
+    // The shader forms out + padBegin and (kernel - 1) * dilation in u32.
+    word((c.out_h + c.padding[0]) as u64)?;
+    word((c.out_w + c.padding[2]) as u64)?;
+    word((c.kernel_h.saturating_sub(1) * c.dilations[0]) as u64)?;
+    word((c.kernel_w.saturating_sub(1) * c.dilations[1]) as u64)?;
+    let og = c.out_channels / g;
+    let mut p = vec![word(n)?];
+    push_words(
+        &mut p,
+        &[
+            c.batch,
+            c.in_channels,
+            c.in_h,
+            c.in_w,
+            c.out_channels,
+            c.kernel_h,
+            c.kernel_w,
+            c.groups,
+            c.out_h,
+            c.out_w,
+            c.padding[0],
+            c.padding[2],
+            c.strides[0],
+            c.strides[1],
+            c.dilations[0],
+            c.dilations[1],
+        ]
+        .map(|v| v as u64),
+    )?;
+    p.push(u32::from(c.has_bias));
+    push_words(&mut p, &act_strides(c.nhwc, c.in_channels, c.in_h, c.in_w))?;
+    push_words(
+        &mut p,
+        &transpose_filter_strides(c.filter_layout, c.in_channels, og, c.kernel_h, c.kernel_w),
+    )?;
+    push_words(
+        &mut p,
+        &act_strides(c.nhwc, c.out_channels, c.out_h, c.out_w),
+    )?;
+    let params = gpu.params(&p)?;
+    let grid = gpu.grid_1d(n)?;
+    // Without a bias, the parameters stand in for the unread binding.
+    let bias = if c.has_bias { io.ins[2] } else { &params };
+    let step = gpu.step(
+        CONV_TRANSPOSE2D.to_string(),
+        "main",
+        &[&params, io.ins[0], io.ins[1], bias, out],
+        grid,
+    )?;
+    Ok(vec![step])
+}
+
+/// Strides (i, o, h, w) of a convTranspose2d filter of `layout`, where i
+/// counts all input channels and o the output channels of one group.
+fn transpose_filter_strides(
+    layout: TransposeFilterLayout,
+    i: usize,
+    o: usize,
+    h: usize,
+    w: usize,
+) -> [u64; 4] {
+    let (i, o, h, w) = (i as u64, o as u64, h as u64, w as u64);
+    match layout {
+        TransposeFilterLayout::Iohw => [o * h * w, h * w, w, 1],
+        TransposeFilterLayout::Hwoi => [1, i, w * o * i, o * i],
+        TransposeFilterLayout::Ohwi => [1, h * w * i, w * i, i],
+    }
 }
 
 const CONV2D: &str = include_str!("shaders/conv2d.wgsl");
+const CONV_TRANSPOSE2D: &str = include_str!("shaders/conv_transpose2d.wgsl");
 const POOL2D: &str = include_str!("shaders/pool2d.wgsl");
 
 /// Strides (n, c, h, w) of an activation tensor in `nhwc` or nchw layout.
@@ -169,4 +258,184 @@ pub(super) fn pool2d(
         grid,
     )
     .map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use crate::graph::args::Val;
+    use crate::graph::GraphBuilder;
+    use crate::tensor::Buf;
+    use crate::types::{DataType, OperandDescriptor};
+
+    /// Runs `name(positional..., options)` on the GPU and on the CPU kernel
+    /// with the same random data, where `operand_opts` are option members
+    /// that are operands (given by shape) and `opts` the other members.
+    fn check_with_options(
+        be: &mut super::super::GpuBackend,
+        name: &str,
+        dt: DataType,
+        positional: &[&[usize]],
+        operand_opts: &[(&str, &[usize])],
+        opts: &[(&str, Val)],
+        tol: f32,
+    ) {
+        let mut b = GraphBuilder::new();
+        let mut ids = Vec::new();
+        let mut args = Vec::new();
+        for (i, sh) in positional.iter().enumerate() {
+            let id = b.input(&format!("a{i}"), desc(dt, sh)).unwrap();
+            ids.push(id);
+            args.push(operand(&b, id));
+        }
+        let mut members: Vec<(&str, Val)> = opts.to_vec();
+        for (k, sh) in operand_opts {
+            let id = b.input(&format!("b{k}"), desc(dt, sh)).unwrap();
+            ids.push(id);
+            members.push((k, operand(&b, id)));
+        }
+        args.push(dict(&members));
+        let outs = b.call(name, &args).unwrap();
+        let g = b
+            .build(
+                outs.iter()
+                    .enumerate()
+                    .map(|(i, &o)| (format!("out{i}"), o))
+                    .collect(),
+            )
+            .unwrap();
+        let node = g.nodes[0].clone();
+        let data: Vec<Buf> = ids
+            .iter()
+            .map(|&id| random_buf(dt, g.operands[id].element_count(), id as u64 + 11))
+            .collect();
+        let by_id = |id: usize| &data[ids.iter().position(|&x| x == id).unwrap()];
+        let refs: Vec<&Buf> = node.inputs.iter().map(|&i| by_id(i)).collect();
+        let in_descs: Vec<&OperandDescriptor> =
+            node.inputs.iter().map(|&i| &g.operands[i]).collect();
+        let out_descs: Vec<OperandDescriptor> = node
+            .outputs
+            .iter()
+            .map(|&o| g.operands[o].clone())
+            .collect();
+        let want =
+            crate::backend::cpu::run_op(&node.op, &refs, &in_descs, &out_descs, None).unwrap();
+        let order: Vec<Buf> = g.inputs.iter().map(|(_, id)| by_id(*id).clone()).collect();
+        let what = format!("{name} {dt:?} {positional:?} {operand_opts:?} {opts:?}");
+        let got = run(be, g, order).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(got.len(), want.len(), "{what}: outputs");
+        for (g, w) in got.iter().zip(&want) {
+            let tol = if dt == DataType::Float16 {
+                tol.max(2e-3)
+            } else {
+                tol
+            };
+            assert_close(&g.to_f32_vec(), &w.to_f32_vec(), tol, &what);
+        }
+    }
+
+    #[test]
+    fn conv_transpose2d_options() {
+        let Some(mut be) = backend() else { return };
+        // (input layout, filter layout, input shape, filter shape, options)
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            Vec<usize>,
+            Vec<usize>,
+            Vec<(&'a str, Val)>,
+        );
+        let cases: Vec<Case> = vec![
+            ("nchw", "iohw", vec![1, 1, 1, 1], vec![1, 1, 1, 1], vec![]),
+            ("nchw", "iohw", vec![1, 3, 9, 11], vec![3, 5, 3, 3], vec![]),
+            (
+                "nchw",
+                "iohw",
+                vec![2, 4, 7, 5],
+                vec![4, 3, 3, 2],
+                vec![
+                    ("groups", n(2.0)),
+                    ("padding", list(&[1.0, 2.0, 0.0, 1.0])),
+                    ("strides", list(&[2.0, 3.0])),
+                    ("dilations", list(&[2.0, 1.0])),
+                    ("outputPadding", list(&[1.0, 2.0])),
+                ],
+            ),
+            (
+                "nhwc",
+                "hwoi",
+                vec![1, 5, 6, 4],
+                vec![3, 2, 3, 4],
+                vec![
+                    ("strides", list(&[2.0, 2.0])),
+                    ("outputSizes", list(&[12.0, 13.0])),
+                ],
+            ),
+            (
+                "nhwc",
+                "ohwi",
+                vec![2, 4, 4, 6],
+                vec![2, 3, 3, 6],
+                vec![
+                    ("groups", n(3.0)),
+                    ("padding", list(&[2.0, 1.0, 1.0, 2.0])),
+                    ("dilations", list(&[2.0, 2.0])),
+                ],
+            ),
+            (
+                "nchw",
+                "ohwi",
+                vec![1, 2, 3, 3],
+                vec![4, 2, 2, 2],
+                vec![
+                    ("strides", list(&[3.0, 2.0])),
+                    ("outputPadding", list(&[2.0, 1.0])),
+                ],
+            ),
+            (
+                "nchw",
+                "hwoi",
+                vec![1, 6, 17, 19],
+                vec![3, 3, 2, 6],
+                vec![("groups", n(2.0))],
+            ),
+            // More than 256 outputs per channel plane and a large depth.
+            (
+                "nhwc",
+                "iohw",
+                vec![1, 20, 21, 16],
+                vec![16, 3, 4, 4],
+                vec![],
+            ),
+        ];
+        for (il, fl, si, sf, opts) in cases {
+            let groups = opts
+                .iter()
+                .find(|(k, _)| *k == "groups")
+                .map_or(1, |(_, v)| match v {
+                    Val::Number(g) => *g as usize,
+                    _ => 1,
+                });
+            let out_c = groups
+                * match fl {
+                    "iohw" => sf[1],
+                    "hwoi" => sf[2],
+                    _ => sf[0],
+                };
+            for dt in [DataType::Float32, DataType::Float16] {
+                for bias in [false, true] {
+                    let mut o = opts.clone();
+                    o.push(("inputLayout", s(il)));
+                    o.push(("filterLayout", s(fl)));
+                    let bias_shape = [out_c];
+                    let ops: Vec<(&str, &[usize])> = if bias {
+                        vec![("bias", &bias_shape[..])]
+                    } else {
+                        vec![]
+                    };
+                    check_with_options(&mut be, "convTranspose2d", dt, &[&si, &sf], &ops, &o, 1e-4);
+                }
+            }
+        }
+    }
 }

@@ -1368,6 +1368,35 @@ mod tests {
         assert_eq!(be.read_tensor(1).unwrap_err().kind, ErrorKind::InvalidState);
     }
 
+    /// An asynchronous read returns at once, sees the contents as of its
+    /// place in the queue (not later writes), and completes on the reader
+    /// thread; a read of a destroyed tensor completes with the error.
+    #[test]
+    fn asynchronous_reads() {
+        let Some(mut be) = backend() else { return };
+        be.create_tensor(1, &desc(DataType::Float16, &[5])).unwrap();
+        let first = Buf::f16_from_f32(&[1.0, 2.0, 3.0, 4.0, 5.0]);
+        be.write_tensor(1, first.clone()).unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for k in 0..3 {
+            let tx = tx.clone();
+            be.read_tensor_async(1, Box::new(move |r| tx.send((k, r)).unwrap()));
+        }
+        be.write_tensor(1, Buf::f16_from_f32(&[0.5; 5])).unwrap();
+        let tx2 = tx.clone();
+        be.read_tensor_async(1, Box::new(move |r| tx2.send((3, r)).unwrap()));
+        be.read_tensor_async(99, Box::new(move |r| tx.send((4, r)).unwrap()));
+        let mut got: Vec<(i32, Result<Buf>)> = (0..5)
+            .map(|_| rx.recv_timeout(Duration::from_secs(60)).unwrap())
+            .collect();
+        got.sort_by_key(|(k, _)| *k);
+        for (k, r) in &got[..3] {
+            assert_eq!(r.as_ref().unwrap(), &first, "read {k}");
+        }
+        assert_eq!(got[3].1.as_ref().unwrap(), &Buf::f16_from_f32(&[0.5; 5]));
+        assert_eq!(got[4].1.as_ref().unwrap_err().kind, ErrorKind::InvalidState);
+    }
+
     /// Dispatch on tensors, then read: the queue keeps the order.
     #[test]
     fn dispatch_on_tensors() {

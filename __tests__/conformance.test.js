@@ -5,8 +5,9 @@
 // CPU: every case must pass, except the cases listed in vector-errata.json:
 // vectors whose expected values are wrong. Each erratum is asserted to fail
 // against the vector and to match an independent reference computed here.
-// GPU: every case that the GPU context's opSupportLimits() accepts must pass,
-// except those listed in expected-failures-gpu.json.
+// GPU: every case must pass, except those listed with a reason in
+// expected-failures-gpu.json (a list that only shrinks: an entry that passes
+// fails the test), and at least 98% of all cases pass.
 
 const fs = require('fs');
 const path = require('path');
@@ -154,12 +155,14 @@ if (!vectorsAvailable) {
           fs.readFileSync(path.join(__dirname, 'expected-failures-gpu.json'), 'utf8'),
         );
         const advertised = [];
+        const all = [];
         let notAdvertised = 0;
         const report = await runConformance({
           deviceType: 'gpu',
           onCase: (c) => {
             // `advertised`: the GPU limits cover the case's operators and
             // data types (castToSupportedType cases included).
+            all.push(c);
             if (!c.advertised) notAdvertised++;
             else advertised.push(c);
           },
@@ -167,13 +170,15 @@ if (!vectorsAvailable) {
         expect(report.available).toBe(true);
 
         print(`\n${formatReport(report)}`);
-        const failing = advertised.filter((c) => !c.passed && !(c.name in expectedFailures));
-        const expectedSeen = advertised.filter((c) => !c.passed && c.name in expectedFailures);
-        const nowPassing = advertised.filter((c) => c.passed && c.name in expectedFailures);
+        // Every case counts, advertised or not: a case the GPU refuses is a
+        // failure unless expected-failures-gpu.json lists it with a reason.
+        const failing = all.filter((c) => !c.passed && !(c.name in expectedFailures));
+        const expectedSeen = all.filter((c) => !c.passed && c.name in expectedFailures);
+        const nowPassing = all.filter((c) => c.passed && c.name in expectedFailures);
         print(
           `[conformance gpu] ${advertised.length} cases advertised by opSupportLimits() ` +
             `(${advertised.filter((c) => c.passed).length} passed, ${expectedSeen.length} expected failures); ` +
-            `${notAdvertised} cases not advertised (not asserted)`,
+            `${notAdvertised} cases not advertised`,
         );
         for (const c of expectedSeen) {
           print(`[conformance gpu] expected failure: ${c.name}: ${c.reason}`);
@@ -185,6 +190,9 @@ if (!vectorsAvailable) {
           print(`[conformance gpu] unexpected failures:\n  ${describeFailures(failing).join('\n  ')}`);
         }
         expect(describeFailures(failing)).toEqual([]);
+        // The list only shrinks: an entry that passes now must be removed.
+        expect(nowPassing.map((c) => c.name)).toEqual([]);
+        expect(report.passed / report.total).toBeGreaterThanOrEqual(0.98);
       },
       RUN_TIMEOUT_MS,
     );

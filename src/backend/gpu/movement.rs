@@ -366,7 +366,7 @@ fn resample_linear(
 ) -> Result<Option<Step>> {
     let out_shape = &out_desc.shape;
     let total = out_desc.element_count() as u64;
-    if total == 0 || in_shape.iter().any(|&n| n == 0) {
+    if total == 0 || in_shape.contains(&0) {
         return Ok(None);
     }
     let mut p = vec![
@@ -540,7 +540,17 @@ mod tests {
     fn triangular_diagonals() {
         let Some(mut be) = backend() else { return };
         for upper in [true, false] {
-            for diag in [0.0, 1.0, -1.0, 2.0, -3.0, 100.0, -100.0, 2147483647.0, -2147483648.0] {
+            for diag in [
+                0.0,
+                1.0,
+                -1.0,
+                2.0,
+                -3.0,
+                100.0,
+                -100.0,
+                2147483647.0,
+                -2147483648.0,
+            ] {
                 let opts = dict(&[("upper", Val::Bool(upper)), ("diagonal", n(diag))]);
                 check_vs_cpu(&mut be, "triangular", &[F], &[&[2, 3, 4]], &[opts], 0.0);
             }
@@ -551,7 +561,7 @@ mod tests {
                     "triangular",
                     &[dt],
                     &[&[4, 3]],
-                    &[opts.clone()],
+                    std::slice::from_ref(&opts),
                     0.0,
                 );
                 check_vs_cpu(

@@ -50,7 +50,10 @@ pub(super) fn coalesce(out: &[usize], sa: &[u64], sb: &[u64]) -> Vec<(u64, u64, 
             continue;
         }
         match dims.last_mut() {
-            Some(last) if last.1 == sa[d] * size && last.2 == sb[d] * size => {
+            // Wrapping: a stride may be a negative one as a wrapped u64.
+            Some(last)
+                if last.1 == sa[d].wrapping_mul(size) && last.2 == sb[d].wrapping_mul(size) =>
+            {
                 *last = (last.0 * size, sa[d], sb[d]);
             }
             _ => dims.push((size, sa[d], sb[d])),

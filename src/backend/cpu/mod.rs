@@ -77,13 +77,27 @@ impl CpuBackend {
     pub fn with_threads(threads: Option<usize>) -> Result<Self> {
         let pool = match threads {
             None => None,
-            Some(n) => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n.max(1))
-                    .thread_name(|i| format!("webnn-cpu-{i}"))
-                    .build()
-                    .map_err(|e| Error::not_supported(format!("cannot start {n} threads: {e}")))?,
-            ),
+            Some(n) => {
+                let builder = || {
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(n.max(1))
+                        .thread_name(|i| format!("webnn-cpu-{i}"))
+                };
+                // The calling thread (the context's timeline thread, which
+                // later runs every dispatch) is the pool's first thread, so
+                // a dispatch starts on it directly: no hand-over to another
+                // thread and back (two wake-ups, tens of microseconds), and
+                // n threads means n, not n + 1. rayon then keeps this
+                // thread's small worker record for the life of the process
+                // (a few kilobytes per context). A thread that is already in
+                // a pool cannot join another: start n threads then.
+                match builder().use_current_thread().build() {
+                    Ok(p) => Some(p),
+                    Err(_) => Some(builder().build().map_err(|e| {
+                        Error::not_supported(format!("cannot start {n} threads: {e}"))
+                    })?),
+                }
+            }
         };
         Ok(CpuBackend {
             pool,

@@ -2,7 +2,7 @@
 'use strict';
 // webnn-node against onnxruntime-node on the CPU: the same workloads (built
 // from one description each, bench/workloads.js), checked for equal outputs,
-// then timed interleaved in one process. See bench/README.md.
+// then timed in alternating blocks in one process. See bench/README.md.
 //
 //   node bench/run.js [--threads 1,2] [--runs N] [--only a,b,...] [--quick] [--save-models]
 //   node bench/run.js --rss-child mobilenet ours|ort|none [--threads N] [--runs N]
@@ -159,23 +159,41 @@ function median(values) {
 
 const now = () => Number(process.hrtime.bigint()) / 1e6; // ms
 
-// Alternates the two sides run by run, so a change in machine load during
-// the measurement hits both rather than whichever happened to run then.
-async function timeInterleaved(ours, theirs, data, warmup, runs) {
+// Alternates the two sides in blocks of runs, so a change in machine load
+// during the measurement hits both rather than whichever happened to run
+// then. Not run by run: each runtime leaves its thread pool busy for a while
+// after a run (onnxruntime's intra-op threads spin-wait for the next one by
+// default), and with strict alternation that idle spinning lands on the
+// other side's next run and takes a core from it, which measures the two
+// runtimes' interference rather than either one. Each block therefore
+// starts with one untimed run, which absorbs what the other side left
+// running; the timed runs that follow are back to back, as an application
+// using one runtime would issue them.
+async function timeAlternating(ours, theirs, data, warmup, runs) {
   for (let i = 0; i < warmup; i++) {
     await ours.run(data);
     await theirs.run(data);
   }
   const times = { ours: [], ort: [] };
-  for (let i = 0; i < runs; i++) {
-    let t = now();
-    await ours.run(data);
-    times.ours.push(now() - t);
-    t = now();
-    await theirs.run(data);
-    times.ort.push(now() - t);
+  const block = blockSize(runs);
+  for (let done = 0; done < runs; done += block) {
+    const count = Math.min(block, runs - done);
+    for (const [side, impl] of [['ours', ours], ['ort', theirs]]) {
+      await impl.run(data); // the block's lead-in, untimed
+      for (let i = 0; i < count; i++) {
+        const t = now();
+        await impl.run(data);
+        times[side].push(now() - t);
+      }
+    }
   }
   return { ours: median(times.ours), ort: median(times.ort) };
+}
+
+// Timed runs per block: four blocks (or more) per side, so that load
+// changes still fall on both, and at least 2 runs per lead-in.
+function blockSize(runs) {
+  return Math.max(2, Math.ceil(runs / 4));
 }
 
 async function benchWorkload(workload, threads, context, opts) {
@@ -196,7 +214,7 @@ async function benchWorkload(workload, threads, context, opts) {
     if (!(row.max_rel_err < MAX_REL_ERR)) row.status = 'MISMATCH';
 
     const runs = opts.runs || (opts.quick ? Math.min(workload.runs, workload.perCallMicros ? 100 : 3) : workload.runs);
-    const t = await timeInterleaved(ours, theirs, data, opts.quick ? 1 : WARMUP, runs);
+    const t = await timeAlternating(ours, theirs, data, opts.quick ? 1 : WARMUP, runs);
     Object.assign(row, { runs, ours_ms: t.ours, ort_ms: t.ort, ratio: t.ours / t.ort });
     if (workload.flops) {
       // FLOP per ms / 1e6 = GFLOP/s
@@ -329,7 +347,7 @@ async function main(opts) {
   console.log(`machine: ${cpus.length} x ${cpus[0] ? cpus[0].model : 'unknown CPU'}, node ${process.version}`);
   console.log(`load average at start: ${loadStart}`);
   console.log(
-    `timing: median of interleaved runs after ${opts.quick ? 1 : WARMUP} warm-up runs each${opts.quick ? ' (--quick)' : ''}; ` +
+    `timing: median of runs alternating in blocks (each block after one untimed run), after ${opts.quick ? 1 : WARMUP} warm-up runs each${opts.quick ? ' (--quick)' : ''}; ` +
       `outputs checked first: max |ours-ort|/max(|ort|, ${REL_FLOOR}, ${RMS_FRACTION}*rms(ort)) < ${MAX_REL_ERR}`,
   );
   console.log('');

@@ -86,6 +86,18 @@ impl Buf {
         }
     }
 
+    /// A vector of `n` floats for a kernel that writes every element:
+    /// recycled memory when the pool has a float32 buffer of that length
+    /// (its old contents, which the caller overwrites), else fresh zeros.
+    /// Saves the zero-fill and, for large buffers, the page faults of new
+    /// memory on every run.
+    pub fn f32_for_overwrite(n: usize) -> Vec<f32> {
+        match pool::take(&Buf::F32(Vec::new()), n) {
+            Some(Buf::F32(v)) => v,
+            _ => vec![0.0; n],
+        }
+    }
+
     /// A zero-filled buffer of `n` elements, or an OperationError when the
     /// memory cannot be had (never an abort).
     pub fn zeros(dt: DataType, n: usize) -> Result<Buf> {

@@ -54,6 +54,11 @@ pub const CONTEXT_LOST: u64 = 0;
 /// Receives completions on the worker thread and forwards them to JS.
 pub trait CompletionSink: Send + 'static {
     fn complete(&self, completion: Completion);
+
+    /// How long a read took from its request (on the JS thread) to its
+    /// completion, reported just before the completion: lets the sink
+    /// guess whether the next read is quick enough to wait for.
+    fn read_waited(&self, _waited: std::time::Duration) {}
 }
 
 /// Commands, executed in order.
@@ -72,6 +77,8 @@ pub enum Command {
     ReadTensor {
         id: TensorId,
         respond: Responder,
+        /// When the request was made.
+        sent: std::time::Instant,
     },
     DestroyTensor {
         id: TensorId,
@@ -278,12 +285,17 @@ impl Worker<'_> {
                     }
                 }
             }
-            Command::ReadTensor { id, respond: r } => {
+            Command::ReadTensor {
+                id,
+                respond: r,
+                sent,
+            } => {
                 let result = match self.errored.get(&id) {
                     Some(e) => Err(e.to_error()),
                     None => guarded("readTensor", || b.read_tensor(id))
                         .map_err(|e| Error::unknown(format!("readTensor: {}", e.message))),
                 };
+                sink.read_waited(sent.elapsed());
                 respond(sink, r, result.map(Payload::Tensor));
             }
             Command::DestroyTensor { id } => {
@@ -347,8 +359,10 @@ impl Worker<'_> {
 /// How long the worker polls for the next command before it sleeps.
 /// Commands come in bursts (write, dispatch, read); catching the next one
 /// without a sleep and a wake-up saves tens of microseconds per inference,
-/// for a few microseconds of spinning when the burst is over.
-const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+/// for a little spinning when the burst is over. Long enough to span the
+/// gap between one inference's result reaching JS (through the event loop:
+/// some 30 to 50 microseconds) and the next inference's first command.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// The next command, or `None` once every sender is gone.
 fn next_command(receiver: &Receiver<Command>) -> Option<Command> {

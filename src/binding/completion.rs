@@ -11,14 +11,25 @@
 //!
 //! The threadsafe function is unreferenced whenever its context has nothing
 //! pending, so an idle context never keeps the process alive.
+//!
+//! Completions travel through a per-context [`Inbox`] queue; the
+//! threadsafe function only says "look at the inbox". A call to the
+//! threadsafe function costs a wake-up of the event loop (tens of
+//! microseconds), which dominates short requests, so `readTensor` may
+//! instead wait for its completion briefly on the JS thread
+//! ([`settle_soon`]) when this context's reads have recently been that
+//! quick; the worker then hands the completion over without the
+//! threadsafe function, and a microtask settles it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::ptr;
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use napi::bindgen_prelude::JavaScriptClassExt;
 use napi::sys::{self, napi_env, napi_value};
@@ -253,30 +264,221 @@ unsafe impl Send for Tsfn {}
 /// lock, so a call never races with the finalizer that frees the function.
 pub type SharedTsfn = Arc<Mutex<Option<Tsfn>>>;
 
+/// [`Inbox::state`]: nobody waits inline; completions go through the
+/// threadsafe function.
+const IDLE: u8 = 0;
+/// The JS thread is waiting inline for the next completion.
+const WAITING: u8 = 1;
+/// The worker handed a completion to the waiting JS thread (in the queue,
+/// with no threadsafe function call).
+const DELIVERED: u8 = 2;
+
+/// How long the JS thread may wait inline for a read: a few times the
+/// cost of a round trip through the event loop, so that a read that is
+/// about to finish is not delayed by one, while a mistaken guess costs
+/// the JS thread little.
+const INLINE_WAIT: Duration = Duration::from_micros(50);
+
+/// The completions of one context, on their way to the JS thread.
+#[derive(Default)]
+pub struct Inbox {
+    /// In the order the worker produced them.
+    queue: Mutex<VecDeque<Completion>>,
+    /// IDLE, WAITING or DELIVERED.
+    state: AtomicU8,
+    /// How long (ns) the latest read waited, from the JS call to its
+    /// completion on the worker: the guess of whether the next read is
+    /// quick enough to wait for inline.
+    last_read_wait: AtomicU64,
+}
+
+impl Inbox {
+    fn take_all(&self) -> VecDeque<Completion> {
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Settles every completion in the inbox, in order.
+fn drain(env: napi_env, ctx_id: u64, inbox: &Inbox) {
+    for c in inbox.take_all() {
+        settle(env, ctx_id, c);
+    }
+}
+
+thread_local! {
+    /// Inboxes holding completions that a read waited for inline, to be
+    /// settled by the microtask [`drain_due`].
+    static DUE: RefCell<Vec<(u64, Arc<Inbox>)>> = const { RefCell::new(Vec::new()) };
+    /// `queueMicrotask` and the [`drain_due`] function, made once per JS
+    /// thread.
+    static MICROTASK: RefCell<Option<(StrongRef, StrongRef)>> = const { RefCell::new(None) };
+}
+
+/// The microtask that settles what reads waited for inline.
+unsafe extern "C" fn drain_due(env: napi_env, _info: sys::napi_callback_info) -> napi_value {
+    let due = DUE.with(|d| std::mem::take(&mut *d.borrow_mut()));
+    // Never unwind into N-API.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for (ctx_id, inbox) in due {
+            drain(env, ctx_id, &inbox);
+        }
+    }));
+    ptr::null_mut()
+}
+
+/// Queues [`drain_due`] as a microtask.
+fn queue_drain(env: napi_env) -> napi::Result<()> {
+    let made = MICROTASK.with(|m| m.borrow().is_some());
+    if !made {
+        let queue = raw::get(env, raw::global(env)?, "queueMicrotask")?;
+        let mut f = ptr::null_mut();
+        let name = "webnnDrain";
+        raw::check(
+            unsafe {
+                sys::napi_create_function(
+                    env,
+                    name.as_ptr().cast(),
+                    name.len() as isize,
+                    Some(drain_due),
+                    ptr::null_mut(),
+                    &mut f,
+                )
+            },
+            "napi_create_function",
+        )?;
+        let refs = (StrongRef::new(env, queue)?, StrongRef::new(env, f)?);
+        MICROTASK.with(|m| *m.borrow_mut() = Some(refs));
+    }
+    MICROTASK.with(|m| {
+        let m = m.borrow();
+        let (queue, f) = m
+            .as_ref()
+            .ok_or_else(|| napi::Error::from_reason("no microtask"))?;
+        let (queue, f) = (queue.get(env)?, f.get(env)?);
+        let mut out = ptr::null_mut();
+        raw::check(
+            unsafe { sys::napi_call_function(env, raw::global(env)?, queue, 1, &f, &mut out) },
+            "queueMicrotask",
+        )
+    })
+}
+
+/// Called right after queuing a read: when this context's reads have
+/// lately completed within [`INLINE_WAIT`], waits (spinning) up to that
+/// long for the next completion, which then settles in a microtask
+/// rather than after a wake-up of the event loop. Not settled here: the
+/// promise must stay pending until the caller's synchronous code is done
+/// (a `destroy()` right after `readTensor()` still rejects the read).
+/// Otherwise, or when nothing comes in time, returns and the threadsafe
+/// function delivers as usual.
+pub fn settle_soon(env: napi_env, ctx_id: u64, inbox: &Arc<Inbox>, tsfn: &SharedTsfn) {
+    if inbox.last_read_wait.load(Ordering::Relaxed) > INLINE_WAIT.as_nanos() as u64 {
+        return;
+    }
+    if inbox
+        .state
+        .compare_exchange(IDLE, WAITING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        if inbox.state.load(Ordering::Acquire) == DELIVERED {
+            break;
+        }
+        spins = spins.wrapping_add(1);
+        // Reading the clock costs more than a pause; check it now and then.
+        if spins.is_multiple_of(64) && start.elapsed() > INLINE_WAIT {
+            if inbox
+                .state
+                .compare_exchange(WAITING, IDLE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                // Given up; the worker calls the threadsafe function.
+                return;
+            }
+            break; // Delivered just now.
+        }
+        std::hint::spin_loop();
+    }
+    inbox.state.store(IDLE, Ordering::Release);
+    let first = DUE.with(|d| {
+        let mut d = d.borrow_mut();
+        let first = d.is_empty();
+        if !d.iter().any(|(id, _)| *id == ctx_id) {
+            d.push((ctx_id, inbox.clone()));
+        }
+        first
+    });
+    if first && queue_drain(env).is_err() {
+        // No microtask (an exception is pending, say): let the threadsafe
+        // function deliver, as it would have.
+        DUE.with(|d| d.borrow_mut().retain(|(id, _)| *id != ctx_id));
+        let guard = tsfn.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = *guard {
+            unsafe {
+                sys::napi_call_threadsafe_function(
+                    t.0,
+                    ptr::null_mut(),
+                    sys::ThreadsafeFunctionCallMode::nonblocking,
+                )
+            };
+        }
+    }
+}
+
+/// What the threadsafe function carries: the context whose inbox to
+/// drain, and the handle to clear when N-API finalizes the function.
+struct TsfnData {
+    ctx_id: u64,
+    inbox: Arc<Inbox>,
+    shared: SharedTsfn,
+}
+
 /// The worker side: posts completions to the JS thread.
 pub struct JsSink {
     tsfn: SharedTsfn,
-    /// The context whose completions this sink posts.
-    ctx_id: u64,
+    inbox: Arc<Inbox>,
 }
 
 impl CompletionSink for JsSink {
     fn complete(&self, completion: Completion) {
+        self.inbox
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(completion);
+        // A JS thread waiting inline takes it from the queue itself.
+        if self
+            .inbox
+            .state
+            .compare_exchange(WAITING, DELIVERED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return;
+        }
         let guard = self.tsfn.lock().unwrap_or_else(|p| p.into_inner());
         let Some(tsfn) = *guard else {
             return; // The environment is gone: nobody is left to tell.
         };
-        let data = Box::into_raw(Box::new((self.ctx_id, completion))) as *mut c_void;
-        let status = unsafe {
+        // The call only wakes the JS thread; it drains the inbox. If the
+        // queue is full the completion stays queued for the next drain.
+        unsafe {
             sys::napi_call_threadsafe_function(
                 tsfn.0,
-                data,
+                ptr::null_mut(),
                 sys::ThreadsafeFunctionCallMode::nonblocking,
             )
         };
-        if status != sys::Status::napi_ok {
-            drop(unsafe { Box::from_raw(data as *mut (u64, Completion)) });
-        }
+    }
+
+    fn read_waited(&self, waited: Duration) {
+        self.inbox.last_read_wait.store(
+            waited.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -294,28 +496,38 @@ impl Drop for JsSink {
     }
 }
 
-unsafe extern "C" fn call_js(env: napi_env, _f: napi_value, _ctx: *mut c_void, data: *mut c_void) {
-    let c = Box::from_raw(data as *mut (u64, Completion));
-    if env.is_null() {
+unsafe extern "C" fn call_js(env: napi_env, _f: napi_value, ctx: *mut c_void, _data: *mut c_void) {
+    if env.is_null() || ctx.is_null() {
         return;
     }
-    let (ctx_id, c) = *c;
+    // SAFETY: the context pointer is the TsfnData box, freed only by the
+    // finalizer, after the last call.
+    let data = &*(ctx as *const TsfnData);
     // Never unwind into N-API.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| settle(env, ctx_id, c)));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        drain(env, data.ctx_id, &data.inbox)
+    }));
 }
 
 unsafe extern "C" fn finalize_tsfn(_env: napi_env, data: *mut c_void, _hint: *mut c_void) {
-    let shared = Box::from_raw(data as *mut SharedTsfn);
-    shared.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let data = Box::from_raw(data as *mut TsfnData);
+    data.shared.lock().unwrap_or_else(|p| p.into_inner()).take();
 }
 
-/// Creates the threadsafe function of a new context. It starts
-/// unreferenced.
-pub fn create_sink(env: napi_env, ctx_id: u64) -> napi::Result<(SharedTsfn, JsSink)> {
+/// Creates the threadsafe function of a new context (it starts
+/// unreferenced) and its inbox.
+pub fn create_sink(env: napi_env, ctx_id: u64) -> napi::Result<(SharedTsfn, Arc<Inbox>, JsSink)> {
     let name = raw::string(env, "webnn-node context")?;
     let mut tsfn = ptr::null_mut();
     let shared: SharedTsfn = Arc::new(Mutex::new(None));
-    let fin = Box::into_raw(Box::new(shared.clone())) as *mut c_void;
+    let inbox = Arc::new(Inbox::default());
+    let data = Box::into_raw(Box::new(TsfnData {
+        ctx_id,
+        inbox: inbox.clone(),
+        shared: shared.clone(),
+    })) as *mut c_void;
+    // The queue of calls is unbounded (0): a call never fails for being
+    // full, so no wake-up is lost.
     let status = unsafe {
         sys::napi_create_threadsafe_function(
             env,
@@ -324,15 +536,15 @@ pub fn create_sink(env: napi_env, ctx_id: u64) -> napi::Result<(SharedTsfn, JsSi
             name,
             0,
             1,
-            fin,
+            data,
             Some(finalize_tsfn),
-            ptr::null_mut(),
+            data,
             Some(call_js),
             &mut tsfn,
         )
     };
     if status != sys::Status::napi_ok {
-        drop(unsafe { Box::from_raw(fin as *mut SharedTsfn) });
+        drop(unsafe { Box::from_raw(data as *mut TsfnData) });
         return Err(napi::Error::from_reason(
             "cannot create the context's threadsafe function",
         ));
@@ -341,9 +553,10 @@ pub fn create_sink(env: napi_env, ctx_id: u64) -> napi::Result<(SharedTsfn, JsSi
     *shared.lock().unwrap_or_else(|p| p.into_inner()) = Some(Tsfn(tsfn));
     Ok((
         shared.clone(),
+        inbox.clone(),
         JsSink {
             tsfn: shared,
-            ctx_id,
+            inbox,
         },
     ))
 }

@@ -31,6 +31,8 @@ pub struct CtxShared {
     pub id: u64,
     timeline: RefCell<Option<Timeline>>,
     tsfn: SharedTsfn,
+    /// Where the worker leaves completions.
+    inbox: Arc<completion::Inbox>,
     pending: Cell<usize>,
     lost: Cell<bool>,
     device_type: Cell<&'static str>,
@@ -91,14 +93,17 @@ impl CtxShared {
         let old = self.pending.get();
         let new = (old as isize + delta).max(0) as usize;
         self.pending.set(new);
+        if (old == 0) == (new == 0) {
+            return; // No change of state: leave the worker the lock.
+        }
         let guard = self.tsfn.lock().unwrap_or_else(|p| p.into_inner());
         let Some(tsfn) = *guard else {
             return;
         };
         unsafe {
-            if old == 0 && new > 0 {
+            if new > 0 {
                 sys::napi_ref_threadsafe_function(env, tsfn.0);
-            } else if old > 0 && new == 0 {
+            } else {
                 sys::napi_unref_threadsafe_function(env, tsfn.0);
             }
         }
@@ -570,8 +575,10 @@ impl MLContext {
             Command::ReadTensor {
                 id,
                 respond: Responder::Js(req),
+                sent: std::time::Instant::now(),
             },
         );
+        completion::settle_soon(e, self.shared.id, &self.shared.inbox, &self.shared.tsfn);
         Ok(JsRaw(p))
     }
 
@@ -809,11 +816,12 @@ pub fn create_context(env: Env, options: Option<JsRaw>) -> napi::Result<JsRaw> {
         Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
     };
     let id = NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed);
-    let (tsfn, sink) = completion::create_sink(e, id)?;
+    let (tsfn, inbox, sink) = completion::create_sink(e, id)?;
     let shared = Rc::new(CtxShared {
         id,
         timeline: RefCell::new(None),
         tsfn,
+        inbox,
         pending: Cell::new(0),
         lost: Cell::new(false),
         device_type: Cell::new("cpu"),

@@ -17,7 +17,7 @@ use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
 use super::matmul::sgemm;
-use super::sgemm::sgemm_gen;
+use super::sgemm::{sgemm_gen, sgemm_gen_packed_a, sgemm_packed_a, PackedA};
 use super::shape::transpose_vec;
 use super::util::{floats, from_floats};
 
@@ -154,11 +154,49 @@ fn depthwise_rows<const FMA: bool>(
     p: &Conv2dParams,
     bias: Option<f32>,
     act: Option<(f32, f32)>,
+    grid: &mut Vec<f32>,
     dst: &mut [f32],
 ) {
-    let (kh, kw, ow) = (p.kernel_h, p.kernel_w, p.out_w);
+    let (kh, kw, oh, ow) = (p.kernel_h, p.kernel_w, p.out_h, p.out_w);
     let (sh, sw) = (p.strides[0], p.strides[1]);
     let (dh, dw) = (p.dilations[0], p.dilations[1]);
+    if sh == 1 && sw == 1 && ow < 32 && oh > 1 {
+        // Narrow rows are mostly a vector loop's scalar remainder. With
+        // unit strides, tap (ky, kx) of output (oy, x) sits at a fixed
+        // offset from oy * wq + x in the padded plane, so the whole plane
+        // is one long loop over a grid as wide as the padded rows (its
+        // extra columns are computed and dropped). Each element sums its
+        // taps in the same order as the row loop below, so the bits agree.
+        let n = (oh - 1) * wq + ow;
+        grid.clear();
+        grid.resize(n, 0.0);
+        let at = |ky: usize, kx: usize| {
+            let off = ky * dh * wq + kx * dw;
+            &s[off..off + n]
+        };
+        let mut first = kh == 3 && kw == 3;
+        if first {
+            for (g, &x) in grid.iter_mut().zip(at(0, 0)) {
+                *g = wts[0] * x;
+            }
+        }
+        for ky in 0..kh {
+            for kx in 0..kw {
+                if std::mem::take(&mut first) {
+                    continue;
+                }
+                let wv = wts[ky * kw + kx];
+                for (g, &x) in grid.iter_mut().zip(at(ky, kx)) {
+                    *g = madd::<FMA>(wv, x, *g);
+                }
+            }
+        }
+        for (oy, d) in dst.chunks_exact_mut(ow).enumerate() {
+            d.copy_from_slice(&grid[oy * wq..oy * wq + ow]);
+            finish(d, bias, act);
+        }
+        return;
+    }
     let tap = |r: usize, kx: usize| {
         let (q, off) = ((kx * dw) % sw, (kx * dw) / sw);
         let start = (q * hu + r) * wq + off;
@@ -215,9 +253,10 @@ unsafe fn depthwise_rows_fma(
     p: &Conv2dParams,
     bias: Option<f32>,
     act: Option<(f32, f32)>,
+    grid: &mut Vec<f32>,
     dst: &mut [f32],
 ) {
-    depthwise_rows::<true>(s, dims, wts, p, bias, act, dst)
+    depthwise_rows::<true>(s, dims, wts, p, bias, act, grid, dst)
 }
 
 /// One plane of a depthwise convolution, directly: the input plane `x`
@@ -230,7 +269,7 @@ fn depthwise_plane(
     p: &Conv2dParams,
     bias: Option<f32>,
     act: Option<(f32, f32)>,
-    scratch: &mut Vec<f32>,
+    (scratch, grid): (&mut Vec<f32>, &mut Vec<f32>),
     dst: &mut [f32],
 ) {
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
@@ -240,8 +279,13 @@ fn depthwise_plane(
     let hu = (oh - 1) * sh + (p.kernel_h - 1) * p.dilations[0] + 1;
     let wu = (ow - 1) * sw + (p.kernel_w - 1) * p.dilations[1] + 1;
     let wq = wu.div_ceil(sw);
-    scratch.clear();
-    scratch.resize(sw * hu * wq, 0.0);
+    // Only the padding needs zeros, and every plane of one convolution
+    // writes the same cells (the geometry fixes them) and leaves the
+    // padding alone: zero the scratch once, when it is first sized.
+    if scratch.len() != sw * hu * wq {
+        scratch.clear();
+        scratch.resize(sw * hu * wq, 0.0);
+    }
     for r in 0..hu {
         let Some(iy) = r.checked_sub(pt).filter(|&iy| iy < h) else {
             continue;
@@ -253,15 +297,30 @@ fn depthwise_plane(
                 scratch[r * wq + lo..r * wq + hi].copy_from_slice(&src[..hi - lo]);
             }
         } else {
+            // Phase q holds padded columns q, q + sw, ...; of those, the
+            // ones in [pl, hi) come from the input, a strided run of it.
+            let hi = (pl + w).min(wu);
             for q in 0..sw {
-                let row = &mut scratch[(q * hu + r) * wq..(q * hu + r + 1) * wq];
-                for (t, d) in row.iter_mut().enumerate() {
-                    let col = q + t * sw;
-                    if col >= wu || col >= pl + w {
-                        break;
+                let t0 = pl.saturating_sub(q).div_ceil(sw);
+                let t1 = hi.saturating_sub(q).div_ceil(sw).max(t0);
+                if t0 == t1 {
+                    continue;
+                }
+                let base = (q * hu + r) * wq;
+                let row = &mut scratch[base + t0..base + t1];
+                let src = &src[q + t0 * sw - pl..];
+                if sw == 2 {
+                    // A constant stride: the loop becomes vector shuffles.
+                    let full = (src.len() / 2).min(row.len());
+                    for (d, pair) in row[..full].iter_mut().zip(src.chunks_exact(2)) {
+                        *d = pair[0];
                     }
-                    if let Some(ix) = col.checked_sub(pl) {
-                        *d = src[ix];
+                    for (t, d) in row.iter_mut().enumerate().skip(full) {
+                        *d = src[2 * t];
+                    }
+                } else {
+                    for (d, s) in row.iter_mut().zip(src.iter().step_by(sw)) {
+                        *d = *s;
                     }
                 }
             }
@@ -270,13 +329,13 @@ fn depthwise_plane(
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // SAFETY: the features were just detected.
-        unsafe { depthwise_rows_fma(scratch, (hu, wq), wts, p, bias, act, dst) };
+        unsafe { depthwise_rows_fma(scratch, (hu, wq), wts, p, bias, act, grid, dst) };
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    depthwise_rows::<true>(scratch, (hu, wq), wts, p, bias, act, dst);
+    depthwise_rows::<true>(scratch, (hu, wq), wts, p, bias, act, grid, dst);
     #[cfg(not(target_arch = "aarch64"))]
-    depthwise_rows::<false>(scratch, (hu, wq), wts, p, bias, act, dst);
+    depthwise_rows::<false>(scratch, (hu, wq), wts, p, bias, act, grid, dst);
 }
 
 /// Depthwise conv2d (one input and one output channel per group) on NCHW
@@ -294,7 +353,7 @@ fn depthwise(
     // Planes per task: about 64k multiply-adds each.
     let per = ((1usize << 16) / (plane * khw + in_plane).max(1)).max(1);
     let run = |(t, dst): (usize, &mut [f32])| {
-        let mut scratch = Vec::new();
+        let (mut scratch, mut grid) = (Vec::new(), Vec::new());
         for (i, d) in dst.chunks_exact_mut(plane).enumerate() {
             let idx = t * per + i;
             let ch = idx % c;
@@ -304,7 +363,7 @@ fn depthwise(
                 p,
                 bias.map(|b| b[ch]),
                 act,
-                &mut scratch,
+                (&mut scratch, &mut grid),
                 d,
             );
         }
@@ -333,6 +392,7 @@ fn conv_unit_stride1(
     act: Option<(f32, f32)>,
     dst: &mut [f32],
     parallel: bool,
+    packed: Option<&PackedA>,
 ) -> Result<()> {
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     let (kh, kw) = (p.kernel_h, p.kernel_w);
@@ -341,7 +401,9 @@ fn conv_unit_stride1(
     let (hp, wp) = (h + pt + p.padding[1], w + pl + p.padding[3]);
     let pplane = hp * wp;
     // Panels (at most 32 wide) may read past the last grid column.
-    let mut xp = vec![0.0f32; cg * pplane + (kw - 1) * dw + 64];
+    let mut xp_buf = Buf::f32_for_overwrite(cg * pplane + (kw - 1) * dw + 64);
+    xp_buf.fill(0.0);
+    let xp = &mut xp_buf;
     for c in 0..cg {
         for iy in 0..h {
             let d = c * pplane + (iy + pt) * wp + pl;
@@ -350,7 +412,7 @@ fn conv_unit_stride1(
     }
     let np = oh * wp;
     let khw = kh * kw;
-    let xp = &xp;
+    let xp: &[f32] = xp;
     let gen = move |p0: usize, kc: usize, j0: usize, _cols: usize, nr: usize, dst: &mut [f32]| {
         for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
             let j = j0 + q * nr;
@@ -370,8 +432,12 @@ fn conv_unit_stride1(
             }
         }
     };
-    let mut grid = vec![0.0f32; og * np];
-    sgemm_gen(og, np, cg * khw, wg, false, &gen, &mut grid, parallel)?;
+    // Every element is written by the product.
+    let mut grid = Buf::f32_for_overwrite(og * np);
+    match packed {
+        Some(pa) => sgemm_gen_packed_a(pa, np, &gen, &mut grid, parallel)?,
+        None => sgemm_gen(og, np, cg * khw, wg, false, &gen, &mut grid, parallel)?,
+    }
     let plane = oh * ow;
     for (o, (d, g)) in dst
         .chunks_exact_mut(plane)
@@ -383,6 +449,8 @@ fn conv_unit_stride1(
             finish(dr, bias.map(|b| b[o]), act);
         }
     }
+    Buf::F32(grid).recycle();
+    Buf::F32(xp_buf).recycle();
     Ok(())
 }
 
@@ -395,6 +463,38 @@ fn conv_unit_stride1(
 /// `[min, max]`: each output is then clamped as the clamp operator would,
 /// after the bias.
 pub fn conv2d(p: &Conv2dParams, inputs: &[&Buf], out: &OperandDescriptor) -> Result<Buf> {
+    conv2d_packed(p, inputs, out, None)
+}
+
+/// The float32 filter of a conv2d that runs as products (not depthwise),
+/// packed once per group as the products' left-hand side; `None` for a
+/// depthwise conv2d or a filter that is not float32.
+pub(super) fn pack_filter(p: &Conv2dParams, filter: &Buf) -> Result<Option<Vec<PackedA>>> {
+    let g = p.groups;
+    if g == 0 || !p.in_channels.is_multiple_of(g) || !p.out_channels.is_multiple_of(g) {
+        return Ok(None);
+    }
+    let (cg, og) = (p.in_channels / g, p.out_channels / g);
+    let kk = cg * p.kernel_h * p.kernel_w;
+    let Buf::F32(f) = filter else { return Ok(None) };
+    if (cg == 1 && og == 1) || f.len() != p.out_channels * kk || og * kk == 0 {
+        return Ok(None);
+    }
+    let f = filter_oihw(f, p);
+    (0..g)
+        .map(|gi| PackedA::new(&f[gi * og * kk..(gi + 1) * og * kk], og, kk))
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+/// [`conv2d`], with the filter packed in advance by [`pack_filter`] when
+/// `packed` is given (the filter operand is then only checked, not read).
+pub(super) fn conv2d_packed(
+    p: &Conv2dParams,
+    inputs: &[&Buf],
+    out: &OperandDescriptor,
+    packed: Option<&[PackedA]>,
+) -> Result<Buf> {
     let g = p.groups;
     if g == 0
         || !p.in_channels.is_multiple_of(g)
@@ -465,7 +565,8 @@ pub fn conv2d(p: &Conv2dParams, inputs: &[&Buf], out: &OperandDescriptor) -> Res
     let bias = bias.as_deref();
     let plane = oh * ow;
     let unit = og * plane;
-    let mut res = vec![0.0f32; n * oc * plane];
+    // Every path below writes every element.
+    let mut res = Buf::f32_for_overwrite(n * oc * plane);
     if unit > 0 && cg == 1 && og == 1 {
         depthwise(&x, &f, bias, act, p, &mut res);
     } else if unit > 0 {
@@ -479,18 +580,34 @@ pub fn conv2d(p: &Conv2dParams, inputs: &[&Buf], out: &OperandDescriptor) -> Res
             let xs = &x[(b * c + gi * cg) * h * w..(b * c + (gi + 1) * cg) * h * w];
             let wg = &f[gi * og * kk..(gi + 1) * og * kk];
             let bg = bias.map(|bv| &bv[gi * og..(gi + 1) * og]);
+            let pa = packed
+                .and_then(|v| v.get(gi))
+                .filter(|a| a.m() == og && a.k() == kk);
             if !direct && p.strides == [1, 1] {
-                return conv_unit_stride1(xs, wg, cg, og, p, bg, act, dst, parallel);
+                return conv_unit_stride1(xs, wg, cg, og, p, bg, act, dst, parallel, pa);
             }
+            // With the filter packed, bias and activation run on each
+            // tile of the product as it is finished (row o of the product
+            // is output channel o); else in a pass after it.
+            let epi = |o: usize, row: &mut [f32]| finish(row, bg.map(|bv| bv[o]), act);
+            let product = |b: &[f32], dst: &mut [f32]| match pa {
+                Some(pa) => sgemm_packed_a(pa, plane, b, dst, parallel, Some(&epi)),
+                None => {
+                    sgemm(og, plane, kk, wg, b, dst, parallel);
+                    for (o, d) in dst.chunks_exact_mut(plane).enumerate() {
+                        finish(d, bg.map(|bv| bv[o]), act);
+                    }
+                    Ok(())
+                }
+            };
             if direct {
-                sgemm(og, plane, kk, wg, xs, dst, parallel);
+                product(xs, dst)?;
             } else {
-                let mut col = vec![0.0f32; kk * plane];
+                // im2col writes every element.
+                let mut col = Buf::f32_for_overwrite(kk * plane);
                 im2col(xs, cg, p, &mut col);
-                sgemm(og, plane, kk, wg, &col, dst, parallel);
-            }
-            for (o, d) in dst.chunks_exact_mut(plane).enumerate() {
-                finish(d, bg.map(|bv| bv[o]), act);
+                product(&col, dst)?;
+                Buf::F32(col).recycle();
             }
             Ok(())
         };
@@ -1013,6 +1130,13 @@ mod tests {
                         else {
                             panic!()
                         };
+                        // The filter packed in advance (as compile does for
+                        // a constant one) gives the same bits.
+                        if let Some(packed) = pack_filter(&p, &fb).unwrap() {
+                            let d = desc(DataType::Float32, &oshape);
+                            let got = conv2d_packed(&p, &ins, &d, Some(&packed)).unwrap();
+                            assert_eq!(got, Buf::F32(r.clone()));
+                        }
                         let r = if nhwc {
                             transpose_vec(&r, &[n, p.out_h, p.out_w, o], &TO_NCHW)
                         } else {

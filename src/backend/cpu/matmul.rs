@@ -71,7 +71,8 @@ pub fn matmul(
         // blocks of one [batches * M, K] x [K, N] product (row-major, so
         // no copy), which packs B once and parallelises better.
         let rows = batches * m;
-        let mut res = vec![0.0f32; rows * n];
+        // Every element is written by the product.
+        let mut res = Buf::f32_for_overwrite(rows * n);
         match prepacked.filter(|pb| pb.k() == k && pb.n() == n) {
             Some(pb) => sgemm_packed(rows, &av, false, pb, &mut res, true)?,
             None => sgemm_t(
@@ -105,7 +106,8 @@ pub fn matmul(
         }
         (oa * m * k, ob * k * n)
     };
-    let mut res = vec![0.0f32; batches * m * n];
+    // Every element is written by the products.
+    let mut res = Buf::f32_for_overwrite(batches * m * n);
     let mn = m * n;
     if mn > 0 {
         let one = |(t, c): (usize, &mut [f32]), parallel: bool| {
@@ -170,7 +172,8 @@ pub fn gemm(
         return Err(Error::operation("gemm: inconsistent shapes"));
     }
     let av = widen(inputs[0], descs[0])?;
-    let mut res = vec![0.0f32; m * n];
+    // Every element is written by the product.
+    let mut res = Buf::f32_for_overwrite(m * n);
     // The transposes are read in place (the packing absorbs them).
     match prepacked.filter(|pb| pb.k() == k && pb.n() == n) {
         Some(pb) => sgemm_packed(m, &av, p.a_transpose, pb, &mut res, true)?,

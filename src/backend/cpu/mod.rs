@@ -44,6 +44,9 @@ struct CompiledGraph {
     /// Constant right-hand sides of matmul/gemm nodes, packed once for the
     /// sgemm micro-kernel, by node index.
     packed: HashMap<usize, sgemm::PackedB>,
+    /// Constant filters of conv2d nodes that run as products, packed once
+    /// per group for the sgemm micro-kernel, by node index.
+    conv_packed: HashMap<usize, Vec<sgemm::PackedA>>,
 }
 
 /// The CPU backend.
@@ -77,13 +80,27 @@ impl CpuBackend {
     pub fn with_threads(threads: Option<usize>) -> Result<Self> {
         let pool = match threads {
             None => None,
-            Some(n) => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n.max(1))
-                    .thread_name(|i| format!("webnn-cpu-{i}"))
-                    .build()
-                    .map_err(|e| Error::not_supported(format!("cannot start {n} threads: {e}")))?,
-            ),
+            Some(n) => {
+                let builder = || {
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(n.max(1))
+                        .thread_name(|i| format!("webnn-cpu-{i}"))
+                };
+                // The calling thread (the context's timeline thread, which
+                // later runs every dispatch) is the pool's first thread, so
+                // a dispatch starts on it directly: no hand-over to another
+                // thread and back (two wake-ups, tens of microseconds), and
+                // n threads means n, not n + 1. rayon then keeps this
+                // thread's small worker record for the life of the process
+                // (a few kilobytes per context). A thread that is already in
+                // a pool cannot join another: start n threads then.
+                match builder().use_current_thread().build() {
+                    Ok(p) => Some(p),
+                    Err(_) => Some(builder().build().map_err(|e| {
+                        Error::not_supported(format!("cannot start {n} threads: {e}"))
+                    })?),
+                }
+            }
         };
         Ok(CpuBackend {
             pool,
@@ -312,7 +329,12 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                 .iter()
                 .map(|&i| slots[i].get().expect("operand computed before use"))
                 .collect();
-            run_op(&node.op, &ins, &in_descs, out_descs, cg.packed.get(&n))
+            match (&node.op, cg.conv_packed.get(&n)) {
+                (Op::Conv2d(p), Some(packed)) => {
+                    conv::conv2d_packed(p, &ins, &out_descs[0], Some(packed)).map(|b| vec![b])
+                }
+                _ => run_op(&node.op, &ins, &in_descs, out_descs, cg.packed.get(&n)),
+            }
         };
         let results = results.map_err(|e| {
             if node.label.is_empty() {
@@ -327,13 +349,14 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
         for (&o, r) in node.outputs.iter().zip(results) {
             slots[o] = Slot::Owned(r);
         }
-        // Free what no later node reads.
+        // Free what no later node reads; its memory goes to the pool, for
+        // a later node (or the next run) that needs a buffer of its size.
         for &i in &node.inputs {
             if cg.last_use[i] == n {
-                if let Slot::Owned(_) = slots[i] {
+                if let Slot::Owned(b) = std::mem::replace(&mut slots[i], Slot::Empty) {
                     live = live.saturating_sub(held_bytes(&g.operands[i]));
+                    b.recycle();
                 }
-                slots[i] = Slot::Empty;
             }
         }
     }
@@ -431,6 +454,16 @@ impl Backend for CpuBackend {
             last_use[*o] = usize::MAX;
         }
         let packed = self.run(|| prepack(&graph, &constants))?;
+        let mut conv_packed = HashMap::new();
+        for (n, node) in graph.nodes.iter().enumerate() {
+            let Op::Conv2d(p) = &node.op else { continue };
+            let Some(f) = node.inputs.get(1).and_then(|i| constants.get(i)) else {
+                continue;
+            };
+            if let Some(v) = conv::pack_filter(p, f)? {
+                conv_packed.insert(n, v);
+            }
+        }
         // Inputs and constants are borrowed, never freed; mark them too.
         for (op, src) in graph.sources.iter().enumerate() {
             if !matches!(src, Source::Node { .. }) {
@@ -444,6 +477,7 @@ impl Backend for CpuBackend {
                 constants,
                 last_use,
                 packed,
+                conv_packed,
             },
         );
         Ok(())

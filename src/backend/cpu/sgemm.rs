@@ -358,9 +358,33 @@ impl<'a> Mat<'a> {
     }
 }
 
+/// A whole A panel of a row-major `a`: reads the `MR` rows side by side,
+/// so that the panel is written once, front to back (the general loop
+/// below writes it `mr` times with a stride, one row at a time).
+#[inline(always)]
+fn pack_a_full<const MR: usize>(a: Mat, i0: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+    let rows: [&[f32]; MR] = std::array::from_fn(|r| {
+        let base = (i0 + r) * a.rs + p0;
+        &a.data[base..base + kc]
+    });
+    for (p, d) in dst[..kc * MR].chunks_exact_mut(MR).enumerate() {
+        for (x, row) in d.iter_mut().zip(&rows) {
+            *x = row[p];
+        }
+    }
+}
+
 /// Packs rows `i0..i0 + rows` (rows <= mr), columns `p0..p0 + kc` of `a`
 /// as one A panel: column p holds `mr` values, zero below `rows`.
 fn pack_a_panel(a: Mat, i0: usize, rows: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+    if rows == mr && a.cs == 1 {
+        match mr {
+            4 => return pack_a_full::<4>(a, i0, p0, kc, dst),
+            6 => return pack_a_full::<6>(a, i0, p0, kc, dst),
+            12 => return pack_a_full::<12>(a, i0, p0, kc, dst),
+            _ => {}
+        }
+    }
     let dst = &mut dst[..kc * mr];
     if rows < mr {
         dst.fill(0.0);
@@ -577,13 +601,26 @@ thread_local! {
     /// Each thread's A-packing buffer, reused across calls. A task never
     /// calls into rayon while it holds the borrow, so it cannot re-enter.
     static A_PACK: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::default());
+    /// Each thread's B-packing buffer, reused across products so that a
+    /// run does not zero and fault in megabytes of fresh memory per
+    /// product. A product that packs in parallel holds it across rayon
+    /// calls, where this thread may pick up another product: that one
+    /// finds it borrowed and uses a buffer of its own.
+    static B_PACK: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::default());
+}
+
+/// The left-hand side of one product.
+#[derive(Clone, Copy)]
+enum ASrc<'a> {
+    Plain(Mat<'a>),
+    Packed(&'a PackedA),
 }
 
 /// One task: rows `r0..r1`, the B panels `q0..q1` of the current block
 /// (columns `j0 + q * nr`, clipped at `j0 + cols`), depth `p0..p0 + kc`.
 struct Task<'a> {
     kern: &'static Kernel,
-    a: Mat<'a>,
+    a: ASrc<'a>,
     bblock: &'a [f32],
     c: CPtr,
     ldc: usize,
@@ -594,7 +631,15 @@ struct Task<'a> {
     p0: usize,
     kc: usize,
     accumulate: bool,
+    /// Applied to each finished row segment of C (see [`Epilogue`]), by
+    /// the tasks of the last KC block.
+    epilogue: Option<Epilogue<'a>>,
 }
+
+/// A pass over the finished product, done tile by tile while each tile is
+/// still in L1 rather than as a separate pass over C: called once per row
+/// segment of C with the row's index and its values (final sums).
+pub type Epilogue<'a> = &'a (dyn Fn(usize, &mut [f32]) + Sync);
 
 impl Task<'_> {
     /// # Safety
@@ -602,62 +647,149 @@ impl Task<'_> {
     /// ldc`, and no other thread may touch this task's tiles meanwhile.
     unsafe fn run(&self) {
         let k = self.kern;
-        let (mr, nr, kc) = (k.mr, k.nr, self.kc);
+        let (mr, kc) = (k.mr, self.kc);
         let (r0, r1) = self.rows;
         let (q0, q1) = self.panels;
         if r0 >= r1 || q0 >= q1 {
             return;
         }
         let row_panels = (r1 - r0).div_ceil(mr);
-        A_PACK.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            buf.ensure(row_panels * kc * mr);
-            let apack = buf.as_mut_slice();
-            for (ip, dst) in apack.chunks_mut(kc * mr).take(row_panels).enumerate() {
-                let i = r0 + ip * mr;
-                pack_a_panel(self.a, i, mr.min(r1 - i), self.p0, kc, mr, dst);
+        match self.a {
+            ASrc::Packed(pa) => {
+                // Row blocks start on whole panels (see gemm_blocked).
+                let start = pa.block_start(self.p0) + (r0 / mr) * kc * mr;
+                let apack = &pa.data.as_slice()[start..start + row_panels * kc * mr];
+                // SAFETY: the caller's contract, passed on.
+                unsafe { self.tiles(apack) }
             }
-            let mut scratch = [0.0f32; MAX_TILE];
-            for q in q0..q1 {
-                let jl = q * nr;
-                let ncols = nr.min(self.cols - jl);
-                let bp = &self.bblock[q * kc * nr..(q + 1) * kc * nr];
-                for ip in 0..row_panels {
+            ASrc::Plain(a) => A_PACK.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                buf.ensure(row_panels * kc * mr);
+                let apack = buf.as_mut_slice();
+                for (ip, dst) in apack.chunks_mut(kc * mr).take(row_panels).enumerate() {
                     let i = r0 + ip * mr;
-                    let nrows = mr.min(r1 - i);
-                    let ap = &apack[ip * kc * mr..(ip + 1) * kc * mr];
-                    // SAFETY: rows i..i+nrows and columns j0+jl..+ncols are
-                    // inside C (caller's contract) and belong to this task.
-                    unsafe {
-                        let cp = self.c.0.add(i * self.ldc + self.j0 + jl);
-                        if nrows == mr && ncols == nr {
-                            (k.func)(kc, ap.as_ptr(), bp.as_ptr(), cp, self.ldc, self.accumulate);
-                        } else {
-                            // The edge tile: compute it whole in scratch,
-                            // then store its valid part.
-                            (k.func)(
-                                kc,
-                                ap.as_ptr(),
-                                bp.as_ptr(),
-                                scratch.as_mut_ptr(),
-                                nr,
-                                false,
-                            );
-                            for r in 0..nrows {
-                                let dst =
-                                    std::slice::from_raw_parts_mut(cp.add(r * self.ldc), ncols);
-                                let src = &scratch[r * nr..r * nr + ncols];
-                                if self.accumulate {
-                                    dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
-                                } else {
-                                    dst.copy_from_slice(src);
-                                }
+                    pack_a_panel(a, i, mr.min(r1 - i), self.p0, kc, mr, dst);
+                }
+                // SAFETY: the caller's contract, passed on.
+                unsafe { self.tiles(apack) }
+            }),
+        }
+    }
+
+    /// The tiles of this task, from its packed A panels.
+    ///
+    /// # Safety
+    /// As for [`Task::run`].
+    unsafe fn tiles(&self, apack: &[f32]) {
+        let k = self.kern;
+        let (mr, nr, kc) = (k.mr, k.nr, self.kc);
+        let (r0, r1) = self.rows;
+        let (q0, q1) = self.panels;
+        let row_panels = (r1 - r0).div_ceil(mr);
+        let mut scratch = [0.0f32; MAX_TILE];
+        for q in q0..q1 {
+            let jl = q * nr;
+            let ncols = nr.min(self.cols - jl);
+            let bp = &self.bblock[q * kc * nr..(q + 1) * kc * nr];
+            for ip in 0..row_panels {
+                let i = r0 + ip * mr;
+                let nrows = mr.min(r1 - i);
+                let ap = &apack[ip * kc * mr..(ip + 1) * kc * mr];
+                // SAFETY: rows i..i+nrows and columns j0+jl..+ncols are
+                // inside C (caller's contract) and belong to this task.
+                unsafe {
+                    let cp = self.c.0.add(i * self.ldc + self.j0 + jl);
+                    if nrows == mr && ncols == nr {
+                        (k.func)(kc, ap.as_ptr(), bp.as_ptr(), cp, self.ldc, self.accumulate);
+                    } else {
+                        // The edge tile: compute it whole in scratch,
+                        // then store its valid part.
+                        (k.func)(
+                            kc,
+                            ap.as_ptr(),
+                            bp.as_ptr(),
+                            scratch.as_mut_ptr(),
+                            nr,
+                            false,
+                        );
+                        for r in 0..nrows {
+                            let dst = std::slice::from_raw_parts_mut(cp.add(r * self.ldc), ncols);
+                            let src = &scratch[r * nr..r * nr + ncols];
+                            if self.accumulate {
+                                dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
+                            } else {
+                                dst.copy_from_slice(src);
                             }
                         }
                     }
                 }
+                if let Some(epi) = self.epilogue {
+                    for r in 0..nrows {
+                        // SAFETY: row r of this task's tile, as above;
+                        // no other reference to it is alive.
+                        let row = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                self.c.0.add((i + r) * self.ldc + self.j0 + jl),
+                                ncols,
+                            )
+                        };
+                        epi(i + r, row);
+                    }
+                }
             }
-        });
+        }
+    }
+}
+
+/// A left-hand side `A` (M x K, row-major) packed once into the
+/// micro-kernel's A-panel layout, for products whose A is constant (conv2d
+/// filters, where the input is the right-hand side).
+///
+/// Layout: for each KC block of columns (in order), the ceil(M / MR)
+/// panels of that block, each `kc * MR` floats (column p holds MR values),
+/// zero below the last row; exactly what packing a plain A produces, so
+/// both paths give identical results.
+pub struct PackedA {
+    m: usize,
+    k: usize,
+    kern: &'static Kernel,
+    data: AlignedBuf,
+}
+
+impl PackedA {
+    /// Packs the row-major [m, k] matrix `a`.
+    pub fn new(a: &[f32], m: usize, k: usize) -> Result<Self> {
+        let kern = best_kernel();
+        let am = Mat::new(a, m, k, false)?;
+        let panels = m.div_ceil(kern.mr);
+        let mut data = AlignedBuf::zeroed(k * panels * kern.mr);
+        let mut p0 = 0;
+        while p0 < k {
+            let kc = kern.kc.min(k - p0);
+            let block = &mut data.as_mut_slice()[p0 * panels * kern.mr..];
+            for (ip, dst) in block.chunks_mut(kc * kern.mr).take(panels).enumerate() {
+                let i = ip * kern.mr;
+                pack_a_panel(am, i, kern.mr.min(m - i), p0, kc, kern.mr, dst);
+            }
+            p0 += kc;
+        }
+        Ok(PackedA { m, k, kern, data })
+    }
+
+    /// Rows (M).
+    pub fn m(&self) -> usize {
+        self.m
+    }
+
+    /// Columns (the shared dimension K).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Where the block of columns `p0..` starts (every block before it is
+    /// a whole KC deep).
+    fn block_start(&self, p0: usize) -> usize {
+        p0 * self.m.div_ceil(self.kern.mr) * self.kern.mr
     }
 }
 
@@ -681,15 +813,36 @@ fn gemm_blocked(
     c: &mut [f32],
     threads: usize,
 ) {
+    gemm_blocked_a(kern, m, n, k, ASrc::Plain(a), b, c, threads, None)
+}
+
+/// [`gemm_blocked`] with A plain or packed in advance.
+#[allow(clippy::too_many_arguments)]
+fn gemm_blocked_a(
+    kern: &'static Kernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: ASrc,
+    b: BSrc,
+    c: &mut [f32],
+    threads: usize,
+    epilogue: Option<Epilogue>,
+) {
     let c = &mut c[..m * n];
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
         c.fill(0.0);
+        if let Some(epi) = epilogue {
+            for (i, row) in c.chunks_exact_mut(n).enumerate() {
+                epi(i, row);
+            }
+        }
         return;
     }
-    let (mr, nr) = (kern.mr, kern.nr);
+    let mr = kern.mr;
     let row_panels = m.div_ceil(mr);
     // Row blocks: as few as MC allows, but a multiple of the thread count
     // so that no thread idles at the end; when there are fewer row blocks
@@ -703,7 +856,66 @@ fn gemm_blocked(
         (min_blocks, threads / gcd(min_blocks, threads))
     };
     let cptr = CPtr(c.as_mut_ptr());
-    let mut bbuf = AlignedBuf::default();
+    let split = (row_blocks, col_chunks);
+    if matches!(b, BSrc::Packed(_)) {
+        let mut none = AlignedBuf::default();
+        blocks(
+            kern,
+            (m, n, k),
+            a,
+            b,
+            cptr,
+            threads,
+            split,
+            epilogue,
+            &mut none,
+        );
+        return;
+    }
+    B_PACK.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut bbuf) => blocks(
+            kern,
+            (m, n, k),
+            a,
+            b,
+            cptr,
+            threads,
+            split,
+            epilogue,
+            &mut bbuf,
+        ),
+        Err(_) => {
+            let mut own = AlignedBuf::default();
+            blocks(
+                kern,
+                (m, n, k),
+                a,
+                b,
+                cptr,
+                threads,
+                split,
+                epilogue,
+                &mut own,
+            )
+        }
+    });
+}
+
+/// The block loops of [`gemm_blocked`], packing B into `bbuf`.
+#[allow(clippy::too_many_arguments)]
+fn blocks(
+    kern: &'static Kernel,
+    (m, n, k): (usize, usize, usize),
+    a: ASrc,
+    b: BSrc,
+    cptr: CPtr,
+    threads: usize,
+    (row_blocks, col_chunks): (usize, usize),
+    epilogue: Option<Epilogue>,
+    bbuf: &mut AlignedBuf,
+) {
+    let (mr, nr) = (kern.mr, kern.nr);
+    let row_panels = m.div_ceil(mr);
     let mut j0 = 0;
     while j0 < n {
         let cols = kern.nc.min(n - j0);
@@ -747,6 +959,7 @@ fn gemm_blocked(
                     p0,
                     kc,
                     accumulate: p0 > 0,
+                    epilogue: epilogue.filter(|_| p0 + kc == k),
                 };
                 // SAFETY: rows <= m, columns j0 + cols <= n = ldc, and the
                 // (row block, column chunk) pairs of one block are
@@ -891,6 +1104,66 @@ pub fn sgemm_gen(
     Ok(())
 }
 
+/// `c = A * b` with A packed in advance ([`PackedA`], [m, k]) and `b` a
+/// row-major [k, n] matrix; `c` is [m, n].
+/// `epilogue`, when given, runs over every row segment of the finished
+/// product (see [`Epilogue`]).
+pub fn sgemm_packed_a(
+    a: &PackedA,
+    n: usize,
+    b: &[f32],
+    c: &mut [f32],
+    parallel: bool,
+    epilogue: Option<Epilogue>,
+) -> Result<()> {
+    let (m, k) = (a.m, a.k);
+    let bm = Mat::new(b, k, n, false)?;
+    if c.len() < m * n {
+        return Err(Error::operation("sgemm: the output is too small"));
+    }
+    let threads = threads_for(m, n, k, parallel);
+    gemm_blocked_a(
+        a.kern,
+        m,
+        n,
+        k,
+        ASrc::Packed(a),
+        BSrc::Plain(bm),
+        c,
+        threads,
+        epilogue,
+    );
+    Ok(())
+}
+
+/// `c = A * B` with A packed in advance ([`PackedA`], [m, k]) and B
+/// generated panel by panel (see [`sgemm_gen`]); `c` is [m, n].
+pub fn sgemm_gen_packed_a(
+    a: &PackedA,
+    n: usize,
+    gen: PanelGen,
+    c: &mut [f32],
+    parallel: bool,
+) -> Result<()> {
+    let (m, k) = (a.m, a.k);
+    if c.len() < m * n {
+        return Err(Error::operation("sgemm: the output is too small"));
+    }
+    let threads = threads_for(m, n, k, parallel);
+    gemm_blocked_a(
+        a.kern,
+        m,
+        n,
+        k,
+        ASrc::Packed(a),
+        BSrc::Gen(gen),
+        c,
+        threads,
+        None,
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1013,6 +1286,40 @@ mod tests {
             let mut c2 = vec![9.0f32; m * n];
             sgemm(m, n, k, &a, &b, &mut c2, false);
             assert_eq!(c, c2);
+            // A packed in advance.
+            let pa = PackedA::new(&a, m, k).unwrap();
+            assert_eq!((pa.m(), pa.k()), (m, k));
+            let mut c3 = vec![9.0f32; m * n];
+            sgemm_packed_a(&pa, n, &b, &mut c3, true, None).unwrap();
+            check(&c3, &want, k, "sgemm_packed_a");
+            // An epilogue sees every finished element exactly once.
+            let mut c5 = vec![9.0f32; m * n];
+            let epi =
+                |i: usize, row: &mut [f32]| row.iter_mut().for_each(|x| *x = *x * 2.0 + i as f32);
+            sgemm_packed_a(&pa, n, &b, &mut c5, true, Some(&epi)).unwrap();
+            let twice: Vec<f32> = c3
+                .iter()
+                .enumerate()
+                .map(|(t, x)| x * 2.0 + (t / n) as f32)
+                .collect();
+            assert_eq!(c5, twice, "epilogue {m}x{n}x{k}");
+            let gen = |p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]| {
+                for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
+                    for (p, row) in panel.chunks_exact_mut(nr).enumerate() {
+                        for (j, x) in row.iter_mut().enumerate() {
+                            let col = j0 + q * nr + j;
+                            *x = if col < j0 + cols {
+                                b[(p0 + p) * n + col]
+                            } else {
+                                0.0
+                            };
+                        }
+                    }
+                }
+            };
+            let mut c4 = vec![9.0f32; m * n];
+            sgemm_gen_packed_a(&pa, n, &gen, &mut c4, true).unwrap();
+            assert_eq!(c3, c4, "sgemm_gen_packed_a {m}x{n}x{k}");
             for (a_t, b_t) in [(true, false), (false, true), (true, true)] {
                 let want = naive(m, n, k, &a, a_t, &b, b_t);
                 let mut c = vec![9.0f32; m * n];

@@ -52,7 +52,7 @@ pub struct Completion {
 pub const CONTEXT_LOST: u64 = 0;
 
 /// Receives completions on the worker thread and forwards them to JS.
-pub trait CompletionSink: Send + 'static {
+pub trait CompletionSink: Send + Sync + 'static {
     fn complete(&self, completion: Completion);
 
     /// How long a read took from its request (on the JS thread) to its
@@ -227,16 +227,52 @@ fn describe(what: &str, label: &str) -> String {
 }
 
 /// The worker's state: the backend and the errored tensors.
-struct Worker<'a> {
+struct Worker {
     backend: Box<dyn Backend>,
-    sink: &'a dyn CompletionSink,
+    /// Shared with reads that a backend finishes on another thread.
+    sink: Arc<dyn CompletionSink>,
     errored: HashMap<TensorId, Errored>,
 }
 
-impl Worker<'_> {
+/// A read's promise, settled exactly once: by [`PendingRead::finish`], or
+/// with an error if the backend drops the read without finishing it (a
+/// panic on its way), so no promise is ever left hanging.
+struct PendingRead {
+    to: Option<(Arc<dyn CompletionSink>, Responder, std::time::Instant)>,
+}
+
+impl PendingRead {
+    /// Settles with what the backend read (its failures are UnknownErrors).
+    fn finish(self, result: Result<Buf>) {
+        self.settle(result.map_err(|e| Error::unknown(format!("readTensor: {}", e.message))));
+    }
+
+    fn settle(mut self, result: Result<Buf>) {
+        if let Some((sink, r, sent)) = self.to.take() {
+            sink.read_waited(sent.elapsed());
+            respond(&*sink, r, result.map(Payload::Tensor));
+        }
+    }
+}
+
+impl Drop for PendingRead {
+    fn drop(&mut self) {
+        if let Some((sink, r, _)) = self.to.take() {
+            respond(
+                &*sink,
+                r,
+                Err(Error::unknown(
+                    "readTensor: the read was abandoned by the backend",
+                )),
+            );
+        }
+    }
+}
+
+impl Worker {
     fn execute(&mut self, command: Command) {
         let b = &mut *self.backend;
-        let sink = self.sink;
+        let sink = &*self.sink;
         match command {
             Command::CreateTensor {
                 id,
@@ -290,13 +326,21 @@ impl Worker<'_> {
                 respond: r,
                 sent,
             } => {
-                let result = match self.errored.get(&id) {
-                    Some(e) => Err(e.to_error()),
-                    None => guarded("readTensor", || b.read_tensor(id))
-                        .map_err(|e| Error::unknown(format!("readTensor: {}", e.message))),
+                let pending = PendingRead {
+                    to: Some((self.sink.clone(), r, sent)),
                 };
-                sink.read_waited(sent.elapsed());
-                respond(sink, r, result.map(Payload::Tensor));
+                match self.errored.get(&id) {
+                    Some(e) => pending.settle(Err(e.to_error())),
+                    // The backend may finish the read later, on another
+                    // thread (the GPU's reads wait for the device), while
+                    // this thread goes on with the next commands.
+                    None => {
+                        let _ = guarded("readTensor", || {
+                            b.read_tensor_async(id, Box::new(move |r| pending.finish(r)));
+                            Ok(())
+                        });
+                    }
+                }
             }
             Command::DestroyTensor { id } => {
                 self.errored.remove(&id);
@@ -385,7 +429,8 @@ fn run(
     ready: u64,
     receiver: Receiver<Command>,
 ) {
-    let sink = &*sink;
+    let shared: Arc<dyn CompletionSink> = Arc::from(sink);
+    let sink = &*shared;
     let backend = match guarded("creating the context", factory) {
         Ok(b) => {
             let payload = Payload::Ready {
@@ -403,7 +448,7 @@ fn run(
     };
     let mut worker = Worker {
         backend,
-        sink,
+        sink: shared.clone(),
         errored: HashMap::new(),
     };
     // Ends when every sender is gone (the context was destroyed or

@@ -3,11 +3,16 @@
 //! One operator becomes: state initialisation (the initial states, or
 //! zeros, copied into the last-hidden/last-cell outputs, which then hold
 //! the running state), one input projection for every time step at once
-//! (`W . x_t + bias`), and per time step a recurrent projection
-//! (`R . h + recurrentBias`, every direction at once), for gru without
-//! resetAfter a second pass over the new gate's rows (`R_n . (r * h)`),
-//! and a gate kernel that applies the activations and updates the states
-//! and the sequence output in place. A cell is a one-step network.
+//! (`W . x_t`), and per time step a recurrent projection (`R . h`, every
+//! direction at once), for gru without resetAfter a second pass over the
+//! new gate's rows (`R_n . (r * h)`), and a gate kernel that adds the
+//! biases, applies the activations and updates the states and the
+//! sequence output in place. A cell is a one-step network.
+//!
+//! The gate kernels sum each pre-activation in the reference's order
+//! (`W.x + R.h + bias + recurrentBias`): the conformance tolerance of lstm
+//! is 3 ULP, which a different order can exceed once relu lets the states
+//! grow.
 
 use super::{is_float, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
@@ -184,11 +189,10 @@ pub(super) fn build(gpu: &mut Gpu, op: &RecurrentOp, io: &NodeIo) -> Result<Vec<
     };
 
     let params = gpu.params(&words.at(gx_len, 0)?)?;
-    let bias = input(p.bias).unwrap_or(&params);
     out.push(gpu.step(
         with_common(PROJECT),
         "main",
-        &[&params, io.ins[0], io.ins[1], bias, &gx],
+        &[&params, io.ins[0], io.ins[1], &gx],
         gpu.grid_1d(gx_len)?,
     )?);
 
@@ -196,21 +200,23 @@ pub(super) fn build(gpu: &mut Gpu, op: &RecurrentOp, io: &NodeIo) -> Result<Vec<
     let proj_grid = gpu.grid_1d(proj_len)?;
     for s in 0..p.steps {
         let params = gpu.params(&words.at(proj_len, s)?)?;
-        let rbias = input(p.recurrent_bias).unwrap_or(&params);
         out.push(gpu.step(
             with_common(HIDDEN),
             "main",
-            &[&params, io.ins[2], rbias, h, &gh],
+            &[&params, io.ins[2], h, &gh],
             proj_grid,
         )?);
         let params = gpu.params(&words.at(state_len, s)?)?;
+        // Absent operands: the parameters stand in for their bindings
+        // (the kernels never index them then).
+        let bias = input(p.bias).unwrap_or(&params);
         let rbias = input(p.recurrent_bias).unwrap_or(&params);
         if let Some(c) = c {
             let peep = input(p.peephole).unwrap_or(&params);
             out.push(gpu.step(
                 with_common(LSTM),
                 "main",
-                &[&params, &gx, &gh, peep, h, c, seq],
+                &[&params, &gx, &gh, bias, rbias, peep, h, c, seq],
                 state_grid,
             )?);
         } else {
@@ -218,14 +224,14 @@ pub(super) fn build(gpu: &mut Gpu, op: &RecurrentOp, io: &NodeIo) -> Result<Vec<
                 out.push(gpu.step(
                     with_common(RESET),
                     "main",
-                    &[&params, io.ins[2], rbias, h, &gx, &gh],
+                    &[&params, io.ins[2], h, &gx, bias, rbias, &gh],
                     state_grid,
                 )?);
             }
             out.push(gpu.step(
                 with_common(GRU),
                 "main",
-                &[&params, &gx, &gh, h, seq],
+                &[&params, &gx, &gh, bias, rbias, h, seq],
                 state_grid,
             )?);
         }

@@ -43,3 +43,9 @@ fn time_of(d: u32) -> u32 {
 fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.y * nwg.x * 256u + gid.x;
 }
+
+// A gate's pre-activation W.x + R.h + bias + recurrentBias, summed in
+// that order, as the reference does (absent biases are zeros).
+fn gate_sum(wx: f32, rh: f32, b: f32, rb: f32) -> f32 {
+    return ((wx + rh) + b) + rb;
+}

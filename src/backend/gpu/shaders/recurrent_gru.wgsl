@@ -4,8 +4,26 @@
 
 @group(0) @binding(1) var<storage, read> gx: array<f32>;
 @group(0) @binding(2) var<storage, read> gh: array<f32>;
-@group(0) @binding(3) var<storage, read_write> h: array<f32>;
-@group(0) @binding(4) var<storage, read_write> seq: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> rbias: array<f32>;
+@group(0) @binding(5) var<storage, read_write> h: array<f32>;
+@group(0) @binding(6) var<storage, read_write> seq: array<f32>;
+
+// Bias elements, zero when the bias is absent (its binding then holds a
+// stand-in that must not be indexed).
+fn bias_at(i: u32) -> f32 {
+    if (p[9] != 0u) {
+        return bias[i];
+    }
+    return 0.0;
+}
+
+fn rbias_at(i: u32) -> f32 {
+    if (p[10] != 0u) {
+        return rbias[i];
+    }
+    return 0.0;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -26,13 +44,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let zb = p[14] * hs;
     let rb = p[15] * hs;
     let nb = p[16] * hs;
-    let z = act(p[18], gx[gxr + zb] + gh[ghr + zb]);
+    let br = d * rows + j;
+    let z = act(p[18], gate_sum(gx[gxr + zb], gh[ghr + zb], bias_at(br + zb), rbias_at(br + zb)));
+    // The new gate: x-side with its bias, then the recurrent side with
+    // its bias (inside the reset for resetAfter; before the reset-gated
+    // product, which the reset pass left in gh, otherwise).
+    let xn = gx[gxr + nb] + bias_at(br + nb);
+    let rbn = rbias_at(br + nb);
     var n = 0.0;
     if (p[12] != 0u) {
-        let reset = act(p[18], gx[gxr + rb] + gh[ghr + rb]);
-        n = act(p[19], gx[gxr + nb] + reset * gh[ghr + nb]);
+        let reset = act(p[18], gate_sum(gx[gxr + rb], gh[ghr + rb], bias_at(br + rb), rbias_at(br + rb)));
+        n = act(p[19], xn + reset * (gh[ghr + nb] + rbn));
     } else {
-        n = act(p[19], gx[gxr + nb] + gh[ghr + nb]);
+        n = act(p[19], (xn + rbn) + gh[ghr + nb]);
     }
     let hn = z * h[i] + (1.0 - z) * n;
     h[i] = hn;

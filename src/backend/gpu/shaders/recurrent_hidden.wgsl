@@ -1,10 +1,8 @@
-// The recurrent projection of one step:
-// gh[d, b, row] = R[d, row] . h[d, b] + recurrentBias[d, row].
+// The recurrent projection of one step: gh[d, b, row] = R[d, row] . h[d, b].
 
 @group(0) @binding(1) var<storage, read> r: array<f32>;
-@group(0) @binding(2) var<storage, read> rbias: array<f32>;
-@group(0) @binding(3) var<storage, read> h: array<f32>;
-@group(0) @binding(4) var<storage, read_write> gh: array<f32>;
+@group(0) @binding(2) var<storage, read> h: array<f32>;
+@group(0) @binding(3) var<storage, read_write> gh: array<f32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -19,9 +17,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let b = (i / rows) % batch;
     let d = i / (rows * batch);
     var acc = 0.0;
-    if (p[10] != 0u) {
-        acc = rbias[d * rows + row];
-    }
     let rr = (d * rows + row) * hs;
     let hr = (d * batch + b) * hs;
     for (var k = 0u; k < hs; k++) {

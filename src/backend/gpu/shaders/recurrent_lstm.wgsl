@@ -5,10 +5,28 @@
 
 @group(0) @binding(1) var<storage, read> gx: array<f32>;
 @group(0) @binding(2) var<storage, read> gh: array<f32>;
-@group(0) @binding(3) var<storage, read> peep: array<f32>;
-@group(0) @binding(4) var<storage, read_write> h: array<f32>;
-@group(0) @binding(5) var<storage, read_write> c: array<f32>;
-@group(0) @binding(6) var<storage, read_write> seq: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> rbias: array<f32>;
+@group(0) @binding(5) var<storage, read> peep: array<f32>;
+@group(0) @binding(6) var<storage, read_write> h: array<f32>;
+@group(0) @binding(7) var<storage, read_write> c: array<f32>;
+@group(0) @binding(8) var<storage, read_write> seq: array<f32>;
+
+// Bias elements, zero when the bias is absent (its binding then holds a
+// stand-in that must not be indexed).
+fn bias_at(i: u32) -> f32 {
+    if (p[9] != 0u) {
+        return bias[i];
+    }
+    return 0.0;
+}
+
+fn rbias_at(i: u32) -> f32 {
+    if (p[10] != 0u) {
+        return rbias[i];
+    }
+    return 0.0;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -41,11 +59,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let ob = p[15] * hs;
     let fb = p[16] * hs;
     let gb = p[17] * hs;
-    let ig = act(p[18], gx[gxr + ib] + gh[ghr + ib] + pi);
-    let og = act(p[18], gx[gxr + ob] + gh[ghr + ob] + po);
-    let fg = act(p[18], gx[gxr + fb] + gh[ghr + fb] + pf);
-    let gg = act(p[19], gx[gxr + gb] + gh[ghr + gb]);
-    let cn = fg * cs + ig * gg;
+    let br = d * rows + j;
+    let ig = act(p[18], gate_sum(gx[gxr + ib], gh[ghr + ib], bias_at(br + ib), rbias_at(br + ib)) + pi);
+    let og = act(p[18], gate_sum(gx[gxr + ob], gh[ghr + ob], bias_at(br + ob), rbias_at(br + ob)) + po);
+    let fg = act(p[18], gate_sum(gx[gxr + fb], gh[ghr + fb], bias_at(br + fb), rbias_at(br + fb)) + pf);
+    let gg = act(p[19], gate_sum(gx[gxr + gb], gh[ghr + gb], bias_at(br + gb), rbias_at(br + gb)));
+    // One rounding fewer than two products and a sum.
+    let cn = fma(fg, cs, ig * gg);
     let hn = og * act(p[20], cn);
     c[i] = cn;
     h[i] = hn;

@@ -1,10 +1,10 @@
 // The input projection of every time step at once:
-// gx[t, d, b, row] = W[d, row] . x[t, b] + bias[d, row].
+// gx[t, d, b, row] = W[d, row] . x[t, b]. The biases are added by the gate
+// kernels, after the two projections, in the order of the reference.
 
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> gx: array<f32>;
+@group(0) @binding(3) var<storage, read_write> gx: array<f32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -21,9 +21,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let d = (i / (rows * batch)) % dirs;
     let t = i / (rows * batch * dirs);
     var acc = 0.0;
-    if (p[9] != 0u) {
-        acc = bias[d * rows + row];
-    }
     let wr = (d * rows + row) * isz;
     let xr = (t * batch + b) * isz;
     for (var k = 0u; k < isz; k++) {

@@ -217,13 +217,13 @@ mod tests {
 
     /// Builds `name(x, fixed..., options)` where options may name further
     /// inputs (scale, bias), and compares GPU and CPU on random data.
-    fn check(
+    fn check<'a>(
         name: &str,
         dt: DataType,
         x: &[usize],
         fixed: &[&[usize]],
-        optional: &[(&str, &[usize])],
-        mut opts: Vec<(&str, Val)>,
+        optional: &[(&'a str, &[usize])],
+        mut opts: Vec<(&'a str, Val)>,
         tol: f32,
     ) {
         let Some(mut be) = backend() else { return };

@@ -4,7 +4,7 @@
 // after (inclusive) adding it. The element type and the functions zero(),
 // add() and value() are substituted per element type.
 // Parameters, as u32 words: p[0] lines (outer * inner), p[1] n,
-// p[2] inner, p[3] reversed (0/1), p[4] exclusive (0/1).
+// p[2] inner, p[3] reversed (0/1), p[4] exclusive (0/1), p[5] zero.
 
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<$ELEM>;

@@ -411,12 +411,22 @@ const SPIN: std::time::Duration = std::time::Duration::from_micros(100);
 /// The next command, or `None` once every sender is gone.
 fn next_command(receiver: &Receiver<Command>) -> Option<Command> {
     let start = std::time::Instant::now();
+    let mut polls = 0u32;
     loop {
         match receiver.try_recv() {
             Ok(c) => return Some(c),
             Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
             Err(crossbeam_channel::TryRecvError::Empty) if start.elapsed() < SPIN => {
-                std::hint::spin_loop()
+                polls = polls.wrapping_add(1);
+                if polls.is_multiple_of(64) {
+                    // When the machine is busier than its cores, the JS
+                    // thread may be waiting for this very core to send the
+                    // next command. With a core to itself this returns at
+                    // once.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
             }
             Err(crossbeam_channel::TryRecvError::Empty) => return receiver.recv().ok(),
         }

@@ -363,25 +363,28 @@ fn queue_drain(env: napi_env) -> napi::Result<()> {
     })
 }
 
-/// Called right after queuing a read: when this context's reads have
-/// lately completed within [`INLINE_WAIT`], waits (spinning) up to that
-/// long for the next completion, which then settles in a microtask
-/// rather than after a wake-up of the event loop. Not settled here: the
-/// promise must stay pending until the caller's synchronous code is done
-/// (a `destroy()` right after `readTensor()` still rejects the read).
-/// Otherwise, or when nothing comes in time, returns and the threadsafe
-/// function delivers as usual.
+/// Called right before queuing a read: when this context's reads have
+/// lately completed within [`INLINE_WAIT`], announces to the worker that
+/// the JS thread will wait for the next completion (so that the worker
+/// hands it over without the threadsafe function) and returns true; then
+/// [`settle_soon`] must follow. Announced before the read is sent, so the
+/// worker cannot complete it unannounced.
+pub fn expect_soon(inbox: &Inbox) -> bool {
+    inbox.last_read_wait.load(Ordering::Relaxed) <= INLINE_WAIT.as_nanos() as u64
+        && inbox
+            .state
+            .compare_exchange(IDLE, WAITING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+}
+
+/// After [`expect_soon`] and queuing the read: waits (spinning) up to
+/// [`INLINE_WAIT`] for the next completion, which then settles in a
+/// microtask rather than after a wake-up of the event loop. Not settled
+/// here: the promise must stay pending until the caller's synchronous code
+/// is done (a `destroy()` right after `readTensor()` still rejects the
+/// read). When nothing comes in time, returns and the threadsafe function
+/// delivers as usual.
 pub fn settle_soon(env: napi_env, ctx_id: u64, inbox: &Arc<Inbox>, tsfn: &SharedTsfn) {
-    if inbox.last_read_wait.load(Ordering::Relaxed) > INLINE_WAIT.as_nanos() as u64 {
-        return;
-    }
-    if inbox
-        .state
-        .compare_exchange(IDLE, WAITING, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        return;
-    }
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
@@ -390,16 +393,22 @@ pub fn settle_soon(env: napi_env, ctx_id: u64, inbox: &Arc<Inbox>, tsfn: &Shared
         }
         spins = spins.wrapping_add(1);
         // Reading the clock costs more than a pause; check it now and then.
-        if spins.is_multiple_of(64) && start.elapsed() > INLINE_WAIT {
-            if inbox
-                .state
-                .compare_exchange(WAITING, IDLE, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                // Given up; the worker calls the threadsafe function.
-                return;
+        if spins.is_multiple_of(64) {
+            if start.elapsed() > INLINE_WAIT {
+                if inbox
+                    .state
+                    .compare_exchange(WAITING, IDLE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    // Given up; the worker calls the threadsafe function.
+                    return;
+                }
+                break; // Delivered just now.
             }
-            break; // Delivered just now.
+            // When the machine is busier than its cores, the worker may be
+            // waiting for this very core: spinning on would only delay it.
+            // With a core to itself this returns at once.
+            std::thread::yield_now();
         }
         std::hint::spin_loop();
     }

@@ -569,6 +569,7 @@ impl MLContext {
             Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
         };
         let (req, p) = completion::register(e, &self.shared, kind)?;
+        let waiting = completion::expect_soon(&self.shared.inbox);
         self.shared.send_or_reject(
             e,
             req,
@@ -578,7 +579,9 @@ impl MLContext {
                 sent: std::time::Instant::now(),
             },
         );
-        completion::settle_soon(e, self.shared.id, &self.shared.inbox, &self.shared.tsfn);
+        if waiting {
+            completion::settle_soon(e, self.shared.id, &self.shared.inbox, &self.shared.tsfn);
+        }
         Ok(JsRaw(p))
     }
 

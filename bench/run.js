@@ -10,6 +10,12 @@
 // Exit status: 0 when every workload ran (slow, mismatched or unavailable
 // ones included: this is a report, not a test); 1 when something errored.
 
+// `--gpu`: the GPU backend's own benchmark (bench/gpu.js) instead.
+if (process.argv.includes('--gpu')) {
+  require('./gpu.js');
+  return;
+}
+
 const fs = require('fs');
 const os = require('os');
 const path = require('path');

@@ -149,6 +149,23 @@ impl Timeline {
             .ok_or_else(|| Error::invalid_state("the context is lost"))
     }
 
+    /// Ends the worker after the commands already queued and waits up to
+    /// `limit` for it. For environment teardown: a GPU device must be
+    /// released before the process exits, or the Vulkan driver's own
+    /// teardown may run while its threads still serve the device.
+    pub fn close_and_wait(&mut self, limit: std::time::Duration) {
+        self.sender = None;
+        if let Some(t) = self.thread.take() {
+            let start = std::time::Instant::now();
+            while !t.is_finished() && start.elapsed() < limit {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+
     /// Ends the worker after the commands already queued, without waiting.
     pub fn close(&mut self) {
         self.sender = None;

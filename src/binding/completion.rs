@@ -82,8 +82,32 @@ thread_local! {
     static CONTEXTS: RefCell<HashMap<u64, Weak<CtxShared>>> = RefCell::new(HashMap::new());
 }
 
+/// Ends the workers of this JS thread's live contexts when its environment
+/// is torn down (at the process's exit, or a worker_thread's end), so that
+/// no backend outlives it.
+unsafe extern "C" fn release_contexts(_arg: *mut c_void) {
+    let live: Vec<Rc<CtxShared>> = CONTEXTS
+        .try_with(|c| c.borrow().values().filter_map(|w| w.upgrade()).collect())
+        .unwrap_or_default();
+    for ctx in live {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.release_at_exit()));
+    }
+}
+
+thread_local! {
+    /// Whether this JS thread's environment has [`release_contexts`].
+    static RELEASE_HOOKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Makes a context findable by its completions.
-pub fn register_context(ctx: &Rc<CtxShared>) {
+pub fn register_context(env: napi_env, ctx: &Rc<CtxShared>) {
+    if !RELEASE_HOOKED.with(|h| h.replace(true)) {
+        // SAFETY: `env` is this thread's live environment; the hook takes
+        // no argument.
+        unsafe {
+            sys::napi_add_env_cleanup_hook(env, Some(release_contexts), ptr::null_mut());
+        }
+    }
     CONTEXTS.with(|c| {
         let mut c = c.borrow_mut();
         c.retain(|_, w| w.strong_count() > 0);

@@ -135,6 +135,14 @@ impl CtxShared {
         }
     }
 
+    /// Ends this context's worker as its JS environment goes away (see
+    /// [`Timeline::close_and_wait`]).
+    pub fn release_at_exit(&self) {
+        if let Some(mut t) = self.timeline.borrow_mut().take() {
+            t.close_and_wait(std::time::Duration::from_secs(5));
+        }
+    }
+
     pub fn send(&self, c: Command) -> Result<()> {
         match &*self.timeline.borrow() {
             Some(t) if !self.lost.get() => t.send(c),
@@ -835,7 +843,7 @@ pub fn create_context(env: Env, options: Option<JsRaw>) -> napi::Result<JsRaw> {
         lost_message: RefCell::new(None),
         label,
     });
-    completion::register_context(&shared);
+    completion::register_context(e, &shared);
     let (req, p) = completion::register(e, &shared, PendingKind::Context)?;
     match Timeline::start(
         format!("webnn-context-{}", shared.id),

@@ -17,7 +17,7 @@ use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
 use super::matmul::sgemm;
-use super::sgemm::{sgemm_gen, sgemm_gen_packed_a, sgemm_packed_a, PackedA};
+use super::sgemm::{clamp, copy_row, sgemm_gen, sgemm_gen_packed_a, sgemm_packed_a, Fuse, PackedA};
 use super::shape::transpose_vec;
 use super::util::{floats, from_floats};
 
@@ -107,19 +107,6 @@ fn filter_oihw<'a>(f: &'a [f32], p: &Conv2dParams) -> std::borrow::Cow<'a, [f32]
     })
 }
 
-/// Clamps as the clamp operator does (comparisons, so NaN passes), so
-/// that an activation fused into conv2d gives the unfused bits.
-#[inline(always)]
-fn clamp_f32(x: f32, lo: f32, hi: f32) -> f32 {
-    if x < lo {
-        lo
-    } else if x > hi {
-        hi
-    } else {
-        x
-    }
-}
-
 /// The epilogue of every conv2d path: adds the bias (when there is one)
 /// and applies the fused activation bounds (when there are some).
 #[inline(always)]
@@ -127,8 +114,8 @@ fn finish(dst: &mut [f32], bias: Option<f32>, act: Option<(f32, f32)>) {
     match (bias, act) {
         (None, None) => {}
         (Some(b), None) => dst.iter_mut().for_each(|y| *y += b),
-        (None, Some((lo, hi))) => dst.iter_mut().for_each(|y| *y = clamp_f32(*y, lo, hi)),
-        (Some(b), Some((lo, hi))) => dst.iter_mut().for_each(|y| *y = clamp_f32(*y + b, lo, hi)),
+        (None, Some((lo, hi))) => dst.iter_mut().for_each(|y| *y = clamp(*y, lo, hi)),
+        (Some(b), Some((lo, hi))) => dst.iter_mut().for_each(|y| *y = clamp(*y + b, lo, hi)),
     }
 }
 
@@ -160,6 +147,13 @@ fn depthwise_rows<const FMA: bool>(
     let (kh, kw, oh, ow) = (p.kernel_h, p.kernel_w, p.out_h, p.out_w);
     let (sh, sw) = (p.strides[0], p.strides[1]);
     let (dh, dw) = (p.dilations[0], p.dilations[1]);
+    // Bias and bounds are applied in the loops that store the sums, with
+    // identities standing in for absent ones so that the loops have no
+    // branches: -0 (x + -0 is x, -0 included) and infinite bounds (the
+    // comparisons of `clamp` then pass every value, NaN included).
+    let b = bias.unwrap_or(-0.0);
+    let (lo, hi) = act.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let fin = |v: f32| clamp(v + b, lo, hi);
     if sh == 1 && sw == 1 && ow < 32 && oh > 1 {
         // Narrow rows are mostly a vector loop's scalar remainder. With
         // unit strides, tap (ky, kx) of output (oy, x) sits at a fixed
@@ -192,8 +186,9 @@ fn depthwise_rows<const FMA: bool>(
             }
         }
         for (oy, d) in dst.chunks_exact_mut(ow).enumerate() {
-            d.copy_from_slice(&grid[oy * wq..oy * wq + ow]);
-            finish(d, bias, act);
+            for (y, &g) in d.iter_mut().zip(&grid[oy * wq..oy * wq + ow]) {
+                *y = fin(g);
+            }
         }
         return;
     }
@@ -223,7 +218,7 @@ fn depthwise_rows<const FMA: bool>(
                 v = madd::<FMA>(w[6], c0[i], v);
                 v = madd::<FMA>(w[7], c1[i], v);
                 v = madd::<FMA>(w[8], c2[i], v);
-                d[i] = v;
+                d[i] = fin(v);
             }
         } else {
             d.fill(0.0);
@@ -236,34 +231,17 @@ fn depthwise_rows<const FMA: bool>(
                     }
                 }
             }
+            d.iter_mut().for_each(|y| *y = fin(*y));
         }
-        finish(d, bias, act);
     }
-}
-
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn depthwise_rows_fma(
-    s: &[f32],
-    dims: (usize, usize),
-    wts: &[f32],
-    p: &Conv2dParams,
-    bias: Option<f32>,
-    act: Option<(f32, f32)>,
-    grid: &mut Vec<f32>,
-    dst: &mut [f32],
-) {
-    depthwise_rows::<true>(s, dims, wts, p, bias, act, grid, dst)
 }
 
 /// One plane of a depthwise convolution, directly: the input plane `x`
 /// ([h, w]) is copied once into `scratch` with its padding and split by
 /// column phase (stride), so that every tap reads a contiguous run of the
 /// output width, which vectorises.
-fn depthwise_plane(
+#[inline(always)]
+fn depthwise_plane<const FMA: bool>(
     x: &[f32],
     wts: &[f32],
     p: &Conv2dParams,
@@ -326,16 +304,49 @@ fn depthwise_plane(
             }
         }
     }
+    depthwise_rows::<FMA>(scratch, (hu, wq), wts, p, bias, act, grid, dst);
+}
+
+/// [`depthwise_plane`] compiled for AVX2 and FMA (the copies into the
+/// scratch plane vectorise too).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn depthwise_plane_fma(
+    x: &[f32],
+    wts: &[f32],
+    p: &Conv2dParams,
+    bias: Option<f32>,
+    act: Option<(f32, f32)>,
+    bufs: (&mut Vec<f32>, &mut Vec<f32>),
+    dst: &mut [f32],
+) {
+    depthwise_plane::<true>(x, wts, p, bias, act, bufs, dst)
+}
+
+/// [`depthwise_plane`] with the best code this CPU runs.
+fn depthwise_plane_best(
+    x: &[f32],
+    wts: &[f32],
+    p: &Conv2dParams,
+    bias: Option<f32>,
+    act: Option<(f32, f32)>,
+    bufs: (&mut Vec<f32>, &mut Vec<f32>),
+    dst: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // SAFETY: the features were just detected.
-        unsafe { depthwise_rows_fma(scratch, (hu, wq), wts, p, bias, act, grid, dst) };
+        unsafe { depthwise_plane_fma(x, wts, p, bias, act, bufs, dst) };
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    depthwise_rows::<true>(scratch, (hu, wq), wts, p, bias, act, grid, dst);
+    depthwise_plane::<true>(x, wts, p, bias, act, bufs, dst);
     #[cfg(not(target_arch = "aarch64"))]
-    depthwise_rows::<false>(scratch, (hu, wq), wts, p, bias, act, grid, dst);
+    depthwise_plane::<false>(x, wts, p, bias, act, bufs, dst);
 }
 
 /// Depthwise conv2d (one input and one output channel per group) on NCHW
@@ -357,7 +368,7 @@ fn depthwise(
         for (i, d) in dst.chunks_exact_mut(plane).enumerate() {
             let idx = t * per + i;
             let ch = idx % c;
-            depthwise_plane(
+            depthwise_plane_best(
                 &x[idx * in_plane..(idx + 1) * in_plane],
                 &f[ch * khw..(ch + 1) * khw],
                 p,
@@ -419,7 +430,7 @@ fn conv_unit_stride1(
             let (mut c, mut ky, mut kx) = (p0 / khw, (p0 / kw) % kh, p0 % kw);
             for row in panel.chunks_exact_mut(nr) {
                 let off = c * pplane + ky * dh * wp + kx * dw + j;
-                row.copy_from_slice(&xp[off..off + nr]);
+                copy_row(row, &xp[off..off + nr]);
                 kx += 1;
                 if kx == kw {
                     kx = 0;
@@ -432,21 +443,32 @@ fn conv_unit_stride1(
             }
         }
     };
-    // Every element is written by the product.
+    // Every element is written by the product, bias and bounds included
+    // (a row of the product is an output channel).
     let mut grid = Buf::f32_for_overwrite(og * np);
+    let fuse = Fuse {
+        row_bias: bias,
+        col_bias: None,
+        bounds: act,
+    };
     match packed {
-        Some(pa) => sgemm_gen_packed_a(pa, np, &gen, &mut grid, parallel)?,
-        None => sgemm_gen(og, np, cg * khw, wg, false, &gen, &mut grid, parallel)?,
+        Some(pa) => sgemm_gen_packed_a(pa, np, &gen, &mut grid, parallel, &fuse)?,
+        None => sgemm_gen(
+            og,
+            np,
+            cg * khw,
+            wg,
+            false,
+            &gen,
+            &mut grid,
+            parallel,
+            &fuse,
+        )?,
     }
     let plane = oh * ow;
-    for (o, (d, g)) in dst
-        .chunks_exact_mut(plane)
-        .zip(grid.chunks_exact(np))
-        .enumerate()
-    {
+    for (d, g) in dst.chunks_exact_mut(plane).zip(grid.chunks_exact(np)) {
         for (dr, gr) in d.chunks_exact_mut(ow).zip(g.chunks_exact(wp)) {
             dr.copy_from_slice(&gr[..ow]);
-            finish(dr, bias.map(|b| b[o]), act);
         }
     }
     Buf::F32(grid).recycle();
@@ -586,12 +608,16 @@ pub(super) fn conv2d_packed(
             if !direct && p.strides == [1, 1] {
                 return conv_unit_stride1(xs, wg, cg, og, p, bg, act, dst, parallel, pa);
             }
-            // With the filter packed, bias and activation run on each
-            // tile of the product as it is finished (row o of the product
-            // is output channel o); else in a pass after it.
-            let epi = |o: usize, row: &mut [f32]| finish(row, bg.map(|bv| bv[o]), act);
+            // With the filter packed, bias and activation are applied to
+            // each tile of the product as it is finished (row o of the
+            // product is output channel o); else in a pass after it.
+            let fuse = Fuse {
+                row_bias: bg,
+                col_bias: None,
+                bounds: act,
+            };
             let product = |b: &[f32], dst: &mut [f32]| match pa {
-                Some(pa) => sgemm_packed_a(pa, plane, b, dst, parallel, Some(&epi)),
+                Some(pa) => sgemm_packed_a(pa, plane, b, dst, parallel, &fuse),
                 None => {
                     sgemm(og, plane, kk, wg, b, dst, parallel);
                     for (o, d) in dst.chunks_exact_mut(plane).enumerate() {

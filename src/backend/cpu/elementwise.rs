@@ -16,6 +16,7 @@ use crate::graph::op::{BinaryKind, UnaryKind};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
+use super::sgemm::clamp as clamp_f32;
 use super::util::{broadcast_strides, floats, from_floats};
 
 /// Output elements above which element-wise loops are split across threads.
@@ -836,17 +837,6 @@ fn clamp_int<T: Int>(v: &[T], min: f64, max: f64) -> Vec<T> {
     // compared exactly in that type.
     let (lo, hi) = (T::sat_from_f64(min), T::sat_from_f64(max));
     par_map(v.len(), |i| v[i].max(lo).min(hi))
-}
-
-fn clamp_f32(x: f32, lo: f32, hi: f32) -> f32 {
-    // Written with comparisons so that NaN passes through unchanged.
-    if x < lo {
-        lo
-    } else if x > hi {
-        hi
-    } else {
-        x
-    }
 }
 
 /// `clamp`: bounds compared in the input's type (integers: the bounds

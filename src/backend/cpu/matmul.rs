@@ -12,7 +12,7 @@ use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
 pub(super) use super::sgemm::sgemm;
-use super::sgemm::{sgemm_packed, sgemm_t, PackedB};
+use super::sgemm::{sgemm_packed, sgemm_t, Fuse, PackedB};
 use super::util::{broadcast_strides, floats, from_floats, strides};
 
 /// Multiply-adds per product below which batched products run in
@@ -74,7 +74,7 @@ pub fn matmul(
         // Every element is written by the product.
         let mut res = Buf::f32_for_overwrite(rows * n);
         match prepacked.filter(|pb| pb.k() == k && pb.n() == n) {
-            Some(pb) => sgemm_packed(rows, &av, false, pb, &mut res, true)?,
+            Some(pb) => sgemm_packed(rows, &av, false, pb, &mut res, true, &Fuse::default())?,
             None => sgemm_t(
                 rows,
                 n,
@@ -176,7 +176,7 @@ pub fn gemm(
     let mut res = Buf::f32_for_overwrite(m * n);
     // The transposes are read in place (the packing absorbs them).
     match prepacked.filter(|pb| pb.k() == k && pb.n() == n) {
-        Some(pb) => sgemm_packed(m, &av, p.a_transpose, pb, &mut res, true)?,
+        Some(pb) => sgemm_packed(m, &av, p.a_transpose, pb, &mut res, true, &Fuse::default())?,
         None => {
             let bv = widen(inputs[1], descs[1])?;
             sgemm_t(

@@ -13,6 +13,7 @@ mod logical;
 mod matmul;
 mod movement;
 mod norm;
+mod profile;
 mod quantize;
 mod recurrent;
 mod reduce;
@@ -65,6 +66,14 @@ pub struct CpuBackend {
     tensor_bytes: usize,
 }
 
+impl Drop for CpuBackend {
+    fn drop(&mut self) {
+        if profile::enabled() {
+            profile::report();
+        }
+    }
+}
+
 /// Bytes a CPU buffer of `d` occupies (4-bit types are stored unpacked).
 fn held_bytes(d: &OperandDescriptor) -> usize {
     d.element_count() * d.data_type.bits().max(8) / 8
@@ -102,10 +111,9 @@ impl CpuBackend {
                 }
             }
         };
-        Ok(CpuBackend {
-            pool,
-            ..Self::default()
-        })
+        let mut backend = Self::default();
+        backend.pool = pool;
+        Ok(backend)
     }
 
     /// Caps the memory this backend holds: an allocation beyond it fails
@@ -277,6 +285,7 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             }
         }
         live += needed;
+        let started = profile::enabled().then(std::time::Instant::now);
         // An owned intermediate that dies here and is read once by this
         // node can become the output of an element-wise node in place.
         let reusable = |slots: &[Slot], i: usize| {
@@ -336,6 +345,17 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                 _ => run_op(&node.op, &ins, &in_descs, out_descs, cg.packed.get(&n)),
             }
         };
+        if let Some(t) = started {
+            let key = || {
+                let shapes: Vec<_> = in_descs.iter().map(|d| d.shape.clone()).collect();
+                format!(
+                    "{n:3} {} {shapes:?} -> {:?}",
+                    node.op.name(),
+                    out_descs[0].shape
+                )
+            };
+            profile::record(key, t.elapsed().as_nanos() as u64);
+        }
         let results = results.map_err(|e| {
             if node.label.is_empty() {
                 e

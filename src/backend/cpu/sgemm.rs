@@ -45,8 +45,108 @@ const PAR_WORK: usize = 1 << 19;
 /// `a` must be readable for `kc * mr` floats, `b` for `kc * nr`, and `c`
 /// readable and writable for `mr` rows of `nr` floats, `ldc` apart; the CPU
 /// must have the kernel's target features.
-type KernelFn =
-    unsafe fn(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, accumulate: bool);
+/// When `fuse` is not null, the kernel applies it to the finished tile
+/// before storing (see [`TileFuse`]).
+type KernelFn = unsafe fn(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    fuse: *const TileFuse,
+);
+
+/// What a micro-kernel applies to a finished tile (final sums) as it
+/// stores it: `rb[r]` added to row `r` (when `rb` is not null), `cb[j]`
+/// added to column `j` (when `cb` is not null), then, when `clamp`, bounds
+/// as the clamp operator applies them. Raw pointers because the kernel is
+/// an `unsafe fn` behind a plain function pointer; [`Fuse::tile`] makes
+/// them from checked slices.
+#[repr(C)]
+pub(crate) struct TileFuse {
+    rb: *const f32,
+    cb: *const f32,
+    lo: f32,
+    hi: f32,
+    clamp: bool,
+}
+
+/// A bias and bounds fused into the product: applied to each tile of C
+/// while it is still in registers (full tiles) or in L1 (edge tiles), so
+/// that conv2d's bias and clamp, or matmul's bias vector, cost no pass of
+/// their own. The result is bitwise that of applying them afterwards:
+/// `((sum + row_bias[i]) + col_bias[j])`, then clamped with comparisons as
+/// the clamp operator does (NaN passes through, -0 stays -0).
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Fuse<'a> {
+    /// Added to every element of row `i` (conv2d: row = output channel).
+    pub row_bias: Option<&'a [f32]>,
+    /// Added to every element of column `j` (matmul + a bias vector).
+    pub col_bias: Option<&'a [f32]>,
+    /// `[min, max]` applied last.
+    pub bounds: Option<(f32, f32)>,
+}
+
+impl Fuse<'_> {
+    fn is_empty(&self) -> bool {
+        self.row_bias.is_none() && self.col_bias.is_none() && self.bounds.is_none()
+    }
+
+    /// Fails unless the biases cover an `m x n` product.
+    fn check(&self, m: usize, n: usize) -> Result<()> {
+        if self.row_bias.is_some_and(|b| b.len() < m) || self.col_bias.is_some_and(|b| b.len() < n)
+        {
+            return Err(Error::operation("sgemm: a fused bias is too short"));
+        }
+        Ok(())
+    }
+
+    /// The kernel's view for the full tile at row `i`, column `j`.
+    /// Callers pass tiles inside the product that [`Fuse::check`] passed.
+    fn tile(&self, i: usize, j: usize) -> TileFuse {
+        let (lo, hi) = self.bounds.unwrap_or((0.0, 0.0));
+        TileFuse {
+            rb: self.row_bias.map_or(std::ptr::null(), |b| b[i..].as_ptr()),
+            cb: self.col_bias.map_or(std::ptr::null(), |b| b[j..].as_ptr()),
+            lo,
+            hi,
+            clamp: self.bounds.is_some(),
+        }
+    }
+
+    /// The scalar form: `row` is row `i` of C from column `j0` on.
+    fn apply(&self, i: usize, j0: usize, row: &mut [f32]) {
+        let rb = self.row_bias.map(|b| b[i]);
+        for (j, x) in row.iter_mut().enumerate() {
+            let mut y = *x;
+            if let Some(b) = rb {
+                y += b;
+            }
+            if let Some(cb) = self.col_bias {
+                y += cb[j0 + j];
+            }
+            if let Some((lo, hi)) = self.bounds {
+                y = clamp(y, lo, hi);
+            }
+            *x = y;
+        }
+    }
+}
+
+/// Clamps with comparisons, as the clamp operator does: NaN passes and
+/// -0 stays -0. The vector kernels' `max(lo, y)` then `min(hi, y)` (which
+/// return their second operand for NaN and for equal zeros) agree.
+#[inline(always)]
+pub fn clamp(x: f32, lo: f32, hi: f32) -> f32 {
+    if x < lo {
+        lo
+    } else if x > hi {
+        hi
+    } else {
+        x
+    }
+}
 
 /// A micro-kernel and the blocking that suits it.
 #[derive(Debug)]
@@ -88,6 +188,7 @@ unsafe fn kernel_portable(
     c: *mut f32,
     ldc: usize,
     accumulate: bool,
+    fuse: *const TileFuse,
 ) {
     const MR: usize = PORTABLE_MR;
     const NR: usize = PORTABLE_NR;
@@ -124,6 +225,22 @@ unsafe fn kernel_portable(
         } else {
             dst.copy_from_slice(row);
         }
+        // SAFETY: a non-null `fuse` covers this tile (caller's contract).
+        if let Some(f) = unsafe { fuse.as_ref() } {
+            for (j, y) in dst.iter_mut().enumerate() {
+                let mut v = *y;
+                if !f.rb.is_null() {
+                    v += unsafe { *f.rb.add(r) };
+                }
+                if !f.cb.is_null() {
+                    v += unsafe { *f.cb.add(j) };
+                }
+                if f.clamp {
+                    v = clamp(v, f.lo, f.hi);
+                }
+                *y = v;
+            }
+        }
     }
 }
 
@@ -134,7 +251,8 @@ unsafe fn kernel_portable(
 #[cfg(target_arch = "x86_64")]
 macro_rules! simd_kernel {
     ($name:ident, $feat:literal, $mr:expr, $nv:expr, $w:expr, $vt:ty,
-     $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident) => {
+     $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident,
+     $max:ident, $min:ident) => {
         /// # Safety
         /// See [`KernelFn`]; the CPU must support the enabled features.
         #[target_feature(enable = $feat)]
@@ -145,6 +263,7 @@ macro_rules! simd_kernel {
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
+            fuse: *const TileFuse,
         ) {
             use std::arch::x86_64::*;
             // The whole tile lives in registers: fixed-size arrays indexed
@@ -175,13 +294,33 @@ macro_rules! simd_kernel {
                     }
                 }
             }
+            // SAFETY: a non-null `fuse` covers this tile (caller's
+            // contract).
+            let fuse = unsafe { fuse.as_ref() };
             for (r, row) in acc.iter().enumerate() {
+                // SAFETY: rb (when set) has a value for each tile row.
+                let rb = fuse
+                    .filter(|f| !f.rb.is_null())
+                    .map(|f| $set1(unsafe { *f.rb.add(r) }));
                 for (v, &x) in row.iter().enumerate() {
                     // SAFETY: (r, v) is inside the mr x nr tile of C that
-                    // the caller owns.
+                    // the caller owns; cb (when set) has nr values.
                     unsafe {
                         let dst = c.add(r * ldc + v * $w);
-                        let val = if accumulate { $add($load(dst), x) } else { x };
+                        let mut val = if accumulate { $add($load(dst), x) } else { x };
+                        if let Some(f) = fuse {
+                            if let Some(b) = rb {
+                                val = $add(val, b);
+                            }
+                            if !f.cb.is_null() {
+                                val = $add(val, $load(f.cb.add(v * $w)));
+                            }
+                            if f.clamp {
+                                // Second operands win on NaN and on equal
+                                // zeros: the clamp operator's results.
+                                val = $min($set1(f.hi), $max($set1(f.lo), val));
+                            }
+                        }
                         $store(dst, val);
                     }
                 }
@@ -203,7 +342,9 @@ simd_kernel!(
     _mm256_storeu_ps,
     _mm256_set1_ps,
     _mm256_fmadd_ps,
-    _mm256_add_ps
+    _mm256_add_ps,
+    _mm256_max_ps,
+    _mm256_min_ps
 );
 
 #[cfg(target_arch = "x86_64")]
@@ -219,7 +360,9 @@ simd_kernel!(
     _mm512_storeu_ps,
     _mm512_set1_ps,
     _mm512_fmadd_ps,
-    _mm512_add_ps
+    _mm512_add_ps,
+    _mm512_max_ps,
+    _mm512_min_ps
 );
 
 static PORTABLE: Kernel = Kernel {
@@ -426,6 +569,26 @@ fn pack_b_panel(b: Mat, p0: usize, kc: usize, j0: usize, cols: usize, nr: usize,
     }
 }
 
+/// `dst.copy_from_slice(src)` (equal lengths), inlined for the panel
+/// widths of the kernels: packing copies a few dozen bytes at a time, and a
+/// call to memmove for each copy cost conv2d about a tenth of its time.
+#[inline(always)]
+pub fn copy_row(dst: &mut [f32], src: &[f32]) {
+    #[inline(always)]
+    fn fixed<const N: usize>(dst: &mut [f32], src: &[f32]) -> bool {
+        match (<&mut [f32; N]>::try_from(dst), <&[f32; N]>::try_from(src)) {
+            (Ok(d), Ok(s)) => {
+                *d = *s;
+                true
+            }
+            _ => false,
+        }
+    }
+    if !(fixed::<16>(&mut *dst, src) || fixed::<32>(&mut *dst, src) || fixed::<8>(&mut *dst, src)) {
+        dst.copy_from_slice(src);
+    }
+}
+
 /// Packs the `kc x cols` block of `b` at (p0, j0) into consecutive panels
 /// (each `kc * nr` floats), in parallel when `parallel`.
 #[allow(clippy::too_many_arguments)]
@@ -455,7 +618,7 @@ fn pack_b_block(
                     let j = (q0 + qi) * nr;
                     let w = nr.min(cols - j);
                     let d = &mut panel[p * nr..(p + 1) * nr];
-                    d[..w].copy_from_slice(&row[j..j + w]);
+                    copy_row(&mut d[..w], &row[j..j + w]);
                     d[w..].fill(0.0);
                 }
             }
@@ -631,15 +794,9 @@ struct Task<'a> {
     p0: usize,
     kc: usize,
     accumulate: bool,
-    /// Applied to each finished row segment of C (see [`Epilogue`]), by
-    /// the tasks of the last KC block.
-    epilogue: Option<Epilogue<'a>>,
+    /// Applied to each finished tile by the tasks of the last KC block.
+    fuse: Option<&'a Fuse<'a>>,
 }
-
-/// A pass over the finished product, done tile by tile while each tile is
-/// still in L1 rather than as a separate pass over C: called once per row
-/// segment of C with the row's index and its values (final sums).
-pub type Epilogue<'a> = &'a (dyn Fn(usize, &mut [f32]) + Sync);
 
 impl Task<'_> {
     /// # Safety
@@ -700,7 +857,18 @@ impl Task<'_> {
                 unsafe {
                     let cp = self.c.0.add(i * self.ldc + self.j0 + jl);
                     if nrows == mr && ncols == nr {
-                        (k.func)(kc, ap.as_ptr(), bp.as_ptr(), cp, self.ldc, self.accumulate);
+                        let tf = self.fuse.map(|f| f.tile(i, self.j0 + jl));
+                        let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+                        (k.func)(
+                            kc,
+                            ap.as_ptr(),
+                            bp.as_ptr(),
+                            cp,
+                            self.ldc,
+                            self.accumulate,
+                            tp,
+                        );
+                        continue;
                     } else {
                         // The edge tile: compute it whole in scratch,
                         // then store its valid part.
@@ -711,6 +879,7 @@ impl Task<'_> {
                             scratch.as_mut_ptr(),
                             nr,
                             false,
+                            std::ptr::null(),
                         );
                         for r in 0..nrows {
                             let dst = std::slice::from_raw_parts_mut(cp.add(r * self.ldc), ncols);
@@ -723,7 +892,8 @@ impl Task<'_> {
                         }
                     }
                 }
-                if let Some(epi) = self.epilogue {
+                // An edge tile: the fused bias and bounds in scalar form.
+                if let Some(f) = self.fuse {
                     for r in 0..nrows {
                         // SAFETY: row r of this task's tile, as above;
                         // no other reference to it is alive.
@@ -733,7 +903,7 @@ impl Task<'_> {
                                 ncols,
                             )
                         };
-                        epi(i + r, row);
+                        f.apply(i + r, self.j0 + jl, row);
                     }
                 }
             }
@@ -827,17 +997,18 @@ fn gemm_blocked_a(
     b: BSrc,
     c: &mut [f32],
     threads: usize,
-    epilogue: Option<Epilogue>,
+    fuse: Option<&Fuse>,
 ) {
     let c = &mut c[..m * n];
     if m == 0 || n == 0 {
         return;
     }
+    let fuse = fuse.filter(|f| !f.is_empty());
     if k == 0 {
         c.fill(0.0);
-        if let Some(epi) = epilogue {
+        if let Some(f) = fuse {
             for (i, row) in c.chunks_exact_mut(n).enumerate() {
-                epi(i, row);
+                f.apply(i, 0, row);
             }
         }
         return;
@@ -859,44 +1030,14 @@ fn gemm_blocked_a(
     let split = (row_blocks, col_chunks);
     if matches!(b, BSrc::Packed(_)) {
         let mut none = AlignedBuf::default();
-        blocks(
-            kern,
-            (m, n, k),
-            a,
-            b,
-            cptr,
-            threads,
-            split,
-            epilogue,
-            &mut none,
-        );
+        blocks(kern, (m, n, k), a, b, cptr, threads, split, fuse, &mut none);
         return;
     }
     B_PACK.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut bbuf) => blocks(
-            kern,
-            (m, n, k),
-            a,
-            b,
-            cptr,
-            threads,
-            split,
-            epilogue,
-            &mut bbuf,
-        ),
+        Ok(mut bbuf) => blocks(kern, (m, n, k), a, b, cptr, threads, split, fuse, &mut bbuf),
         Err(_) => {
             let mut own = AlignedBuf::default();
-            blocks(
-                kern,
-                (m, n, k),
-                a,
-                b,
-                cptr,
-                threads,
-                split,
-                epilogue,
-                &mut own,
-            )
+            blocks(kern, (m, n, k), a, b, cptr, threads, split, fuse, &mut own)
         }
     });
 }
@@ -911,7 +1052,7 @@ fn blocks(
     cptr: CPtr,
     threads: usize,
     (row_blocks, col_chunks): (usize, usize),
-    epilogue: Option<Epilogue>,
+    fuse: Option<&Fuse>,
     bbuf: &mut AlignedBuf,
 ) {
     let (mr, nr) = (kern.mr, kern.nr);
@@ -959,7 +1100,7 @@ fn blocks(
                     p0,
                     kc,
                     accumulate: p0 > 0,
-                    epilogue: epilogue.filter(|_| p0 + kc == k),
+                    fuse: fuse.filter(|_| p0 + kc == k),
                 };
                 // SAFETY: rows <= m, columns j0 + cols <= n = ldc, and the
                 // (row block, column chunk) pairs of one block are
@@ -1069,14 +1210,17 @@ pub fn sgemm_packed(
     b: &PackedB,
     c: &mut [f32],
     parallel: bool,
+    fuse: &Fuse,
 ) -> Result<()> {
     let (k, n) = (b.k, b.n);
     let am = Mat::new(a, m, k, a_t)?;
     if c.len() < m * n {
         return Err(Error::operation("sgemm: the output is too small"));
     }
+    fuse.check(m, n)?;
     let threads = threads_for(m, n, k, parallel);
-    gemm_blocked(b.kern, m, n, k, am, BSrc::Packed(b), c, threads);
+    let (ka, bs) = (ASrc::Plain(am), BSrc::Packed(b));
+    gemm_blocked_a(b.kern, m, n, k, ka, bs, c, threads, Some(fuse));
     Ok(())
 }
 
@@ -1094,33 +1238,36 @@ pub fn sgemm_gen(
     gen: PanelGen,
     c: &mut [f32],
     parallel: bool,
+    fuse: &Fuse,
 ) -> Result<()> {
     let am = Mat::new(a, m, k, a_t)?;
     if c.len() < m * n {
         return Err(Error::operation("sgemm: the output is too small"));
     }
+    fuse.check(m, n)?;
     let threads = threads_for(m, n, k, parallel);
-    gemm_blocked(best_kernel(), m, n, k, am, BSrc::Gen(gen), c, threads);
+    let (ka, bs) = (ASrc::Plain(am), BSrc::Gen(gen));
+    gemm_blocked_a(best_kernel(), m, n, k, ka, bs, c, threads, Some(fuse));
     Ok(())
 }
 
 /// `c = A * b` with A packed in advance ([`PackedA`], [m, k]) and `b` a
 /// row-major [k, n] matrix; `c` is [m, n].
-/// `epilogue`, when given, runs over every row segment of the finished
-/// product (see [`Epilogue`]).
+/// `fuse` is applied to the finished product (see [`Fuse`]).
 pub fn sgemm_packed_a(
     a: &PackedA,
     n: usize,
     b: &[f32],
     c: &mut [f32],
     parallel: bool,
-    epilogue: Option<Epilogue>,
+    fuse: &Fuse,
 ) -> Result<()> {
     let (m, k) = (a.m, a.k);
     let bm = Mat::new(b, k, n, false)?;
     if c.len() < m * n {
         return Err(Error::operation("sgemm: the output is too small"));
     }
+    fuse.check(m, n)?;
     let threads = threads_for(m, n, k, parallel);
     gemm_blocked_a(
         a.kern,
@@ -1131,7 +1278,7 @@ pub fn sgemm_packed_a(
         BSrc::Plain(bm),
         c,
         threads,
-        epilogue,
+        Some(fuse),
     );
     Ok(())
 }
@@ -1144,11 +1291,13 @@ pub fn sgemm_gen_packed_a(
     gen: PanelGen,
     c: &mut [f32],
     parallel: bool,
+    fuse: &Fuse,
 ) -> Result<()> {
     let (m, k) = (a.m, a.k);
     if c.len() < m * n {
         return Err(Error::operation("sgemm: the output is too small"));
     }
+    fuse.check(m, n)?;
     let threads = threads_for(m, n, k, parallel);
     gemm_blocked_a(
         a.kern,
@@ -1159,7 +1308,7 @@ pub fn sgemm_gen_packed_a(
         BSrc::Gen(gen),
         c,
         threads,
-        None,
+        Some(fuse),
     );
     Ok(())
 }
@@ -1290,19 +1439,55 @@ mod tests {
             let pa = PackedA::new(&a, m, k).unwrap();
             assert_eq!((pa.m(), pa.k()), (m, k));
             let mut c3 = vec![9.0f32; m * n];
-            sgemm_packed_a(&pa, n, &b, &mut c3, true, None).unwrap();
+            sgemm_packed_a(&pa, n, &b, &mut c3, true, &Fuse::default()).unwrap();
             check(&c3, &want, k, "sgemm_packed_a");
-            // An epilogue sees every finished element exactly once.
-            let mut c5 = vec![9.0f32; m * n];
-            let epi =
-                |i: usize, row: &mut [f32]| row.iter_mut().for_each(|x| *x = *x * 2.0 + i as f32);
-            sgemm_packed_a(&pa, n, &b, &mut c5, true, Some(&epi)).unwrap();
-            let twice: Vec<f32> = c3
-                .iter()
-                .enumerate()
-                .map(|(t, x)| x * 2.0 + (t / n) as f32)
-                .collect();
-            assert_eq!(c5, twice, "epilogue {m}x{n}x{k}");
+            // A fused bias and bounds give the bits of applying them
+            // afterwards, in full and edge tiles alike; NaN passes.
+            let mut rb = data(m, 5);
+            let cb = data(n, 6);
+            if m > 2 {
+                rb[2] = f32::NAN;
+            }
+            for fuse in [
+                Fuse {
+                    row_bias: Some(&rb),
+                    col_bias: None,
+                    bounds: Some((-0.25, 0.5)),
+                },
+                Fuse {
+                    row_bias: None,
+                    col_bias: Some(&cb),
+                    bounds: None,
+                },
+                Fuse {
+                    row_bias: Some(&rb),
+                    col_bias: Some(&cb),
+                    bounds: Some((0.0, f32::INFINITY)),
+                },
+            ] {
+                let mut c5 = vec![9.0f32; m * n];
+                sgemm_packed_a(&pa, n, &b, &mut c5, true, &fuse).unwrap();
+                let mut want5 = c3.clone();
+                for (i, row) in want5.chunks_exact_mut(n.max(1)).enumerate() {
+                    fuse.apply(i, 0, row);
+                }
+                let same = c5
+                    .iter()
+                    .zip(&want5)
+                    .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+                assert!(same, "fused {fuse:?} {m}x{n}x{k}");
+                // The scalar form clamps as the clamp operator does.
+                if let Some((lo, hi)) = fuse.bounds {
+                    assert!(c5.iter().all(|x| x.is_nan() || (lo..=hi).contains(x)));
+                }
+            }
+            let short = Fuse {
+                row_bias: Some(&rb[..m.saturating_sub(1)]),
+                ..Fuse::default()
+            };
+            if m > 0 {
+                assert!(sgemm_packed_a(&pa, n, &b, &mut c3.clone(), true, &short).is_err());
+            }
             let gen = |p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]| {
                 for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
                     for (p, row) in panel.chunks_exact_mut(nr).enumerate() {
@@ -1318,7 +1503,7 @@ mod tests {
                 }
             };
             let mut c4 = vec![9.0f32; m * n];
-            sgemm_gen_packed_a(&pa, n, &gen, &mut c4, true).unwrap();
+            sgemm_gen_packed_a(&pa, n, &gen, &mut c4, true, &Fuse::default()).unwrap();
             assert_eq!(c3, c4, "sgemm_gen_packed_a {m}x{n}x{k}");
             for (a_t, b_t) in [(true, false), (false, true), (true, true)] {
                 let want = naive(m, n, k, &a, a_t, &b, b_t);
@@ -1328,7 +1513,7 @@ mod tests {
                 let pb = PackedB::new(&b, k, n, b_t).unwrap();
                 assert_eq!((pb.k(), pb.n()), (k, n));
                 let mut c = vec![9.0f32; m * n];
-                sgemm_packed(m, &a, a_t, &pb, &mut c, true).unwrap();
+                sgemm_packed(m, &a, a_t, &pb, &mut c, true, &Fuse::default()).unwrap();
                 check(&c, &want, k, "sgemm_packed");
             }
         }
@@ -1370,8 +1555,8 @@ mod tests {
         assert!(PackedB::new(&[1.0; 5], 2, 3, false).is_err());
         let pb = PackedB::new(&[1.0; 6], 2, 3, false).unwrap();
         let mut c = vec![0.0f32; 6];
-        assert!(sgemm_packed(2, &[1.0; 3], false, &pb, &mut c, false).is_err());
-        sgemm_packed(2, &[1.0; 4], false, &pb, &mut c, false).unwrap();
+        assert!(sgemm_packed(2, &[1.0; 3], false, &pb, &mut c, false, &Fuse::default()).is_err());
+        sgemm_packed(2, &[1.0; 4], false, &pb, &mut c, false, &Fuse::default()).unwrap();
         assert_eq!(c, vec![2.0; 6]);
     }
 
@@ -1423,7 +1608,8 @@ mod tests {
                         let t = std::time::Instant::now();
                         pool.install(|| {
                             if packed {
-                                sgemm_packed(m, &a, false, &pb, &mut c, true).unwrap()
+                                sgemm_packed(m, &a, false, &pb, &mut c, true, &Fuse::default())
+                                    .unwrap()
                             } else {
                                 sgemm(m, n, k, &a, &b, &mut c, true)
                             }

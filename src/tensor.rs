@@ -70,6 +70,12 @@ impl Buf {
         pool::give(self)
     }
 
+    /// A recycled buffer of the same variant as `kind` with `n` elements
+    /// (old contents), when the pool has one.
+    pub fn recycled(kind: &Buf, n: usize) -> Option<Buf> {
+        pool::take(kind, n)
+    }
+
     /// A copy of this buffer, in recycled memory when some is free.
     pub fn pooled_clone(&self) -> Buf {
         match pool::take(self, self.len()) {

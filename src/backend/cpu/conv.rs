@@ -2,7 +2,9 @@
 //!
 //! Both canonicalise to NCHW input (and OIHW filter) in f32, compute there,
 //! and convert the result back to the requested layout and type. conv2d
-//! lowers each (batch, group) to im2col plus the sgemm of `matmul.rs`.
+//! runs each (batch, group) as a product on `sgemm.rs`, whose B panels are
+//! made straight from the padded input (no im2col matrix); depthwise
+//! convolutions have a direct kernel.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,51 +46,6 @@ fn src_index(
     (o * stride + k * dilation)
         .checked_sub(pad)
         .filter(|&i| i < size)
-}
-
-/// Fills `col` ([cg * kh * kw, oh * ow], row-major) with the input patches
-/// of channels `x` ([cg, h, w]); padding reads as 0. Writes every element.
-fn im2col(x: &[f32], cg: usize, p: &Conv2dParams, col: &mut [f32]) {
-    let (h, w) = (p.in_h, p.in_w);
-    let (oh, ow) = (p.out_h, p.out_w);
-    let (sw, dw, pl) = (p.strides[1], p.dilations[1], p.padding[2]);
-    let mut rows = col.chunks_mut(oh * ow);
-    for c in 0..cg {
-        let plane = &x[c * h * w..(c + 1) * h * w];
-        for ky in 0..p.kernel_h {
-            for kx in 0..p.kernel_w {
-                let Some(row) = rows.next() else { return };
-                // Output columns [lo, hi) read inside the input row.
-                let first = |xo: usize| xo * sw + kx * dw >= pl;
-                let inside = |xo: usize| xo * sw + kx * dw < pl + w;
-                let lo = (0..ow).find(|&xo| first(xo)).unwrap_or(ow);
-                let hi = (lo..ow).find(|&xo| !inside(xo)).unwrap_or(ow);
-                for y in 0..oh {
-                    let dst = &mut row[y * ow..(y + 1) * ow];
-                    match src_index(y, ky, p.strides[0], p.dilations[0], p.padding[0], h) {
-                        None => dst.fill(0.0),
-                        Some(iy) => {
-                            let src = &plane[iy * w..(iy + 1) * w];
-                            dst[..lo].fill(0.0);
-                            dst[hi..].fill(0.0);
-                            if lo < hi {
-                                let s0 = lo * sw + kx * dw - pl;
-                                if sw == 1 {
-                                    dst[lo..hi].copy_from_slice(&src[s0..s0 + hi - lo]);
-                                } else {
-                                    for (d, s) in
-                                        dst[lo..hi].iter_mut().zip(src[s0..].iter().step_by(sw))
-                                    {
-                                        *d = *s;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// The filter in OIHW order, whatever its layout (borrowed when it is).
@@ -236,34 +193,21 @@ fn depthwise_rows<const FMA: bool>(
     }
 }
 
-/// One plane of a depthwise convolution, directly: the input plane `x`
-/// ([h, w]) is copied once into `scratch` with its padding and split by
-/// column phase (stride), so that every tap reads a contiguous run of the
-/// output width, which vectorises.
+/// Writes one input plane `x` ([h, w]) with its padding into `dst`, split
+/// by column phase for stride `sw`: `dst[(q * hu + r) * wq + t]` is padded
+/// row `r`, padded column `q + t * sw` (`wq = ceil(wu / sw)`), for the `hu`
+/// rows and `wu` columns the taps reach. Only the cells the input covers
+/// are written: `dst` must hold zeros in the others (the geometry fixes
+/// which cells those are, so a buffer zeroed once serves every plane).
 #[inline(always)]
-fn depthwise_plane<const FMA: bool>(
+fn pad_split(
     x: &[f32],
-    wts: &[f32],
-    p: &Conv2dParams,
-    bias: Option<f32>,
-    act: Option<(f32, f32)>,
-    (scratch, grid): (&mut Vec<f32>, &mut Vec<f32>),
-    dst: &mut [f32],
+    (h, w): (usize, usize),
+    (pt, pl): (usize, usize),
+    (hu, wu, sw): (usize, usize, usize),
+    scratch: &mut [f32],
 ) {
-    let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
-    let (sh, sw) = (p.strides[0], p.strides[1]);
-    let (pt, pl) = (p.padding[0], p.padding[2]);
-    // Padded rows and columns the taps reach.
-    let hu = (oh - 1) * sh + (p.kernel_h - 1) * p.dilations[0] + 1;
-    let wu = (ow - 1) * sw + (p.kernel_w - 1) * p.dilations[1] + 1;
     let wq = wu.div_ceil(sw);
-    // Only the padding needs zeros, and every plane of one convolution
-    // writes the same cells (the geometry fixes them) and leaves the
-    // padding alone: zero the scratch once, when it is first sized.
-    if scratch.len() != sw * hu * wq {
-        scratch.clear();
-        scratch.resize(sw * hu * wq, 0.0);
-    }
     for r in 0..hu {
         let Some(iy) = r.checked_sub(pt).filter(|&iy| iy < h) else {
             continue;
@@ -304,6 +248,37 @@ fn depthwise_plane<const FMA: bool>(
             }
         }
     }
+}
+
+/// One plane of a depthwise convolution, directly: the input plane `x`
+/// ([h, w]) is copied once into `scratch` with its padding and split by
+/// column phase (stride), so that every tap reads a contiguous run of the
+/// output width, which vectorises.
+#[inline(always)]
+fn depthwise_plane<const FMA: bool>(
+    x: &[f32],
+    wts: &[f32],
+    p: &Conv2dParams,
+    bias: Option<f32>,
+    act: Option<(f32, f32)>,
+    (scratch, grid): (&mut Vec<f32>, &mut Vec<f32>),
+    dst: &mut [f32],
+) {
+    let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+    let (sh, sw) = (p.strides[0], p.strides[1]);
+    let (pt, pl) = (p.padding[0], p.padding[2]);
+    // Padded rows and columns the taps reach.
+    let hu = (oh - 1) * sh + (p.kernel_h - 1) * p.dilations[0] + 1;
+    let wu = (ow - 1) * sw + (p.kernel_w - 1) * p.dilations[1] + 1;
+    let wq = wu.div_ceil(sw);
+    // Only the padding needs zeros, and every plane of one convolution
+    // writes the same cells (the geometry fixes them) and leaves the
+    // padding alone: zero the scratch once, when it is first sized.
+    if scratch.len() != sw * hu * wq {
+        scratch.clear();
+        scratch.resize(sw * hu * wq, 0.0);
+    }
+    pad_split(x, (h, w), (pt, pl), (hu, wu, sw), scratch);
     depthwise_rows::<FMA>(scratch, (hu, wq), wts, p, bias, act, grid, dst);
 }
 
@@ -386,92 +361,106 @@ fn depthwise(
     }
 }
 
-/// One (batch, group) unit of a unit-stride convolution, with no im2col
-/// buffer: the input is padded once, and the product runs over a grid as
-/// wide as the padded input (`oh x wp`), on which the patch row of tap
-/// (c, ky, kx) is the padded plane of c read from offset
-/// `ky * dh * wp + kx * dw` on: the sgemm packs its B panels straight from
-/// there. The grid's extra columns are computed and dropped.
+/// One (batch, group) unit of a convolution, as a product whose B panels
+/// are made straight from the input, never as an im2col matrix: the input
+/// channels are copied once with their padding and split by column phase
+/// ([`pad_split`]), after which the patch row of tap (c, ky, kx) for output
+/// row `oy` is a contiguous run of phase `(kx * dw) % sw` of channel c,
+/// `ow` long, at row `oy * sh + ky * dh`, column `(kx * dw) / sw` on. A
+/// panel of `nr` output columns is a few such runs (one per output row it
+/// touches). The product writes the output directly, with bias and bounds
+/// fused.
 #[allow(clippy::too_many_arguments)]
-fn conv_unit_stride1(
+fn conv_gen(
     xs: &[f32],
     wg: &[f32],
     cg: usize,
     og: usize,
     p: &Conv2dParams,
-    bias: Option<&[f32]>,
-    act: Option<(f32, f32)>,
+    fuse: &Fuse,
     dst: &mut [f32],
     parallel: bool,
     packed: Option<&PackedA>,
 ) -> Result<()> {
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     let (kh, kw) = (p.kernel_h, p.kernel_w);
+    let (sh, sw) = (p.strides[0], p.strides[1]);
     let (dh, dw) = (p.dilations[0], p.dilations[1]);
     let (pt, pl) = (p.padding[0], p.padding[2]);
-    let (hp, wp) = (h + pt + p.padding[1], w + pl + p.padding[3]);
-    let pplane = hp * wp;
-    // Panels (at most 32 wide) may read past the last grid column.
-    let mut xp_buf = Buf::f32_for_overwrite(cg * pplane + (kw - 1) * dw + 64);
+    let hu = (oh - 1) * sh + (kh - 1) * dh + 1;
+    let wu = (ow - 1) * sw + (kw - 1) * dw + 1;
+    let wq = wu.div_ceil(sw);
+    let chan = sw * hu * wq;
+    // Only the cells the input covers are written: the rest is padding.
+    let mut xp_buf = Buf::f32_for_overwrite(cg * chan);
     xp_buf.fill(0.0);
-    let xp = &mut xp_buf;
-    for c in 0..cg {
-        for iy in 0..h {
-            let d = c * pplane + (iy + pt) * wp + pl;
-            xp[d..d + w].copy_from_slice(&xs[(c * h + iy) * w..(c * h + iy + 1) * w]);
-        }
+    for (c, d) in xp_buf.chunks_exact_mut(chan).enumerate() {
+        pad_split(
+            &xs[c * h * w..(c + 1) * h * w],
+            (h, w),
+            (pt, pl),
+            (hu, wu, sw),
+            d,
+        );
     }
-    let np = oh * wp;
+    let n = oh * ow;
     let khw = kh * kw;
-    let xp: &[f32] = xp;
-    let gen = move |p0: usize, kc: usize, j0: usize, _cols: usize, nr: usize, dst: &mut [f32]| {
+    // Offset of tap (ky, kx) in a channel's phase-split block.
+    let taps: Vec<usize> = (0..khw)
+        .map(|t| {
+            let (ky, kx) = (t / kw, t % kw);
+            ((kx * dw) % sw) * hu * wq + ky * dh * wq + (kx * dw) / sw
+        })
+        .collect();
+    let xp: &[f32] = &xp_buf;
+    let gen = move |p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]| {
         for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
+            // The runs of this panel's columns: (first column in the panel,
+            // offset of its output row and column in a phase plane, length).
             let j = j0 + q * nr;
-            let (mut c, mut ky, mut kx) = (p0 / khw, (p0 / kw) % kh, p0 % kw);
+            let end = (j + nr).min(j0 + cols).min(n);
+            let mut runs = [(0usize, 0usize, 0usize); 33];
+            let mut count = 0;
+            let mut at = j;
+            while at < end && count < runs.len() {
+                let (oy, ox) = (at / ow, at % ow);
+                let len = (end - at).min(ow - ox);
+                runs[count] = (at - j, oy * sh * wq + ox, len);
+                count += 1;
+                at += len;
+            }
+            let runs = &runs[..count];
+            let whole = matches!(runs, [(0, _, len)] if *len == nr);
+            let (mut cbase, mut t) = ((p0 / khw) * chan, p0 % khw);
             for row in panel.chunks_exact_mut(nr) {
-                let off = c * pplane + ky * dh * wp + kx * dw + j;
-                copy_row(row, &xp[off..off + nr]);
-                kx += 1;
-                if kx == kw {
-                    kx = 0;
-                    ky += 1;
-                    if ky == kh {
-                        ky = 0;
-                        c += 1;
+                let base = cbase + taps[t];
+                if whole {
+                    let s = base + runs[0].1;
+                    copy_row(row, &xp[s..s + nr]);
+                } else {
+                    // Short runs: element loops, not a memmove call each.
+                    for &(d, off, len) in runs {
+                        let s = base + off;
+                        copy_row(&mut row[d..d + len], &xp[s..s + len]);
                     }
+                    if let Some(&(d, _, len)) = runs.last() {
+                        row[d + len..].fill(0.0);
+                    } else {
+                        row.fill(0.0);
+                    }
+                }
+                t += 1;
+                if t == khw {
+                    t = 0;
+                    cbase += chan;
                 }
             }
         }
     };
-    // Every element is written by the product, bias and bounds included
-    // (a row of the product is an output channel).
-    let mut grid = Buf::f32_for_overwrite(og * np);
-    let fuse = Fuse {
-        row_bias: bias,
-        col_bias: None,
-        bounds: act,
-    };
     match packed {
-        Some(pa) => sgemm_gen_packed_a(pa, np, &gen, &mut grid, parallel, &fuse)?,
-        None => sgemm_gen(
-            og,
-            np,
-            cg * khw,
-            wg,
-            false,
-            &gen,
-            &mut grid,
-            parallel,
-            &fuse,
-        )?,
+        Some(pa) => sgemm_gen_packed_a(pa, n, &gen, dst, parallel, fuse)?,
+        None => sgemm_gen(og, n, cg * khw, wg, false, &gen, dst, parallel, fuse)?,
     }
-    let plane = oh * ow;
-    for (d, g) in dst.chunks_exact_mut(plane).zip(grid.chunks_exact(np)) {
-        for (dr, gr) in d.chunks_exact_mut(ow).zip(g.chunks_exact(wp)) {
-            dr.copy_from_slice(&gr[..ow]);
-        }
-    }
-    Buf::F32(grid).recycle();
     Buf::F32(xp_buf).recycle();
     Ok(())
 }
@@ -605,37 +594,26 @@ pub(super) fn conv2d_packed(
             let pa = packed
                 .and_then(|v| v.get(gi))
                 .filter(|a| a.m() == og && a.k() == kk);
-            if !direct && p.strides == [1, 1] {
-                return conv_unit_stride1(xs, wg, cg, og, p, bg, act, dst, parallel, pa);
-            }
-            // With the filter packed, bias and activation are applied to
-            // each tile of the product as it is finished (row o of the
-            // product is output channel o); else in a pass after it.
+            // Bias and activation are applied to each tile of the product
+            // as it is finished (row o of the product is output channel o).
             let fuse = Fuse {
                 row_bias: bg,
                 col_bias: None,
                 bounds: act,
             };
-            let product = |b: &[f32], dst: &mut [f32]| match pa {
-                Some(pa) => sgemm_packed_a(pa, plane, b, dst, parallel, &fuse),
+            if !direct {
+                return conv_gen(xs, wg, cg, og, p, &fuse, dst, parallel, pa);
+            }
+            match pa {
+                Some(pa) => sgemm_packed_a(pa, plane, xs, dst, parallel, &fuse),
                 None => {
-                    sgemm(og, plane, kk, wg, b, dst, parallel);
+                    sgemm(og, plane, kk, wg, xs, dst, parallel);
                     for (o, d) in dst.chunks_exact_mut(plane).enumerate() {
                         finish(d, bg.map(|bv| bv[o]), act);
                     }
                     Ok(())
                 }
-            };
-            if direct {
-                product(xs, dst)?;
-            } else {
-                // im2col writes every element.
-                let mut col = Buf::f32_for_overwrite(kk * plane);
-                im2col(xs, cg, p, &mut col);
-                product(&col, dst)?;
-                Buf::F32(col).recycle();
             }
-            Ok(())
         };
         if units > 1 && og * plane * kk < UNIT_PAR_WORK {
             res.par_chunks_mut(unit)
@@ -667,17 +645,7 @@ pub(super) fn fuse_activations(
     graph: &Graph,
     constants: &mut HashMap<usize, Buf>,
 ) -> Option<Graph> {
-    let mut readers = vec![0usize; graph.operands.len()];
-    let mut reader = vec![usize::MAX; graph.operands.len()];
-    for (ni, node) in graph.nodes.iter().enumerate() {
-        for &i in &node.inputs {
-            readers[i] += 1;
-            reader[i] = ni;
-        }
-    }
-    for (_, o) in &graph.outputs {
-        readers[*o] = usize::MAX;
-    }
+    let (readers, reader) = super::readers(graph);
     // conv node -> (activation node, bounds).
     let mut fuse: Vec<(usize, usize, f32, f32)> = Vec::new();
     for (ni, node) in graph.nodes.iter().enumerate() {
@@ -705,7 +673,7 @@ pub(super) fn fuse_activations(
         return None;
     }
     let mut g = graph.clone();
-    let mut drop = vec![false; g.nodes.len()];
+    let mut merges = Vec::with_capacity(fuse.len());
     for &(ni, a, lo, hi) in &fuse {
         let id = g.operands.len();
         let bounds = [lo, hi];
@@ -717,37 +685,9 @@ pub(super) fn fuse_activations(
             bounds.iter().flat_map(|v| v.to_le_bytes()).collect(),
         )));
         constants.insert(id, Buf::F32(bounds.to_vec()));
-        let out = g.nodes[a].outputs[0];
-        g.nodes[ni].inputs.push(id);
-        g.nodes[ni].outputs = vec![out];
-        drop[a] = true;
+        merges.push((ni, a, id));
     }
-    // Renumber the nodes that stay, and the sources that name them.
-    let mut new_index = vec![usize::MAX; g.nodes.len()];
-    let mut kept = Vec::with_capacity(g.nodes.len());
-    for (ni, node) in std::mem::take(&mut g.nodes).into_iter().enumerate() {
-        if !drop[ni] {
-            new_index[ni] = kept.len();
-            kept.push(node);
-        }
-    }
-    g.nodes = kept;
-    for (ni, node) in g.nodes.iter().enumerate() {
-        for (index, &o) in node.outputs.iter().enumerate() {
-            g.sources[o] = Source::Node { node: ni, index };
-        }
-    }
-    // The fused convs' own outputs are no longer produced by any node;
-    // point them at their conv (nothing reads them).
-    for &(ni, ..) in &fuse {
-        for &o in &graph.nodes[ni].outputs {
-            g.sources[o] = Source::Node {
-                node: new_index[ni],
-                index: 0,
-            };
-        }
-    }
-    Some(g)
+    Some(super::absorb(&g, &merges))
 }
 
 /// Reduces one output position's window over one input plane.

@@ -7,9 +7,12 @@
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::graph::op::GemmParams;
+use std::collections::HashMap;
+
+use crate::graph::op::{BinaryKind, GemmParams};
+use crate::graph::{Graph, Op};
 use crate::tensor::Buf;
-use crate::types::OperandDescriptor;
+use crate::types::{DataType, OperandDescriptor};
 
 pub(super) use super::sgemm::sgemm;
 use super::sgemm::{sgemm_packed, sgemm_t, Fuse, PackedB};
@@ -40,6 +43,7 @@ pub fn matmul(
     db: &OperandDescriptor,
     out: &OperandDescriptor,
     prepacked: Option<&PackedB>,
+    bias: Option<&Buf>,
 ) -> Result<Buf> {
     let (ra, rb, ro) = (da.rank(), db.rank(), out.rank());
     if ra < 2 || rb < 2 || ro < 2 {
@@ -64,6 +68,12 @@ pub fn matmul(
             "matmul: the batch dimensions do not broadcast",
         ));
     }
+    // A bias vector fused by `fuse_bias` (float32 graphs only).
+    let bias = match bias {
+        None => None,
+        Some(Buf::F32(v)) if v.len() == n => Some(v.as_slice()),
+        Some(_) => return Err(Error::operation("matmul: bad fused bias")),
+    };
     let av = widen(a, da)?;
     let batches: usize = batch_shape.iter().product();
     if bb.is_empty() && ba == batch_shape {
@@ -74,7 +84,14 @@ pub fn matmul(
         // Every element is written by the product.
         let mut res = Buf::f32_for_overwrite(rows * n);
         match prepacked.filter(|pb| pb.k() == k && pb.n() == n) {
-            Some(pb) => sgemm_packed(rows, &av, false, pb, &mut res, true, &Fuse::default())?,
+            Some(pb) => {
+                let fuse = Fuse {
+                    col_bias: bias,
+                    ..Fuse::default()
+                };
+                sgemm_packed(rows, &av, false, pb, &mut res, true, &fuse)?;
+                return from_floats(out.data_type, res);
+            }
             None => sgemm_t(
                 rows,
                 n,
@@ -87,6 +104,7 @@ pub fn matmul(
                 true,
             )?,
         }
+        add_rows(&mut res, bias);
         return from_floats(out.data_type, res);
     }
     let bv = widen(b, db)?;
@@ -132,7 +150,61 @@ pub fn matmul(
             res.chunks_mut(mn).enumerate().for_each(|x| one(x, true));
         }
     }
+    add_rows(&mut res, bias);
     from_floats(out.data_type, res)
+}
+
+/// Adds `bias` (when given) to every row of `res`, as the add it stands
+/// for would (`x + b`, one rounding).
+fn add_rows(res: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias.filter(|b| !b.is_empty()) {
+        for row in res.chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(x, &v)| *x += v);
+        }
+    }
+}
+
+/// Finds each float32 matmul whose only reader (no graph output) adds a
+/// constant float32 vector along the last axis (shape `[N]`, or ones then
+/// N), and makes the add part of the matmul: the matmul node gets the
+/// constant as a third input and the add's output (see [`super::absorb`]).
+/// Results are bitwise those of the unfused graph (one f32 addition per
+/// element, as the add kernel does).
+pub(super) fn fuse_bias(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Graph> {
+    let (readers, reader) = super::readers(graph);
+    let mut merges = Vec::new();
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        let (Op::Matmul, [o], 2) = (&node.op, &node.outputs[..], node.inputs.len()) else {
+            continue;
+        };
+        let d = &graph.operands[*o];
+        if readers[*o] != 1 || d.data_type != DataType::Float32 || d.rank() < 2 {
+            continue;
+        }
+        let a = reader[*o];
+        let add = &graph.nodes[a];
+        let c = match add.inputs[..] {
+            [x, c] if x == *o && c != *o => c,
+            [c, x] if x == *o && c != *o => c,
+            _ => continue,
+        };
+        let dc = &graph.operands[c];
+        let n = d.shape[d.rank() - 1];
+        let vector = dc.shape.last() == Some(&n)
+            && dc.shape.len() <= d.rank()
+            && dc.shape.iter().rev().skip(1).all(|&s| s == 1);
+        let is_add = matches!(add.op, Op::Binary(BinaryKind::Add));
+        if is_add
+            && vector
+            && dc.data_type == DataType::Float32
+            && matches!(constants.get(&c), Some(Buf::F32(_)))
+            && add.outputs.len() == 1
+            && graph.operands[add.outputs[0]].shape == d.shape
+        {
+            merges.push((ni, a, c));
+        }
+    }
+    (!merges.is_empty()).then(|| super::absorb(graph, &merges))
 }
 
 /// `x` as a row-major [rows, cols] matrix, transposed when `t` (so that it
@@ -309,6 +381,7 @@ mod tests {
             &desc(DataType::Float32, &sb),
             &desc(DataType::Float32, &so),
             None,
+            None,
         )
         .unwrap();
         let Buf::F32(r) = r else { panic!() };
@@ -336,6 +409,7 @@ mod tests {
             &desc(DataType::Float32, &[64, 3, 5]),
             &desc(DataType::Float32, &[64, 2, 5]),
             None,
+            None,
         )
         .unwrap();
         let Buf::F32(r) = r else { panic!() };
@@ -357,6 +431,7 @@ mod tests {
             &bh,
             &desc(DataType::Float16, &[4, 5]),
             &desc(DataType::Float16, &[3, 5]),
+            None,
             None,
         )
         .unwrap();
@@ -385,6 +460,7 @@ mod tests {
             &desc(DataType::Float32, &[3, 4]),
             &desc(DataType::Float32, &[0, 2, 4]),
             None,
+            None,
         )
         .unwrap();
         assert_eq!(r, Buf::F32(vec![]));
@@ -394,6 +470,7 @@ mod tests {
             &Buf::F32(vec![]),
             &desc(DataType::Float32, &[0, 3]),
             &desc(DataType::Float32, &[2, 3]),
+            None,
             None,
         )
         .unwrap();
@@ -488,6 +565,7 @@ mod tests {
                 &desc(DataType::Float32, &[k, n]),
                 &desc(DataType::Float32, &[2, 3, m, n]),
                 pre,
+                None,
             )
             .unwrap();
             let Buf::F32(r) = r else { panic!() };

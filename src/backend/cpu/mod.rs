@@ -74,6 +74,65 @@ impl Drop for CpuBackend {
     }
 }
 
+/// The graph with each `(node, follower, extra)` of `merges` made one
+/// node: `node` gets the extra input `extra` and `follower`'s output, and
+/// `follower` goes (the fusions of [`conv::fuse_activations`] and
+/// [`matmul::fuse_bias`]). `follower` must be the only reader of `node`'s
+/// single output, which no graph output names. Nodes are renumbered and
+/// the sources that name them follow.
+fn absorb(graph: &Graph, merges: &[(usize, usize, usize)]) -> Graph {
+    let mut g = graph.clone();
+    let mut drop = vec![false; g.nodes.len()];
+    for &(ni, a, extra) in merges {
+        let out = g.nodes[a].outputs[0];
+        g.nodes[ni].inputs.push(extra);
+        g.nodes[ni].outputs = vec![out];
+        drop[a] = true;
+    }
+    let mut new_index = vec![usize::MAX; g.nodes.len()];
+    let mut kept = Vec::with_capacity(g.nodes.len());
+    for (ni, node) in std::mem::take(&mut g.nodes).into_iter().enumerate() {
+        if !drop[ni] {
+            new_index[ni] = kept.len();
+            kept.push(node);
+        }
+    }
+    g.nodes = kept;
+    for (ni, node) in g.nodes.iter().enumerate() {
+        for (index, &o) in node.outputs.iter().enumerate() {
+            g.sources[o] = Source::Node { node: ni, index };
+        }
+    }
+    // The merged nodes' own outputs are no longer produced by any node;
+    // point them at their node (nothing reads them).
+    for &(ni, ..) in merges {
+        for &o in &graph.nodes[ni].outputs {
+            g.sources[o] = Source::Node {
+                node: new_index[ni],
+                index: 0,
+            };
+        }
+    }
+    g
+}
+
+/// For each operand, how many nodes read it (`usize::MAX` for graph
+/// outputs) and the last node that does.
+fn readers(graph: &Graph) -> (Vec<usize>, Vec<usize>) {
+    let mut count = vec![0usize; graph.operands.len()];
+    let mut reader = vec![usize::MAX; graph.operands.len()];
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        for &i in &node.inputs {
+            count[i] += 1;
+            reader[i] = ni;
+        }
+    }
+    for (_, o) in &graph.outputs {
+        count[*o] = usize::MAX;
+    }
+    (count, reader)
+}
+
 /// Bytes a CPU buffer of `d` occupies (4-bit types are stored unpacked).
 fn held_bytes(d: &OperandDescriptor) -> usize {
     d.element_count() * d.data_type.bits().max(8) / 8
@@ -171,11 +230,12 @@ pub fn run_op(
             in_descs[1],
             out,
             prepacked,
+            inputs.get(2).copied(),
         )),
         Op::Gemm(p) => one(matmul::gemm(p, inputs, in_descs, out, prepacked)),
         Op::Conv2d(p) => one(conv::conv2d(p, inputs, out)),
         Op::Pool2d(p) => one(conv::pool2d(p, inputs[0], out)),
-        Op::Reshape => Ok(vec![inputs[0].clone()]),
+        Op::Reshape => Ok(vec![inputs[0].pooled_clone()]),
         Op::Transpose { permutation } => {
             one(shape::transpose(inputs[0], in_descs[0], permutation, out))
         }
@@ -295,7 +355,7 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
         };
         let in_place = matches!(
             node.op,
-            Op::Binary(_) | Op::Softmax { .. } | Op::Activation(ActivationOp::Gelu)
+            Op::Binary(_) | Op::Softmax { .. } | Op::Activation(ActivationOp::Gelu) | Op::Reshape
         ) && node.outputs.len() == 1
             && node.inputs.iter().any(|&i| reusable(&slots, i));
         let results = if in_place {
@@ -329,6 +389,8 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                     elementwise::binary_owned(*k, a, in_descs[0], b, in_descs[1], out)
                 }
                 Op::Softmax { axis } => elementwise::softmax_owned(next()?, *axis, out),
+                // The same elements: the buffer moves on, no copy.
+                Op::Reshape => Ok(next()?.into_owned()),
                 _ => activation::gelu_owned(next()?, out),
             }
             .map(|b| vec![b])
@@ -464,6 +526,12 @@ impl Backend for CpuBackend {
             Some(g) => Arc::new(g),
             None => graph,
         };
+        // Each float32 matmul whose only reader adds a constant bias
+        // vector adds it in the product's epilogue.
+        let graph = match matmul::fuse_bias(&graph, &constants) {
+            Some(g) => Arc::new(g),
+            None => graph,
+        };
         let mut last_use = vec![0usize; graph.operands.len()];
         for (n, node) in graph.nodes.iter().enumerate() {
             for &i in &node.inputs {
@@ -550,7 +618,7 @@ impl Backend for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::op::GemmParams;
+    use crate::graph::op::{BinaryKind, GemmParams};
     use crate::graph::Node;
     use crate::types::DataType;
 
@@ -626,5 +694,91 @@ mod tests {
         assert_eq!(out[0], Buf::F32(expect.clone()));
         let twice: Vec<f32> = expect.iter().map(|x| 2.0 * x).collect();
         assert_eq!(out[1], Buf::F32(twice));
+    }
+
+    /// matmul + add of a constant vector runs as one node, and gives the
+    /// bits of the two nodes, for a bias of shape [N] and [1, N], either
+    /// operand order, a batched product, and a product the fusion must
+    /// leave alone (its output is also a graph output).
+    #[test]
+    fn matmul_bias_is_fused_bitwise() {
+        let (m, k, n) = (7, 300, 37);
+        let a: Vec<f32> = (0..2 * m * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.021)
+            .collect();
+        let bias: Vec<f32> = (0..n).map(|i| (i as f32 - 18.0) * 0.37).collect();
+        for (bias_shape, swap) in [(vec![n], false), (vec![1, n], true)] {
+            let g = Graph {
+                operands: vec![
+                    f32_desc(&[2, m, k]),
+                    f32_desc(&[k, n]),
+                    f32_desc(&bias_shape),
+                    f32_desc(&[2, m, n]),
+                    f32_desc(&[2, m, n]),
+                    f32_desc(&[2, m, n]),
+                    f32_desc(&[2, m, n]),
+                ],
+                sources: vec![
+                    Source::Input("a".into()),
+                    Source::Constant(bytes(&b)),
+                    Source::Constant(bytes(&bias)),
+                    Source::Node { node: 0, index: 0 },
+                    Source::Node { node: 1, index: 0 },
+                    Source::Node { node: 2, index: 0 },
+                    Source::Node { node: 3, index: 0 },
+                ],
+                nodes: vec![
+                    Node {
+                        op: Op::Matmul,
+                        inputs: vec![0, 1],
+                        outputs: vec![3],
+                        label: String::new(),
+                    },
+                    Node {
+                        op: Op::Binary(BinaryKind::Add),
+                        inputs: if swap { vec![2, 3] } else { vec![3, 2] },
+                        outputs: vec![4],
+                        label: String::new(),
+                    },
+                    // The same product, read by a graph output too.
+                    Node {
+                        op: Op::Matmul,
+                        inputs: vec![0, 1],
+                        outputs: vec![5],
+                        label: String::new(),
+                    },
+                    Node {
+                        op: Op::Binary(BinaryKind::Add),
+                        inputs: vec![5, 2],
+                        outputs: vec![6],
+                        label: String::new(),
+                    },
+                ],
+                inputs: vec![("a".into(), 0)],
+                outputs: vec![("fused".into(), 4), ("mm".into(), 5), ("plain".into(), 6)],
+            };
+            let g = Arc::new(g);
+            let mut cpu = CpuBackend::new();
+            cpu.compile(1, g.clone()).unwrap();
+            assert_eq!(cpu.graphs[&1].graph.nodes.len(), 3, "one add absorbed");
+            let out = cpu.compute(1, &g, vec![Buf::F32(a.clone())]).unwrap();
+            let (Buf::F32(fused), Buf::F32(plain)) = (&out[0], &out[2]) else {
+                panic!("float32 outputs")
+            };
+            assert!(fused
+                .iter()
+                .zip(plain)
+                .all(|(x, y)| x.to_bits() == y.to_bits()));
+            let Buf::F32(mm) = &out[1] else { panic!() };
+            let want: Vec<f32> = mm
+                .iter()
+                .enumerate()
+                .map(|(t, x)| x + bias[t % n])
+                .collect();
+            assert_eq!(fused, &want);
+        }
     }
 }

@@ -167,6 +167,10 @@ pub struct Kernel {
     func: KernelFn,
 }
 
+/// Depths up to which a block is swept row panel by row panel (see
+/// `Task::tiles`).
+const SHALLOW_KC: usize = 64;
+
 /// The largest `mr * nr` of any kernel (scratch tiles for the edges).
 const MAX_TILE: usize = 12 * 32;
 
@@ -569,23 +573,27 @@ fn pack_b_panel(b: Mat, p0: usize, kc: usize, j0: usize, cols: usize, nr: usize,
     }
 }
 
-/// `dst.copy_from_slice(src)` (equal lengths), inlined for the panel
-/// widths of the kernels: packing copies a few dozen bytes at a time, and a
-/// call to memmove for each copy cost conv2d about a tenth of its time.
+/// `dst.copy_from_slice(src)` for the short runs of packing: a panel row
+/// is a few dozen bytes, and a call to memcpy for each (which LLVM emits
+/// for a variable length, and even for a select of fixed ones) cost conv2d
+/// about a tenth of its time. On x86-64, whole 4-float groups move as SSE
+/// registers (always present there), the rest one by one.
 #[inline(always)]
 pub fn copy_row(dst: &mut [f32], src: &[f32]) {
-    #[inline(always)]
-    fn fixed<const N: usize>(dst: &mut [f32], src: &[f32]) -> bool {
-        match (<&mut [f32; N]>::try_from(dst), <&[f32; N]>::try_from(src)) {
-            (Ok(d), Ok(s)) => {
-                *d = *s;
-                true
-            }
-            _ => false,
+    let n = dst.len().min(src.len());
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_loadu_ps, _mm_storeu_ps};
+        while i + 4 <= n {
+            // SAFETY: i + 4 <= n, the length of both slices; unaligned
+            // loads and stores accept any address.
+            unsafe { _mm_storeu_ps(dst.as_mut_ptr().add(i), _mm_loadu_ps(src.as_ptr().add(i))) };
+            i += 4;
         }
     }
-    if !(fixed::<16>(&mut *dst, src) || fixed::<32>(&mut *dst, src) || fixed::<8>(&mut *dst, src)) {
-        dst.copy_from_slice(src);
+    for (d, s) in dst[i..n].iter_mut().zip(&src[i..n]) {
+        *d = *s;
     }
 }
 
@@ -844,11 +852,24 @@ impl Task<'_> {
         let (q0, q1) = self.panels;
         let row_panels = (r1 - r0).div_ceil(mr);
         let mut scratch = [0.0f32; MAX_TILE];
-        for q in q0..q1 {
+        // Shallow products (1x1 convolutions over few channels) are bound
+        // by storing C, not by the multiply-adds: then each row panel
+        // sweeps all the columns, so that C is written as `mr` sequential
+        // streams rather than as every row of the block at once (which
+        // overwhelms the write-combining and prefetch hardware). Deep ones
+        // keep a B panel in L1 across all row panels.
+        let shallow = kc <= SHALLOW_KC;
+        let (outer, inner) = if shallow {
+            (row_panels, q1 - q0)
+        } else {
+            (q1 - q0, row_panels)
+        };
+        for (x, y) in (0..outer).flat_map(|x| (0..inner).map(move |y| (x, y))) {
+            let (ip, q) = if shallow { (x, q0 + y) } else { (y, q0 + x) };
             let jl = q * nr;
             let ncols = nr.min(self.cols - jl);
             let bp = &self.bblock[q * kc * nr..(q + 1) * kc * nr];
-            for ip in 0..row_panels {
+            {
                 let i = r0 + ip * mr;
                 let nrows = mr.min(r1 - i);
                 let ap = &apack[ip * kc * mr..(ip + 1) * kc * mr];

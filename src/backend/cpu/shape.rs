@@ -19,6 +19,8 @@ pub(super) trait Elem: Copy + Send + Sync + 'static {
     fn of(b: &Buf) -> Option<&[Self]>;
     /// Wraps elements into the matching `Buf` variant.
     fn wrap(v: Vec<Self>) -> Buf;
+    /// The elements of `b`, when it holds this element type.
+    fn unwrap(b: Buf) -> Option<Vec<Self>>;
 }
 
 macro_rules! elem {
@@ -32,6 +34,12 @@ macro_rules! elem {
             }
             fn wrap(v: Vec<Self>) -> Buf {
                 Buf::$variant(v)
+            }
+            fn unwrap(b: Buf) -> Option<Vec<Self>> {
+                match b {
+                    Buf::$variant(v) => Some(v),
+                    _ => None,
+                }
             }
         }
     )*};
@@ -78,8 +86,20 @@ fn check_len(b: &Buf, d: &OperandDescriptor) -> Result<()> {
 /// is read at `base + sum(o[i] * src_strides[i])`. Shared by transpose and
 /// slice; the innermost dimension is a tight loop.
 fn gather<T: Copy>(x: &[T], base: usize, out_shape: &[usize], src_strides: &[usize]) -> Vec<T> {
+    gather_into(Vec::new(), x, base, out_shape, src_strides)
+}
+
+/// [`gather`] into `out` (emptied first; its memory is reused).
+fn gather_into<T: Copy>(
+    mut out: Vec<T>,
+    x: &[T],
+    base: usize,
+    out_shape: &[usize],
+    src_strides: &[usize],
+) -> Vec<T> {
     let total: usize = out_shape.iter().product();
-    let mut out = Vec::with_capacity(total);
+    out.clear();
+    out.reserve(total);
     if total == 0 {
         return out;
     }
@@ -119,27 +139,38 @@ fn gather<T: Copy>(x: &[T], base: usize, out_shape: &[usize], src_strides: &[usi
 /// Permutes the dimensions of a row-major array: output dimension `i` is
 /// input dimension `perm[i]`. Used by conv/pool to change layouts.
 pub(super) fn transpose_vec<T: Copy>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
+    transpose_vec_into(Vec::new(), x, shape, perm)
+}
+
+/// [`transpose_vec`] into `out` (emptied first; its memory is reused).
+fn transpose_vec_into<T: Copy>(out: Vec<T>, x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
     let s = strides(shape);
     let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
     let src: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
     let rank = out_shape.len();
     if rank >= 2 && src[rank - 2] == 1 && src[rank - 1] != 1 && x.len() == s[0] * shape[0] {
-        return transpose_inner(x, &out_shape, &src);
+        return transpose_inner(out, x, &out_shape, &src);
     }
-    gather(x, 0, &out_shape, &src)
+    gather_into(out, x, 0, &out_shape, &src)
 }
 
 /// Transpose whose two innermost output dimensions swap the input's
 /// contiguous axis with a strided one (e.g. [0, 2, 3, 1] or the last two
 /// axes): a batch of 2-D transposes, copied in square tiles so that both
 /// the reads and the writes stay within a few cache lines.
-fn transpose_inner<T: Copy>(x: &[T], out_shape: &[usize], src: &[usize]) -> Vec<T> {
+fn transpose_inner<T: Copy>(
+    mut out: Vec<T>,
+    x: &[T],
+    out_shape: &[usize],
+    src: &[usize],
+) -> Vec<T> {
     const TILE: usize = 16;
     let total: usize = out_shape.iter().product();
     let rank = out_shape.len();
     let (rows, cols) = (out_shape[rank - 2], out_shape[rank - 1]);
     let cs = src[rank - 1];
-    let mut out: Vec<T> = Vec::with_capacity(total);
+    out.clear();
+    out.reserve(total);
     if total == 0 {
         return out;
     }
@@ -180,7 +211,16 @@ fn transpose_inner<T: Copy>(x: &[T], out_shape: &[usize], src: &[usize]) -> Vec<
 }
 
 fn transpose_t<T: Elem>(x: &Buf, d: &OperandDescriptor, perm: &[usize]) -> Result<Buf> {
-    Ok(T::wrap(transpose_vec(typed::<T>(x)?, &d.shape, perm)))
+    // Recycled memory: a fresh buffer per run costs page faults.
+    let out = Buf::recycled(&T::wrap(Vec::new()), x.len())
+        .and_then(T::unwrap)
+        .unwrap_or_default();
+    Ok(T::wrap(transpose_vec_into(
+        out,
+        typed::<T>(x)?,
+        &d.shape,
+        perm,
+    )))
 }
 
 /// `transpose`: output dimension `i` is input dimension `perm[i]`.

@@ -7,6 +7,7 @@
 
 mod activation;
 mod conv;
+mod depthwise;
 mod elementwise;
 mod gather;
 mod logical;

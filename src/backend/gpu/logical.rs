@@ -21,11 +21,6 @@ pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
     }
 }
 
-/// The WGSL type an element of `dt` is computed in.
-fn compute_type(dt: DataType) -> Option<&'static str> {
-    wgsl_type(dt)
-}
-
 /// A step computing `expr` (on `a`, `b`, `c`: the inputs' elements, uint8
 /// ones as u32) for every output element, inputs broadcast to the output.
 fn run(
@@ -37,7 +32,7 @@ fn run(
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
     let name = |dt: DataType| {
-        compute_type(dt).ok_or_else(|| {
+        wgsl_type(dt).ok_or_else(|| {
             Error::not_supported(format!(
                 "{} tensors are not supported by this operator on the GPU backend yet",
                 dt.name()

@@ -213,18 +213,14 @@ pub(super) fn other(gpu: &mut Gpu, op: &ReduceOp, io: &NodeIo) -> Result<Vec<Ste
     let elem = convert::compute_type(dt);
     match *op {
         ReduceOp::ArgMinMax { max, axis, .. } => {
-            let (outer, n, inner) = split_at_axis(&in_desc.shape, axis)?;
-            let count = outer * inner;
-            if count == 0 {
-                return Ok(vec![]);
-            }
-            if n == 0 {
+            let lines = split_at_axis(&in_desc.shape, axis)?;
+            let (outer, n, inner) = lines;
+            if n == 0 && outer * inner > 0 {
                 return Err(Error::operation(format!(
                     "{}: the axis is empty",
                     op.name()
                 )));
             }
-            word(outer * n * inner)?;
             let (out_type, store) = match out_desc.data_type {
                 DataType::Int32 => ("i32", "i32(k)"),
                 DataType::Int64 => ("vec2<u32>", "vec2<u32>(k, 0u)"),
@@ -246,47 +242,47 @@ pub(super) fn other(gpu: &mut Gpu, op: &ReduceOp, io: &NodeIo) -> Result<Vec<Ste
                         better(dt, max)
                     ),
                 );
-            let params = gpu.params(&[word(count)?, word(n)?, word(inner)?])?;
-            let grid = gpu.grid_1d(count)?;
-            Ok(vec![gpu.step(
-                source,
-                "main",
-                &[&params, input, out],
-                grid,
-            )?])
+            along_lines(gpu, source, lines, &[], input, out)
         }
         ReduceOp::CumulativeSum {
             axis,
             exclusive,
             reversed,
         } => {
-            let (outer, n, inner) = split_at_axis(&in_desc.shape, axis)?;
-            let count = outer * inner;
-            if count == 0 || n == 0 {
-                return Ok(vec![]);
-            }
-            word(outer * n * inner)?;
+            let lines = split_at_axis(&in_desc.shape, axis)?;
             let source = CUMULATIVE_SUM
                 .replace("$ELEM", elem)
                 .replace("$ACCUMULATE", &accumulate(dt));
-            let params = gpu.params(&[
-                word(count)?,
-                word(n)?,
-                word(inner)?,
-                u32::from(reversed),
-                u32::from(exclusive),
-                0,
-            ])?;
-            let grid = gpu.grid_1d(count)?;
-            Ok(vec![gpu.step(
-                source,
-                "main",
-                &[&params, input, out],
-                grid,
-            )?])
+            let flags = [u32::from(reversed), u32::from(exclusive), 0];
+            along_lines(gpu, source, lines, &flags, input, out)
         }
         ReduceOp::Reduce { .. } => Err(Error::operation("reductions are built by reduce::reduce")),
     }
+}
+
+/// The step of a kernel with one invocation per line of an input seen as
+/// `(outer, n, inner)` lines along an axis (argminmax.wgsl, cumsum.wgsl):
+/// parameters p[0] lines, p[1] n, p[2] inner, then `extra`. No step where
+/// there is nothing to walk.
+fn along_lines(
+    gpu: &mut Gpu,
+    source: String,
+    (outer, n, inner): (u64, u64, u64),
+    extra: &[u32],
+    input: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+) -> Result<Vec<Step>> {
+    let count = outer * inner;
+    if count == 0 || n == 0 {
+        return Ok(vec![]);
+    }
+    word(outer * n * inner)?;
+    let mut p = vec![word(count)?, word(n)?, word(inner)?];
+    p.extend_from_slice(extra);
+    let params = gpu.params(&p)?;
+    let grid = gpu.grid_1d(count)?;
+    gpu.step(source, "main", &[&params, input, out], grid)
+        .map(|s| vec![s])
 }
 
 pub(super) fn reduce(
@@ -418,6 +414,20 @@ mod tests {
     use crate::graph::args::Val;
     use crate::tensor::Buf;
 
+    /// Shapes and axes of the kernels that walk lines along one axis: the
+    /// axis first, middle and last, long lines and many short ones, lines
+    /// and line counts that are not multiples of 256, size-1 dimensions.
+    const LINES: [(&[usize], usize); 8] = [
+        (&[3, 5, 7], 0),
+        (&[3, 5, 7], 1),
+        (&[3, 5, 7], 2),
+        (&[2, 600], 1),
+        (&[600, 2], 0),
+        (&[2, 1, 263], 1),
+        (&[1, 1, 1], 2),
+        (&[9], 0),
+    ];
+
     /// Runs `name` on the GPU and the CPU kernel with the given input
     /// data and compares exactly.
     fn same_as_cpu(name: &str, dt: DataType, shape: &[usize], extra: &[Val], x: Buf) {
@@ -457,18 +467,9 @@ mod tests {
     #[test]
     fn arg_min_max_every_type_and_axis() {
         let Some(mut be) = backend() else { return };
-        let shapes: &[(&[usize], usize)] = &[
-            (&[3, 5, 7], 0),
-            (&[3, 5, 7], 1),
-            (&[3, 5, 7], 2),
-            (&[1, 300], 1),
-            (&[300, 1], 0),
-            (&[2, 1, 263], 1),
-            (&[5], 0),
-        ];
         for name in ["argMin", "argMax"] {
             for dt in EVERY_TYPE {
-                for &(shape, axis) in shapes {
+                for (shape, axis) in LINES {
                     for (keep, out) in [(false, "int32"), (true, "int64")] {
                         let opts = dict(&[
                             ("keepDimensions", Val::Bool(keep)),
@@ -550,15 +551,6 @@ mod tests {
     #[test]
     fn cumulative_sum_every_option() {
         let Some(mut be) = backend() else { return };
-        let shapes: &[(&[usize], usize)] = &[
-            (&[3, 5, 7], 0),
-            (&[3, 5, 7], 1),
-            (&[3, 5, 7], 2),
-            (&[2, 600], 1),
-            (&[600, 2], 0),
-            (&[1, 1, 1], 2),
-            (&[9], 0),
-        ];
         let types = [
             DataType::Float32,
             DataType::Float16,
@@ -570,7 +562,7 @@ mod tests {
             DataType::Uint8,
         ];
         for dt in types {
-            for &(shape, axis) in shapes {
+            for (shape, axis) in LINES {
                 for exclusive in [false, true] {
                     for reversed in [false, true] {
                         let opts = dict(&[

@@ -9,7 +9,7 @@
 const path = require('path');
 const { spawnSync } = require('child_process');
 const { ml, MLContext, MLGraphBuilder } = require('..');
-const { expectReject, expectClose, buildGraph, dispatchGraph, f32, constF32, iota } = require('./helpers');
+const { expectThrow, expectReject, expectClose, buildGraph, dispatchGraph, run, f32, constF32, iota } = require('./helpers');
 
 const ROOT = path.resolve(__dirname, '..');
 
@@ -219,6 +219,34 @@ describeGpu('cpu and gpu give the same results', () => {
     }, { y: expected }, 1e-4);
   });
 
+  test('int64 and uint64 arithmetic, comparisons, where, prelu and reductions match the CPU exactly', async () => {
+    // Edges of the type and of its two 32-bit words, every one against every other.
+    const edges = [0n, 1n, -1n, 3n, -7n, 63n, 2n ** 32n, 2n ** 32n + 5n, 5n * 2n ** 32n + 5n, -(2n ** 63n), 2n ** 63n - 1n, 0x123456789abcdefn];
+    const k = edges.length;
+    for (const dataType of ['int64', 'uint64']) {
+      const T = dataType === 'int64' ? BigInt64Array : BigUint64Array;
+      const inputs = { a: { dataType, shape: [k, 1], data: T.from(edges) }, c: { dataType, shape: [1, k], data: T.from(edges) } };
+      const graph = (b, { a, c }) => ({
+        add: b.add(a, c), sub: b.sub(a, c), mul: b.mul(a, c), div: b.div(a, c),
+        max: b.max(a, c), min: b.min(a, c), pow: b.pow(a, c),
+        equal: b.equal(a, c), notEqual: b.notEqual(a, c), greater: b.greater(a, c),
+        greaterOrEqual: b.greaterOrEqual(a, c), lesser: b.lesser(a, c), lesserOrEqual: b.lesserOrEqual(a, c),
+        where: b.where(b.greater(a, c), c, a),
+        reduceMax: b.reduceMax(b.mul(a, c), { axes: [1] }), reduceMin: b.reduceMin(b.sub(a, c), { axes: [0] }),
+        ...(dataType === 'int64' ? { prelu: b.prelu(a, c) } : {}),
+      });
+      const onCpu = (await run(cpu, inputs, graph)).results;
+      const onGpu = (await run(gpu, inputs, graph)).results;
+      for (const name of Object.keys(onCpu)) {
+        expect({ dataType, name, values: Array.from(onGpu[name], String) }).toEqual({ dataType, name, values: Array.from(onCpu[name], String) });
+      }
+      // INT64_MIN / -1 wraps to INT64_MIN and -1 / INT64_MIN is 0; the same bits as
+      // uint64: 2^63 / (2^64 - 1) is 0 and (2^64 - 1) / 2^63 is 1.
+      expect(onGpu.div[9 * k + 2]).toBe(dataType === 'int64' ? -(2n ** 63n) : 0n);
+      expect(onGpu.div[2 * k + 9]).toBe(dataType === 'int64' ? 0n : 1n);
+    }
+  });
+
   test('a large element-wise graph (over a million elements)', async () => {
     const n = 1 << 20;
     const x = Float32Array.from({ length: n }, (_, i) => (i % 1000) / 100);
@@ -309,15 +337,39 @@ describeGpu('the GPU context', () => {
     expect(limits.conv2d.input.rankRange).toEqual({ min: 4, max: 4 });
   });
 
-  test('building an operator the GPU has no kernel for rejects with OperationError', async () => {
-    const limits = gpu.opSupportLimits();
-    // Arithmetic on int64 has no GPU kernel (int64 only moves, casts and
-    // indexes there): reported unsupported, and building it fails.
-    expect(limits.add.a.dataTypes).not.toContain('int64');
-    expect(limits.add.a.dataTypes).toContain('int32');
+  test('opSupportLimits lists every data type the CPU does, for every operator and operand', async () => {
+    const cpu = await ml.createContext({ deviceType: 'cpu' });
+    const want = cpu.opSupportLimits();
+    cpu.destroy();
+    const got = gpu.opSupportLimits();
+    for (const key of ['input', 'constant', 'output']) {
+      expect({ key, dataTypes: got[key].dataTypes }).toEqual({ key, dataTypes: want[key].dataTypes });
+    }
+    // Operators are the members whose values hold one limit per operand.
+    const ops = Object.keys(want).filter((k) => typeof want[k] === 'object' && !('dataTypes' in want[k]));
+    expect(ops.length).toBeGreaterThanOrEqual(95);
+    for (const op of ops) {
+      expect(Object.keys(got[op])).toEqual(Object.keys(want[op]));
+      for (const [operand, limit] of Object.entries(want[op])) {
+        expect({ op, operand, ...got[op][operand] }).toEqual({ op, operand, ...limit });
+      }
+    }
+  });
+
+  test('a tensor larger than maxTensorByteLength is refused: as an input with TypeError, as an intermediate at build() with OperationError', async () => {
+    const max = gpu.opSupportLimits().maxTensorByteLength;
     const b = new MLGraphBuilder(gpu);
-    const x = b.input('x', { dataType: 'int64', shape: [1, 1, 3, 3] });
-    await expectReject(b.build({ y: b.add(x, x) }), 'OperationError');
+    // A descriptor needs no data: the input is refused when declared.
+    const shape = [Math.floor(max / 8) + 1];
+    expectThrow(() => b.input('big', { dataType: 'int64', shape }), 'TypeError', `${shape[0] * 8} bytes exceed this context's maxTensorByteLength (${max})`);
+    // Small inputs whose broadcast product is just larger than one binding.
+    const n = Math.floor(Math.sqrt(max / 8)) + 1;
+    const col = b.input('col', { dataType: 'int64', shape: [n, 1] });
+    const row = b.input('row', { dataType: 'int64', shape: [1, n] });
+    const y = b.reduceMax(b.mul(col, row, { label: 'outer' }));
+    const e = await expectReject(b.build({ y }), 'OperationError', `${8 * n * n} bytes`, '(operator labelled "outer")');
+    // maxTensorByteLength is the smaller of the largest binding and buffer.
+    expect(e.message).toMatch(/exceeds? the GPU's largest (storage binding|buffer) \(\d+ bytes\)/);
   });
 
   test('a process with a GPU context left alive exits by itself', () => {

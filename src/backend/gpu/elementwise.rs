@@ -4,7 +4,7 @@
 //! the operator's expression, so each (operator, type) pair compiles to its
 //! own small pipeline, cached by source.
 
-use super::{broadcast_strides, is_float, is_word, wgsl_type, word, Gpu, Step};
+use super::{broadcast_strides, convert, is_float, is_word, wgsl_type, word, Gpu, Step};
 use crate::error::{Error, Result};
 use crate::graph::op::{BinaryKind, UnaryKind};
 use crate::graph::ops::activation::ActivationOp;
@@ -12,15 +12,18 @@ use crate::types::{DataType, OperandDescriptor};
 
 const BINARY: &str = include_str!("shaders/binary.wgsl");
 const UNARY: &str = include_str!("shaders/unary.wgsl");
+/// 64-bit integer arithmetic on word pairs, shared with the other families
+/// that compute on int64/uint64.
+pub(super) const INT64: &str = include_str!("shaders/int64.wgsl");
 
 /// The family's answer to [`super::supports`]: every operand of these
 /// operators has the output's type, computed in one word.
 pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
     match op {
-        "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" => is_word(dt),
+        // int64/uint64 compute on word pairs (shaders/int64.wgsl).
+        "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" | "clamp" | "identity" => true,
         // The word-pair kernels of `unary64` take int64 (and uint64 where
         // the operator is defined on it).
-        "clamp" | "identity" => true,
         "abs" | "neg" | "relu" => is_word(dt) || dt == DataType::Int64,
         "sign" => is_float(dt) || wgsl_type(dt) == Some("i32") || dt == DataType::Int64,
         "exp" | "log" | "sqrt" | "sigmoid" | "tanh" | "ceil" | "cos" | "floor" | "reciprocal"
@@ -65,6 +68,21 @@ pub(super) fn coalesce(out: &[usize], sa: &[u64], sb: &[u64]) -> Vec<(u64, u64, 
     dims
 }
 
+/// The int64 (`signed`) or uint64 expression of `kind` on the word pairs
+/// `x` and `y` (shaders/int64.wgsl): add, sub and mul wrap alike for both.
+fn binary64(kind: BinaryKind, signed: bool) -> String {
+    let sign = if signed { "s" } else { "u" };
+    match kind {
+        BinaryKind::Add => "add64(x, y)".into(),
+        BinaryKind::Sub => "sub64(x, y)".into(),
+        BinaryKind::Mul => "mul64(x, y)".into(),
+        BinaryKind::Div => format!("div_{sign}64(x, y)"),
+        BinaryKind::Max => format!("max_{sign}64(x, y)"),
+        BinaryKind::Min => format!("min_{sign}64(x, y)"),
+        BinaryKind::Pow => format!("pow_{sign}64(x, y)"),
+    }
+}
+
 /// `add`, `sub`, ... with numpy broadcasting of `a` and `b` to the output.
 pub(super) fn binary(
     gpu: &mut Gpu,
@@ -74,7 +92,8 @@ pub(super) fn binary(
     out: &wgpu::Buffer,
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
-    let t = element_type(kind.name(), out_desc.data_type)?;
+    let dt = out_desc.data_type;
+    let t = convert::compute_type(dt);
     let n = out_desc.element_count() as u64;
     if n == 0 {
         return Ok(None);
@@ -92,22 +111,23 @@ pub(super) fn binary(
     for &(_, _, s) in &dims {
         p.push(word(s)?);
     }
+    let pairs = convert::words(dt) == 2;
     let expr = match kind {
-        BinaryKind::Add => "x + y",
-        BinaryKind::Sub => "x - y",
-        BinaryKind::Mul => "x * y",
-        BinaryKind::Div if t == "f32" => "x / y",
+        _ if pairs => binary64(kind, dt == DataType::Int64),
+        BinaryKind::Add => "x + y".into(),
+        BinaryKind::Sub => "x - y".into(),
+        BinaryKind::Mul => "x * y".into(),
+        BinaryKind::Div if t == "f32" => "x / y".into(),
         // WGSL's integer x / 0 is x; the CPU backend (and this one) give 0.
-        BinaryKind::Div => "select(x / y, x - x, y == y - y)",
-        BinaryKind::Max => "max(x, y)",
-        BinaryKind::Min => "min(x, y)",
-        BinaryKind::Pow => match t {
-            "f32" => "pow_f32(x, y)",
-            "i32" => "pow_i32(x, y)",
-            _ => "pow_u32(x, y)",
-        },
+        BinaryKind::Div => "select(x / y, x - x, y == y - y)".into(),
+        BinaryKind::Max => "max(x, y)".into(),
+        BinaryKind::Min => "min(x, y)".into(),
+        BinaryKind::Pow => format!("pow_{t}(x, y)"),
     };
-    let source = BINARY.replace("{{T}}", t).replace("{{EXPR}}", expr);
+    let mut source = BINARY.replace("{{T}}", t).replace("{{EXPR}}", &expr);
+    if pairs {
+        source += INT64;
+    }
     let params = gpu.params(&p)?;
     let grid = gpu.grid_1d(n)?;
     gpu.step(source, "main", &[&params, ins[0], ins[1], out], grid)
@@ -135,28 +155,6 @@ fn run_unary(
     gpu.step(source, "main", &[&params, input, out], grid)
         .map(Some)
 }
-
-/// 64-bit integer helpers on (low, high) word pairs.
-const INT64: &str = "
-fn negative(v: vec2<u32>) -> bool {
-    return (v.y & 0x80000000u) != 0u;
-}
-
-fn neg64(v: vec2<u32>) -> vec2<u32> {
-    let lo = ~v.x + 1u;
-    return vec2<u32>(lo, ~v.y + select(0u, 1u, lo == 0u));
-}
-
-fn lt_s64(a: vec2<u32>, b: vec2<u32>) -> bool {
-    let ah = bitcast<i32>(a.y);
-    let bh = bitcast<i32>(b.y);
-    return ah < bh || (ah == bh && a.x < b.x);
-}
-
-fn lt_u64(a: vec2<u32>, b: vec2<u32>) -> bool {
-    return a.y < b.y || (a.y == b.y && a.x < b.x);
-}
-";
 
 /// A unary operator on int64/uint64 word pairs: `expr` on `v`, with the
 /// bounds `lo` and `hi` (clamp) as pairs.
@@ -377,4 +375,187 @@ pub(super) fn activation(
     };
     let bounds = [(a as f32).to_bits(), (b as f32).to_bits()];
     run_unary(gpu, "f32", expr, bounds, input, out, out_desc)
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::super::testing::*;
+    use super::super::GpuBackend;
+    use super::*;
+    use crate::backend::Backend;
+    use crate::graph::Graph;
+    use crate::tensor::Buf;
+    use std::sync::Arc;
+
+    /// Runs `g` on `data` (in the graph's input order) on the GPU and on
+    /// the CPU backend, and compares exactly (NaN matching NaN).
+    pub(in crate::backend::gpu) fn same_as_cpu(be: &mut GpuBackend, g: Graph, data: Vec<Buf>) {
+        let names: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
+        let what = format!("{names:?} on {:?}", g.operands);
+        let g = Arc::new(g);
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        cpu.compile(1, g.clone()).unwrap();
+        let want = cpu.compute(1, &g, data.clone()).unwrap();
+        let got = run(be, (*g).clone(), data).unwrap_or_else(|e| panic!("{what}: {e}"));
+        match (&got[0], &want[0]) {
+            (Buf::F32(g), Buf::F32(w)) => assert_close(g, w, 0.0, &what),
+            (g, w) => assert_eq!(g, w, "{what}"),
+        }
+    }
+
+    /// int64 values at the edges of the type and of its two words: equal
+    /// low words with different high ones and the reverse, low words with
+    /// their top bit set, exponents around 64, products that overflow.
+    pub(in crate::backend::gpu) const EDGES: [i64; 34] = [
+        0,
+        1,
+        -1,
+        2,
+        -2,
+        3,
+        -3,
+        7,
+        63,
+        64,
+        65,
+        i64::MIN,
+        i64::MIN + 1,
+        i64::MAX,
+        i64::MAX - 1,
+        1 << 31,
+        (1 << 32) - 1,
+        1 << 32,
+        (1 << 32) + 1,
+        -(1 << 32),
+        0x5_0000_0007,
+        0x9_0000_0007,
+        0x5_0000_0003,
+        0x5_8000_0000,
+        -0x5_0000_0007,
+        0x7fff_ffff_0000_0000,
+        -0x7fff_ffff_0000_0000,
+        1_000_000_007,
+        -1_000_000_007,
+        3_037_000_499,
+        3_037_000_500,
+        0x1234_5678_9abc_def0,
+        -0x1234_5678_9abc_def0,
+        0x0000_0001_ffff_ffff,
+    ];
+
+    /// `n` pseudo-random int64 values of every magnitude (splitmix64): a
+    /// quarter over the full range, the rest shifted down by random
+    /// amounts with random signs (so that high words of 0 and -1 and small
+    /// values come up too).
+    pub(in crate::backend::gpu) fn wide(n: usize, seed: u64) -> Vec<i64> {
+        let mut s = seed;
+        (0..n)
+            .map(|k| {
+                s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = (s ^ (s >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^= z >> 31;
+                let v = if k % 4 == 0 { z } else { z >> (z % 64) };
+                // The shifted values take the sign of a bit they lost.
+                if k % 4 != 0 && z & 1 == 1 {
+                    (v as i64).wrapping_neg()
+                } else {
+                    v as i64
+                }
+            })
+            .collect()
+    }
+
+    /// `v` as data of `dt` (int64, or uint64 with the same bits).
+    pub(in crate::backend::gpu) fn pairs(dt: DataType, v: Vec<i64>) -> Buf {
+        match dt {
+            DataType::Uint64 => Buf::U64(v.into_iter().map(|x| x as u64).collect()),
+            _ => Buf::I64(v),
+        }
+    }
+
+    pub(in crate::backend::gpu) const WIDE_TYPES: [DataType; 2] =
+        [DataType::Int64, DataType::Uint64];
+
+    /// Broadcast pairs of shapes: equal, scalars, size-1 dimensions, and
+    /// sizes that are not multiples of the 256-wide workgroup.
+    pub(in crate::backend::gpu) const BROADCASTS: [[&[usize]; 2]; 8] = [
+        [&[1, 1, 7], &[5, 1]],
+        [&[300], &[300]],
+        [&[6, 1, 4], &[3, 1]],
+        [&[2, 2], &[]],
+        [&[3, 1, 1, 263], &[2, 263]],
+        [&[1], &[1]],
+        [&[1, 5], &[1, 1]],
+        [&[4, 1, 5], &[1, 3, 1]],
+    ];
+
+    /// Each of `names` on two operands of each of `types` (int64, uint64)
+    /// against the CPU kernel: every edge value against every other, then
+    /// each broadcast with small values (`check_vs_cpu`) and with values of
+    /// every magnitude.
+    pub(in crate::backend::gpu) fn word_pairs_vs_cpu(
+        be: &mut GpuBackend,
+        names: &[&str],
+        types: &[DataType],
+    ) {
+        let e = EDGES.len();
+        let size = |s: &[usize]| s.iter().product::<usize>();
+        for name in names {
+            for &dt in types {
+                let data = vec![pairs(dt, EDGES.to_vec()), pairs(dt, EDGES.to_vec())];
+                let g = op_graph(name, dt, &[&[e, 1], &[1, e]], &[]).unwrap();
+                same_as_cpu(be, g, data);
+                for (k, [sa, sb]) in BROADCASTS.iter().enumerate() {
+                    check_vs_cpu(be, name, &[dt, dt], &[sa, sb], &[], 0.0);
+                    let data = vec![
+                        pairs(dt, wide(size(sa), 2 * k as u64 + 1)),
+                        pairs(dt, wide(size(sb), 2 * k as u64 + 2)),
+                    ];
+                    same_as_cpu(be, op_graph(name, dt, &[sa, sb], &[]).unwrap(), data);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn binary_on_word_pairs() {
+        let Some(mut be) = backend() else { return };
+        let names = ["add", "sub", "mul", "div", "max", "min", "pow"];
+        word_pairs_vs_cpu(&mut be, &names, &WIDE_TYPES);
+    }
+
+    #[test]
+    fn int64_division_and_powers() {
+        let Some(mut be) = backend() else { return };
+        let i = DataType::Int64;
+        // Truncation toward zero, division by zero, MIN / -1 wrapping.
+        let a = vec![7, -7, 7, -7, 5, i64::MIN, i64::MIN, i64::MAX, 0, -1];
+        let b = vec![2, 2, -2, -2, 0, -1, 1, i64::MIN, 0, i64::MIN];
+        let g = op_graph("div", i, &[&[10], &[10]], &[]).unwrap();
+        let out = run(&mut be, g, vec![Buf::I64(a), Buf::I64(b)]).unwrap();
+        assert_eq!(
+            out[0],
+            Buf::I64(vec![3, -3, -3, 3, 0, i64::MIN, i64::MIN, 0, 0, 0])
+        );
+        // Negative exponents: exact for bases 1 and -1, 0 otherwise;
+        // overflow wraps.
+        let a = vec![1, -1, -1, 2, -2, 0, 3, -3, 2, 1 << 32];
+        let b = vec![-5, -3, -4, -1, -1, -1, 40, 41, 64, 2];
+        let g = op_graph("pow", i, &[&[10], &[10]], &[]).unwrap();
+        let out = run(&mut be, g, vec![Buf::I64(a), Buf::I64(b)]).unwrap();
+        let want = vec![
+            1,
+            -1,
+            1,
+            0,
+            0,
+            0,
+            3i64.wrapping_pow(40),
+            (-3i64).wrapping_pow(41),
+            0,
+            0,
+        ];
+        assert_eq!(out[0], Buf::I64(want));
+    }
 }

@@ -3,7 +3,8 @@
 //! u32 0/1), `where` and `prelu`. One generated WGSL source per (operator,
 //! types).
 
-use super::{broadcast_strides, is_float, is_word, wgsl_type, word, Gpu, Step};
+use super::elementwise::INT64;
+use super::{broadcast_strides, convert, is_float, wgsl_type, word, Gpu, Step};
 use crate::error::{Error, Result};
 use crate::graph::ops::activation::ActivationOp;
 use crate::graph::ops::logical::LogicalOp;
@@ -12,22 +13,19 @@ use crate::types::{DataType, OperandDescriptor};
 /// The family's answer to [`super::supports`].
 pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
     match op {
+        // int64/uint64 compare and select as word pairs.
         "equal" | "notEqual" | "greater" | "greaterOrEqual" | "lesser" | "lesserOrEqual"
-        | "where" => is_word(dt),
+        | "where" => true,
         "logicalNot" | "logicalAnd" | "logicalOr" | "logicalXor" => dt == DataType::Uint8,
         "isNaN" | "isInfinite" => is_float(dt) || dt == DataType::Uint8,
-        "prelu" => is_float(dt) || wgsl_type(dt) == Some("i32"),
+        "prelu" => is_float(dt) || wgsl_type(dt) == Some("i32") || dt == DataType::Int64,
         _ => false,
     }
 }
 
-/// The WGSL type an element of `dt` is computed in.
-fn compute_type(dt: DataType) -> Option<&'static str> {
-    wgsl_type(dt)
-}
-
-/// A step computing `expr` (on `a`, `b`, `c`: the inputs' elements, uint8
-/// ones as u32) for every output element, inputs broadcast to the output.
+/// A step computing `expr` (on `a`, `b`, `c`: the inputs' elements in
+/// their compute types, uint8 ones as u32, int64/uint64 ones as word
+/// pairs) for every output element, inputs broadcast to the output.
 fn run(
     gpu: &mut Gpu,
     expr: &str,
@@ -36,14 +34,6 @@ fn run(
     out: &wgpu::Buffer,
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
-    let name = |dt: DataType| {
-        compute_type(dt).ok_or_else(|| {
-            Error::not_supported(format!(
-                "{} tensors are not supported by this operator on the GPU backend yet",
-                dt.name()
-            ))
-        })
-    };
     let n = out_desc.element_count() as u64;
     if n == 0 {
         return Ok(None);
@@ -68,33 +58,22 @@ fn run(
     let letters = ["a", "b", "c"];
     let mut src = String::from("@group(0) @binding(0) var<storage, read> p: array<u32>;\n");
     let mut loads = String::new();
+    let mut args = Vec::new();
     for (k, d) in in_descs.iter().enumerate() {
-        let t = name(d.data_type)?;
-        let l = letters[k];
+        let t = convert::compute_type(d.data_type);
         src += &format!(
             "@group(0) @binding({}) var<storage, read> in{k}: array<{t}>;\n",
             k + 1
         );
-        let at = format!("p[2u + rank * {}u + k]", k + 1);
-        loads += &format!("        i{k} += c * {at};\n");
-        let value = format!("in{k}[i{k}]");
-        let _ = l;
-        src += &format!("fn ld{k}(i{k}: u32) -> {t} {{ return {value}; }}\n");
+        loads += &format!("        i{k} += c * p[2u + rank * {}u + k];\n", k + 1);
+        src += &format!("fn ld{k}(i{k}: u32) -> {t} {{ return in{k}[i{k}]; }}\n");
+        args.push(format!("{}: {t}", letters[k]));
     }
-    let ot = name(out_desc.data_type)?;
+    let ot = convert::compute_type(out_desc.data_type);
     src += &format!(
         "@group(0) @binding({}) var<storage, read_write> out: array<{ot}>;\n",
         in_descs.len() + 1
     );
-    let args: Vec<String> = (0..in_descs.len())
-        .map(|k| {
-            format!(
-                "{}: {}",
-                letters[k],
-                name(in_descs[k].data_type).unwrap_or("u32")
-            )
-        })
-        .collect();
     src += &format!("fn op({}) -> {ot} {{ return {expr}; }}\n", args.join(", "));
     let decls: String = (0..in_descs.len())
         .map(|k| format!("    var i{k} = 0u;\n"))
@@ -114,26 +93,27 @@ fn run(
 {loads}    }}
     return op({});
 }}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let i = gid.y * nwg.x * 256u + gid.x;
+    if (i >= p[0]) {{
+        return;
+    }}
+    out[i] = value(i);
+}}
 ",
         call.join(", ")
     );
-    let (body, invocations) = (
-        "    if (i >= p[0]) {
-        return;
+    if in_descs
+        .iter()
+        .chain([&out_desc])
+        .any(|d| convert::words(d.data_type) == 2)
+    {
+        src += INT64;
     }
-    out[i] = value(i);",
-        n,
-    );
-    src += &format!(
-        "@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
-    let i = gid.y * nwg.x * 256u + gid.x;
-{body}
-}}
-"
-    );
     let params = gpu.params(&p)?;
-    let grid = gpu.grid_1d(invocations)?;
+    let grid = gpu.grid_1d(n)?;
     let mut bufs: Vec<&wgpu::Buffer> = vec![&params];
     bufs.extend(ins.iter().copied());
     bufs.push(out);
@@ -149,6 +129,32 @@ pub(super) fn logical(
     out: &wgpu::Buffer,
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
+    // Word pairs compare through shaders/int64.wgsl.
+    if let Some(dt @ (DataType::Int64 | DataType::Uint64)) = in_descs.first().map(|d| d.data_type) {
+        let lt = if dt == DataType::Int64 {
+            "lt_s64"
+        } else {
+            "lt_u64"
+        };
+        // `lt` stands for the comparison of the type.
+        let expr = match op {
+            LogicalOp::Equal => "u32(all(a == b))",
+            LogicalOp::NotEqual => "u32(any(a != b))",
+            LogicalOp::Greater => "u32(lt(b, a))",
+            LogicalOp::GreaterOrEqual => "u32(!lt(a, b))",
+            LogicalOp::Lesser => "u32(lt(a, b))",
+            LogicalOp::LesserOrEqual => "u32(!lt(b, a))",
+            _ => {
+                return Err(Error::not_supported(format!(
+                    "{} on {} is not supported on the GPU backend",
+                    op.name(),
+                    dt.name()
+                )))
+            }
+        }
+        .replace("lt(", &format!("{lt}("));
+        return run(gpu, &expr, ins, in_descs, out, out_desc);
+    }
     let expr = match op {
         LogicalOp::Equal => "u32(a == b)",
         LogicalOp::NotEqual => "u32(a != b)",
@@ -176,7 +182,11 @@ pub(super) fn activation(
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
     let expr = match op {
+        // Whatever the values' compute type, word pairs included.
         ActivationOp::Where => "select(c, b, a != 0u)",
+        ActivationOp::Prelu if out_desc.data_type == DataType::Int64 => {
+            "select(mul64(a, b), a, !negative(a))"
+        }
         ActivationOp::Prelu if wgsl_type(out_desc.data_type) == Some("i32") => {
             "select(a * b, a, a >= 0)"
         }
@@ -189,4 +199,68 @@ pub(super) fn activation(
         }
     };
     run(gpu, expr, ins, in_descs, out, out_desc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::elementwise::tests::{
+        pairs, same_as_cpu, wide, word_pairs_vs_cpu, WIDE_TYPES,
+    };
+    use super::super::testing::*;
+    use crate::graph::GraphBuilder;
+    use crate::types::DataType;
+
+    fn size(s: &[usize]) -> usize {
+        s.iter().product()
+    }
+
+    #[test]
+    fn comparisons_of_word_pairs() {
+        let Some(mut be) = backend() else { return };
+        // The family's operators that take int64: the comparisons.
+        let names: Vec<&str> = crate::graph::ops::logical::DEFS
+            .iter()
+            .filter(|d| d.operands[0].types.contains(&DataType::Int64))
+            .map(|d| d.name)
+            .collect();
+        assert_eq!(names.len(), 6, "{names:?}");
+        word_pairs_vs_cpu(&mut be, &names, &WIDE_TYPES);
+    }
+
+    #[test]
+    fn where_selects_word_pairs() {
+        let Some(mut be) = backend() else { return };
+        let u8t = DataType::Uint8;
+        let shapes: [[&[usize]; 3]; 4] = [
+            [&[2, 1, 5], &[3, 1], &[5]],
+            [&[300], &[300], &[300]],
+            [&[1], &[4, 263], &[1, 1]],
+            [&[6, 1], &[], &[1, 7]],
+        ];
+        for dt in WIDE_TYPES {
+            for (k, s) in shapes.iter().enumerate() {
+                check_vs_cpu(&mut be, "where", &[u8t, dt, dt], s, &[], 0.0);
+                let data = vec![
+                    random_buf(u8t, size(s[0]), k as u64),
+                    pairs(dt, wide(size(s[1]), 2 * k as u64 + 1)),
+                    pairs(dt, wide(size(s[2]), 2 * k as u64 + 2)),
+                ];
+                // Inputs of three types, in the graph's input order.
+                let mut b = GraphBuilder::new();
+                let mut args = Vec::new();
+                for (name, (t, shape)) in ["c", "t", "f"].iter().zip([u8t, dt, dt].iter().zip(s)) {
+                    let id = b.input(name, desc(*t, shape)).unwrap();
+                    args.push(operand(&b, id));
+                }
+                let y = b.call("where", &args).unwrap()[0];
+                same_as_cpu(&mut be, b.build(vec![("y".into(), y)]).unwrap(), data);
+            }
+        }
+    }
+
+    #[test]
+    fn prelu_on_int64() {
+        let Some(mut be) = backend() else { return };
+        word_pairs_vs_cpu(&mut be, &["prelu"], &[DataType::Int64]);
+    }
 }

@@ -1976,13 +1976,47 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_operators_are_refused() {
+    fn takes_every_cpu_type_and_refuses_only_oversized_tensors() {
+        // The GPU takes every operator with every data type the CPU takes
+        // (the registry's, which the CPU context's opSupportLimits()
+        // lists), so what it refuses is size: here an int64 intermediate
+        // of [n, n] larger than one storage binding, from small inputs.
+        for def in crate::graph::ops::all() {
+            for l in def.operands {
+                for &t in l.types {
+                    assert!(
+                        supports(def.name, l.name, t),
+                        "{}.{} on {}",
+                        def.name,
+                        l.name,
+                        t.name()
+                    );
+                }
+            }
+        }
         let Some(mut be) = backend() else { return };
-        // Arithmetic on int64 has no kernel: int64 only moves, casts and
-        // indexes on the GPU.
-        let g = op_graph("add", DataType::Int64, &[&[2], &[2]], &[]).unwrap();
+        let max = be.max_tensor_byte_length();
+        let n = ((max / 8) as f64).sqrt() as usize + 1;
+        let i = DataType::Int64;
+        let mut b = GraphBuilder::new();
+        let col = b.input("col", desc(i, &[n, 1])).unwrap();
+        let row = b.input("row", desc(i, &[1, n])).unwrap();
+        let product = b
+            .call("mul", &[operand(&b, col), operand(&b, row)])
+            .unwrap()[0];
+        let y = b.call("reduceMax", &[operand(&b, product)]).unwrap()[0];
+        let g = b.build(vec![("y".into(), y)]).unwrap();
         let e = be.compile(2, Arc::new(g)).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::NotSupported);
-        assert!(e.message.contains("int64"), "{}", e.message);
+        assert_eq!(e.kind, ErrorKind::Operation);
+        // The smaller of the two limits is the one a tensor meets first.
+        let bytes = 8 * n * n;
+        let want = if max as u64 == be.gpu.limits.max_buffer_size {
+            format!("intermediate: {bytes} bytes exceed the GPU's largest buffer ({max} bytes)")
+        } else {
+            format!(
+                "a tensor of {bytes} bytes exceeds the GPU's largest storage binding ({max} bytes)"
+            )
+        };
+        assert_eq!(e.message, want);
     }
 }

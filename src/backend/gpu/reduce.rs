@@ -4,7 +4,8 @@
 //! argMax and cumulativeSum walk one axis per invocation
 //! (`shaders/argminmax.wgsl`, `shaders/cumsum.wgsl`).
 
-use super::{convert, is_float, is_word, wgsl_type, word, Gpu, NodeIo, Step};
+use super::elementwise::INT64;
+use super::{convert, is_float, is_word, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
 use crate::graph::ops::reduce::{ReduceKind, ReduceOp};
 use crate::types::{DataType, OperandDescriptor};
@@ -19,18 +20,41 @@ fn strides(shape: &[usize]) -> Vec<u64> {
 }
 
 /// The reduction's loop and result: `(init, step on acc and v, result)`,
-/// or None where the kind does not take `t`.
-fn body(kind: ReduceKind, t: &str) -> Option<(String, String, String)> {
+/// or None where the kind does not take `dt`.
+fn body(kind: ReduceKind, dt: DataType) -> Option<(String, String, String)> {
     use ReduceKind::*;
+    let t = convert::compute_type(dt);
     let float = t == "f32";
     let zero = format!("{t}(0)");
+    let plain = |init: &str, step: &str, result: &str| {
+        Some((init.to_string(), step.to_string(), result.to_string()))
+    };
+    if t == "vec2<u32>" {
+        // Word pairs: only the comparisons of shaders/int64.wgsl (the
+        // sums are not defined on int64/uint64).
+        let (lt, lowest, highest) = if dt == DataType::Int64 {
+            ("lt_s64", "0u, 0x80000000u", "0xffffffffu, 0x7fffffffu")
+        } else {
+            ("lt_u64", "0u, 0u", "0xffffffffu, 0xffffffffu")
+        };
+        return match kind {
+            Max => plain(
+                &format!("vec2<u32>({lowest})"),
+                &format!("select(acc, v, {lt}(acc, v))"),
+                "acc",
+            ),
+            Min => plain(
+                &format!("vec2<u32>({highest})"),
+                &format!("select(acc, v, {lt}(v, acc))"),
+                "acc",
+            ),
+            _ => None,
+        };
+    }
     let (lowest, highest) = match t {
         "f32" => ("-inf()", "inf()"),
         "i32" => ("i32(-2147483647 - 1)", "2147483647"),
         _ => ("0u", "4294967295u"),
-    };
-    let plain = |init: &str, step: &str, result: &str| {
-        Some((init.to_string(), step.to_string(), result.to_string()))
     };
     match kind {
         Sum => plain(&zero, "acc + v", "acc"),
@@ -60,8 +84,9 @@ const CUMULATIVE_SUM: &str = include_str!("shaders/cumsum.wgsl");
 /// The family's answer to [`super::supports`].
 pub(super) fn supports(op: &str, operand: &str, dt: DataType) -> bool {
     match op {
-        "reduceSum" | "reduceL1" | "reduceSumSquare" | "reduceProduct" | "reduceMax"
-        | "reduceMin" => is_word(dt),
+        "reduceSum" | "reduceL1" | "reduceSumSquare" | "reduceProduct" => is_word(dt),
+        // int64/uint64 compare as word pairs.
+        "reduceMax" | "reduceMin" => true,
         "reduceMean" | "reduceL2" | "reduceLogSum" | "reduceLogSumExp" => is_float(dt),
         // Comparisons and sums of word pairs are written out, so every
         // element type is handled; argMin/argMax write int32 or int64.
@@ -102,19 +127,17 @@ fn better(dt: DataType, max: bool) -> String {
     return !is_nan(v) && !is_nan(b) && v {op} b;
 }}"
         ),
+        // Pairs compare through shaders/int64.wgsl, strictly as the rest.
         "vec2<u32>" => {
-            // The high words decide (signed for int64), then the low ones.
-            let high = if dt == DataType::Int64 {
-                format!("bitcast<i32>(v.y) {op} bitcast<i32>(b.y)")
+            let lt = if dt == DataType::Int64 {
+                "lt_s64"
             } else {
-                format!("v.y {op} b.y")
+                "lt_u64"
             };
+            let (l, r) = if max { ("b", "v") } else { ("v", "b") };
             format!(
                 "fn better(v: vec2<u32>, b: vec2<u32>) -> bool {{
-    if (v.y != b.y) {{
-        return {high};
-    }}
-    return v.x {op} b.x;
+    return {lt}({l}, {r});
 }}"
             )
         }
@@ -171,8 +194,7 @@ fn value(a: vec2<f32>) -> f32 {
 }
 
 fn add(a: vec2<u32>, v: vec2<u32>) -> vec2<u32> {
-    let lo = a.x + v.x;
-    return vec2<u32>(lo, a.y + v.y + select(0u, 1u, lo < a.x));
+    return add64(a, v);
 }
 
 fn value(a: vec2<u32>) -> vec2<u32> {
@@ -211,20 +233,18 @@ pub(super) fn other(gpu: &mut Gpu, op: &ReduceOp, io: &NodeIo) -> Result<Vec<Ste
     };
     let dt = in_desc.data_type;
     let elem = convert::compute_type(dt);
+    // Word pairs compare and add through shaders/int64.wgsl.
+    let helpers = if convert::words(dt) == 2 { INT64 } else { "" };
     match *op {
         ReduceOp::ArgMinMax { max, axis, .. } => {
-            let (outer, n, inner) = split_at_axis(&in_desc.shape, axis)?;
-            let count = outer * inner;
-            if count == 0 {
-                return Ok(vec![]);
-            }
-            if n == 0 {
+            let lines = split_at_axis(&in_desc.shape, axis)?;
+            let (outer, n, inner) = lines;
+            if n == 0 && outer * inner > 0 {
                 return Err(Error::operation(format!(
                     "{}: the axis is empty",
                     op.name()
                 )));
             }
-            word(outer * n * inner)?;
             let (out_type, store) = match out_desc.data_type {
                 DataType::Int32 => ("i32", "i32(k)"),
                 DataType::Int64 => ("vec2<u32>", "vec2<u32>(k, 0u)"),
@@ -245,48 +265,50 @@ pub(super) fn other(gpu: &mut Gpu, op: &ReduceOp, io: &NodeIo) -> Result<Vec<Ste
                         "{}\n\nfn store(k: u32) -> {out_type} {{\n    return {store};\n}}",
                         better(dt, max)
                     ),
-                );
-            let params = gpu.params(&[word(count)?, word(n)?, word(inner)?])?;
-            let grid = gpu.grid_1d(count)?;
-            Ok(vec![gpu.step(
-                source,
-                "main",
-                &[&params, input, out],
-                grid,
-            )?])
+                )
+                + helpers;
+            along_lines(gpu, source, lines, &[], input, out)
         }
         ReduceOp::CumulativeSum {
             axis,
             exclusive,
             reversed,
         } => {
-            let (outer, n, inner) = split_at_axis(&in_desc.shape, axis)?;
-            let count = outer * inner;
-            if count == 0 || n == 0 {
-                return Ok(vec![]);
-            }
-            word(outer * n * inner)?;
+            let lines = split_at_axis(&in_desc.shape, axis)?;
             let source = CUMULATIVE_SUM
                 .replace("$ELEM", elem)
-                .replace("$ACCUMULATE", &accumulate(dt));
-            let params = gpu.params(&[
-                word(count)?,
-                word(n)?,
-                word(inner)?,
-                u32::from(reversed),
-                u32::from(exclusive),
-                0,
-            ])?;
-            let grid = gpu.grid_1d(count)?;
-            Ok(vec![gpu.step(
-                source,
-                "main",
-                &[&params, input, out],
-                grid,
-            )?])
+                .replace("$ACCUMULATE", &accumulate(dt))
+                + helpers;
+            let flags = [u32::from(reversed), u32::from(exclusive), 0];
+            along_lines(gpu, source, lines, &flags, input, out)
         }
         ReduceOp::Reduce { .. } => Err(Error::operation("reductions are built by reduce::reduce")),
     }
+}
+
+/// The step of a kernel with one invocation per line of an input seen as
+/// `(outer, n, inner)` lines along an axis (argminmax.wgsl, cumsum.wgsl):
+/// parameters p[0] lines, p[1] n, p[2] inner, then `extra`. No step where
+/// there is nothing to walk.
+fn along_lines(
+    gpu: &mut Gpu,
+    source: String,
+    (outer, n, inner): (u64, u64, u64),
+    extra: &[u32],
+    input: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+) -> Result<Vec<Step>> {
+    let count = outer * inner;
+    if count == 0 || n == 0 {
+        return Ok(vec![]);
+    }
+    word(outer * n * inner)?;
+    let mut p = vec![word(count)?, word(n)?, word(inner)?];
+    p.extend_from_slice(extra);
+    let params = gpu.params(&p)?;
+    let grid = gpu.grid_1d(count)?;
+    gpu.step(source, "main", &[&params, input, out], grid)
+        .map(|s| vec![s])
 }
 
 pub(super) fn reduce(
@@ -306,8 +328,8 @@ pub(super) fn reduce(
             dt.name()
         ))
     };
-    let t = wgsl_type(dt).ok_or_else(refuse)?;
-    let (init, step, result) = body(kind, t).ok_or_else(refuse)?;
+    let t = convert::compute_type(dt);
+    let (init, step, result) = body(kind, dt).ok_or_else(refuse)?;
     let n = out_desc.element_count() as u64;
     if n == 0 {
         return Ok(None);
@@ -348,7 +370,7 @@ pub(super) fn reduce(
     } else {
         String::new()
     };
-    let source = format!(
+    let mut source = format!(
         "@group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<{t}>;
 @group(0) @binding(2) var<storage, read_write> out: array<{t}>;
@@ -405,6 +427,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 }}
 "
     );
+    if convert::words(dt) == 2 {
+        source += INT64;
+    }
     let params = gpu.params(&p)?;
     let grid = gpu.grid_1d(n)?;
     gpu.step(source, "main", &[&params, input, out], grid)
@@ -413,32 +438,36 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 #[cfg(test)]
 mod tests {
+    use super::super::elementwise::tests::{pairs, same_as_cpu, wide, EDGES, WIDE_TYPES};
     use super::super::testing::*;
     use super::*;
     use crate::graph::args::Val;
     use crate::tensor::Buf;
 
-    /// Runs `name` on the GPU and the CPU kernel with the given input
-    /// data and compares exactly.
-    fn same_as_cpu(name: &str, dt: DataType, shape: &[usize], extra: &[Val], x: Buf) {
-        let Some(mut be) = backend() else { return };
-        let g = op_graph(name, dt, &[shape], extra).unwrap();
-        let node = g.nodes[0].clone();
-        let want = crate::backend::cpu::run_op(
-            &node.op,
-            &[&x],
-            &[&g.operands[node.inputs[0]]],
-            &[g.operands[node.outputs[0]].clone()],
-            None,
-        )
-        .unwrap();
-        let got = run(&mut be, g, vec![x]).unwrap();
-        let what = format!("{name} {} {shape:?} {extra:?}", dt.name());
-        match (&got[0], &want[0]) {
-            // Exact, NaN matching NaN.
-            (Buf::F32(g), Buf::F32(w)) => assert_close(g, w, 0.0, &what),
-            (g, w) => assert_eq!(g, w, "{what}"),
-        }
+    /// Shapes and axes of the kernels that walk lines along one axis: the
+    /// axis first, middle and last, long lines and many short ones, lines
+    /// and line counts that are not multiples of 256, size-1 dimensions.
+    const LINES: [(&[usize], usize); 8] = [
+        (&[3, 5, 7], 0),
+        (&[3, 5, 7], 1),
+        (&[3, 5, 7], 2),
+        (&[2, 600], 1),
+        (&[600, 2], 0),
+        (&[2, 1, 263], 1),
+        (&[1, 1, 1], 2),
+        (&[9], 0),
+    ];
+
+    /// `name` on one input holding `x`, compared exactly with the CPU.
+    fn same(
+        be: &mut super::super::GpuBackend,
+        name: &str,
+        dt: DataType,
+        shape: &[usize],
+        extra: &[Val],
+        x: Buf,
+    ) {
+        same_as_cpu(be, op_graph(name, dt, &[shape], extra).unwrap(), vec![x]);
     }
 
     const EVERY_TYPE: [DataType; 10] = [
@@ -457,18 +486,9 @@ mod tests {
     #[test]
     fn arg_min_max_every_type_and_axis() {
         let Some(mut be) = backend() else { return };
-        let shapes: &[(&[usize], usize)] = &[
-            (&[3, 5, 7], 0),
-            (&[3, 5, 7], 1),
-            (&[3, 5, 7], 2),
-            (&[1, 300], 1),
-            (&[300, 1], 0),
-            (&[2, 1, 263], 1),
-            (&[5], 0),
-        ];
         for name in ["argMin", "argMax"] {
             for dt in EVERY_TYPE {
-                for &(shape, axis) in shapes {
+                for (shape, axis) in LINES {
                     for (keep, out) in [(false, "int32"), (true, "int64")] {
                         let opts = dict(&[
                             ("keepDimensions", Val::Bool(keep)),
@@ -483,82 +503,74 @@ mod tests {
 
     #[test]
     fn arg_min_max_nan_and_wide_values() {
+        let Some(mut be) = backend() else { return };
         let nan = f32::NAN;
-        for name in ["argMin", "argMax"] {
-            // A NaN first stays the best; a later NaN never wins.
-            let x = vec![
-                nan,
-                1.0,
-                -1.0,
-                2.0,
-                5.0,
-                nan,
-                -3.0,
-                0.0,
-                f32::INFINITY,
-                -0.0,
-                0.0,
-                -f32::INFINITY,
-            ];
-            same_as_cpu(
-                name,
-                DataType::Float32,
-                &[3, 4],
-                &[n(1.0)],
-                Buf::F32(x.clone()),
-            );
-            same_as_cpu(name, DataType::Float32, &[3, 4], &[n(0.0)], Buf::F32(x));
-            // Word pairs: high words decide (signed for int64), then low.
-            let x = vec![
-                i64::MIN,
-                -1,
-                0,
-                1 << 33,
-                (1 << 32) - 1,
-                i64::MAX,
-                (1 << 32) + 5,
-                -(1 << 32),
-                1 << 32,
-                (1 << 32) + 4,
-                7,
-                i64::MAX - 1,
-            ];
-            same_as_cpu(name, DataType::Int64, &[12], &[n(0.0)], Buf::I64(x.clone()));
-            same_as_cpu(
-                name,
-                DataType::Int64,
-                &[3, 4],
-                &[n(1.0)],
-                Buf::I64(x.clone()),
-            );
-            let u: Vec<u64> = x.iter().map(|&v| v as u64).collect();
-            same_as_cpu(
-                name,
-                DataType::Uint64,
+        // A NaN first stays the best; a later NaN never wins.
+        let f = Buf::F32(vec![
+            nan,
+            1.0,
+            -1.0,
+            2.0,
+            5.0,
+            nan,
+            -3.0,
+            0.0,
+            f32::INFINITY,
+            -0.0,
+            0.0,
+            -f32::INFINITY,
+        ]);
+        // Word pairs: high words decide (signed for int64), then low.
+        let x = vec![
+            i64::MIN,
+            -1,
+            0,
+            1 << 33,
+            (1 << 32) - 1,
+            i64::MAX,
+            (1 << 32) + 5,
+            -(1 << 32),
+            1 << 32,
+            (1 << 32) + 4,
+            7,
+            i64::MAX - 1,
+        ];
+        let (i, u) = (DataType::Int64, DataType::Uint64);
+        let e = EDGES.len();
+        let cases: [(DataType, &[usize], f64, Buf); 12] = [
+            (DataType::Float32, &[3, 4], 1.0, f.clone()),
+            (DataType::Float32, &[3, 4], 0.0, f),
+            (i, &[12], 0.0, pairs(i, x.clone())),
+            (i, &[3, 4], 1.0, pairs(i, x.clone())),
+            (u, &[12], 0.0, pairs(u, x.clone())),
+            (u, &[4, 3], 0.0, pairs(u, x.clone())),
+            (i, &[e], 0.0, pairs(i, EDGES.to_vec())),
+            (u, &[e], 0.0, pairs(u, EDGES.to_vec())),
+            (i, &[37, 263], 0.0, pairs(i, wide(37 * 263, 1))),
+            (u, &[37, 263], 1.0, pairs(u, wide(37 * 263, 2))),
+            (
+                DataType::Int32,
                 &[12],
-                &[n(0.0)],
-                Buf::U64(u.clone()),
-            );
-            same_as_cpu(name, DataType::Uint64, &[4, 3], &[n(0.0)], Buf::U64(u));
-            let i: Vec<i32> = x.iter().map(|&v| v as i32).collect();
-            same_as_cpu(name, DataType::Int32, &[12], &[n(0.0)], Buf::I32(i.clone()));
-            let u: Vec<u32> = i.iter().map(|&v| v as u32).collect();
-            same_as_cpu(name, DataType::Uint32, &[12], &[n(0.0)], Buf::U32(u));
+                0.0,
+                Buf::I32(x.iter().map(|&v| v as i32).collect()),
+            ),
+            (
+                DataType::Uint32,
+                &[12],
+                0.0,
+                Buf::U32(x.iter().map(|&v| v as u32).collect()),
+            ),
+        ];
+        for name in ["argMin", "argMax"] {
+            for (dt, shape, axis, data) in &cases {
+                same(&mut be, name, *dt, shape, &[n(*axis)], data.clone());
+            }
         }
     }
 
     #[test]
     fn cumulative_sum_every_option() {
         let Some(mut be) = backend() else { return };
-        let shapes: &[(&[usize], usize)] = &[
-            (&[3, 5, 7], 0),
-            (&[3, 5, 7], 1),
-            (&[3, 5, 7], 2),
-            (&[2, 600], 1),
-            (&[600, 2], 0),
-            (&[1, 1, 1], 2),
-            (&[9], 0),
-        ];
         let types = [
             DataType::Float32,
             DataType::Float16,
@@ -570,7 +582,7 @@ mod tests {
             DataType::Uint8,
         ];
         for dt in types {
-            for &(shape, axis) in shapes {
+            for (shape, axis) in LINES {
                 for exclusive in [false, true] {
                     for reversed in [false, true] {
                         let opts = dict(&[
@@ -593,59 +605,88 @@ mod tests {
 
     #[test]
     fn cumulative_sum_wraps_and_stays_accurate() {
-        // Wrapping integer sums, carries between the words of a pair.
-        let x = vec![i32::MAX, 1, i32::MIN, -1, 5, i32::MAX];
-        same_as_cpu(
-            "cumulativeSum",
-            DataType::Int32,
-            &[6],
-            &[n(0.0)],
-            Buf::I32(x),
-        );
-        let x = vec![u64::MAX, 1, 0xffff_ffff, 1, u64::MAX - 3, 7, 1 << 40];
-        same_as_cpu(
-            "cumulativeSum",
-            DataType::Uint64,
-            &[7],
-            &[n(0.0)],
-            Buf::U64(x),
-        );
-        let x = vec![i64::MIN, -1, -(1 << 32), 3, i64::MAX, 0xffff_ffff];
-        same_as_cpu(
-            "cumulativeSum",
-            DataType::Int64,
-            &[6],
-            &[n(0.0)],
-            Buf::I64(x),
-        );
-        // Cancellation: the CPU sums in f64; each output must be its
-        // rounded value exactly.
-        let x = vec![
-            1e8,
-            1.0,
-            -1e8,
-            1.0,
-            0.25,
-            3e-8,
-            f32::INFINITY,
-            1.0,
-            -f32::INFINITY,
-            2.0,
+        let Some(mut be) = backend() else { return };
+        let cases = [
+            // Wrapping integer sums, carries between the words of a pair.
+            Buf::I32(vec![i32::MAX, 1, i32::MIN, -1, 5, i32::MAX]),
+            Buf::U64(vec![u64::MAX, 1, 0xffff_ffff, 1, u64::MAX - 3, 7, 1 << 40]),
+            Buf::I64(vec![i64::MIN, -1, -(1 << 32), 3, i64::MAX, 0xffff_ffff]),
+            Buf::I64(wide(300, 5)),
+            pairs(DataType::Uint64, wide(300, 6)),
+            // Cancellation: the CPU sums in f64; each output must be its
+            // rounded value exactly.
+            Buf::F32(vec![
+                1e8,
+                1.0,
+                -1e8,
+                1.0,
+                0.25,
+                3e-8,
+                f32::INFINITY,
+                1.0,
+                -f32::INFINITY,
+                2.0,
+            ]),
+            Buf::F32(random(4000, 3).iter().map(|v| v * 1000.0).collect()),
         ];
-        same_as_cpu(
-            "cumulativeSum",
-            DataType::Float32,
-            &[10],
-            &[n(0.0)],
-            Buf::F32(x),
-        );
-        let x: Vec<f32> = random(4000, 3).iter().map(|v| v * 1000.0).collect();
-        same_as_cpu(
-            "cumulativeSum",
-            DataType::Float32,
-            &[4000],
-            &[n(0.0)],
-            Buf::F32(x),
-        );
+        for x in cases {
+            let dt = match x {
+                Buf::I32(_) => DataType::Int32,
+                Buf::I64(_) => DataType::Int64,
+                Buf::U64(_) => DataType::Uint64,
+                _ => DataType::Float32,
+            };
+            same(&mut be, "cumulativeSum", dt, &[x.len()], &[n(0.0)], x);
+        }
+    }
+
+    #[test]
+    fn max_and_min_of_word_pairs() {
+        let Some(mut be) = backend() else { return };
+        let axes_cases: [(&[usize], &[f64], bool); 8] = [
+            (&[3, 5, 7], &[], false),
+            (&[3, 5, 7], &[1.0], false),
+            (&[3, 5, 7], &[0.0, 2.0], true),
+            (&[3, 5, 7], &[2.0], false),
+            (&[1, 300], &[1.0], true),
+            (&[263], &[0.0], false),
+            (&[4, 1, 3], &[1.0], false),
+            (&[2, 1], &[0.0, 1.0], false),
+        ];
+        for name in ["reduceMax", "reduceMin"] {
+            for dt in WIDE_TYPES {
+                for (k, (shape, axes, keep)) in axes_cases.iter().enumerate() {
+                    let opts = [dict(&[
+                        ("axes", list(axes)),
+                        ("keepDimensions", Val::Bool(*keep)),
+                    ])];
+                    check_vs_cpu(&mut be, name, &[dt], &[shape], &opts, 0.0);
+                    let x = pairs(dt, wide(shape.iter().product(), k as u64));
+                    same(&mut be, name, dt, shape, &opts, x);
+                }
+                // No axes: the identity on every element, edges included.
+                let e = EDGES.len();
+                let opts = dict(&[("axes", list(&[]))]);
+                same(&mut be, name, dt, &[e], &[opts], pairs(dt, EDGES.to_vec()));
+                // The edges in every position along the reduced axis.
+                let mut x = Vec::new();
+                for r in 0..e {
+                    x.extend(EDGES[r..].iter().chain(&EDGES[..r]));
+                }
+                for axis in [0.0, 1.0] {
+                    let opts = dict(&[("axes", list(&[axis]))]);
+                    same(&mut be, name, dt, &[e, e], &[opts], pairs(dt, x.clone()));
+                }
+                // A lone extreme: the type's lowest or highest value alone.
+                let lone = if dt == DataType::Int64 {
+                    vec![i64::MIN, i64::MAX, 0]
+                } else {
+                    vec![0, -1, 1]
+                };
+                for v in lone {
+                    same(&mut be, name, dt, &[1, 3], &[], pairs(dt, vec![v, v, v]));
+                }
+            }
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 use super::{is_float, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
-use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
+use crate::graph::op::{Conv2dParams, ConvParams, FilterLayout, Pool2dParams, PoolKind};
 use crate::graph::ops::conv::{ConvTranspose2dParams, TransposeFilterLayout};
 use crate::types::{DataType, OperandDescriptor};
 
@@ -52,49 +52,9 @@ pub(super) fn conv_transpose2d(
     word((c.kernel_h.saturating_sub(1) * c.dilations[0]) as u64)?;
     word((c.kernel_w.saturating_sub(1) * c.dilations[1]) as u64)?;
     let og = c.out_channels / g;
-    let mut p = vec![word(n)?];
-    push_words(
-        &mut p,
-        &[
-            c.batch,
-            c.in_channels,
-            c.in_h,
-            c.in_w,
-            c.out_channels,
-            c.kernel_h,
-            c.kernel_w,
-            c.groups,
-            c.out_h,
-            c.out_w,
-            c.padding[0],
-            c.padding[2],
-            c.strides[0],
-            c.strides[1],
-            c.dilations[0],
-            c.dilations[1],
-        ]
-        .map(|v| v as u64),
-    )?;
-    p.push(u32::from(c.has_bias));
-    push_words(&mut p, &act_strides(c.nhwc, c.in_channels, c.in_h, c.in_w))?;
-    push_words(
-        &mut p,
-        &transpose_filter_strides(c.filter_layout, c.in_channels, og, c.kernel_h, c.kernel_w),
-    )?;
-    push_words(
-        &mut p,
-        &act_strides(c.nhwc, c.out_channels, c.out_h, c.out_w),
-    )?;
-    let params = gpu.params(&p)?;
-    let grid = gpu.grid_1d(n)?;
-    // Without a bias, the parameters stand in for the unread binding.
-    let bias = if c.has_bias { io.ins[2] } else { &params };
-    let step = gpu.step(
-        CONV_TRANSPOSE2D.to_string(),
-        "main",
-        &[&params, io.ins[0], io.ins[1], bias, out],
-        grid,
-    )?;
+    let filter =
+        transpose_filter_strides(c.filter_layout, c.in_channels, og, c.kernel_h, c.kernel_w);
+    let step = conv_step(gpu, CONV_TRANSPOSE2D, n, c, filter, io.ins, out)?;
     Ok(vec![step])
 }
 
@@ -141,28 +101,19 @@ fn filter_strides(layout: FilterLayout, o: usize, i: usize, h: usize, w: usize) 
     }
 }
 
-fn push_words(p: &mut Vec<u32>, v: &[u64]) -> Result<()> {
-    for &x in v {
-        p.push(word(x)?);
-    }
-    Ok(())
-}
-
-pub(super) fn conv2d(
+/// The step of conv2d or convTranspose2d (`source`), whose shaders read
+/// the same parameter words: the invocation count `n`, the geometry, the
+/// bias flag, and the strides of the input, of the filter (`filter`, in the
+/// order the shader reads them) and of the output.
+fn conv_step<L>(
     gpu: &mut Gpu,
-    c: &Conv2dParams,
+    source: &str,
+    n: u64,
+    c: &ConvParams<L>,
+    filter: [u64; 4],
     ins: &[&wgpu::Buffer],
-    in_descs: &[&OperandDescriptor],
     out: &wgpu::Buffer,
-    out_desc: &OperandDescriptor,
-) -> Result<Option<Step>> {
-    let n = out_desc.element_count() as u64;
-    if n == 0 {
-        return Ok(None);
-    }
-    word(in_descs[0].element_count() as u64)?;
-    word(in_descs[1].element_count() as u64)?;
-    let cg = c.in_channels / c.groups.max(1);
+) -> Result<Step> {
     let mut p = vec![word(n)?];
     push_words(
         &mut p,
@@ -188,10 +139,7 @@ pub(super) fn conv2d(
     )?;
     p.push(u32::from(c.has_bias));
     push_words(&mut p, &act_strides(c.nhwc, c.in_channels, c.in_h, c.in_w))?;
-    push_words(
-        &mut p,
-        &filter_strides(c.filter_layout, c.out_channels, cg, c.kernel_h, c.kernel_w),
-    )?;
+    push_words(&mut p, &filter)?;
     push_words(
         &mut p,
         &act_strides(c.nhwc, c.out_channels, c.out_h, c.out_w),
@@ -201,12 +149,37 @@ pub(super) fn conv2d(
     // Without a bias, the parameters stand in for the unread binding.
     let bias = if c.has_bias { ins[2] } else { &params };
     gpu.step(
-        CONV2D.to_string(),
+        source.to_string(),
         "main",
         &[&params, ins[0], ins[1], bias, out],
         grid,
     )
-    .map(Some)
+}
+
+fn push_words(p: &mut Vec<u32>, v: &[u64]) -> Result<()> {
+    for &x in v {
+        p.push(word(x)?);
+    }
+    Ok(())
+}
+
+pub(super) fn conv2d(
+    gpu: &mut Gpu,
+    c: &Conv2dParams,
+    ins: &[&wgpu::Buffer],
+    in_descs: &[&OperandDescriptor],
+    out: &wgpu::Buffer,
+    out_desc: &OperandDescriptor,
+) -> Result<Option<Step>> {
+    let n = out_desc.element_count() as u64;
+    if n == 0 {
+        return Ok(None);
+    }
+    word(in_descs[0].element_count() as u64)?;
+    word(in_descs[1].element_count() as u64)?;
+    let cg = c.in_channels / c.groups.max(1);
+    let filter = filter_strides(c.filter_layout, c.out_channels, cg, c.kernel_h, c.kernel_w);
+    conv_step(gpu, CONV2D, n, c, filter, ins, out).map(Some)
 }
 
 pub(super) fn pool2d(

@@ -237,75 +237,7 @@ pub(super) fn pool2d(
 mod tests {
     use super::super::testing::*;
     use crate::graph::args::Val;
-    use crate::graph::GraphBuilder;
-    use crate::tensor::Buf;
-    use crate::types::{DataType, OperandDescriptor};
-
-    /// Runs `name(positional..., options)` on the GPU and on the CPU kernel
-    /// with the same random data, where `operand_opts` are option members
-    /// that are operands (given by shape) and `opts` the other members.
-    fn check_with_options(
-        be: &mut super::super::GpuBackend,
-        name: &str,
-        dt: DataType,
-        positional: &[&[usize]],
-        operand_opts: &[(&str, &[usize])],
-        opts: &[(&str, Val)],
-        tol: f32,
-    ) {
-        let mut b = GraphBuilder::new();
-        let mut ids = Vec::new();
-        let mut args = Vec::new();
-        for (i, sh) in positional.iter().enumerate() {
-            let id = b.input(&format!("a{i}"), desc(dt, sh)).unwrap();
-            ids.push(id);
-            args.push(operand(&b, id));
-        }
-        let mut members: Vec<(&str, Val)> = opts.to_vec();
-        for (k, sh) in operand_opts {
-            let id = b.input(&format!("b{k}"), desc(dt, sh)).unwrap();
-            ids.push(id);
-            members.push((k, operand(&b, id)));
-        }
-        args.push(dict(&members));
-        let outs = b.call(name, &args).unwrap();
-        let g = b
-            .build(
-                outs.iter()
-                    .enumerate()
-                    .map(|(i, &o)| (format!("out{i}"), o))
-                    .collect(),
-            )
-            .unwrap();
-        let node = g.nodes[0].clone();
-        let data: Vec<Buf> = ids
-            .iter()
-            .map(|&id| random_buf(dt, g.operands[id].element_count(), id as u64 + 11))
-            .collect();
-        let by_id = |id: usize| &data[ids.iter().position(|&x| x == id).unwrap()];
-        let refs: Vec<&Buf> = node.inputs.iter().map(|&i| by_id(i)).collect();
-        let in_descs: Vec<&OperandDescriptor> =
-            node.inputs.iter().map(|&i| &g.operands[i]).collect();
-        let out_descs: Vec<OperandDescriptor> = node
-            .outputs
-            .iter()
-            .map(|&o| g.operands[o].clone())
-            .collect();
-        let want =
-            crate::backend::cpu::run_op(&node.op, &refs, &in_descs, &out_descs, None).unwrap();
-        let order: Vec<Buf> = g.inputs.iter().map(|(_, id)| by_id(*id).clone()).collect();
-        let what = format!("{name} {dt:?} {positional:?} {operand_opts:?} {opts:?}");
-        let got = run(be, g, order).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!(got.len(), want.len(), "{what}: outputs");
-        for (g, w) in got.iter().zip(&want) {
-            let tol = if dt == DataType::Float16 {
-                tol.max(2e-3)
-            } else {
-                tol
-            };
-            assert_close(&g.to_f32_vec(), &w.to_f32_vec(), tol, &what);
-        }
-    }
+    use crate::types::DataType;
 
     #[test]
     fn conv_transpose2d_options() {
@@ -397,16 +329,16 @@ mod tests {
                 };
             for dt in [DataType::Float32, DataType::Float16] {
                 for bias in [false, true] {
-                    let mut o = opts.clone();
-                    o.push(("inputLayout", s(il)));
-                    o.push(("filterLayout", s(fl)));
+                    let mut o: Vec<(&str, Arg)> =
+                        opts.iter().map(|(k, v)| (*k, Arg::V(v.clone()))).collect();
+                    o.push(("inputLayout", Arg::V(s(il))));
+                    o.push(("filterLayout", Arg::V(s(fl))));
                     let bias_shape = [out_c];
-                    let ops: Vec<(&str, &[usize])> = if bias {
-                        vec![("bias", &bias_shape[..])]
-                    } else {
-                        vec![]
-                    };
-                    check_with_options(&mut be, "convTranspose2d", dt, &[&si, &sf], &ops, &o, 1e-4);
+                    if bias {
+                        o.push(("bias", Arg::T(dt, &bias_shape)));
+                    }
+                    let args = [Arg::T(dt, &si), Arg::T(dt, &sf)];
+                    check_call_vs_cpu(&mut be, "convTranspose2d", &args, Some(&o), 11, 1e-4, 2e-3);
                 }
             }
         }

@@ -25,17 +25,24 @@ pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
     matches!(op, "gru" | "gruCell" | "lstm" | "lstmCell") && is_float(dt)
 }
 
-const COMMON: &str = include_str!("shaders/recurrent_common.wgsl");
-const INIT: &str = include_str!("shaders/recurrent_init.wgsl");
-const PROJECT: &str = include_str!("shaders/recurrent_project.wgsl");
-const HIDDEN: &str = include_str!("shaders/recurrent_hidden.wgsl");
-const RESET: &str = include_str!("shaders/recurrent_reset.wgsl");
-const GRU: &str = include_str!("shaders/recurrent_gru.wgsl");
-const LSTM: &str = include_str!("shaders/recurrent_lstm.wgsl");
-
-fn with_common(body: &str) -> String {
-    format!("{COMMON}\n{body}")
+/// A kernel's source: recurrent_common.wgsl, then the given files, joined
+/// at compile time.
+macro_rules! with_common {
+    ($($file:literal),+) => {
+        concat!(include_str!("shaders/recurrent_common.wgsl") $(, "\n", include_str!($file))+)
+    };
 }
+
+const INIT: &str = include_str!("shaders/recurrent_init.wgsl");
+const PROJECT: &str = with_common!("shaders/recurrent_project.wgsl");
+const HIDDEN: &str = with_common!("shaders/recurrent_hidden.wgsl");
+// The kernels with one invocation per hidden unit share recurrent_unit.wgsl too.
+const RESET: &str = with_common!(
+    "shaders/recurrent_unit.wgsl",
+    "shaders/recurrent_reset.wgsl"
+);
+const GRU: &str = with_common!("shaders/recurrent_unit.wgsl", "shaders/recurrent_gru.wgsl");
+const LSTM: &str = with_common!("shaders/recurrent_unit.wgsl", "shaders/recurrent_lstm.wgsl");
 
 fn act_code(a: RnnActivation) -> u32 {
     match a {
@@ -190,7 +197,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &RecurrentOp, io: &NodeIo) -> Result<Vec<
 
     let params = gpu.params(&words.at(gx_len, 0)?)?;
     out.push(gpu.step(
-        with_common(PROJECT),
+        PROJECT.to_string(),
         "main",
         &[&params, io.ins[0], io.ins[1], &gx],
         gpu.grid_1d(gx_len)?,
@@ -201,7 +208,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &RecurrentOp, io: &NodeIo) -> Result<Vec<
     for s in 0..p.steps {
         let params = gpu.params(&words.at(proj_len, s)?)?;
         out.push(gpu.step(
-            with_common(HIDDEN),
+            HIDDEN.to_string(),
             "main",
             &[&params, io.ins[2], h, &gh],
             proj_grid,
@@ -214,7 +221,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &RecurrentOp, io: &NodeIo) -> Result<Vec<
         if let Some(c) = c {
             let peep = input(p.peephole).unwrap_or(&params);
             out.push(gpu.step(
-                with_common(LSTM),
+                LSTM.to_string(),
                 "main",
                 &[&params, &gx, &gh, bias, rbias, peep, h, c, seq],
                 state_grid,
@@ -222,14 +229,14 @@ pub(super) fn build(gpu: &mut Gpu, op: &RecurrentOp, io: &NodeIo) -> Result<Vec<
         } else {
             if !p.reset_after {
                 out.push(gpu.step(
-                    with_common(RESET),
+                    RESET.to_string(),
                     "main",
-                    &[&params, io.ins[2], h, &gx, bias, rbias, &gh],
+                    &[&params, &gx, &gh, bias, rbias, io.ins[2], h],
                     state_grid,
                 )?);
             }
             out.push(gpu.step(
-                with_common(GRU),
+                GRU.to_string(),
                 "main",
                 &[&params, &gx, &gh, bias, rbias, h, seq],
                 state_grid,

@@ -6,6 +6,7 @@
 //! one invocation per group when groups are short, one workgroup per group
 //! otherwise).
 
+use super::shape::strides;
 use super::{is_float, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
 use crate::graph::ops::norm::NormOp;
@@ -24,15 +25,6 @@ pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
         "batchNormalization" | "instanceNormalization" | "layerNormalization" => is_float(dt),
         _ => false,
     }
-}
-
-/// Row-major element strides of `shape`.
-fn strides(shape: &[usize]) -> Vec<u64> {
-    let mut s = vec![1u64; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1] as u64;
-    }
-    s
 }
 
 /// The optional scale and bias bindings (from `first` on) and the WGSL

@@ -11,7 +11,7 @@ const COPY: &str = include_str!("shaders/copy.wgsl");
 const SOFTMAX: &str = include_str!("shaders/softmax.wgsl");
 
 /// Row-major element strides of `shape`.
-fn strides(shape: &[usize]) -> Vec<u64> {
+pub(super) fn strides(shape: &[usize]) -> Vec<u64> {
     let mut s = vec![1u64; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         s[d] = s[d + 1] * shape[d + 1] as u64;

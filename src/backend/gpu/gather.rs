@@ -475,34 +475,12 @@ mod tests {
 
     /// Runs `name` on explicit data and compares with the CPU kernel.
     fn explicit(be: &mut GpuBackend, name: &str, data: &[(Buf, OperandDescriptor)], extra: &[Val]) {
-        let mut b = GraphBuilder::new();
-        let mut args = Vec::new();
-        for (i, (_, d)) in data.iter().enumerate() {
-            let id = b.input(&format!("in{i}"), d.clone()).unwrap();
-            args.push(operand(&b, id));
-        }
-        args.extend(extra.iter().cloned());
-        let out = b.call(name, &args).unwrap()[0];
-        let g = b.build(vec![("out".into(), out)]).unwrap();
-        let node = g.nodes[0].clone();
-        let refs: Vec<&Buf> = data.iter().map(|(b, _)| b).collect();
-        let descs: Vec<&OperandDescriptor> = data.iter().map(|(_, d)| d).collect();
-        let want = crate::backend::cpu::run_op(
-            &node.op,
-            &refs,
-            &descs,
-            &[g.operands[node.outputs[0]].clone()],
-            None,
-        )
-        .unwrap();
-        // The graph's inputs are in name order, which is the node's here.
-        let got = run(be, g, data.iter().map(|(b, _)| b.clone()).collect()).unwrap();
-        assert_eq!(
-            got[0],
-            want[0],
-            "{name} {:?}",
-            data.iter().map(|(b, _)| b).collect::<Vec<_>>()
-        );
+        let mut args: Vec<Arg> = data
+            .iter()
+            .map(|(b, d)| Arg::D(b.clone(), d.clone()))
+            .collect();
+        args.extend(extra.iter().cloned().map(Arg::V));
+        check_call_vs_cpu(be, name, &args, None, 0, 0.0, 0.0);
     }
 
     #[test]

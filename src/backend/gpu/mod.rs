@@ -1637,42 +1637,9 @@ mod tests {
             check_vs_cpu(&mut be, "gemm", &[F, F], &[&sa, &sb], &[opts], 1e-4);
         }
         for sc in [&[37usize, 70][..], &[70], &[37, 1], &[1, 70], &[], &[1]] {
-            let mut bld = GraphBuilder::new();
-            let a = bld.input("a", desc(F, &[37, 19])).unwrap();
-            let b = bld.input("b", desc(F, &[19, 70])).unwrap();
-            let c = bld.input("c", desc(F, sc)).unwrap();
-            let opts = dict(&[("c", operand(&bld, c)), ("beta", n(-1.5))]);
-            let out = bld
-                .call("gemm", &[operand(&bld, a), operand(&bld, b), opts])
-                .unwrap()[0];
-            let g = bld.build(vec![("out".into(), out)]).unwrap();
-            let node = g.nodes[0].clone();
-            let ins = [
-                random_buf(F, 37 * 19, 1),
-                random_buf(F, 19 * 70, 2),
-                random_buf(F, sc.iter().product(), 3),
-            ];
-            // The graph's inputs are in name order; the node's in a, b, c.
-            let by_id = |id: usize| &ins[[a, b, c].iter().position(|&x| x == id).unwrap()];
-            let refs: Vec<&Buf> = node.inputs.iter().map(|&i| by_id(i)).collect();
-            let in_descs: Vec<&OperandDescriptor> =
-                node.inputs.iter().map(|&i| &g.operands[i]).collect();
-            let want = crate::backend::cpu::run_op(
-                &node.op,
-                &refs,
-                &in_descs,
-                &[g.operands[node.outputs[0]].clone()],
-                None,
-            )
-            .unwrap();
-            let order: Vec<Buf> = g.inputs.iter().map(|(_, id)| by_id(*id).clone()).collect();
-            let got = run(&mut be, g, order).unwrap();
-            assert_close(
-                &f32s(&got[0]),
-                &f32s(&want[0]),
-                1e-4,
-                &format!("gemm c {sc:?}"),
-            );
+            let args = [Arg::T(F, &[37, 19]), Arg::T(F, &[19, 70])];
+            let opts = [("c", Arg::T(F, sc)), ("beta", Arg::V(n(-1.5)))];
+            check_call_vs_cpu(&mut be, "gemm", &args, Some(&opts), 1, 1e-4, 1e-4);
         }
     }
 
@@ -1730,47 +1697,16 @@ mod tests {
                 _ => sf[3],
             };
             for bias in [false, true] {
-                let mut o: Vec<(&str, Val)> = opts.clone();
-                o.push(("inputLayout", s(il)));
-                o.push(("filterLayout", s(fl)));
-                let mut bld = GraphBuilder::new();
-                let x = bld.input("x", desc(F, &si)).unwrap();
-                let f = bld.input("f", desc(F, &sf)).unwrap();
-                let mut ids = vec![x, f];
+                let mut o: Vec<(&str, Arg)> =
+                    opts.iter().map(|(k, v)| (*k, Arg::V(v.clone()))).collect();
+                o.push(("inputLayout", Arg::V(s(il))));
+                o.push(("filterLayout", Arg::V(s(fl))));
+                let bias_shape = [out_c];
                 if bias {
-                    let bb = bld.input("z", desc(F, &[out_c])).unwrap();
-                    o.push(("bias", operand(&bld, bb)));
-                    ids.push(bb);
+                    o.push(("bias", Arg::T(F, &bias_shape)));
                 }
-                let out = bld
-                    .call("conv2d", &[operand(&bld, x), operand(&bld, f), dict(&o)])
-                    .unwrap()[0];
-                let g = bld.build(vec![("out".into(), out)]).unwrap();
-                let node = g.nodes[0].clone();
-                let data: Vec<Buf> = ids
-                    .iter()
-                    .map(|&id| random_buf(F, g.operands[id].element_count(), id as u64 + 7))
-                    .collect();
-                let by_id = |id: usize| &data[ids.iter().position(|&x| x == id).unwrap()];
-                let refs: Vec<&Buf> = node.inputs.iter().map(|&i| by_id(i)).collect();
-                let in_descs: Vec<&OperandDescriptor> =
-                    node.inputs.iter().map(|&i| &g.operands[i]).collect();
-                let want = crate::backend::cpu::run_op(
-                    &node.op,
-                    &refs,
-                    &in_descs,
-                    &[g.operands[node.outputs[0]].clone()],
-                    None,
-                )
-                .unwrap();
-                let order: Vec<Buf> = g.inputs.iter().map(|(_, id)| by_id(*id).clone()).collect();
-                let got = run(&mut be, g, order).unwrap();
-                assert_close(
-                    &f32s(&got[0]),
-                    &f32s(&want[0]),
-                    1e-4,
-                    &format!("conv2d {il} {fl} {si:?} {sf:?} bias {bias}"),
-                );
+                let args = [Arg::T(F, &si), Arg::T(F, &sf)];
+                check_call_vs_cpu(&mut be, "conv2d", &args, Some(&o), 7, 1e-4, 1e-4);
             }
         }
     }

@@ -153,18 +153,25 @@ pub(crate) fn s(v: &str) -> Val {
 pub(crate) enum Arg<'a> {
     /// An input operand of this type and shape, filled with random data.
     T(DataType, &'a [usize]),
+    /// An input operand of this descriptor, holding these values.
+    D(Buf, OperandDescriptor),
     /// Any other value.
     V(Val),
 }
 
-/// Adds `a` to `b`'s arguments: an input (with its random data, seeded
-/// `seed` plus the number of inputs before it) or the value itself.
+/// Adds `a` to `b`'s arguments: an input (with its data: random ones
+/// seeded `seed` plus the number of inputs before it) or the value itself.
 fn arg_val(b: &mut GraphBuilder, a: &Arg, data: &mut Vec<(usize, Buf)>, seed: u64) -> Val {
     match a {
         Arg::T(dt, sh) => {
             let k = data.len();
             let id = b.input(&format!("in{k}"), desc(*dt, sh)).unwrap();
             data.push((id, random_buf(*dt, sh.iter().product(), seed + k as u64)));
+            operand(b, id)
+        }
+        Arg::D(values, d) => {
+            let id = b.input(&format!("in{}", data.len()), d.clone()).unwrap();
+            data.push((id, values.clone()));
             operand(b, id)
         }
         Arg::V(v) => v.clone(),

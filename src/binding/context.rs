@@ -177,6 +177,62 @@ impl MLContext {
     pub fn shared(&self) -> Rc<CtxShared> {
         self.shared.clone()
     }
+
+    /// Fails `what` (createTensor, createConstantTensor) once the context
+    /// is lost.
+    fn check_live(&self, what: &str) -> Result<()> {
+        if self.shared.is_lost() {
+            return Err(Error::invalid_state(format!(
+                "{what}: the MLContext is lost"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A new tensor of this context: `readable`, `writable` as given, and
+    /// `constant` holding a constant tensor's bytes.
+    fn tensor_info(
+        &self,
+        desc: crate::types::OperandDescriptor,
+        label: String,
+        readable: bool,
+        writable: bool,
+        constant: Option<Arc<Vec<u8>>>,
+    ) -> TensorInfo {
+        TensorInfo {
+            ctx: self.shared.clone(),
+            id: self.shared.next_id(),
+            desc,
+            readable,
+            writable,
+            constant,
+            label,
+        }
+    }
+
+    /// Registers the promise of the tensor `info` and sends its creation,
+    /// which settles the promise when `settle`; otherwise the caller sends
+    /// the commands that do, with the returned request id.
+    fn send_create(
+        &self,
+        e: napi_env,
+        info: TensorInfo,
+        settle: bool,
+    ) -> napi::Result<(u64, napi_value)> {
+        let (id, desc, label) = (info.id, info.desc.clone(), info.label.clone());
+        let (req, p) = completion::register(e, &self.shared, PendingKind::Tensor(info))?;
+        self.shared.send_or_reject(
+            e,
+            req,
+            Command::CreateTensor {
+                id,
+                desc,
+                label,
+                respond: settle.then_some(Responder::Js(req)),
+            },
+        );
+        Ok((req, p))
+    }
 }
 
 fn map_err<T>(r: napi::Result<T>) -> Result<T> {
@@ -396,9 +452,7 @@ impl MLContext {
     pub fn create_tensor(&self, env: Env, desc: JsRaw) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = (|| {
-            if self.shared.is_lost() {
-                return Err(Error::invalid_state("createTensor: the MLContext is lost"));
-            }
+            self.check_live("createTensor")?;
             let ctx = Ctx::new("createTensor");
             let v = to_val(e, desc.0)?;
             let d = descriptor(&ctx, &v)?;
@@ -408,32 +462,13 @@ impl MLContext {
                 .opt_string(v.member("label"), "label")?
                 .unwrap_or_default();
             let writable = ctx.bool_or(v.member("writable"), "writable", false)?;
-            Ok(TensorInfo {
-                ctx: self.shared.clone(),
-                id: self.shared.next_id(),
-                desc: d,
-                readable,
-                writable,
-                constant: None,
-                label,
-            })
+            Ok(self.tensor_info(d, label, readable, writable, None))
         })();
         let info = match r {
             Ok(i) => i,
             Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
         };
-        let (id, desc, label) = (info.id, info.desc.clone(), info.label.clone());
-        let (req, p) = completion::register(e, &self.shared, PendingKind::Tensor(info))?;
-        self.shared.send_or_reject(
-            e,
-            req,
-            Command::CreateTensor {
-                id,
-                desc,
-                label,
-                respond: Some(Responder::Js(req)),
-            },
-        );
+        let (_, p) = self.send_create(e, info, true)?;
         Ok(JsRaw(p))
     }
 
@@ -447,11 +482,7 @@ impl MLContext {
     ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = (|| {
-            if self.shared.is_lost() {
-                return Err(Error::invalid_state(
-                    "createConstantTensor: the MLContext is lost",
-                ));
-            }
+            self.check_live("createConstantTensor")?;
             let ctx = Ctx::new("createConstantTensor");
             let v = to_val(e, desc.0)?;
             let d = descriptor(&ctx, &v)?;
@@ -461,35 +492,15 @@ impl MLContext {
             self.shared.check_size(&d, "createConstantTensor")?;
             let bytes = check_source(e, data, &d, "createConstantTensor: data")?;
             let buf = Buf::from_bytes(d.data_type, &bytes, d.element_count())?;
-            Ok((
-                TensorInfo {
-                    ctx: self.shared.clone(),
-                    id: self.shared.next_id(),
-                    desc: d,
-                    readable: false,
-                    writable: false,
-                    constant: Some(Arc::new(bytes)),
-                    label,
-                },
-                buf,
-            ))
+            let constant = Some(Arc::new(bytes));
+            Ok((self.tensor_info(d, label, false, false, constant), buf))
         })();
         let (info, buf) = match r {
             Ok(i) => i,
             Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
         };
-        let (id, desc, label) = (info.id, info.desc.clone(), info.label.clone());
-        let (req, p) = completion::register(e, &self.shared, PendingKind::Tensor(info))?;
-        self.shared.send_or_reject(
-            e,
-            req,
-            Command::CreateTensor {
-                id,
-                desc,
-                label: label.clone(),
-                respond: None,
-            },
-        );
+        let (id, label) = (info.id, info.label.clone());
+        let (req, p) = self.send_create(e, info, false)?;
         self.shared.send_or_reject(
             e,
             req,

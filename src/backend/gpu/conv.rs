@@ -75,8 +75,18 @@ fn transpose_filter_strides(
     }
 }
 
-const CONV2D: &str = include_str!("shaders/conv2d.wgsl");
-const CONV_TRANSPOSE2D: &str = include_str!("shaders/conv_transpose2d.wgsl");
+// Both conv kernels start with the parameters and bindings conv_step
+// makes, joined at compile time.
+const CONV2D: &str = concat!(
+    include_str!("shaders/conv_common.wgsl"),
+    "\n",
+    include_str!("shaders/conv2d.wgsl")
+);
+const CONV_TRANSPOSE2D: &str = concat!(
+    include_str!("shaders/conv_common.wgsl"),
+    "\n",
+    include_str!("shaders/conv_transpose2d.wgsl")
+);
 const POOL2D: &str = include_str!("shaders/pool2d.wgsl");
 
 /// Strides (n, c, h, w) of an activation tensor in `nhwc` or nchw layout.

@@ -6,6 +6,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use napi::bindgen_prelude::ClassInstance;
 use napi::sys::{self, napi_env, napi_value};
 use napi::{Env, ValueType};
 use napi_derive::napi;
@@ -178,6 +179,22 @@ impl MLContext {
         self.shared.clone()
     }
 
+    /// The arguments of compute and computeSync: the graph (this context's,
+    /// alive) and the input and output views, checked against its inputs
+    /// and outputs.
+    fn compute_call<'a>(
+        &self,
+        e: napi_env,
+        graph: JsRaw,
+        inputs: JsRaw,
+        outputs: JsRaw,
+    ) -> Result<(ClassInstance<'a, MLGraph>, Vec<ComputeArg>, Vec<ComputeArg>)> {
+        let g = MLGraph::from_arg(e, graph)?;
+        g.check_usable(&self.shared)?;
+        let (ins, outs) = compute_args(e, &g.graph, inputs, outputs)?;
+        Ok((g, ins, outs))
+    }
+
     /// Fails `what` (createTensor, createConstantTensor) once the context
     /// is lost.
     fn check_live(&self, what: &str) -> Result<()> {
@@ -317,6 +334,14 @@ fn compute_args(
         read(inputs, &graph.inputs, "inputs")?,
         read(outputs, &graph.outputs, "outputs")?,
     ))
+}
+
+/// How to hand `a`'s view back over a new buffer.
+fn out_view(a: &ComputeArg) -> OutView {
+    OutView {
+        kind: a.info.kind,
+        length: a.info.length,
+    }
 }
 
 /// Copies the input views into element buffers.
@@ -626,9 +651,7 @@ impl MLContext {
     ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = (|| {
-            let g = MLGraph::from_arg(e, graph)?;
-            g.check_usable(&self.shared)?;
-            let (ins, outs) = compute_args(e, &g.graph, inputs, outputs)?;
+            let (g, ins, outs) = self.compute_call(e, graph, inputs, outputs)?;
             let all: Vec<&ComputeArg> = ins.iter().chain(&outs).collect();
             views::check_transferable(e, &all)?;
             let bufs = input_bufs(&g.graph, &ins)?;
@@ -636,29 +659,14 @@ impl MLContext {
             let kept: Vec<(String, OutView, Vec<u8>)> = ins
                 .iter()
                 .map(|a| {
-                    (
-                        a.name.clone(),
-                        OutView {
-                            kind: a.info.kind,
-                            length: a.info.length,
-                        },
-                        unsafe { view_bytes(&a.info) }.to_vec(),
-                    )
+                    let bytes = unsafe { view_bytes(&a.info) }.to_vec();
+                    (a.name.clone(), out_view(a), bytes)
                 })
                 .collect();
             let out_views = outs
                 .iter()
                 .zip(&g.graph.outputs)
-                .map(|(a, (_, op))| {
-                    (
-                        a.name.clone(),
-                        OutView {
-                            kind: a.info.kind,
-                            length: a.info.length,
-                        },
-                        g.graph.operands[*op].data_type,
-                    )
-                })
+                .map(|(a, (_, op))| (a.name.clone(), out_view(a), g.graph.operands[*op].data_type))
                 .collect();
             for a in &all {
                 map_err(raw::detach(e, a.info.buffer))?;
@@ -699,9 +707,7 @@ impl MLContext {
     ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = (|| {
-            let g = MLGraph::from_arg(e, graph)?;
-            g.check_usable(&self.shared)?;
-            let (ins, outs) = compute_args(e, &g.graph, inputs, outputs)?;
+            let (g, ins, outs) = self.compute_call(e, graph, inputs, outputs)?;
             let bufs = input_bufs(&g.graph, &ins)?;
             let (tx, rx) = crossbeam_channel::bounded(1);
             self.shared.send(Command::Compute {

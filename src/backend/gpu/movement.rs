@@ -66,8 +66,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &MovementOp, io: &NodeIo) -> Result<Vec<S
                 ));
             }
             let ss = broadcast_strides(in_shape, out_shape);
-            let ds = strides(out_shape);
-            shape::copy(gpu, dt, out_shape, 0, &ss, 0, &ds, input, out).map(one)
+            shape::copy_into(gpu, 0, &ss, input, out, out_desc).map(one)
         }
         MovementOp::Split { axis, sizes } => {
             let axis = *axis;
@@ -84,18 +83,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &MovementOp, io: &NodeIo) -> Result<Vec<S
                 if d.shape.len() != in_shape.len() || d.shape[axis] != size {
                     return Err(Error::operation("split: inconsistent outputs"));
                 }
-                let ds = strides(&d.shape);
-                steps.extend(shape::copy(
-                    gpu,
-                    dt,
-                    &d.shape,
-                    start * is[axis],
-                    &is,
-                    0,
-                    &ds,
-                    input,
-                    o,
-                )?);
+                steps.extend(shape::copy_into(gpu, start * is[axis], &is, input, o, d)?);
                 start += size as u64;
             }
             Ok(steps)

@@ -249,17 +249,94 @@ mod tests {
     use crate::graph::args::Val;
     use crate::types::DataType;
 
+    /// (input layout, filter layout, input shape, filter shape, options)
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        Vec<usize>,
+        Vec<usize>,
+        Vec<(&'a str, Val)>,
+    );
+
+    /// Runs `name` (conv2d or convTranspose2d) with `case`'s layouts,
+    /// shapes and options in `dt`, without and with a bias of `out_c`
+    /// values, against the CPU kernel.
+    fn check_case(
+        be: &mut super::super::GpuBackend,
+        name: &str,
+        dt: DataType,
+        case: &Case,
+        out_c: usize,
+        seed: u64,
+        f16_tol: f32,
+    ) {
+        let (il, fl, si, sf, opts) = case;
+        for bias in [false, true] {
+            let mut o: Vec<(&str, Arg)> =
+                opts.iter().map(|(k, v)| (*k, Arg::V(v.clone()))).collect();
+            o.push(("inputLayout", Arg::V(s(il))));
+            o.push(("filterLayout", Arg::V(s(fl))));
+            let bias_shape = [out_c];
+            if bias {
+                o.push(("bias", Arg::T(dt, &bias_shape)));
+            }
+            let args = [Arg::T(dt, si), Arg::T(dt, sf)];
+            check_call_vs_cpu(be, name, &args, Some(&o), seed, 1e-4, f16_tol);
+        }
+    }
+
+    #[test]
+    fn conv2d_options() {
+        let Some(mut be) = backend() else { return };
+        let cases: Vec<Case> = vec![
+            ("nchw", "oihw", vec![1, 3, 9, 11], vec![5, 3, 3, 3], vec![]),
+            (
+                "nchw",
+                "oihw",
+                vec![2, 4, 10, 7],
+                vec![6, 2, 3, 2],
+                vec![
+                    ("groups", n(2.0)),
+                    ("padding", list(&[1.0, 2.0, 0.0, 1.0])),
+                    ("strides", list(&[2.0, 1.0])),
+                    ("dilations", list(&[1.0, 2.0])),
+                ],
+            ),
+            ("nhwc", "ohwi", vec![1, 8, 8, 3], vec![4, 3, 3, 3], vec![]),
+            (
+                "nhwc",
+                "hwio",
+                vec![2, 7, 9, 4],
+                vec![3, 3, 4, 5],
+                vec![("padding", list(&[1.0, 1.0, 1.0, 1.0]))],
+            ),
+            (
+                "nhwc",
+                "ihwo",
+                vec![1, 6, 6, 8],
+                vec![1, 3, 3, 8],
+                vec![("groups", n(8.0)), ("strides", list(&[2.0, 2.0]))],
+            ),
+            (
+                "nchw",
+                "hwio",
+                vec![1, 6, 5, 5],
+                vec![1, 1, 3, 6],
+                vec![("groups", n(2.0))],
+            ),
+        ];
+        for case in &cases {
+            let out_c = match case.1 {
+                "oihw" | "ohwi" => case.3[0],
+                _ => case.3[3],
+            };
+            check_case(&mut be, "conv2d", F, case, out_c, 7, 1e-4);
+        }
+    }
+
     #[test]
     fn conv_transpose2d_options() {
         let Some(mut be) = backend() else { return };
-        // (input layout, filter layout, input shape, filter shape, options)
-        type Case<'a> = (
-            &'a str,
-            &'a str,
-            Vec<usize>,
-            Vec<usize>,
-            Vec<(&'a str, Val)>,
-        );
         let cases: Vec<Case> = vec![
             ("nchw", "iohw", vec![1, 1, 1, 1], vec![1, 1, 1, 1], vec![]),
             ("nchw", "iohw", vec![1, 3, 9, 11], vec![3, 5, 3, 3], vec![]),
@@ -323,7 +400,8 @@ mod tests {
                 vec![],
             ),
         ];
-        for (il, fl, si, sf, opts) in cases {
+        for case in &cases {
+            let (_, fl, _, sf, opts) = case;
             let groups = opts
                 .iter()
                 .find(|(k, _)| *k == "groups")
@@ -332,24 +410,13 @@ mod tests {
                     _ => 1,
                 });
             let out_c = groups
-                * match fl {
+                * match *fl {
                     "iohw" => sf[1],
                     "hwoi" => sf[2],
                     _ => sf[0],
                 };
             for dt in [DataType::Float32, DataType::Float16] {
-                for bias in [false, true] {
-                    let mut o: Vec<(&str, Arg)> =
-                        opts.iter().map(|(k, v)| (*k, Arg::V(v.clone()))).collect();
-                    o.push(("inputLayout", Arg::V(s(il))));
-                    o.push(("filterLayout", Arg::V(s(fl))));
-                    let bias_shape = [out_c];
-                    if bias {
-                        o.push(("bias", Arg::T(dt, &bias_shape)));
-                    }
-                    let args = [Arg::T(dt, &si), Arg::T(dt, &sf)];
-                    check_call_vs_cpu(&mut be, "convTranspose2d", &args, Some(&o), 11, 1e-4, 2e-3);
-                }
+                check_case(&mut be, "convTranspose2d", dt, case, out_c, 11, 2e-3);
             }
         }
     }

@@ -156,6 +156,15 @@ function f32(shape, data) {
   return { dataType: 'float32', shape, data: Float32Array.from(data) };
 }
 
+/**
+ * Runs `fn(builder, inputs)` (see `run`) for its one output; returns
+ * { data, shape, dataType } of it.
+ */
+async function runOneOutput(context, inputs, fn) {
+  const { results, outputs } = await run(context, inputs, (b, ops) => ({ out: fn(b, ops) }));
+  return { data: Array.from(results.out), ...outputs.out };
+}
+
 /** A float32 constant operand on builder b. */
 function constF32(b, shape, data) {
   return b.constant({ dataType: 'float32', shape }, Float32Array.from(data));
@@ -180,6 +189,7 @@ module.exports = {
   buildGraph,
   dispatchGraph,
   run,
+  runOneOutput,
   f32,
   constF32,
   cpuContext,

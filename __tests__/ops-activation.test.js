@@ -5,7 +5,7 @@
 // casts of the options, prelu/where broadcasting, integer where/prelu).
 
 const { MLGraphBuilder } = require('..');
-const { expectThrow, expectClose, run, cpuContext } = require('./helpers');
+const { expectThrow, expectClose, runOneOutput, f32, cpuContext } = require('./helpers');
 
 let context;
 beforeAll(async () => {
@@ -15,13 +15,7 @@ afterAll(() => {
   context.destroy();
 });
 
-/** Runs `fn(builder, inputs)`; returns { data, shape, dataType } of `out`. */
-async function runOut(inputs, fn) {
-  const { results, outputs } = await run(context, inputs, (b, ops) => ({ out: fn(b, ops) }));
-  return { data: Array.from(results.out), ...outputs.out };
-}
-
-const f32 = (shape, data) => ({ dataType: 'float32', shape, data: Float32Array.from(data) });
+const runOut = (inputs, fn) => runOneOutput(context, inputs, fn);
 const f16 = (shape, bits) => ({ dataType: 'float16', shape, data: Uint16Array.from(bits) });
 
 describe('softsign', () => {

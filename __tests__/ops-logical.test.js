@@ -4,7 +4,7 @@
 // spec's validation steps ("create an element-wise logical operation").
 
 const { ml, MLGraphBuilder } = require('..');
-const { expectThrow, run, cpuContext } = require('./helpers');
+const { expectThrow, runOneOutput, f32, cpuContext } = require('./helpers');
 
 let context;
 beforeAll(async () => {
@@ -14,13 +14,7 @@ afterAll(() => {
   context.destroy();
 });
 
-/** Runs `fn(builder, inputs)`; returns { data, shape, dataType } of `out`. */
-async function runOut(inputs, fn) {
-  const { results, outputs } = await run(context, inputs, (b, ops) => ({ out: fn(b, ops) }));
-  return { data: Array.from(results.out), ...outputs.out };
-}
-
-const f32 = (shape, data) => ({ dataType: 'float32', shape, data: Float32Array.from(data) });
+const runOut = (inputs, fn) => runOneOutput(context, inputs, fn);
 const u8 = (shape, data) => ({ dataType: 'uint8', shape, data: Uint8Array.from(data) });
 
 describe('lesserOrEqual', () => {

@@ -36,9 +36,10 @@
 // Correctness comes first: the same graph (same description, same seed,
 // hence the same weights) is built on a CPU context and run on the same
 // inputs, and max |gpu - cpu| / max(|cpu|, floor) is printed, with
-// floor = max(1e-3, 0.1 * rms(cpu)) as in bench/run.js (below the floor the
-// test is an absolute one, so near-zero outputs do not turn rounding noise
-// into large "relative" errors). Float32 on the GPU and on the CPU differ
+// floor = max(1e-3, 0.1 * rms(cpu)), the check bench/run.js makes too
+// (bench/check.js; below the floor the test is an absolute one, so
+// near-zero outputs do not turn rounding noise into large "relative"
+// errors). Float32 on the GPU and on the CPU differ
 // only by summation order, so anything above 1e-2 is a bug: the workload is
 // marked MISMATCH, is not timed, a loud line goes to stderr and the exit
 // status is 1.
@@ -71,10 +72,9 @@
 const fs = require('fs');
 const os = require('os');
 const { WORKLOADS, WEIGHT_SEED, INPUT_SEED, makeRandom, WebnnEmitter } = require('./workloads');
+const { REL_FLOOR, RMS_FRACTION, maxRelativeError } = require('./check');
 
 const MAX_REL_ERR = 1e-2;
-const REL_FLOOR = 1e-3;
-const RMS_FRACTION = 0.1;
 const WARMUP = 2;
 // A series (timed runs or one chain) is cut to about this many ms, judged
 // by the first inference's time, unless --runs / --chain are given.
@@ -250,24 +250,6 @@ async function buildRunner(context, workload) {
     },
     release,
   };
-}
-
-function maxRelativeError(ours, reference) {
-  let worst = 0;
-  for (const name in reference) {
-    const a = ours[name];
-    const b = reference[name];
-    if (!a || a.length !== b.length) return Infinity;
-    let sumSquares = 0;
-    for (let i = 0; i < b.length; i++) sumSquares += b[i] * b[i];
-    const floor = Math.max(REL_FLOOR, RMS_FRACTION * Math.sqrt(sumSquares / b.length));
-    for (let i = 0; i < b.length; i++) {
-      const err = Math.abs(a[i] - b[i]) / Math.max(Math.abs(b[i]), floor);
-      // NaN on either side is a mismatch (comparisons with NaN are false).
-      if (!(err <= worst)) worst = Number.isNaN(err) ? Infinity : err;
-    }
-  }
-  return worst;
 }
 
 // The CPU backend's outputs for the same graph and inputs.

@@ -21,17 +21,11 @@ const os = require('os');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const { WORKLOADS, WEIGHT_SEED, INPUT_SEED, makeRandom, WebnnEmitter, NullEmitter } = require('./workloads');
+const { REL_FLOOR, RMS_FRACTION, maxRelativeError } = require('./check');
 
-// Outputs agree when max |ours - ort| / max(|ort|, floor) stays below
-// MAX_REL_ERR, with floor = max(REL_FLOOR, RMS_FRACTION * rms(ort)). The
-// floor keeps elements that are (nearly) zero from turning rounding noise
-// into huge relative errors: two correct float32 dot products of a few
-// hundred terms, summed in different orders, differ by ~1e-6 of the output's
-// scale, which near a zero output would read as 1e-2 "relative" error. Below
-// the floor the test is an absolute one: 1e-3 of a tenth of the output's RMS.
+// Outputs agree when maxRelativeError (bench/check.js) against onnxruntime
+// stays below MAX_REL_ERR.
 const MAX_REL_ERR = 1e-3;
-const REL_FLOOR = 1e-3;
-const RMS_FRACTION = 0.1;
 const WARMUP = 5;
 
 // Loaded lazily: the RSS children must load only the side they measure.
@@ -137,25 +131,6 @@ async function buildOrt(workload, threads) {
 }
 
 // --- measurement ---
-
-function maxRelativeError(ours, theirs) {
-  let worst = 0;
-  for (const name in theirs) {
-    const a = ours[name];
-    const b = theirs[name];
-    if (!a || a.length !== b.length) return Infinity;
-    let sumSquares = 0;
-    for (let i = 0; i < b.length; i++) sumSquares += b[i] * b[i];
-    const floor = Math.max(REL_FLOOR, RMS_FRACTION * Math.sqrt(sumSquares / b.length));
-    for (let i = 0; i < b.length; i++) {
-      const err = Math.abs(a[i] - b[i]) / Math.max(Math.abs(b[i]), floor);
-      // NaN anywhere (either side) counts as a mismatch: comparisons with
-      // NaN are false, so test for it explicitly.
-      if (!(err <= worst)) worst = Number.isNaN(err) ? Infinity : err;
-    }
-  }
-  return worst;
-}
 
 function median(values) {
   const s = [...values].sort((x, y) => x - y);

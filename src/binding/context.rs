@@ -6,6 +6,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use napi::bindgen_prelude::ClassInstance;
 use napi::sys::{self, napi_env, napi_value};
 use napi::{Env, ValueType};
 use napi_derive::napi;
@@ -177,6 +178,78 @@ impl MLContext {
     pub fn shared(&self) -> Rc<CtxShared> {
         self.shared.clone()
     }
+
+    /// The arguments of compute and computeSync: the graph (this context's,
+    /// alive) and the input and output views, checked against its inputs
+    /// and outputs.
+    fn compute_call<'a>(
+        &self,
+        e: napi_env,
+        graph: JsRaw,
+        inputs: JsRaw,
+        outputs: JsRaw,
+    ) -> Result<(ClassInstance<'a, MLGraph>, Vec<ComputeArg>, Vec<ComputeArg>)> {
+        let g = MLGraph::from_arg(e, graph)?;
+        g.check_usable(&self.shared)?;
+        let (ins, outs) = compute_args(e, &g.graph, inputs, outputs)?;
+        Ok((g, ins, outs))
+    }
+
+    /// Fails `what` (createTensor, createConstantTensor) once the context
+    /// is lost.
+    fn check_live(&self, what: &str) -> Result<()> {
+        if self.shared.is_lost() {
+            return Err(Error::invalid_state(format!(
+                "{what}: the MLContext is lost"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A new tensor of this context: `readable`, `writable` as given, and
+    /// `constant` holding a constant tensor's bytes.
+    fn tensor_info(
+        &self,
+        desc: crate::types::OperandDescriptor,
+        label: String,
+        readable: bool,
+        writable: bool,
+        constant: Option<Arc<Vec<u8>>>,
+    ) -> TensorInfo {
+        TensorInfo {
+            ctx: self.shared.clone(),
+            id: self.shared.next_id(),
+            desc,
+            readable,
+            writable,
+            constant,
+            label,
+        }
+    }
+
+    /// Registers the promise of the tensor `info` and sends its creation,
+    /// which settles the promise when `settle`; otherwise the caller sends
+    /// the commands that do, with the returned request id.
+    fn send_create(
+        &self,
+        e: napi_env,
+        info: TensorInfo,
+        settle: bool,
+    ) -> napi::Result<(u64, napi_value)> {
+        let (id, desc, label) = (info.id, info.desc.clone(), info.label.clone());
+        let (req, p) = completion::register(e, &self.shared, PendingKind::Tensor(info))?;
+        self.shared.send_or_reject(
+            e,
+            req,
+            Command::CreateTensor {
+                id,
+                desc,
+                label,
+                respond: settle.then_some(Responder::Js(req)),
+            },
+        );
+        Ok((req, p))
+    }
 }
 
 fn map_err<T>(r: napi::Result<T>) -> Result<T> {
@@ -261,6 +334,14 @@ fn compute_args(
         read(inputs, &graph.inputs, "inputs")?,
         read(outputs, &graph.outputs, "outputs")?,
     ))
+}
+
+/// How to hand `a`'s view back over a new buffer.
+fn out_view(a: &ComputeArg) -> OutView {
+    OutView {
+        kind: a.info.kind,
+        length: a.info.length,
+    }
 }
 
 /// Copies the input views into element buffers.
@@ -396,9 +477,7 @@ impl MLContext {
     pub fn create_tensor(&self, env: Env, desc: JsRaw) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = (|| {
-            if self.shared.is_lost() {
-                return Err(Error::invalid_state("createTensor: the MLContext is lost"));
-            }
+            self.check_live("createTensor")?;
             let ctx = Ctx::new("createTensor");
             let v = to_val(e, desc.0)?;
             let d = descriptor(&ctx, &v)?;
@@ -408,32 +487,13 @@ impl MLContext {
                 .opt_string(v.member("label"), "label")?
                 .unwrap_or_default();
             let writable = ctx.bool_or(v.member("writable"), "writable", false)?;
-            Ok(TensorInfo {
-                ctx: self.shared.clone(),
-                id: self.shared.next_id(),
-                desc: d,
-                readable,
-                writable,
-                constant: None,
-                label,
-            })
+            Ok(self.tensor_info(d, label, readable, writable, None))
         })();
         let info = match r {
             Ok(i) => i,
             Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
         };
-        let (id, desc, label) = (info.id, info.desc.clone(), info.label.clone());
-        let (req, p) = completion::register(e, &self.shared, PendingKind::Tensor(info))?;
-        self.shared.send_or_reject(
-            e,
-            req,
-            Command::CreateTensor {
-                id,
-                desc,
-                label,
-                respond: Some(Responder::Js(req)),
-            },
-        );
+        let (_, p) = self.send_create(e, info, true)?;
         Ok(JsRaw(p))
     }
 
@@ -447,11 +507,7 @@ impl MLContext {
     ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = (|| {
-            if self.shared.is_lost() {
-                return Err(Error::invalid_state(
-                    "createConstantTensor: the MLContext is lost",
-                ));
-            }
+            self.check_live("createConstantTensor")?;
             let ctx = Ctx::new("createConstantTensor");
             let v = to_val(e, desc.0)?;
             let d = descriptor(&ctx, &v)?;
@@ -461,35 +517,15 @@ impl MLContext {
             self.shared.check_size(&d, "createConstantTensor")?;
             let bytes = check_source(e, data, &d, "createConstantTensor: data")?;
             let buf = Buf::from_bytes(d.data_type, &bytes, d.element_count())?;
-            Ok((
-                TensorInfo {
-                    ctx: self.shared.clone(),
-                    id: self.shared.next_id(),
-                    desc: d,
-                    readable: false,
-                    writable: false,
-                    constant: Some(Arc::new(bytes)),
-                    label,
-                },
-                buf,
-            ))
+            let constant = Some(Arc::new(bytes));
+            Ok((self.tensor_info(d, label, false, false, constant), buf))
         })();
         let (info, buf) = match r {
             Ok(i) => i,
             Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
         };
-        let (id, desc, label) = (info.id, info.desc.clone(), info.label.clone());
-        let (req, p) = completion::register(e, &self.shared, PendingKind::Tensor(info))?;
-        self.shared.send_or_reject(
-            e,
-            req,
-            Command::CreateTensor {
-                id,
-                desc,
-                label: label.clone(),
-                respond: None,
-            },
-        );
+        let (id, label) = (info.id, info.label.clone());
+        let (req, p) = self.send_create(e, info, false)?;
         self.shared.send_or_reject(
             e,
             req,
@@ -615,9 +651,7 @@ impl MLContext {
     ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = (|| {
-            let g = MLGraph::from_arg(e, graph)?;
-            g.check_usable(&self.shared)?;
-            let (ins, outs) = compute_args(e, &g.graph, inputs, outputs)?;
+            let (g, ins, outs) = self.compute_call(e, graph, inputs, outputs)?;
             let all: Vec<&ComputeArg> = ins.iter().chain(&outs).collect();
             views::check_transferable(e, &all)?;
             let bufs = input_bufs(&g.graph, &ins)?;
@@ -625,29 +659,14 @@ impl MLContext {
             let kept: Vec<(String, OutView, Vec<u8>)> = ins
                 .iter()
                 .map(|a| {
-                    (
-                        a.name.clone(),
-                        OutView {
-                            kind: a.info.kind,
-                            length: a.info.length,
-                        },
-                        unsafe { view_bytes(&a.info) }.to_vec(),
-                    )
+                    let bytes = unsafe { view_bytes(&a.info) }.to_vec();
+                    (a.name.clone(), out_view(a), bytes)
                 })
                 .collect();
             let out_views = outs
                 .iter()
                 .zip(&g.graph.outputs)
-                .map(|(a, (_, op))| {
-                    (
-                        a.name.clone(),
-                        OutView {
-                            kind: a.info.kind,
-                            length: a.info.length,
-                        },
-                        g.graph.operands[*op].data_type,
-                    )
-                })
+                .map(|(a, (_, op))| (a.name.clone(), out_view(a), g.graph.operands[*op].data_type))
                 .collect();
             for a in &all {
                 map_err(raw::detach(e, a.info.buffer))?;
@@ -688,9 +707,7 @@ impl MLContext {
     ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = (|| {
-            let g = MLGraph::from_arg(e, graph)?;
-            g.check_usable(&self.shared)?;
-            let (ins, outs) = compute_args(e, &g.graph, inputs, outputs)?;
+            let (g, ins, outs) = self.compute_call(e, graph, inputs, outputs)?;
             let bufs = input_bufs(&g.graph, &ins)?;
             let (tx, rx) = crossbeam_channel::bounded(1);
             self.shared.send(Command::Compute {

@@ -101,13 +101,15 @@ pub enum FilterLayout {
     Ihwo,
 }
 
-/// Resolved conv2d parameters. Inputs: input, filter, and bias when
-/// `has_bias`. Sizes are in the canonical NCHW / OIHW sense whatever the
-/// layouts.
+/// Resolved conv2d (`L` = [`FilterLayout`]) and convTranspose2d (`L` =
+/// `TransposeFilterLayout`) parameters. Inputs: input, filter, and bias
+/// when `has_bias`. Sizes are in the canonical NCHW / OIHW sense whatever
+/// the layouts; for convTranspose2d `out_h`/`out_w` already include
+/// outputPadding or come from outputSizes.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Conv2dParams {
+pub struct ConvParams<L> {
     pub nhwc: bool,
-    pub filter_layout: FilterLayout,
+    pub filter_layout: L,
     /// [beginning height, ending height, beginning width, ending width].
     pub padding: [usize; 4],
     pub strides: [usize; 2],
@@ -124,6 +126,9 @@ pub struct Conv2dParams {
     pub out_h: usize,
     pub out_w: usize,
 }
+
+/// Resolved conv2d parameters.
+pub type Conv2dParams = ConvParams<FilterLayout>;
 
 /// The pooling reduction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

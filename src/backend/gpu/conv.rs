@@ -5,7 +5,7 @@
 
 use super::{is_float, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
-use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
+use crate::graph::op::{Conv2dParams, ConvParams, FilterLayout, Pool2dParams, PoolKind};
 use crate::graph::ops::conv::{ConvTranspose2dParams, TransposeFilterLayout};
 use crate::types::{DataType, OperandDescriptor};
 
@@ -52,49 +52,9 @@ pub(super) fn conv_transpose2d(
     word((c.kernel_h.saturating_sub(1) * c.dilations[0]) as u64)?;
     word((c.kernel_w.saturating_sub(1) * c.dilations[1]) as u64)?;
     let og = c.out_channels / g;
-    let mut p = vec![word(n)?];
-    push_words(
-        &mut p,
-        &[
-            c.batch,
-            c.in_channels,
-            c.in_h,
-            c.in_w,
-            c.out_channels,
-            c.kernel_h,
-            c.kernel_w,
-            c.groups,
-            c.out_h,
-            c.out_w,
-            c.padding[0],
-            c.padding[2],
-            c.strides[0],
-            c.strides[1],
-            c.dilations[0],
-            c.dilations[1],
-        ]
-        .map(|v| v as u64),
-    )?;
-    p.push(u32::from(c.has_bias));
-    push_words(&mut p, &act_strides(c.nhwc, c.in_channels, c.in_h, c.in_w))?;
-    push_words(
-        &mut p,
-        &transpose_filter_strides(c.filter_layout, c.in_channels, og, c.kernel_h, c.kernel_w),
-    )?;
-    push_words(
-        &mut p,
-        &act_strides(c.nhwc, c.out_channels, c.out_h, c.out_w),
-    )?;
-    let params = gpu.params(&p)?;
-    let grid = gpu.grid_1d(n)?;
-    // Without a bias, the parameters stand in for the unread binding.
-    let bias = if c.has_bias { io.ins[2] } else { &params };
-    let step = gpu.step(
-        CONV_TRANSPOSE2D.to_string(),
-        "main",
-        &[&params, io.ins[0], io.ins[1], bias, out],
-        grid,
-    )?;
+    let filter =
+        transpose_filter_strides(c.filter_layout, c.in_channels, og, c.kernel_h, c.kernel_w);
+    let step = conv_step(gpu, CONV_TRANSPOSE2D, n, c, filter, io.ins, out)?;
     Ok(vec![step])
 }
 
@@ -115,8 +75,18 @@ fn transpose_filter_strides(
     }
 }
 
-const CONV2D: &str = include_str!("shaders/conv2d.wgsl");
-const CONV_TRANSPOSE2D: &str = include_str!("shaders/conv_transpose2d.wgsl");
+// Both conv kernels start with the parameters and bindings conv_step
+// makes, joined at compile time.
+const CONV2D: &str = concat!(
+    include_str!("shaders/conv_common.wgsl"),
+    "\n",
+    include_str!("shaders/conv2d.wgsl")
+);
+const CONV_TRANSPOSE2D: &str = concat!(
+    include_str!("shaders/conv_common.wgsl"),
+    "\n",
+    include_str!("shaders/conv_transpose2d.wgsl")
+);
 const POOL2D: &str = include_str!("shaders/pool2d.wgsl");
 
 /// Strides (n, c, h, w) of an activation tensor in `nhwc` or nchw layout.
@@ -141,28 +111,19 @@ fn filter_strides(layout: FilterLayout, o: usize, i: usize, h: usize, w: usize) 
     }
 }
 
-fn push_words(p: &mut Vec<u32>, v: &[u64]) -> Result<()> {
-    for &x in v {
-        p.push(word(x)?);
-    }
-    Ok(())
-}
-
-pub(super) fn conv2d(
+/// The step of conv2d or convTranspose2d (`source`), whose shaders read
+/// the same parameter words: the invocation count `n`, the geometry, the
+/// bias flag, and the strides of the input, of the filter (`filter`, in the
+/// order the shader reads them) and of the output.
+fn conv_step<L>(
     gpu: &mut Gpu,
-    c: &Conv2dParams,
+    source: &str,
+    n: u64,
+    c: &ConvParams<L>,
+    filter: [u64; 4],
     ins: &[&wgpu::Buffer],
-    in_descs: &[&OperandDescriptor],
     out: &wgpu::Buffer,
-    out_desc: &OperandDescriptor,
-) -> Result<Option<Step>> {
-    let n = out_desc.element_count() as u64;
-    if n == 0 {
-        return Ok(None);
-    }
-    word(in_descs[0].element_count() as u64)?;
-    word(in_descs[1].element_count() as u64)?;
-    let cg = c.in_channels / c.groups.max(1);
+) -> Result<Step> {
     let mut p = vec![word(n)?];
     push_words(
         &mut p,
@@ -188,10 +149,7 @@ pub(super) fn conv2d(
     )?;
     p.push(u32::from(c.has_bias));
     push_words(&mut p, &act_strides(c.nhwc, c.in_channels, c.in_h, c.in_w))?;
-    push_words(
-        &mut p,
-        &filter_strides(c.filter_layout, c.out_channels, cg, c.kernel_h, c.kernel_w),
-    )?;
+    push_words(&mut p, &filter)?;
     push_words(
         &mut p,
         &act_strides(c.nhwc, c.out_channels, c.out_h, c.out_w),
@@ -201,12 +159,37 @@ pub(super) fn conv2d(
     // Without a bias, the parameters stand in for the unread binding.
     let bias = if c.has_bias { ins[2] } else { &params };
     gpu.step(
-        CONV2D.to_string(),
+        source.to_string(),
         "main",
         &[&params, ins[0], ins[1], bias, out],
         grid,
     )
-    .map(Some)
+}
+
+fn push_words(p: &mut Vec<u32>, v: &[u64]) -> Result<()> {
+    for &x in v {
+        p.push(word(x)?);
+    }
+    Ok(())
+}
+
+pub(super) fn conv2d(
+    gpu: &mut Gpu,
+    c: &Conv2dParams,
+    ins: &[&wgpu::Buffer],
+    in_descs: &[&OperandDescriptor],
+    out: &wgpu::Buffer,
+    out_desc: &OperandDescriptor,
+) -> Result<Option<Step>> {
+    let n = out_desc.element_count() as u64;
+    if n == 0 {
+        return Ok(None);
+    }
+    word(in_descs[0].element_count() as u64)?;
+    word(in_descs[1].element_count() as u64)?;
+    let cg = c.in_channels / c.groups.max(1);
+    let filter = filter_strides(c.filter_layout, c.out_channels, cg, c.kernel_h, c.kernel_w);
+    conv_step(gpu, CONV2D, n, c, filter, ins, out).map(Some)
 }
 
 pub(super) fn pool2d(
@@ -264,87 +247,96 @@ pub(super) fn pool2d(
 mod tests {
     use super::super::testing::*;
     use crate::graph::args::Val;
-    use crate::graph::GraphBuilder;
-    use crate::tensor::Buf;
-    use crate::types::{DataType, OperandDescriptor};
+    use crate::types::DataType;
 
-    /// Runs `name(positional..., options)` on the GPU and on the CPU kernel
-    /// with the same random data, where `operand_opts` are option members
-    /// that are operands (given by shape) and `opts` the other members.
-    fn check_with_options(
+    /// (input layout, filter layout, input shape, filter shape, options)
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        Vec<usize>,
+        Vec<usize>,
+        Vec<(&'a str, Val)>,
+    );
+
+    /// Runs `name` (conv2d or convTranspose2d) with `case`'s layouts,
+    /// shapes and options in `dt`, without and with a bias of `out_c`
+    /// values, against the CPU kernel.
+    fn check_case(
         be: &mut super::super::GpuBackend,
         name: &str,
         dt: DataType,
-        positional: &[&[usize]],
-        operand_opts: &[(&str, &[usize])],
-        opts: &[(&str, Val)],
-        tol: f32,
+        case: &Case,
+        out_c: usize,
+        seed: u64,
+        f16_tol: f32,
     ) {
-        let mut b = GraphBuilder::new();
-        let mut ids = Vec::new();
-        let mut args = Vec::new();
-        for (i, sh) in positional.iter().enumerate() {
-            let id = b.input(&format!("a{i}"), desc(dt, sh)).unwrap();
-            ids.push(id);
-            args.push(operand(&b, id));
+        let (il, fl, si, sf, opts) = case;
+        for bias in [false, true] {
+            let mut o: Vec<(&str, Arg)> =
+                opts.iter().map(|(k, v)| (*k, Arg::V(v.clone()))).collect();
+            o.push(("inputLayout", Arg::V(s(il))));
+            o.push(("filterLayout", Arg::V(s(fl))));
+            let bias_shape = [out_c];
+            if bias {
+                o.push(("bias", Arg::T(dt, &bias_shape)));
+            }
+            let args = [Arg::T(dt, si), Arg::T(dt, sf)];
+            check_call_vs_cpu(be, name, &args, Some(&o), seed, 1e-4, f16_tol);
         }
-        let mut members: Vec<(&str, Val)> = opts.to_vec();
-        for (k, sh) in operand_opts {
-            let id = b.input(&format!("b{k}"), desc(dt, sh)).unwrap();
-            ids.push(id);
-            members.push((k, operand(&b, id)));
-        }
-        args.push(dict(&members));
-        let outs = b.call(name, &args).unwrap();
-        let g = b
-            .build(
-                outs.iter()
-                    .enumerate()
-                    .map(|(i, &o)| (format!("out{i}"), o))
-                    .collect(),
-            )
-            .unwrap();
-        let node = g.nodes[0].clone();
-        let data: Vec<Buf> = ids
-            .iter()
-            .map(|&id| random_buf(dt, g.operands[id].element_count(), id as u64 + 11))
-            .collect();
-        let by_id = |id: usize| &data[ids.iter().position(|&x| x == id).unwrap()];
-        let refs: Vec<&Buf> = node.inputs.iter().map(|&i| by_id(i)).collect();
-        let in_descs: Vec<&OperandDescriptor> =
-            node.inputs.iter().map(|&i| &g.operands[i]).collect();
-        let out_descs: Vec<OperandDescriptor> = node
-            .outputs
-            .iter()
-            .map(|&o| g.operands[o].clone())
-            .collect();
-        let want =
-            crate::backend::cpu::run_op(&node.op, &refs, &in_descs, &out_descs, None).unwrap();
-        let order: Vec<Buf> = g.inputs.iter().map(|(_, id)| by_id(*id).clone()).collect();
-        let what = format!("{name} {dt:?} {positional:?} {operand_opts:?} {opts:?}");
-        let got = run(be, g, order).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!(got.len(), want.len(), "{what}: outputs");
-        for (g, w) in got.iter().zip(&want) {
-            let tol = if dt == DataType::Float16 {
-                tol.max(2e-3)
-            } else {
-                tol
+    }
+
+    #[test]
+    fn conv2d_options() {
+        let Some(mut be) = backend() else { return };
+        let cases: Vec<Case> = vec![
+            ("nchw", "oihw", vec![1, 3, 9, 11], vec![5, 3, 3, 3], vec![]),
+            (
+                "nchw",
+                "oihw",
+                vec![2, 4, 10, 7],
+                vec![6, 2, 3, 2],
+                vec![
+                    ("groups", n(2.0)),
+                    ("padding", list(&[1.0, 2.0, 0.0, 1.0])),
+                    ("strides", list(&[2.0, 1.0])),
+                    ("dilations", list(&[1.0, 2.0])),
+                ],
+            ),
+            ("nhwc", "ohwi", vec![1, 8, 8, 3], vec![4, 3, 3, 3], vec![]),
+            (
+                "nhwc",
+                "hwio",
+                vec![2, 7, 9, 4],
+                vec![3, 3, 4, 5],
+                vec![("padding", list(&[1.0, 1.0, 1.0, 1.0]))],
+            ),
+            (
+                "nhwc",
+                "ihwo",
+                vec![1, 6, 6, 8],
+                vec![1, 3, 3, 8],
+                vec![("groups", n(8.0)), ("strides", list(&[2.0, 2.0]))],
+            ),
+            (
+                "nchw",
+                "hwio",
+                vec![1, 6, 5, 5],
+                vec![1, 1, 3, 6],
+                vec![("groups", n(2.0))],
+            ),
+        ];
+        for case in &cases {
+            let out_c = match case.1 {
+                "oihw" | "ohwi" => case.3[0],
+                _ => case.3[3],
             };
-            assert_close(&g.to_f32_vec(), &w.to_f32_vec(), tol, &what);
+            check_case(&mut be, "conv2d", F, case, out_c, 7, 1e-4);
         }
     }
 
     #[test]
     fn conv_transpose2d_options() {
         let Some(mut be) = backend() else { return };
-        // (input layout, filter layout, input shape, filter shape, options)
-        type Case<'a> = (
-            &'a str,
-            &'a str,
-            Vec<usize>,
-            Vec<usize>,
-            Vec<(&'a str, Val)>,
-        );
         let cases: Vec<Case> = vec![
             ("nchw", "iohw", vec![1, 1, 1, 1], vec![1, 1, 1, 1], vec![]),
             ("nchw", "iohw", vec![1, 3, 9, 11], vec![3, 5, 3, 3], vec![]),
@@ -408,7 +400,8 @@ mod tests {
                 vec![],
             ),
         ];
-        for (il, fl, si, sf, opts) in cases {
+        for case in &cases {
+            let (_, fl, _, sf, opts) = case;
             let groups = opts
                 .iter()
                 .find(|(k, _)| *k == "groups")
@@ -417,24 +410,13 @@ mod tests {
                     _ => 1,
                 });
             let out_c = groups
-                * match fl {
+                * match *fl {
                     "iohw" => sf[1],
                     "hwoi" => sf[2],
                     _ => sf[0],
                 };
             for dt in [DataType::Float32, DataType::Float16] {
-                for bias in [false, true] {
-                    let mut o = opts.clone();
-                    o.push(("inputLayout", s(il)));
-                    o.push(("filterLayout", s(fl)));
-                    let bias_shape = [out_c];
-                    let ops: Vec<(&str, &[usize])> = if bias {
-                        vec![("bias", &bias_shape[..])]
-                    } else {
-                        vec![]
-                    };
-                    check_with_options(&mut be, "convTranspose2d", dt, &[&si, &sf], &ops, &o, 1e-4);
-                }
+                check_case(&mut be, "convTranspose2d", dt, case, out_c, 11, 2e-3);
             }
         }
     }

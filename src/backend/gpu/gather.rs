@@ -13,6 +13,7 @@
 //! row-major order wins): every update claims its target with an atomic
 //! maximum of its position, and only the winner writes.
 
+use super::shape::strides;
 use super::{convert, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
 use crate::graph::ops::gather::GatherOp;
@@ -218,10 +219,7 @@ fn op_params(op: &GatherOp, x: &OperandDescriptor, ind: &OperandDescriptor) -> R
             if c > x.shape.len() {
                 return Err(bad());
             }
-            let mut st = vec![1u64; x.shape.len()];
-            for d in (0..x.shape.len().saturating_sub(1)).rev() {
-                st[d] = st[d + 1] * x.shape[d + 1] as u64;
-            }
+            let st = strides(&x.shape);
             let slice: u64 = x.shape[c..].iter().map(|&d| d as u64).product();
             let mut dims = Vec::with_capacity(2 * c);
             for &d in &x.shape[..c] {
@@ -330,18 +328,6 @@ mod tests {
     use crate::tensor::Buf;
     use crate::types::{DataType, OperandDescriptor};
 
-    const DATA: [DataType; 10] = [
-        DataType::Float32,
-        DataType::Float16,
-        DataType::Int32,
-        DataType::Uint32,
-        DataType::Int64,
-        DataType::Uint64,
-        DataType::Int8,
-        DataType::Uint8,
-        DataType::Int4,
-        DataType::Uint4,
-    ];
     const INDEX: [DataType; 3] = [DataType::Int32, DataType::Uint32, DataType::Int64];
 
     fn axis(a: f64) -> Val {
@@ -351,7 +337,7 @@ mod tests {
     #[test]
     fn gathers_every_type() {
         let Some(mut be) = backend() else { return };
-        for dt in DATA {
+        for dt in DataType::ALL {
             for it in INDEX {
                 check_vs_cpu(
                     &mut be,
@@ -423,7 +409,7 @@ mod tests {
     #[test]
     fn scatters_every_type() {
         let Some(mut be) = backend() else { return };
-        for dt in DATA {
+        for dt in DataType::ALL {
             for it in INDEX {
                 check_vs_cpu(
                     &mut be,
@@ -489,34 +475,12 @@ mod tests {
 
     /// Runs `name` on explicit data and compares with the CPU kernel.
     fn explicit(be: &mut GpuBackend, name: &str, data: &[(Buf, OperandDescriptor)], extra: &[Val]) {
-        let mut b = GraphBuilder::new();
-        let mut args = Vec::new();
-        for (i, (_, d)) in data.iter().enumerate() {
-            let id = b.input(&format!("in{i}"), d.clone()).unwrap();
-            args.push(operand(&b, id));
-        }
-        args.extend(extra.iter().cloned());
-        let out = b.call(name, &args).unwrap()[0];
-        let g = b.build(vec![("out".into(), out)]).unwrap();
-        let node = g.nodes[0].clone();
-        let refs: Vec<&Buf> = data.iter().map(|(b, _)| b).collect();
-        let descs: Vec<&OperandDescriptor> = data.iter().map(|(_, d)| d).collect();
-        let want = crate::backend::cpu::run_op(
-            &node.op,
-            &refs,
-            &descs,
-            &[g.operands[node.outputs[0]].clone()],
-            None,
-        )
-        .unwrap();
-        // The graph's inputs are in name order, which is the node's here.
-        let got = run(be, g, data.iter().map(|(b, _)| b.clone()).collect()).unwrap();
-        assert_eq!(
-            got[0],
-            want[0],
-            "{name} {:?}",
-            data.iter().map(|(b, _)| b).collect::<Vec<_>>()
-        );
+        let mut args: Vec<Arg> = data
+            .iter()
+            .map(|(b, d)| Arg::D(b.clone(), d.clone()))
+            .collect();
+        args.extend(extra.iter().cloned().map(Arg::V));
+        check_call_vs_cpu(be, name, &args, None, 0, 0.0, 0.0);
     }
 
     #[test]

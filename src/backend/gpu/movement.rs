@@ -9,7 +9,8 @@
 //! but resample2d moves whole elements (word pairs for int64/uint64), so it
 //! takes every data type; resample2d is float only.
 
-use super::{broadcast_strides, convert, is_float, shape, word, Gpu, NodeIo, Step};
+use super::shape::{self, strides};
+use super::{broadcast_strides, convert, is_float, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
 use crate::graph::args::MlNumber;
 use crate::graph::ops::movement::{MovementOp, PadMode};
@@ -29,15 +30,6 @@ pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
         "resample2d" => is_float(dt),
         _ => false,
     }
-}
-
-/// Row-major element strides of `shape`.
-fn strides(shape: &[usize]) -> Vec<u64> {
-    let mut s = vec![1u64; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1] as u64;
-    }
-    s
 }
 
 /// The steps of one operator of the family.
@@ -74,8 +66,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &MovementOp, io: &NodeIo) -> Result<Vec<S
                 ));
             }
             let ss = broadcast_strides(in_shape, out_shape);
-            let ds = strides(out_shape);
-            shape::copy(gpu, dt, out_shape, 0, &ss, 0, &ds, input, out).map(one)
+            shape::copy_into(gpu, 0, &ss, input, out, out_desc).map(one)
         }
         MovementOp::Split { axis, sizes } => {
             let axis = *axis;
@@ -92,18 +83,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &MovementOp, io: &NodeIo) -> Result<Vec<S
                 if d.shape.len() != in_shape.len() || d.shape[axis] != size {
                     return Err(Error::operation("split: inconsistent outputs"));
                 }
-                let ds = strides(&d.shape);
-                steps.extend(shape::copy(
-                    gpu,
-                    dt,
-                    &d.shape,
-                    start * is[axis],
-                    &is,
-                    0,
-                    &ds,
-                    input,
-                    o,
-                )?);
+                steps.extend(shape::copy_into(gpu, start * is[axis], &is, input, o, d)?);
                 start += size as u64;
             }
             Ok(steps)
@@ -403,25 +383,10 @@ mod tests {
     use crate::graph::args::Val;
     use crate::types::DataType;
 
-    /// Every type the family moves: the float and one-word integer kinds
-    /// and the word pairs.
-    const ALL: [DataType; 10] = [
-        DataType::Float32,
-        DataType::Float16,
-        DataType::Int32,
-        DataType::Uint32,
-        DataType::Int64,
-        DataType::Uint64,
-        DataType::Int8,
-        DataType::Uint8,
-        DataType::Int4,
-        DataType::Uint4,
-    ];
-
     #[test]
     fn expand_every_type() {
         let Some(mut be) = backend() else { return };
-        for dt in ALL {
+        for dt in DataType::ALL {
             check_vs_cpu(
                 &mut be,
                 "expand",
@@ -448,7 +413,7 @@ mod tests {
     fn pad_modes() {
         let Some(mut be) = backend() else { return };
         for mode in ["constant", "edge", "reflection", "symmetric"] {
-            for dt in ALL {
+            for dt in DataType::ALL {
                 let value = match dt {
                     DataType::Uint8 | DataType::Uint4 | DataType::Uint32 | DataType::Uint64 => 3.0,
                     DataType::Float32 | DataType::Float16 => -2.5,
@@ -492,7 +457,7 @@ mod tests {
     #[test]
     fn reverse_tile_split() {
         let Some(mut be) = backend() else { return };
-        for dt in ALL {
+        for dt in DataType::ALL {
             for axes in [&[][..], &[0.0], &[1.0, 2.0], &[0.0, 1.0, 2.0]] {
                 let opts = dict(&[("axes", list(axes))]);
                 check_vs_cpu(&mut be, "reverse", &[dt], &[&[2, 3, 45]], &[opts], 0.0);
@@ -554,7 +519,7 @@ mod tests {
                 let opts = dict(&[("upper", Val::Bool(upper)), ("diagonal", n(diag))]);
                 check_vs_cpu(&mut be, "triangular", &[F], &[&[2, 3, 4]], &[opts], 0.0);
             }
-            for dt in ALL {
+            for dt in DataType::ALL {
                 let opts = dict(&[("upper", Val::Bool(upper)), ("diagonal", n(1.0))]);
                 check_vs_cpu(
                     &mut be,

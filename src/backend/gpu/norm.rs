@@ -6,6 +6,7 @@
 //! one invocation per group when groups are short, one workgroup per group
 //! otherwise).
 
+use super::shape::strides;
 use super::{is_float, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
 use crate::graph::ops::norm::NormOp;
@@ -24,15 +25,6 @@ pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
         "batchNormalization" | "instanceNormalization" | "layerNormalization" => is_float(dt),
         _ => false,
     }
-}
-
-/// Row-major element strides of `shape`.
-fn strides(shape: &[usize]) -> Vec<u64> {
-    let mut s = vec![1u64; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1] as u64;
-    }
-    s
 }
 
 /// The optional scale and bias bindings (from `first` on) and the WGSL
@@ -209,9 +201,7 @@ mod tests {
     use super::super::testing::*;
     use super::*;
     use crate::graph::args::Val;
-    use crate::graph::GraphBuilder;
     use crate::tensor::Buf;
-    use crate::types::OperandDescriptor;
 
     const H: DataType = DataType::Float16;
 
@@ -223,65 +213,37 @@ mod tests {
         x: &[usize],
         fixed: &[&[usize]],
         optional: &[(&'a str, &[usize])],
-        mut opts: Vec<(&'a str, Val)>,
+        opts: Vec<(&'a str, Val)>,
         tol: f32,
     ) {
         let Some(mut be) = backend() else { return };
-        let mut b = GraphBuilder::new();
-        let mut ids = vec![b.input("x", desc(dt, x)).unwrap()];
-        let mut args = vec![operand(&b, ids[0])];
+        let seed = 31;
+        let mut args = vec![Arg::T(dt, x)];
         for (i, s) in fixed.iter().enumerate() {
-            let id = b.input(&format!("f{i}"), desc(dt, s)).unwrap();
-            ids.push(id);
-            args.push(operand(&b, id));
-        }
-        for (k, s) in optional {
-            let id = b.input(k, desc(dt, s)).unwrap();
-            ids.push(id);
-            opts.push((k, operand(&b, id)));
-        }
-        args.push(dict(&opts));
-        let out = b.call(name, &args).unwrap()[0];
-        let g = b.build(vec![("out".into(), out)]).unwrap();
-        let node = g.nodes[0].clone();
-        let data: Vec<Buf> = ids
-            .iter()
-            .enumerate()
-            .map(|(i, &id)| {
-                let r = random_buf(dt, g.operands[id].element_count(), 31 + i as u64);
+            if name == "batchNormalization" && i == 1 {
                 // Variances must be positive.
-                if name == "batchNormalization" && i == 2 {
-                    let v: Vec<f32> = r.to_f32_vec().iter().map(|v| v.abs() + 0.1).collect();
-                    if dt == H {
-                        Buf::f16_from_f32(&v)
-                    } else {
-                        Buf::F32(v)
-                    }
+                let r = random_buf(dt, s.iter().product(), seed + 2);
+                let v: Vec<f32> = r.to_f32_vec().iter().map(|v| v.abs() + 0.1).collect();
+                let v = if dt == H {
+                    Buf::f16_from_f32(&v)
                 } else {
-                    r
-                }
-            })
-            .collect();
-        let by_id = |id: usize| &data[ids.iter().position(|&x| x == id).unwrap()];
-        let refs: Vec<&Buf> = node.inputs.iter().map(|&i| by_id(i)).collect();
-        let in_descs: Vec<&OperandDescriptor> =
-            node.inputs.iter().map(|&i| &g.operands[i]).collect();
-        let want = crate::backend::cpu::run_op(
-            &node.op,
-            &refs,
-            &in_descs,
-            &[g.operands[node.outputs[0]].clone()],
-            None,
-        )
-        .unwrap();
-        let order: Vec<Buf> = g.inputs.iter().map(|(_, id)| by_id(*id).clone()).collect();
-        let what = format!("{name} {} {x:?} {optional:?} {opts:?}", dt.name());
-        let got = run(&mut be, g, order).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_close(
-            &got[0].to_f32_vec(),
-            &want[0].to_f32_vec(),
-            if dt == H { tol.max(1e-3) } else { tol },
-            &what,
+                    Buf::F32(v)
+                };
+                args.push(Arg::D(v, desc(dt, s)));
+            } else {
+                args.push(Arg::T(dt, s));
+            }
+        }
+        let mut members: Vec<(&str, Arg)> = opts.into_iter().map(|(k, v)| (k, Arg::V(v))).collect();
+        members.extend(optional.iter().map(|(k, s)| (*k, Arg::T(dt, s))));
+        check_call_vs_cpu(
+            &mut be,
+            name,
+            &args,
+            Some(&members),
+            seed,
+            tol,
+            tol.max(1e-3),
         );
     }
 

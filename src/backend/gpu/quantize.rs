@@ -116,9 +116,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &QuantizeOp, io: &NodeIo) -> Result<Vec<S
 mod tests {
     use super::super::testing::*;
     use super::*;
-    use crate::graph::GraphBuilder;
     use crate::tensor::Buf;
-    use crate::types::OperandDescriptor;
 
     const H: DataType = DataType::Float16;
     const QUANTIZED: [DataType; 6] = [
@@ -131,50 +129,12 @@ mod tests {
     ];
 
     /// Runs `name(x, scale, zeroPoint)` with the given data on the GPU and
-    /// the CPU kernel and compares (exactly for quantized outputs).
+    /// the CPU kernel and compares (exactly for quantized outputs; float16
+    /// within one half ulp, the CPU rounding to f32 first).
     fn compare(name: &str, d: [(DataType, &[usize], Buf); 3]) {
         let Some(mut be) = backend() else { return };
-        let mut b = GraphBuilder::new();
-        let ids: Vec<usize> = d
-            .iter()
-            .enumerate()
-            .map(|(i, (dt, s, _))| b.input(&format!("in{i}"), desc(*dt, s)).unwrap())
-            .collect();
-        let args: Vec<_> = ids.iter().map(|&id| operand(&b, id)).collect();
-        let out = b.call(name, &args).unwrap()[0];
-        let g = b.build(vec![("out".into(), out)]).unwrap();
-        let node = g.nodes[0].clone();
-        let refs: Vec<&Buf> = d.iter().map(|t| &t.2).collect();
-        let in_descs: Vec<&OperandDescriptor> =
-            node.inputs.iter().map(|&i| &g.operands[i]).collect();
-        let want = crate::backend::cpu::run_op(
-            &node.op,
-            &refs,
-            &in_descs,
-            &[g.operands[node.outputs[0]].clone()],
-            None,
-        )
-        .unwrap();
-        let what = format!(
-            "{name} {:?}",
-            d.iter().map(|t| (t.0, t.1)).collect::<Vec<_>>()
-        );
-        let got = run(&mut be, g, d.into_iter().map(|t| t.2).collect())
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        match &want[0] {
-            // float16: within one half ulp (the CPU rounds to f32 first).
-            Buf::F32(_) | Buf::F16(_) => assert_close(
-                &got[0].to_f32_vec(),
-                &want[0].to_f32_vec(),
-                if matches!(want[0], Buf::F16(_)) {
-                    1e-3
-                } else {
-                    1e-6
-                },
-                &what,
-            ),
-            w => assert_eq!(&got[0], w, "{what}"),
-        }
+        let args = d.map(|(dt, s, values)| Arg::D(values, desc(dt, s)));
+        check_call_vs_cpu(&mut be, name, &args, None, 0, 1e-6, 1e-3);
     }
 
     /// Random zero points spread over `dt`'s range (random_buf keeps

@@ -25,17 +25,24 @@ pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
     matches!(op, "gru" | "gruCell" | "lstm" | "lstmCell") && is_float(dt)
 }
 
-const COMMON: &str = include_str!("shaders/recurrent_common.wgsl");
-const INIT: &str = include_str!("shaders/recurrent_init.wgsl");
-const PROJECT: &str = include_str!("shaders/recurrent_project.wgsl");
-const HIDDEN: &str = include_str!("shaders/recurrent_hidden.wgsl");
-const RESET: &str = include_str!("shaders/recurrent_reset.wgsl");
-const GRU: &str = include_str!("shaders/recurrent_gru.wgsl");
-const LSTM: &str = include_str!("shaders/recurrent_lstm.wgsl");
-
-fn with_common(body: &str) -> String {
-    format!("{COMMON}\n{body}")
+/// A kernel's source: recurrent_common.wgsl, then the given files, joined
+/// at compile time.
+macro_rules! with_common {
+    ($($file:literal),+) => {
+        concat!(include_str!("shaders/recurrent_common.wgsl") $(, "\n", include_str!($file))+)
+    };
 }
+
+const INIT: &str = include_str!("shaders/recurrent_init.wgsl");
+const PROJECT: &str = with_common!("shaders/recurrent_project.wgsl");
+const HIDDEN: &str = with_common!("shaders/recurrent_hidden.wgsl");
+// The kernels with one invocation per hidden unit share recurrent_unit.wgsl too.
+const RESET: &str = with_common!(
+    "shaders/recurrent_unit.wgsl",
+    "shaders/recurrent_reset.wgsl"
+);
+const GRU: &str = with_common!("shaders/recurrent_unit.wgsl", "shaders/recurrent_gru.wgsl");
+const LSTM: &str = with_common!("shaders/recurrent_unit.wgsl", "shaders/recurrent_lstm.wgsl");
 
 fn act_code(a: RnnActivation) -> u32 {
     match a {
@@ -190,7 +197,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &RecurrentOp, io: &NodeIo) -> Result<Vec<
 
     let params = gpu.params(&words.at(gx_len, 0)?)?;
     out.push(gpu.step(
-        with_common(PROJECT),
+        PROJECT.to_string(),
         "main",
         &[&params, io.ins[0], io.ins[1], &gx],
         gpu.grid_1d(gx_len)?,
@@ -201,7 +208,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &RecurrentOp, io: &NodeIo) -> Result<Vec<
     for s in 0..p.steps {
         let params = gpu.params(&words.at(proj_len, s)?)?;
         out.push(gpu.step(
-            with_common(HIDDEN),
+            HIDDEN.to_string(),
             "main",
             &[&params, io.ins[2], h, &gh],
             proj_grid,
@@ -214,7 +221,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &RecurrentOp, io: &NodeIo) -> Result<Vec<
         if let Some(c) = c {
             let peep = input(p.peephole).unwrap_or(&params);
             out.push(gpu.step(
-                with_common(LSTM),
+                LSTM.to_string(),
                 "main",
                 &[&params, &gx, &gh, bias, rbias, peep, h, c, seq],
                 state_grid,
@@ -222,14 +229,14 @@ pub(super) fn build(gpu: &mut Gpu, op: &RecurrentOp, io: &NodeIo) -> Result<Vec<
         } else {
             if !p.reset_after {
                 out.push(gpu.step(
-                    with_common(RESET),
+                    RESET.to_string(),
                     "main",
-                    &[&params, io.ins[2], h, &gx, bias, rbias, &gh],
+                    &[&params, &gx, &gh, bias, rbias, io.ins[2], h],
                     state_grid,
                 )?);
             }
             out.push(gpu.step(
-                with_common(GRU),
+                GRU.to_string(),
                 "main",
                 &[&params, &gx, &gh, bias, rbias, h, seq],
                 state_grid,
@@ -259,18 +266,12 @@ mod tests {
     use crate::graph::args::Val;
     use crate::graph::GraphBuilder;
     use crate::tensor::Buf;
-    use crate::types::{DataType, OperandDescriptor};
-
-    /// A positional argument: an operand of this shape, or a plain value.
-    enum Arg<'a> {
-        T(&'a [usize]),
-        V(Val),
-    }
+    use crate::types::DataType;
 
     /// Runs `name(args..., options)` on the GPU and on the CPU kernel with
     /// the same random data, where `operand_opts` are option members that
-    /// are operands (given by shape) and `opts` the other members; compares
-    /// every output.
+    /// are operands of type `dt` (given by shape) and `opts` the other
+    /// members; compares every output.
     fn check(
         be: &mut super::super::GpuBackend,
         name: &str,
@@ -279,67 +280,13 @@ mod tests {
         operand_opts: &[(&str, Vec<usize>)],
         opts: &[(&str, Val)],
     ) {
-        let mut b = GraphBuilder::new();
-        let mut ids = Vec::new();
-        let mut vals = Vec::new();
-        for (i, a) in args.iter().enumerate() {
-            match a {
-                Arg::T(sh) => {
-                    let id = b.input(&format!("a{i}"), desc(dt, sh)).unwrap();
-                    ids.push(id);
-                    vals.push(operand(&b, id));
-                }
-                Arg::V(v) => vals.push(v.clone()),
-            }
-        }
-        let mut members: Vec<(&str, Val)> = opts.to_vec();
-        for (k, sh) in operand_opts {
-            let id = b.input(&format!("b{k}"), desc(dt, sh)).unwrap();
-            ids.push(id);
-            members.push((k, operand(&b, id)));
-        }
-        vals.push(dict(&members));
-        let outs = b.call(name, &vals).unwrap();
-        let g = b
-            .build(
-                outs.iter()
-                    .enumerate()
-                    .map(|(i, &o)| (format!("out{i}"), o))
-                    .collect(),
-            )
-            .unwrap();
-        let node = g.nodes[0].clone();
-        let data: Vec<Buf> = ids
-            .iter()
-            .map(|&id| random_buf(dt, g.operands[id].element_count(), id as u64 + 31))
-            .collect();
-        let by_id = |id: usize| &data[ids.iter().position(|&x| x == id).unwrap()];
-        let refs: Vec<&Buf> = node.inputs.iter().map(|&i| by_id(i)).collect();
-        let in_descs: Vec<&OperandDescriptor> =
-            node.inputs.iter().map(|&i| &g.operands[i]).collect();
-        let out_descs: Vec<OperandDescriptor> = node
-            .outputs
-            .iter()
-            .map(|&o| g.operands[o].clone())
-            .collect();
-        let want =
-            crate::backend::cpu::run_op(&node.op, &refs, &in_descs, &out_descs, None).unwrap();
-        let order: Vec<Buf> = g.inputs.iter().map(|(_, id)| by_id(*id).clone()).collect();
-        let what = format!("{name} {dt:?} {operand_opts:?} {opts:?}");
-        let got = run(be, g, order).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!(got.len(), want.len(), "{what}: outputs");
+        let mut members: Vec<(&str, Arg)> =
+            opts.iter().map(|(k, v)| (*k, Arg::V(v.clone()))).collect();
+        members.extend(operand_opts.iter().map(|(k, sh)| (*k, Arg::T(dt, sh))));
         // The CPU computes in f64, the GPU in f32: states that grow
         // through relu over several steps differ in the fifth digit.
         // float16 results: one half ulp of rounding on top.
-        let tol = if dt == DataType::Float16 { 2e-3 } else { 1e-4 };
-        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_close(
-                &g.to_f32_vec(),
-                &w.to_f32_vec(),
-                tol,
-                &format!("{what} output {k}"),
-            );
-        }
+        check_call_vs_cpu(be, name, args, Some(&members), 31, 1e-4, 2e-3);
     }
 
     fn acts(v: &[&str]) -> Val {
@@ -390,9 +337,9 @@ mod tests {
                             name,
                             dt,
                             &[
-                                Arg::T(&[steps, batch, isz]),
-                                Arg::T(&[nd, g * h, isz]),
-                                Arg::T(&[nd, g * h, h]),
+                                Arg::T(dt, &[steps, batch, isz]),
+                                Arg::T(dt, &[nd, g * h, isz]),
+                                Arg::T(dt, &[nd, g * h, h]),
                                 Arg::V(n(steps as f64)),
                                 Arg::V(n(h as f64)),
                             ],
@@ -416,9 +363,9 @@ mod tests {
                     name,
                     DataType::Float32,
                     &[
-                        Arg::T(&[steps, batch, isz]),
-                        Arg::T(&[2, g * h, isz]),
-                        Arg::T(&[2, g * h, h]),
+                        Arg::T(F, &[steps, batch, isz]),
+                        Arg::T(F, &[2, g * h, isz]),
+                        Arg::T(F, &[2, g * h, h]),
                         Arg::V(n(steps as f64)),
                         Arg::V(n(h as f64)),
                     ],
@@ -449,10 +396,10 @@ mod tests {
                             "gruCell",
                             dt,
                             &[
-                                Arg::T(&[batch, isz]),
-                                Arg::T(&[3 * h, isz]),
-                                Arg::T(&[3 * h, h]),
-                                Arg::T(&[batch, h]),
+                                Arg::T(dt, &[batch, isz]),
+                                Arg::T(dt, &[3 * h, isz]),
+                                Arg::T(dt, &[3 * h, h]),
+                                Arg::T(dt, &[batch, h]),
                                 Arg::V(n(h as f64)),
                             ],
                             &ops,
@@ -476,11 +423,11 @@ mod tests {
                             "lstmCell",
                             dt,
                             &[
-                                Arg::T(&[batch, isz]),
-                                Arg::T(&[4 * h, isz]),
-                                Arg::T(&[4 * h, h]),
-                                Arg::T(&[batch, h]),
-                                Arg::T(&[batch, h]),
+                                Arg::T(dt, &[batch, isz]),
+                                Arg::T(dt, &[4 * h, isz]),
+                                Arg::T(dt, &[4 * h, h]),
+                                Arg::T(dt, &[batch, h]),
+                                Arg::T(dt, &[batch, h]),
                                 Arg::V(n(h as f64)),
                             ],
                             &ops,

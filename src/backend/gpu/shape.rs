@@ -11,7 +11,7 @@ const COPY: &str = include_str!("shaders/copy.wgsl");
 const SOFTMAX: &str = include_str!("shaders/softmax.wgsl");
 
 /// Row-major element strides of `shape`.
-fn strides(shape: &[usize]) -> Vec<u64> {
+pub(super) fn strides(shape: &[usize]) -> Vec<u64> {
     let mut s = vec![1u64; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         s[d] = s[d + 1] * shape[d + 1] as u64;
@@ -83,6 +83,20 @@ pub(super) fn copy(
         .map(Some)
 }
 
+/// A step filling all of `dst` (row-major, of `dst_desc`) from `src`,
+/// read from offset `so` with strides `ss` per dimension of `dst`.
+pub(super) fn copy_into(
+    gpu: &mut Gpu,
+    so: u64,
+    ss: &[u64],
+    src: &wgpu::Buffer,
+    dst: &wgpu::Buffer,
+    dst_desc: &OperandDescriptor,
+) -> Result<Option<Step>> {
+    let (dt, shape) = (dst_desc.data_type, &dst_desc.shape);
+    copy(gpu, dt, shape, so, ss, 0, &strides(shape), src, dst)
+}
+
 pub(super) fn transpose(
     gpu: &mut Gpu,
     permutation: &[usize],
@@ -93,18 +107,7 @@ pub(super) fn transpose(
 ) -> Result<Option<Step>> {
     let is = strides(&in_desc.shape);
     let ss: Vec<u64> = permutation.iter().map(|&a| is[a]).collect();
-    let ds = strides(&out_desc.shape);
-    copy(
-        gpu,
-        out_desc.data_type,
-        &out_desc.shape,
-        0,
-        &ss,
-        0,
-        &ds,
-        input,
-        out,
-    )
+    copy_into(gpu, 0, &ss, input, out, out_desc)
 }
 
 pub(super) fn slice(
@@ -123,18 +126,7 @@ pub(super) fn slice(
         .zip(&is)
         .map(|(&k, &st)| k as u64 * st)
         .collect();
-    let ds = strides(&out_desc.shape);
-    copy(
-        gpu,
-        out_desc.data_type,
-        &out_desc.shape,
-        so,
-        &ss,
-        0,
-        &ds,
-        input,
-        out,
-    )
+    copy_into(gpu, so, &ss, input, out, out_desc)
 }
 
 /// One copy step per input, each into its block of the output.

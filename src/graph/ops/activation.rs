@@ -235,14 +235,8 @@ pub const DEFS: &[OpDef] = &[
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::input;
     use super::*;
-
-    fn input(b: &mut GraphBuilder, name: &str, dt: DataType, shape: &[usize]) -> Val {
-        let id = b
-            .input(name, OperandDescriptor::new(dt, shape.to_vec()).unwrap())
-            .unwrap();
-        Val::Operand { builder: b.id, id }
-    }
 
     fn opts(kv: &[(&str, Val)]) -> Val {
         Val::Dict(kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())

@@ -3,9 +3,9 @@
 use super::{arg, check, lim, window_output, OpDef, FLOATS};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
-use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
+use crate::graph::op::{ConvParams, FilterLayout, Pool2dParams, PoolKind};
 use crate::graph::{GraphBuilder, Op, OperandId};
-use crate::types::OperandDescriptor;
+use crate::types::{DataType, OperandDescriptor};
 
 /// (batch, channels, height, width) of a 4-D shape in the nchw or nhwc
 /// layout.
@@ -50,6 +50,81 @@ fn fixed_list<const N: usize>(
     }
 }
 
+/// The padding, strides and dilations of a 2-D window.
+struct Window {
+    padding: [usize; 4],
+    strides: [usize; 2],
+    dilations: [usize; 2],
+}
+
+impl Window {
+    fn read(ctx: &Ctx, opts: &Val) -> Result<Self> {
+        Ok(Window {
+            padding: fixed_list::<4>(ctx, opts.member("padding"), "padding", [0; 4], 0)?,
+            strides: fixed_list::<2>(ctx, opts.member("strides"), "strides", [1; 2], 1)?,
+            dilations: fixed_list::<2>(ctx, opts.member("dilations"), "dilations", [1; 2], 1)?,
+        })
+    }
+
+    /// The output (height, width) for a `kernel` over `input`, where
+    /// `axis(input, kernel, pad_begin, pad_end, stride, dilation)` gives
+    /// one axis' size; `None` where either axis has none.
+    fn output(
+        &self,
+        input: [usize; 2],
+        kernel: [usize; 2],
+        axis: impl Fn(usize, usize, usize, usize, usize, usize) -> Option<usize>,
+    ) -> Option<(usize, usize)> {
+        let (p, s, d) = (self.padding, self.strides, self.dilations);
+        let h = axis(input[0], kernel[0], p[0], p[1], s[0], d[0]);
+        let w = axis(input[1], kernel[1], p[2], p[3], s[1], d[1]);
+        Some((h?, w?))
+    }
+}
+
+/// A layout enum option: `layouts` pairs each allowed value with what it
+/// resolves to, the default first.
+fn layout<L: Copy>(ctx: &Ctx, opts: &Val, what: &str, layouts: &[(&'static str, L)]) -> Result<L> {
+    let names: Vec<&'static str> = layouts.iter().map(|&(name, _)| name).collect();
+    let name = ctx.enum_or(opts.member(what), what, &names, layouts[0].0)?;
+    Ok(layouts
+        .iter()
+        .find(|&&(n, _)| n == name)
+        .map_or(layouts[0].1, |&(_, l)| l))
+}
+
+/// `MLInputOperandLayout`, as "is nhwc".
+const INPUT_LAYOUTS: &[(&str, bool)] = &[("nchw", false), ("nhwc", true)];
+
+const FILTER_LAYOUTS: &[(&str, FilterLayout)] = &[
+    ("oihw", FilterLayout::Oihw),
+    ("hwio", FilterLayout::Hwio),
+    ("ohwi", FilterLayout::Ohwi),
+    ("ihwo", FilterLayout::Ihwo),
+];
+
+const TRANSPOSE_FILTER_LAYOUTS: &[(&str, TransposeFilterLayout)] = &[
+    ("iohw", TransposeFilterLayout::Iohw),
+    ("hwoi", TransposeFilterLayout::Hwoi),
+    ("ohwi", TransposeFilterLayout::Ohwi),
+];
+
+/// Adds a conv2d / convTranspose2d node; its output has the input's data
+/// type and layout and the resolved sizes.
+fn push_conv<L>(
+    b: &mut GraphBuilder,
+    ctx: Ctx,
+    data_type: DataType,
+    params: ConvParams<L>,
+    op: fn(ConvParams<L>) -> Op,
+    inputs: Vec<OperandId>,
+) -> Result<Vec<OperandId>> {
+    let p = &params;
+    let shape = join_layout(p.nhwc, p.batch, p.out_channels, p.out_h, p.out_w);
+    let out = OperandDescriptor::new(data_type, shape).map_err(|e| ctx.err(e.message))?;
+    Ok(b.push(op(params), inputs, vec![out], ctx.label))
+}
+
 /// `conv2d(input, filter, options)`.
 fn build_conv2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     let mut ctx = Ctx::new("conv2d");
@@ -57,27 +132,10 @@ fn build_conv2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     let x = b.operand(&ctx, arg(args, 0), "input")?;
     let w = b.operand(&ctx, arg(args, 1), "filter")?;
     let bias = b.opt_operand(&ctx, opts.member("bias"), "bias")?;
-    let padding = fixed_list::<4>(&ctx, opts.member("padding"), "padding", [0; 4], 0)?;
-    let strides = fixed_list::<2>(&ctx, opts.member("strides"), "strides", [1; 2], 1)?;
-    let dilations = fixed_list::<2>(&ctx, opts.member("dilations"), "dilations", [1; 2], 1)?;
+    let win = Window::read(&ctx, opts)?;
     let groups = ctx.u32_or(opts.member("groups"), "groups", 1)? as usize;
-    let nhwc = ctx.enum_or(
-        opts.member("inputLayout"),
-        "inputLayout",
-        &["nchw", "nhwc"],
-        "nchw",
-    )? == "nhwc";
-    let filter_layout = match ctx.enum_or(
-        opts.member("filterLayout"),
-        "filterLayout",
-        &["oihw", "hwio", "ohwi", "ihwo"],
-        "oihw",
-    )? {
-        "oihw" => FilterLayout::Oihw,
-        "hwio" => FilterLayout::Hwio,
-        "ohwi" => FilterLayout::Ohwi,
-        _ => FilterLayout::Ihwo,
-    };
+    let nhwc = layout(&ctx, opts, "inputLayout", INPUT_LAYOUTS)?;
+    let filter_layout = layout(&ctx, opts, "filterLayout", FILTER_LAYOUTS)?;
     let (di, dw) = (b.desc(x).clone(), b.desc(w).clone());
     check(&ctx, "input", &di)?;
     check(&ctx, "filter", &dw)?;
@@ -118,40 +176,20 @@ fn build_conv2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         }
         inputs.push(bias);
     }
-    let out_h = window_output(
-        in_h,
-        kernel_h,
-        padding[0],
-        padding[1],
-        strides[0],
-        dilations[0],
-        false,
-    );
-    let out_w = window_output(
-        in_w,
-        kernel_w,
-        padding[2],
-        padding[3],
-        strides[1],
-        dilations[1],
-        false,
-    );
-    let (out_h, out_w) = match (out_h, out_w) {
-        (Some(h), Some(w)) => (h, w),
-        _ => {
-            return Err(ctx.err(format!(
+    let out = win.output([in_h, in_w], [kernel_h, kernel_w], |i, k, pb, pe, s, d| {
+        window_output(i, k, pb, pe, s, d, false)
+    });
+    let (out_h, out_w) = out.ok_or_else(|| {
+        ctx.err(format!(
             "the dilated {kernel_h}x{kernel_w} filter does not fit the padded {in_h}x{in_w} input"
-        )))
-        }
-    };
-    let shape = join_layout(nhwc, batch, out_channels, out_h, out_w);
-    let out = OperandDescriptor::new(di.data_type, shape).map_err(|e| ctx.err(e.message))?;
-    let params = Conv2dParams {
+        ))
+    })?;
+    let params = ConvParams {
         nhwc,
         filter_layout,
-        padding,
-        strides,
-        dilations,
+        padding: win.padding,
+        strides: win.strides,
+        dilations: win.dilations,
         groups,
         has_bias: bias.is_some(),
         batch,
@@ -164,7 +202,7 @@ fn build_conv2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         out_h,
         out_w,
     };
-    Ok(b.push(Op::Conv2d(params), inputs, vec![out], ctx.label))
+    push_conv(b, ctx, di.data_type, params, Op::Conv2d, inputs)
 }
 
 pub const CONV2D: OpDef = OpDef {
@@ -190,7 +228,7 @@ fn pool2d(
     let x = b.operand(&ctx, arg(args, 0), "input")?;
     let d = b.desc(x).clone();
     check(&ctx, "input", &d)?;
-    let nhwc = ctx.enum_or(opts.member("layout"), "layout", &["nchw", "nhwc"], "nchw")? == "nhwc";
+    let nhwc = layout(&ctx, opts, "layout", INPUT_LAYOUTS)?;
     let s = &d.shape;
     let (batch, channels, in_h, in_w) = split_layout(s, nhwc);
     let window = fixed_list::<2>(
@@ -200,9 +238,7 @@ fn pool2d(
         [in_h, in_w],
         1,
     )?;
-    let padding = fixed_list::<4>(&ctx, opts.member("padding"), "padding", [0; 4], 0)?;
-    let strides = fixed_list::<2>(&ctx, opts.member("strides"), "strides", [1; 2], 1)?;
-    let dilations = fixed_list::<2>(&ctx, opts.member("dilations"), "dilations", [1; 2], 1)?;
+    let win = Window::read(&ctx, opts)?;
     let ceil = ctx.enum_or(
         opts.member("roundingType"),
         "roundingType",
@@ -210,26 +246,9 @@ fn pool2d(
         "floor",
     )? == "ceil";
     let size = |ceil: bool| {
-        Some((
-            window_output(
-                in_h,
-                window[0],
-                padding[0],
-                padding[1],
-                strides[0],
-                dilations[0],
-                ceil,
-            )?,
-            window_output(
-                in_w,
-                window[1],
-                padding[2],
-                padding[3],
-                strides[1],
-                dilations[1],
-                ceil,
-            )?,
-        ))
+        win.output([in_h, in_w], window, |i, k, pb, pe, s, d| {
+            window_output(i, k, pb, pe, s, d, ceil)
+        })
     };
     let floor_size = size(false).ok_or_else(|| {
         ctx.err(format!(
@@ -266,9 +285,9 @@ fn pool2d(
         kind,
         nhwc,
         window,
-        padding,
-        strides,
-        dilations,
+        padding: win.padding,
+        strides: win.strides,
+        dilations: win.dilations,
         batch,
         channels,
         in_h,
@@ -320,30 +339,8 @@ pub enum TransposeFilterLayout {
     Ohwi,
 }
 
-/// Resolved convTranspose2d parameters. Inputs: input, filter, and bias
-/// when `has_bias`. Sizes are in the canonical NCHW sense whatever the
-/// layouts; `out_h`/`out_w` already include outputPadding or come from
-/// outputSizes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConvTranspose2dParams {
-    pub nhwc: bool,
-    pub filter_layout: TransposeFilterLayout,
-    /// [beginning height, ending height, beginning width, ending width].
-    pub padding: [usize; 4],
-    pub strides: [usize; 2],
-    pub dilations: [usize; 2],
-    pub groups: usize,
-    pub has_bias: bool,
-    pub batch: usize,
-    pub in_channels: usize,
-    pub in_h: usize,
-    pub in_w: usize,
-    pub out_channels: usize,
-    pub kernel_h: usize,
-    pub kernel_w: usize,
-    pub out_h: usize,
-    pub out_w: usize,
-}
+/// Resolved convTranspose2d parameters.
+pub type ConvTranspose2dParams = ConvParams<TransposeFilterLayout>;
 
 /// The spec's "calculate convtranspose output size" (without
 /// outputPadding); `None` when it is not positive or overflows.
@@ -373,22 +370,8 @@ fn build_conv_transpose2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Oper
     let x = b.operand(&ctx, arg(args, 0), "input")?;
     let w = b.operand(&ctx, arg(args, 1), "filter")?;
     let bias = b.opt_operand(&ctx, opts.member("bias"), "bias")?;
-    let nhwc = ctx.enum_or(
-        opts.member("inputLayout"),
-        "inputLayout",
-        &["nchw", "nhwc"],
-        "nchw",
-    )? == "nhwc";
-    let filter_layout = match ctx.enum_or(
-        opts.member("filterLayout"),
-        "filterLayout",
-        &["iohw", "hwoi", "ohwi"],
-        "iohw",
-    )? {
-        "iohw" => TransposeFilterLayout::Iohw,
-        "hwoi" => TransposeFilterLayout::Hwoi,
-        _ => TransposeFilterLayout::Ohwi,
-    };
+    let nhwc = layout(&ctx, opts, "inputLayout", INPUT_LAYOUTS)?;
+    let filter_layout = layout(&ctx, opts, "filterLayout", TRANSPOSE_FILTER_LAYOUTS)?;
     let groups = ctx.u32_or(opts.member("groups"), "groups", 1)? as usize;
     let (di, dw) = (b.desc(x).clone(), b.desc(w).clone());
     check(&ctx, "input", &di)?;
@@ -396,9 +379,7 @@ fn build_conv_transpose2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Oper
     if di.data_type != dw.data_type {
         return Err(ctx.err("input and filter must have the same data type"));
     }
-    let padding = fixed_list::<4>(&ctx, opts.member("padding"), "padding", [0; 4], 0)?;
-    let strides = fixed_list::<2>(&ctx, opts.member("strides"), "strides", [1; 2], 1)?;
-    let dilations = fixed_list::<2>(&ctx, opts.member("dilations"), "dilations", [1; 2], 1)?;
+    let win = Window::read(&ctx, opts)?;
     let output_padding = fixed_list::<2>(
         &ctx,
         opts.member("outputPadding"),
@@ -411,10 +392,11 @@ fn build_conv_transpose2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Oper
         v => Some(fixed_list::<2>(&ctx, v, "outputSizes", [0; 2], 0)?),
     };
     if output_sizes.is_none()
-        && (output_padding[0] >= strides[0] || output_padding[1] >= strides[1])
+        && (output_padding[0] >= win.strides[0] || output_padding[1] >= win.strides[1])
     {
         return Err(ctx.err(format!(
-            "outputPadding {output_padding:?} must be smaller than strides {strides:?}"
+            "outputPadding {output_padding:?} must be smaller than strides {:?}",
+            win.strides
         )));
     }
     if groups == 0 {
@@ -463,56 +445,37 @@ fn build_conv_transpose2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Oper
         }
         inputs.push(bias);
     }
-    let calc_h = conv_transpose_size(
-        in_h,
-        kernel_h,
-        padding[0],
-        padding[1],
-        strides[0],
-        dilations[0],
-    );
-    let calc_w = conv_transpose_size(
-        in_w,
-        kernel_w,
-        padding[2],
-        padding[3],
-        strides[1],
-        dilations[1],
-    );
-    let (calc_h, calc_w) = match (calc_h, calc_w) {
-        (Some(h), Some(w)) => (h, w),
-        _ => {
-            return Err(ctx.err(format!(
-                "the padding {padding:?} leaves no output for a {in_h}x{in_w} input and a {kernel_h}x{kernel_w} filter"
-            )))
-        }
-    };
+    let calc = win.output([in_h, in_w], [kernel_h, kernel_w], conv_transpose_size);
+    let (calc_h, calc_w) = calc.ok_or_else(|| {
+        ctx.err(format!(
+            "the padding {:?} leaves no output for a {in_h}x{in_w} input and a {kernel_h}x{kernel_w} filter",
+            win.padding
+        ))
+    })?;
     let (out_h, out_w) = match output_sizes {
         Some([oh, ow]) => {
-            if oh < calc_h || oh >= calc_h + strides[0] {
+            if oh < calc_h || oh >= calc_h + win.strides[0] {
                 return Err(ctx.err(format!(
                     "outputSizes[0] ({oh}) must be in [{calc_h}, {})",
-                    calc_h + strides[0]
+                    calc_h + win.strides[0]
                 )));
             }
-            if ow < calc_w || ow >= calc_w + strides[1] {
+            if ow < calc_w || ow >= calc_w + win.strides[1] {
                 return Err(ctx.err(format!(
                     "outputSizes[1] ({ow}) must be in [{calc_w}, {})",
-                    calc_w + strides[1]
+                    calc_w + win.strides[1]
                 )));
             }
             (oh, ow)
         }
         None => (calc_h + output_padding[0], calc_w + output_padding[1]),
     };
-    let shape = join_layout(nhwc, batch, out_channels, out_h, out_w);
-    let out = OperandDescriptor::new(di.data_type, shape).map_err(|e| ctx.err(e.message))?;
-    let params = ConvTranspose2dParams {
+    let params = ConvParams {
         nhwc,
         filter_layout,
-        padding,
-        strides,
-        dilations,
+        padding: win.padding,
+        strides: win.strides,
+        dilations: win.dilations,
         groups,
         has_bias: bias.is_some(),
         batch,
@@ -525,7 +488,7 @@ fn build_conv_transpose2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Oper
         out_h,
         out_w,
     };
-    Ok(b.push(Op::ConvTranspose2d(params), inputs, vec![out], ctx.label))
+    push_conv(b, ctx, di.data_type, params, Op::ConvTranspose2d, inputs)
 }
 
 pub const CONV_TRANSPOSE2D: OpDef = OpDef {

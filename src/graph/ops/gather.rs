@@ -316,15 +316,9 @@ pub const DEFS: &[OpDef] = &[
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::input;
     use super::*;
     use crate::error::ErrorKind;
-
-    fn input(b: &mut GraphBuilder, name: &str, dt: DataType, shape: &[usize]) -> Val {
-        let id = b
-            .input(name, OperandDescriptor::new(dt, shape.to_vec()).unwrap())
-            .unwrap();
-        Val::Operand { builder: b.id, id }
-    }
 
     fn axis(a: f64) -> Val {
         Val::Dict(vec![("axis".into(), Val::Number(a))])

@@ -167,15 +167,9 @@ pub const DEFS: &[OpDef] = &[
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::input;
     use super::*;
     use crate::graph::args::Val;
-
-    fn input(b: &mut GraphBuilder, name: &str, dt: DataType, shape: &[usize]) -> Val {
-        let id = b
-            .input(name, OperandDescriptor::new(dt, shape.to_vec()).unwrap())
-            .unwrap();
-        Val::Operand { builder: b.id, id }
-    }
 
     #[test]
     fn output_is_uint8_broadcast() {

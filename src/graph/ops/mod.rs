@@ -19,6 +19,8 @@ pub mod quantize;
 pub mod recurrent;
 pub mod reduce;
 pub mod shape;
+#[cfg(test)]
+mod testing;
 
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};

@@ -103,17 +103,7 @@ fn build_expand(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     let mut ctx = Ctx::new("expand");
     ctx.options(arg(args, 2))?;
     let (x, d) = input(b, &ctx, arg(args, 0))?;
-    let shape: Vec<usize> = ctx
-        .u32_list(arg(args, 1), "newShape")?
-        .into_iter()
-        .map(|v| v as usize)
-        .collect();
-    if shape.len() > MAX_RANK {
-        return Err(ctx.err(format!(
-            "newShape has rank {}, more than {MAX_RANK}",
-            shape.len()
-        )));
-    }
+    let shape = super::shape::new_shape(&ctx, arg(args, 1))?;
     if !super::broadcasts_to(&d.shape, &shape) {
         return Err(ctx.err(format!(
             "the input shape {:?} is not unidirectionally broadcastable to newShape {shape:?}",

@@ -259,18 +259,8 @@ pub const DEFS: &[OpDef] = &[
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{err, input};
     use super::*;
-
-    fn input(b: &mut GraphBuilder, name: &str, dt: DataType, shape: &[usize]) -> Val {
-        let id = b
-            .input(name, OperandDescriptor::new(dt, shape.to_vec()).unwrap())
-            .unwrap();
-        operand_val(b, id)
-    }
-
-    fn operand_val(b: &GraphBuilder, id: OperandId) -> Val {
-        Val::Operand { builder: b.id, id }
-    }
 
     fn dict(items: Vec<(&str, Val)>) -> Val {
         Val::Dict(items.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
@@ -278,13 +268,6 @@ mod tests {
 
     fn nums(v: &[u32]) -> Val {
         Val::List(v.iter().map(|&x| Val::Number(x as f64)).collect())
-    }
-
-    fn err(r: Result<Vec<OperandId>>) -> String {
-        match r {
-            Err(e) => e.message,
-            Ok(_) => panic!("expected an error"),
-        }
     }
 
     #[test]

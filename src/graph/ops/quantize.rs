@@ -149,21 +149,8 @@ pub const DEFS: &[OpDef] = &[DEQUANTIZE_LINEAR, QUANTIZE_LINEAR];
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{err, input};
     use super::*;
-
-    fn input(b: &mut GraphBuilder, name: &str, dt: DataType, shape: &[usize]) -> Val {
-        let id = b
-            .input(name, OperandDescriptor::new(dt, shape.to_vec()).unwrap())
-            .unwrap();
-        Val::Operand { builder: b.id, id }
-    }
-
-    fn err(r: Result<Vec<OperandId>>) -> String {
-        match r {
-            Err(e) => e.message,
-            Ok(_) => panic!("expected an error"),
-        }
-    }
 
     #[test]
     fn block_sizes() {

@@ -578,17 +578,11 @@ pub const DEFS: &[OpDef] = &[
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::input;
     use crate::error::Error;
     use crate::graph::args::Val;
     use crate::graph::GraphBuilder;
-    use crate::types::{DataType, OperandDescriptor};
-
-    fn input(b: &mut GraphBuilder, name: &str, dt: DataType, shape: &[usize]) -> Val {
-        let id = b
-            .input(name, OperandDescriptor::new(dt, shape.to_vec()).unwrap())
-            .unwrap();
-        Val::Operand { builder: b.id, id }
-    }
+    use crate::types::DataType;
 
     fn f32in(b: &mut GraphBuilder, name: &str, shape: &[usize]) -> Val {
         input(b, name, DataType::Float32, shape)

@@ -6,15 +6,10 @@ use crate::graph::args::{Ctx, Val};
 use crate::graph::{GraphBuilder, Op, OperandId};
 use crate::types::OperandDescriptor;
 
-/// `reshape(input, newShape)`: same element count.
-fn build_reshape(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
-    let mut ctx = Ctx::new("reshape");
-    ctx.options(arg(args, 2))?;
-    let x = b.operand(&ctx, arg(args, 0), "input")?;
-    let d = b.desc(x).clone();
-    check(&ctx, "input", &d)?;
+/// The `newShape` argument of reshape and expand: at most MAX_RANK sizes.
+pub(super) fn new_shape(ctx: &Ctx, v: &Val) -> Result<Vec<usize>> {
     let shape: Vec<usize> = ctx
-        .u32_list(arg(args, 1), "newShape")?
+        .u32_list(v, "newShape")?
         .into_iter()
         .map(|v| v as usize)
         .collect();
@@ -24,6 +19,17 @@ fn build_reshape(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
             shape.len()
         )));
     }
+    Ok(shape)
+}
+
+/// `reshape(input, newShape)`: same element count.
+fn build_reshape(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
+    let mut ctx = Ctx::new("reshape");
+    ctx.options(arg(args, 2))?;
+    let x = b.operand(&ctx, arg(args, 0), "input")?;
+    let d = b.desc(x).clone();
+    check(&ctx, "input", &d)?;
+    let shape = new_shape(&ctx, arg(args, 1))?;
     let out = OperandDescriptor::new(d.data_type, shape).map_err(|e| ctx.err(e.message))?;
     if out.element_count() != d.element_count() {
         return Err(ctx.err(format!(

@@ -2,28 +2,9 @@
 // the step's projections, then h' = z * h + (1 - z) * n, written to the
 // state (the last-hidden output) and to the sequence.
 
-@group(0) @binding(1) var<storage, read> gx: array<f32>;
 @group(0) @binding(2) var<storage, read> gh: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read> rbias: array<f32>;
 @group(0) @binding(5) var<storage, read_write> h: array<f32>;
 @group(0) @binding(6) var<storage, read_write> seq: array<f32>;
-
-// Bias elements, zero when the bias is absent (its binding then holds a
-// stand-in that must not be indexed).
-fn bias_at(i: u32) -> f32 {
-    if (p[9] != 0u) {
-        return bias[i];
-    }
-    return 0.0;
-}
-
-fn rbias_at(i: u32) -> f32 {
-    if (p[10] != 0u) {
-        return rbias[i];
-    }
-    return 0.0;
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -31,20 +12,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i >= p[0]) {
         return;
     }
-    let dirs = p[2];
-    let batch = p[3];
-    let hs = p[5];
-    let rows = p[6] * hs;
-    let j = i % hs;
-    let b = (i / hs) % batch;
-    let d = i / (hs * batch);
-    let t = time_of(d);
-    let gxr = ((t * dirs + d) * batch + b) * rows + j;
-    let ghr = (d * batch + b) * rows + j;
+    let u = unit_of(i);
+    let hs = u.hs;
+    let gxr = u.gx + u.j;
+    let ghr = u.gh + u.j;
+    let br = u.bias + u.j;
     let zb = p[14] * hs;
     let rb = p[15] * hs;
     let nb = p[16] * hs;
-    let br = d * rows + j;
     let z = act(p[18], gate_sum(gx[gxr + zb], gh[ghr + zb], bias_at(br + zb), rbias_at(br + zb)));
     // The new gate: x-side with its bias, then the recurrent side with
     // its bias (inside the reset for resetAfter; before the reset-gated
@@ -61,6 +36,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let hn = z * h[i] + (1.0 - z) * n;
     h[i] = hn;
     if (p[13] != 0u) {
-        seq[t * dirs * batch * hs + i] = hn;
+        seq[u.seq + i] = hn;
     }
 }

@@ -3,30 +3,11 @@
 // projections, then c' = f * c + i * g and h' = o * act(c'), written to
 // the states (the last-hidden and last-cell outputs) and the sequence.
 
-@group(0) @binding(1) var<storage, read> gx: array<f32>;
 @group(0) @binding(2) var<storage, read> gh: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read> rbias: array<f32>;
 @group(0) @binding(5) var<storage, read> peep: array<f32>;
 @group(0) @binding(6) var<storage, read_write> h: array<f32>;
 @group(0) @binding(7) var<storage, read_write> c: array<f32>;
 @group(0) @binding(8) var<storage, read_write> seq: array<f32>;
-
-// Bias elements, zero when the bias is absent (its binding then holds a
-// stand-in that must not be indexed).
-fn bias_at(i: u32) -> f32 {
-    if (p[9] != 0u) {
-        return bias[i];
-    }
-    return 0.0;
-}
-
-fn rbias_at(i: u32) -> f32 {
-    if (p[10] != 0u) {
-        return rbias[i];
-    }
-    return 0.0;
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -34,23 +15,18 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i >= p[0]) {
         return;
     }
-    let dirs = p[2];
-    let batch = p[3];
-    let hs = p[5];
-    let rows = p[6] * hs;
-    let j = i % hs;
-    let b = (i / hs) % batch;
-    let d = i / (hs * batch);
-    let t = time_of(d);
-    let gxr = ((t * dirs + d) * batch + b) * rows + j;
-    let ghr = (d * batch + b) * rows + j;
+    let u = unit_of(i);
+    let hs = u.hs;
+    let gxr = u.gx + u.j;
+    let ghr = u.gh + u.j;
+    let br = u.bias + u.j;
     let cs = c[i];
     // Peepholes are packed i, o, f whatever the layout.
     var pi = 0.0;
     var po = 0.0;
     var pf = 0.0;
     if (p[11] != 0u) {
-        let pr = d * 3u * hs + j;
+        let pr = u.d * 3u * hs + u.j;
         pi = peep[pr] * cs;
         po = peep[pr + hs] * cs;
         pf = peep[pr + 2u * hs] * cs;
@@ -59,7 +35,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let ob = p[15] * hs;
     let fb = p[16] * hs;
     let gb = p[17] * hs;
-    let br = d * rows + j;
     let ig = act(p[18], gate_sum(gx[gxr + ib], gh[ghr + ib], bias_at(br + ib), rbias_at(br + ib)) + pi);
     let og = act(p[18], gate_sum(gx[gxr + ob], gh[ghr + ob], bias_at(br + ob), rbias_at(br + ob)) + po);
     let fg = act(p[18], gate_sum(gx[gxr + fb], gh[ghr + fb], bias_at(br + fb), rbias_at(br + fb)) + pf);
@@ -70,6 +45,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     c[i] = cn;
     h[i] = hn;
     if (p[13] != 0u) {
-        seq[t * dirs * batch * hs + i] = hn;
+        seq[u.seq + i] = hn;
     }
 }

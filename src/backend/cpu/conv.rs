@@ -193,6 +193,16 @@ fn depthwise_rows<const FMA: bool>(
     }
 }
 
+/// The padded rows and columns the taps of a convolution reach (the
+/// extent of the padded input that is read; needs out_h, out_w >= 1).
+pub(super) fn reach(p: &Conv2dParams) -> (usize, usize) {
+    let (oh, ow) = (p.out_h, p.out_w);
+    (
+        (oh - 1) * p.strides[0] + (p.kernel_h - 1) * p.dilations[0] + 1,
+        (ow - 1) * p.strides[1] + (p.kernel_w - 1) * p.dilations[1] + 1,
+    )
+}
+
 /// Writes one input plane `x` ([h, w]) with its padding into `dst`, split
 /// by column phase for stride `sw`: `dst[(q * hu + r) * wq + t]` is padded
 /// row `r`, padded column `q + t * sw` (`wq = ceil(wu / sw)`), for the `hu`
@@ -264,12 +274,11 @@ fn depthwise_plane<const FMA: bool>(
     (scratch, grid): (&mut Vec<f32>, &mut Vec<f32>),
     dst: &mut [f32],
 ) {
-    let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
-    let (sh, sw) = (p.strides[0], p.strides[1]);
+    let (h, w) = (p.in_h, p.in_w);
+    let sw = p.strides[1];
     let (pt, pl) = (p.padding[0], p.padding[2]);
     // Padded rows and columns the taps reach.
-    let hu = (oh - 1) * sh + (p.kernel_h - 1) * p.dilations[0] + 1;
-    let wu = (ow - 1) * sw + (p.kernel_w - 1) * p.dilations[1] + 1;
+    let (hu, wu) = reach(p);
     let wq = wu.div_ceil(sw);
     // Only the padding needs zeros, and every plane of one convolution
     // writes the same cells (the geometry fixes them) and leaves the
@@ -411,8 +420,7 @@ fn conv_gen(
     let (sh, sw) = (p.strides[0], p.strides[1]);
     let (dh, dw) = (p.dilations[0], p.dilations[1]);
     let (pt, pl) = (p.padding[0], p.padding[2]);
-    let hu = (oh - 1) * sh + (kh - 1) * dh + 1;
-    let wu = (ow - 1) * sw + (kw - 1) * dw + 1;
+    let (hu, wu) = reach(p);
     let wq = wu.div_ceil(sw);
     let chan = sw * hu * wq;
     // Only the cells the input covers are written: the rest is padding.

@@ -153,8 +153,7 @@ unsafe fn block(
     let (dh, dw) = (p.dilations[0], p.dilations[1]);
     let (pt, pl) = (p.padding[0], p.padding[2]);
     // Padded rows and columns the taps reach.
-    let hu = (oh - 1) * sh + (kh - 1) * dh + 1;
-    let wu = (ow - 1) * sw + (kw - 1) * dw + 1;
+    let (hu, wu) = super::conv::reach(p);
     let plane = oh * ow;
     inb.resize(hu * wu * L, 0.0);
     outb.resize(plane * L, 0.0);

@@ -869,63 +869,56 @@ impl Task<'_> {
             let jl = q * nr;
             let ncols = nr.min(self.cols - jl);
             let bp = &self.bblock[q * kc * nr..(q + 1) * kc * nr];
-            {
-                let i = r0 + ip * mr;
-                let nrows = mr.min(r1 - i);
-                let ap = &apack[ip * kc * mr..(ip + 1) * kc * mr];
-                // SAFETY: rows i..i+nrows and columns j0+jl..+ncols are
-                // inside C (caller's contract) and belong to this task.
+            let i = r0 + ip * mr;
+            let nrows = mr.min(r1 - i);
+            let ap = &apack[ip * kc * mr..(ip + 1) * kc * mr];
+            // SAFETY: rows i..i+nrows and columns j0+jl..+ncols are inside
+            // C (caller's contract) and belong to this task.
+            let cp = unsafe { self.c.0.add(i * self.ldc + self.j0 + jl) };
+            if nrows == mr && ncols == nr {
+                let tf = self.fuse.map(|f| f.tile(i, self.j0 + jl));
+                let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+                // SAFETY: a whole tile of C, as above; `tp` covers it.
                 unsafe {
-                    let cp = self.c.0.add(i * self.ldc + self.j0 + jl);
-                    if nrows == mr && ncols == nr {
-                        let tf = self.fuse.map(|f| f.tile(i, self.j0 + jl));
-                        let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
-                        (k.func)(
-                            kc,
-                            ap.as_ptr(),
-                            bp.as_ptr(),
-                            cp,
-                            self.ldc,
-                            self.accumulate,
-                            tp,
-                        );
-                        continue;
-                    } else {
-                        // The edge tile: compute it whole in scratch,
-                        // then store its valid part.
-                        (k.func)(
-                            kc,
-                            ap.as_ptr(),
-                            bp.as_ptr(),
-                            scratch.as_mut_ptr(),
-                            nr,
-                            false,
-                            std::ptr::null(),
-                        );
-                        for r in 0..nrows {
-                            let dst = std::slice::from_raw_parts_mut(cp.add(r * self.ldc), ncols);
-                            let src = &scratch[r * nr..r * nr + ncols];
-                            if self.accumulate {
-                                dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
-                            } else {
-                                dst.copy_from_slice(src);
-                            }
-                        }
-                    }
+                    (k.func)(
+                        kc,
+                        ap.as_ptr(),
+                        bp.as_ptr(),
+                        cp,
+                        self.ldc,
+                        self.accumulate,
+                        tp,
+                    )
+                };
+                continue;
+            }
+            // An edge tile: computed whole in scratch, then its valid part
+            // is stored and the fused bias and bounds applied in scalar
+            // form.
+            // SAFETY: scratch holds MAX_TILE >= mr * nr floats.
+            unsafe {
+                (k.func)(
+                    kc,
+                    ap.as_ptr(),
+                    bp.as_ptr(),
+                    scratch.as_mut_ptr(),
+                    nr,
+                    false,
+                    std::ptr::null(),
+                )
+            };
+            for r in 0..nrows {
+                // SAFETY: row r of this task's tile, as above; no other
+                // reference to it is alive.
+                let dst = unsafe { std::slice::from_raw_parts_mut(cp.add(r * self.ldc), ncols) };
+                let src = &scratch[r * nr..r * nr + ncols];
+                if self.accumulate {
+                    dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
+                } else {
+                    dst.copy_from_slice(src);
                 }
-                // An edge tile: the fused bias and bounds in scalar form.
                 if let Some(f) = self.fuse {
-                    for r in 0..nrows {
-                        // SAFETY: row r of this task's tile, as above;
-                        // no other reference to it is alive.
-                        let row = unsafe {
-                            std::slice::from_raw_parts_mut(
-                                self.c.0.add((i + r) * self.ldc + self.j0 + jl),
-                                ncols,
-                            )
-                        };
-                        f.apply(i + r, self.j0 + jl, row);
-                    }
+                    f.apply(i + r, self.j0 + jl, dst);
                 }
             }
         }

@@ -27,18 +27,18 @@ const L: usize = 8;
 static MASKS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
 
 /// A thread's working memory: the interleaved input and output blocks and
-/// the block's filter taps (tap t of lane j at `t * 8 + j`).
+/// the block's taps (8 lanes of filter weights, offset in the input).
 struct Bufs {
     inb: Vec<f32>,
     outb: Vec<f32>,
-    weights: Vec<f32>,
+    taps: Vec<(__m256, usize)>,
 }
 
 thread_local! {
     /// Each thread's interleaved input and output blocks, reused across
     /// calls (their padding cells are rewritten per call).
     static BUFS: RefCell<Bufs> = const {
-        RefCell::new(Bufs { inb: Vec::new(), outb: Vec::new(), weights: Vec::new() })
+        RefCell::new(Bufs { inb: Vec::new(), outb: Vec::new(), taps: Vec::new() })
     };
 }
 
@@ -100,8 +100,9 @@ pub(super) unsafe fn depthwise8(
     if c == 0 || plane == 0 {
         return;
     }
+    let blocks = c.div_ceil(L);
     let run = |(u, dst): (usize, &mut [f32])| {
-        let (b, c0) = (u / c.div_ceil(L), (u % c.div_ceil(L)) * L);
+        let (b, c0) = (u / blocks, (u % blocks) * L);
         let lanes = L.min(c - c0);
         let khw = p.kernel_h * p.kernel_w;
         let xs = &x[(b * c + c0) * in_plane..(b * c + c0 + lanes) * in_plane];
@@ -122,7 +123,7 @@ pub(super) unsafe fn depthwise8(
             batch
                 .chunks_mut(L * plane)
                 .enumerate()
-                .map(move |(k, d)| (b * c.div_ceil(L) + k, d))
+                .map(move |(k, d)| (b * blocks + k, d))
         })
         .collect();
     if units.len() > 1 {
@@ -146,7 +147,7 @@ unsafe fn block(
     bufs: &mut Bufs,
     dst: &mut [f32],
 ) {
-    let Bufs { inb, outb, weights } = bufs;
+    let Bufs { inb, outb, taps } = bufs;
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     let (kh, kw) = (p.kernel_h, p.kernel_w);
     let (sh, sw) = (p.strides[0], p.strides[1]);
@@ -194,19 +195,15 @@ unsafe fn block(
     }
     // Taps: filter vectors and offsets in the interleaved input.
     let khw = kh * kw;
-    weights.clear();
-    weights.resize(khw * L, 0.0);
-    for (t, wt) in weights.chunks_exact_mut(L).enumerate() {
-        for (lane, v) in wt.iter_mut().enumerate().take(lanes) {
+    taps.clear();
+    for t in 0..khw {
+        let mut wv = [0.0f32; L];
+        for (lane, v) in wv.iter_mut().enumerate().take(lanes) {
             *v = ws[lane * khw + t];
         }
-    }
-    let taps = (0..khw).map(|t| {
         let (ky, kx) = (t / kw, t % kw);
-        // SAFETY: `weights` holds 8 floats per tap.
-        let wv = unsafe { _mm256_loadu_ps(weights[t * L..][..L].as_ptr()) };
-        (wv, (ky * dh * wu + kx * dw) * L)
-    });
+        taps.push((_mm256_loadu_ps(wv.as_ptr()), (ky * dh * wu + kx * dw) * L));
+    }
     let mut bv = [-0.0f32; L];
     if let Some(b) = bias {
         bv[..lanes].copy_from_slice(&b[..lanes]);
@@ -216,18 +213,6 @@ unsafe fn block(
         _mm256_set1_ps(lo),
         _mm256_set1_ps(hi),
     );
-    // At most 7 x 7 taps on the stack; larger filters in a vector.
-    let mut small = [(zero, 0usize); 49];
-    let big: Vec<(__m256, usize)>;
-    let taps: &[(__m256, usize)] = if khw <= small.len() {
-        for (d, t) in small.iter_mut().zip(taps) {
-            *d = t;
-        }
-        &small[..khw]
-    } else {
-        big = taps.collect();
-        &big
-    };
     let Some(((w0, o0), rest)) = taps.split_first() else {
         return;
     };
@@ -236,9 +221,10 @@ unsafe fn block(
     // below is inside it.
     let last =
         ((oh - 1) * sh * wu + (ow - 1) * sw) * L + taps.iter().map(|t| t.1).max().unwrap_or(0);
-    if last + L > inb.len() {
-        return;
-    }
+    assert!(
+        last + L <= inb.len(),
+        "depthwise: taps reach past the input"
+    );
     let src = inb.as_ptr();
     // SAFETY (both `at`s): base + off + 8 <= last + 8 <= inb.len() for
     // every output pixel (checked above).
@@ -298,19 +284,8 @@ unsafe fn block(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::gpu::testing::random;
     use crate::graph::op::FilterLayout;
-
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2654435761) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-            })
-            .collect()
-    }
 
     /// The 8-channel kernel gives the NCHW kernel's values for channel
     /// counts that are not multiples of 8, planes narrower than 8, strides,
@@ -353,10 +328,10 @@ mod tests {
                 out_h: oh,
                 out_w: ow,
             };
-            let mut x = data(n * c * h * w, i as u32 + 1);
+            let mut x = random(n * c * h * w, i as u64 + 1);
             x[0] = f32::NAN;
-            let f = data(c * kh * kw, i as u32 + 50);
-            let b = data(c, i as u32 + 90);
+            let f = random(c * kh * kw, i as u64 + 50);
+            let b = random(c, i as u64 + 90);
             for (bias, act) in [
                 (None, None),
                 (Some(&b[..]), Some((-0.25f32, 0.5f32))),

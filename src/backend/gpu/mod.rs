@@ -110,6 +110,32 @@ pub(crate) struct NodeIo<'a> {
     pub out_descs: &'a [&'a OperandDescriptor],
 }
 
+/// A node's first input and first output, each with its descriptor.
+type FirstIo<'a> = (
+    &'a wgpu::Buffer,
+    &'a OperandDescriptor,
+    &'a wgpu::Buffer,
+    &'a OperandDescriptor,
+);
+
+impl<'a> NodeIo<'a> {
+    /// The first input and first output, or an OperationError naming `op`
+    /// when the node lacks one (validation never builds such a node).
+    pub fn first(&self, op: &str) -> Result<FirstIo<'a>> {
+        match (
+            self.ins.first(),
+            self.in_descs.first(),
+            self.outs.first(),
+            self.out_descs.first(),
+        ) {
+            (Some(&i), Some(&id), Some(&o), Some(&od)) => Ok((i, id, o, od)),
+            _ => Err(Error::operation(format!(
+                "{op} needs an input and an output"
+            ))),
+        }
+    }
+}
+
 /// Wakes the thread that runs [`block_on`].
 struct ThreadWaker(Thread);
 

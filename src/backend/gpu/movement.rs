@@ -34,17 +34,7 @@ pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
 
 /// The steps of one operator of the family.
 pub(super) fn build(gpu: &mut Gpu, op: &MovementOp, io: &NodeIo) -> Result<Vec<Step>> {
-    let (Some(&input), Some(&in_desc), Some(&out), Some(&out_desc)) = (
-        io.ins.first(),
-        io.in_descs.first(),
-        io.outs.first(),
-        io.out_descs.first(),
-    ) else {
-        return Err(Error::operation(format!(
-            "{} needs an input and an output",
-            op.name()
-        )));
-    };
+    let (input, in_desc, out, out_desc) = io.first(op.name())?;
     let dt = in_desc.data_type;
     let in_shape = &in_desc.shape;
     let out_shape = &out_desc.shape;

@@ -220,17 +220,7 @@ fn value(a: {t}) -> {t} {{
 
 /// argMin/argMax and cumulativeSum.
 pub(super) fn other(gpu: &mut Gpu, op: &ReduceOp, io: &NodeIo) -> Result<Vec<Step>> {
-    let (Some(&input), Some(&in_desc), Some(&out), Some(&out_desc)) = (
-        io.ins.first(),
-        io.in_descs.first(),
-        io.outs.first(),
-        io.out_descs.first(),
-    ) else {
-        return Err(Error::operation(format!(
-            "{}: missing an input or output",
-            op.name()
-        )));
-    };
+    let (input, in_desc, out, out_desc) = io.first(op.name())?;
     let dt = in_desc.data_type;
     let elem = convert::compute_type(dt);
     // Word pairs compare and add through shaders/int64.wgsl.
@@ -470,24 +460,11 @@ mod tests {
         same_as_cpu(be, op_graph(name, dt, &[shape], extra).unwrap(), vec![x]);
     }
 
-    const EVERY_TYPE: [DataType; 10] = [
-        DataType::Float32,
-        DataType::Float16,
-        DataType::Int32,
-        DataType::Uint32,
-        DataType::Int64,
-        DataType::Uint64,
-        DataType::Int8,
-        DataType::Uint8,
-        DataType::Int4,
-        DataType::Uint4,
-    ];
-
     #[test]
     fn arg_min_max_every_type_and_axis() {
         let Some(mut be) = backend() else { return };
         for name in ["argMin", "argMax"] {
-            for dt in EVERY_TYPE {
+            for dt in DataType::ALL {
                 for (shape, axis) in LINES {
                     for (keep, out) in [(false, "int32"), (true, "int64")] {
                         let opts = dict(&[

@@ -69,8 +69,8 @@
 // unavailable or skipped (however slow); 1 on a mismatch or an error; 2 for bad
 // arguments. On a software adapter the figures only prove the path works.
 
-const fs = require('fs');
 const os = require('os');
+const { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable } = require('./report');
 const { WORKLOADS, WEIGHT_SEED, INPUT_SEED, makeRandom, WebnnEmitter } = require('./workloads');
 const { REL_FLOOR, RMS_FRACTION, maxRelativeError } = require('./check');
 
@@ -160,14 +160,6 @@ function parseArgs(argv) {
     }
   }
   return opts;
-}
-
-const now = () => Number(process.hrtime.bigint()) / 1e6; // ms
-
-function median(values) {
-  const s = [...values].sort((x, y) => x - y);
-  const mid = s.length >> 1;
-  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
 }
 
 // The operators a description uses, found by running it against a builder
@@ -377,26 +369,8 @@ async function benchWorkload(entry, gpuContext, cpuContext, opts, rows) {
 
 // --- report ---
 
-function loadavg() {
-  try {
-    return fs.readFileSync('/proc/loadavg', 'utf8').trim();
-  } catch {
-    return os.loadavg().map((x) => x.toFixed(2)).join(' ');
-  }
-}
 
-function fmtMs(ms) {
-  if (ms === undefined) return '-';
-  if (ms < 1) return ms.toFixed(4);
-  if (ms < 10) return ms.toFixed(3);
-  if (ms < 1000) return ms.toFixed(2);
-  return ms.toFixed(0);
-}
-
-const fmt = (x, digits) => (x === undefined ? '-' : x.toFixed(digits));
-const fmtErr = (x) => (x === undefined ? '-' : x === Infinity ? 'inf' : x.toExponential(1));
-
-function printTable(rows) {
+function printResults(rows) {
   const header = ['workload', 'build ms', 'first ms', 'runs', 'latency ms', 'K', 'chained ms', 'GFLOP/s lat', 'GFLOP/s chn', 'max rel err', 'status'];
   const lines = rows.map((r) => [
     `${r.workload} ${r.title}`,
@@ -411,20 +385,8 @@ function printTable(rows) {
     fmtErr(r.max_rel_err),
     r.status,
   ]);
-  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i].length)));
-  const print = (cells) =>
-    console.log(
-      cells
-        .map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]) : c.padStart(widths[i])))
-        .join('  ')
-        .trimEnd(),
-    );
-  print(header);
-  print(widths.map((w) => '-'.repeat(w)));
-  lines.forEach(print);
+  printTable(header, lines);
 }
-
-const round = (x, digits = 4) => (typeof x === 'number' && Number.isFinite(x) ? Number(x.toPrecision(digits)) : x);
 
 async function main(opts) {
   const selected = GPU_WORKLOADS.filter(
@@ -478,7 +440,7 @@ async function main(opts) {
   const accelerated = gpuContext.accelerated;
   gpuContext.destroy();
   cpuContext.destroy();
-  printTable(rows);
+  printResults(rows);
 
   const loadEnd = loadavg();
   console.log(`load average at end: ${loadEnd}`);

@@ -18,6 +18,7 @@ if (process.argv.includes('--gpu')) {
 
 const fs = require('fs');
 const os = require('os');
+const { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable } = require('./report');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const { WORKLOADS, WEIGHT_SEED, INPUT_SEED, makeRandom, WebnnEmitter, NullEmitter } = require('./workloads');
@@ -131,14 +132,6 @@ async function buildOrt(workload, threads) {
 }
 
 // --- measurement ---
-
-function median(values) {
-  const s = [...values].sort((x, y) => x - y);
-  const mid = s.length >> 1;
-  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
-}
-
-const now = () => Number(process.hrtime.bigint()) / 1e6; // ms
 
 // Alternates the two sides in blocks of runs, so a change in machine load
 // during the measurement hits both rather than whichever happened to run
@@ -269,25 +262,8 @@ function measureRss(side, threads, runs) {
 
 // --- report ---
 
-function loadavg() {
-  try {
-    return fs.readFileSync('/proc/loadavg', 'utf8').trim();
-  } catch {
-    return os.loadavg().map((x) => x.toFixed(2)).join(' ');
-  }
-}
 
-function fmtMs(ms) {
-  if (ms === undefined) return '-';
-  if (ms < 1) return ms.toFixed(4);
-  if (ms < 10) return ms.toFixed(3);
-  return ms.toFixed(2);
-}
-
-const fmt = (x, digits) => (x === undefined ? '-' : x.toFixed(digits));
-const fmtErr = (x) => (x === undefined ? '-' : x === Infinity ? 'inf' : x.toExponential(1));
-
-function printTable(rows) {
+function printResults(rows) {
   const header = ['workload', 'thr', 'runs', 'ours ms', 'ORT ms', 'ours/ORT', 'ours GFLOP/s', 'ORT GFLOP/s', 'max rel err', 'status'];
   const lines = rows.map((r) => [
     `${r.workload} ${r.title}`,
@@ -301,20 +277,8 @@ function printTable(rows) {
     fmtErr(r.max_rel_err),
     r.status,
   ]);
-  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i].length)));
-  const print = (cells) =>
-    console.log(
-      cells
-        .map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]) : c.padStart(widths[i])))
-        .join('  ')
-        .trimEnd(),
-    );
-  print(header);
-  print(widths.map((w) => '-'.repeat(w)));
-  lines.forEach(print);
+  printTable(header, lines);
 }
-
-const round = (x, digits = 4) => (typeof x === 'number' && Number.isFinite(x) ? Number(x.toPrecision(digits)) : x);
 
 async function main(opts) {
   const loadStart = loadavg();
@@ -351,7 +315,7 @@ async function main(opts) {
     }
   }
   for (const context of contexts.values()) context.destroy();
-  printTable(rows);
+  printResults(rows);
 
   for (const r of rows.filter((r) => r.ours_us !== undefined)) {
     console.log(`${r.title} @${r.threads} threads: round trip ${r.ours_us.toFixed(1)} us ours, ${r.ort_us.toFixed(1)} us ORT`);

@@ -1,0 +1,53 @@
+'use strict';
+// Measuring and printing helpers shared by bench/run.js and bench/gpu.js.
+
+const fs = require('fs');
+const os = require('os');
+
+const now = () => Number(process.hrtime.bigint()) / 1e6; // ms
+
+function median(values) {
+  const s = [...values].sort((x, y) => x - y);
+  const mid = s.length >> 1;
+  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+}
+
+// The load average as the kernel reports it (all three figures and the
+// run queue), for the report's record of how quiet the machine was.
+function loadavg() {
+  try {
+    return fs.readFileSync('/proc/loadavg', 'utf8').trim();
+  } catch {
+    return os.loadavg().map((x) => x.toFixed(2)).join(' ');
+  }
+}
+
+function fmtMs(ms) {
+  if (ms === undefined) return '-';
+  if (ms < 1) return ms.toFixed(4);
+  if (ms < 10) return ms.toFixed(3);
+  if (ms < 1000) return ms.toFixed(2);
+  return ms.toFixed(0);
+}
+
+const fmt = (x, digits) => (x === undefined ? '-' : x.toFixed(digits));
+const fmtErr = (x) => (x === undefined ? '-' : x === Infinity ? 'inf' : x.toExponential(1));
+const round = (x, digits = 4) => (typeof x === 'number' && Number.isFinite(x) ? Number(x.toPrecision(digits)) : x);
+
+// Prints `lines` (arrays of strings) under `header` in aligned columns:
+// the first and last column left-aligned, the others right-aligned.
+function printTable(header, lines) {
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i].length)));
+  const print = (cells) =>
+    console.log(
+      cells
+        .map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]) : c.padStart(widths[i])))
+        .join('  ')
+        .trimEnd(),
+    );
+  print(header);
+  print(widths.map((w) => '-'.repeat(w)));
+  lines.forEach(print);
+}
+
+module.exports = { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable };

@@ -19,7 +19,10 @@ use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
 use super::matmul::sgemm;
-use super::sgemm::{clamp, copy_row, sgemm_gen, sgemm_gen_packed_a, sgemm_packed_a, Fuse, PackedA};
+use super::sgemm::{
+    clamp, copy_row, sgemm_gen, sgemm_gen_packed_a, sgemm_packed_a, sgemm_rows_packed_a, Fuse,
+    PackedA, RowsB,
+};
 use super::shape::transpose_vec;
 use super::util::{floats, from_floats};
 
@@ -497,6 +500,66 @@ fn conv_gen(
     Ok(())
 }
 
+/// One (batch, group) unit of a conv2d with unit strides and a packed
+/// filter, as a product whose B is read in place ([`RowsB`]): no patch
+/// matrix and no packing. The input is padded once (`wp` =
+/// padded width, the columns the taps reach) and the product runs over
+/// the padded width: column `oy * wp + ox` of B's row (c, ky, kx) is
+/// padded element (oy + ky*dh, ox + kx*dw) of plane c, a plain shift. Of
+/// each output row the first `ow` columns are the output; the other
+/// `wp - ow` mix neighbouring rows and are dropped when the rows are
+/// copied out (skipped where `wp == ow`).
+#[allow(clippy::too_many_arguments)]
+fn conv_rows(
+    xs: &[f32],
+    cg: usize,
+    og: usize,
+    p: &Conv2dParams,
+    fuse: &Fuse,
+    dst: &mut [f32],
+    parallel: bool,
+    pa: &PackedA,
+) -> Result<()> {
+    let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+    let (kh, kw) = (p.kernel_h, p.kernel_w);
+    let (dh, dw) = (p.dilations[0], p.dilations[1]);
+    let (pt, pl) = (p.padding[0], p.padding[2]);
+    let (hu, wp) = reach(p);
+    let chan = hu * wp;
+    // The last tap row runs (kw - 1) * dw past the last plane.
+    let mut xp = Buf::f32_for_overwrite(cg * chan + (kw - 1) * dw);
+    xp.fill(0.0);
+    for (c, d) in xp.chunks_mut(chan).take(cg).enumerate() {
+        pad_split(
+            &xs[c * h * w..(c + 1) * h * w],
+            (h, w),
+            (pt, pl),
+            (hu, wp, 1),
+            d,
+        );
+    }
+    let offs: Vec<usize> = (0..cg * kh * kw)
+        .map(|k| {
+            let (c, t) = (k / (kh * kw), k % (kh * kw));
+            c * chan + (t / kw) * dh * wp + (t % kw) * dw
+        })
+        .collect();
+    let nq = oh * wp;
+    let b = RowsB::new(&xp, &offs, nq)?;
+    if wp == ow {
+        sgemm_rows_packed_a(pa, b, dst, parallel, fuse)?;
+    } else {
+        let mut wide = Buf::f32_for_overwrite(og * nq);
+        sgemm_rows_packed_a(pa, b, &mut wide, parallel, fuse)?;
+        for (d, s) in dst.chunks_exact_mut(ow).zip(wide.chunks_exact(wp)) {
+            d.copy_from_slice(&s[..ow]);
+        }
+        Buf::F32(wide).recycle();
+    }
+    Buf::F32(xp).recycle();
+    Ok(())
+}
+
 /// `conv2d` with nchw/nhwc input, any filter layout, padding, strides,
 /// dilations, groups (depthwise included) and an optional bias
 /// (`inputs[2]`).
@@ -633,6 +696,12 @@ pub(super) fn conv2d_packed(
                 col_bias: None,
                 bounds: act,
             };
+            // Unit strides with a kernel wider than 1x1: B read in place.
+            // (A 1x1 kernel reads planes as they are, but there packing
+            // wins: each of its K rows is a separate page-strided stream.)
+            if let (Some(pa), [1, 1], false) = (pa, p.strides, direct) {
+                return conv_rows(xs, cg, og, p, &fuse, dst, parallel, pa);
+            }
             if !direct {
                 return conv_gen(xs, wg, cg, og, p, &fuse, dst, parallel, pa);
             }
@@ -1186,6 +1255,58 @@ mod tests {
             // Bad bounds are an error.
             let bad = Buf::F32(vec![0.0]);
             assert!(conv2d(&p, &[&x, &f, &b, &bad], &d).is_err());
+        }
+    }
+
+    /// Unit-stride convolutions with a packed filter read B in place
+    /// (`conv_rows`, over the padded width): the bits of the packed-panel
+    /// path, for paddings on every side, dilations, non-square kernels,
+    /// groups, batches, NHWC, with bias and bounds (NaN included).
+    #[test]
+    fn rows_in_place_match_packed_panels() {
+        let cases = [
+            params((1, 8, 9, 9), (8, 3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1),
+            params((2, 6, 10, 11), (7, 3, 3), [0, 2, 1, 0], [1, 1], [1, 1], 1),
+            params((1, 5, 12, 13), (9, 5, 3), [2, 2, 1, 1], [1, 1], [2, 3], 1),
+            params((1, 4, 7, 40), (6, 1, 3), [0, 0, 1, 1], [1, 1], [1, 1], 2),
+            params((1, 3, 6, 6), (20, 1, 1), [1, 0, 0, 2], [1, 1], [1, 1], 1),
+            params((1, 33, 9, 18), (13, 3, 1), [1, 1, 0, 0], [1, 1], [1, 1], 1),
+            params((1, 70, 8, 8), (16, 3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1),
+        ];
+        for (i, base) in cases.into_iter().enumerate() {
+            for nhwc in [false, true] {
+                let p = Conv2dParams {
+                    has_bias: true,
+                    nhwc,
+                    ..base.clone()
+                };
+                let (n, c, h, w) = (p.batch, p.in_channels, p.in_h, p.in_w);
+                let o = p.out_channels;
+                let mut xv = data(n * c * h * w, 31 + i as u64);
+                xv[1] = f32::NAN;
+                let x = Buf::F32(xv);
+                let f = Buf::F32(data(o * (c / p.groups) * p.kernel_h * p.kernel_w, 32));
+                let b = Buf::F32(data(o, 33));
+                let shape = if nhwc {
+                    [n, p.out_h, p.out_w, o]
+                } else {
+                    [n, o, p.out_h, p.out_w]
+                };
+                let d = desc(DataType::Float32, &shape);
+                let packed = pack_filter(&p, &f).unwrap().expect("a packable filter");
+                let bounds = Buf::F32(vec![-0.25, 0.5]);
+                for ins in [vec![&x, &f, &b], vec![&x, &f, &b, &bounds]] {
+                    let want = conv2d(&p, &ins, &d).unwrap();
+                    let got = conv2d_packed(&p, &ins, &d, Some(&packed)).unwrap();
+                    let bits = |v: &Buf| {
+                        v.to_f32_vec()
+                            .iter()
+                            .map(|x| x.to_bits())
+                            .collect::<Vec<_>>()
+                    };
+                    assert_eq!(bits(&got), bits(&want), "case {i} nhwc={nhwc}");
+                }
+            }
         }
     }
 

@@ -57,6 +57,26 @@ type KernelFn = unsafe fn(
     fuse: *const TileFuse,
 );
 
+/// [`KernelFn`] with B read where it lies instead of from a packed
+/// panel: row `p` of the panel is the `nr` floats at
+/// `base + offs[p] + col`. Convolutions with unit strides and matrices
+/// with contiguous rows are such a B, so they need no packing pass.
+///
+/// # Safety
+/// As for [`KernelFn`], with `offs` readable for `kc` values and each
+/// `base + offs[p] + col` readable for `nr` floats.
+type RowsKernelFn = unsafe fn(
+    kc: usize,
+    a: *const f32,
+    base: *const f32,
+    offs: *const usize,
+    col: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    fuse: *const TileFuse,
+);
+
 /// What a micro-kernel applies to a finished tile (final sums) as it
 /// stores it: `rb[r]` added to row `r` (when `rb` is not null), `cb[j]`
 /// added to column `j` (when `cb` is not null), then, when `clamp`, bounds
@@ -165,6 +185,8 @@ pub struct Kernel {
     /// B block (KC x NC) so that it stays in L3.
     nc: usize,
     func: KernelFn,
+    /// The same kernel reading B rows in place, where there is one.
+    rows: Option<RowsKernelFn>,
 }
 
 /// Depths up to which a block is swept row panel by row panel (see
@@ -249,12 +271,14 @@ unsafe fn kernel_portable(
 }
 
 /// Defines an x86 SIMD micro-kernel of `$mr` rows by `$nv` vectors of
-/// `$w` lanes. Both x86 kernels come from this one template, so the
-/// AVX-512 kernel (which the development machine cannot run) shares the
-/// code that the AVX2 kernel's tests exercise.
+/// `$w` lanes, in two forms: `$name` reads a packed B panel, `$rows` reads
+/// B rows where they lie (see [`RowsKernelFn`]). Both x86 kernels come
+/// from this one template, so the AVX-512 kernel (which the development
+/// machine cannot run) shares the code that the AVX2 kernel's tests
+/// exercise.
 #[cfg(target_arch = "x86_64")]
 macro_rules! simd_kernel {
-    ($name:ident, $feat:literal, $mr:expr, $nv:expr, $w:expr, $vt:ty,
+    ($name:ident, $rows:ident, $feat:literal, $mr:expr, $nv:expr, $w:expr, $vt:ty,
      $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident,
      $max:ident, $min:ident) => {
         /// # Safety
@@ -269,73 +293,106 @@ macro_rules! simd_kernel {
             accumulate: bool,
             fuse: *const TileFuse,
         ) {
-            use std::arch::x86_64::*;
-            // The whole tile lives in registers: fixed-size arrays indexed
-            // by constants in fully unrolled loops are promoted to them.
-            let mut acc: [[$vt; $nv]; $mr] = [[$zero(); $nv]; $mr];
-            // Start fetching the C tile now, so that the loads of the final
-            // accumulation (C often comes from L3 or memory) overlap the
-            // FMAs. Prefetches never fault, so no bounds matter here.
-            for r in 0..$mr {
-                let row = c.wrapping_add(r * ldc);
-                _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
-                _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add($nv * $w - 1).cast::<i8>());
+            // SAFETY: p < kc: row p of the kc x NR panel the caller vouched
+            // for.
+            simd_kernel!(@body p => unsafe { b.add(p * $nv * $w) },
+                kc, a, c, ldc, accumulate, fuse, $mr, $nv, $w, $vt,
+                $zero, $load, $store, $set1, $fma, $add, $max, $min)
+        }
+
+        /// # Safety
+        /// See [`RowsKernelFn`]; the CPU must support the enabled features.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $feat)]
+        unsafe fn $rows(
+            kc: usize,
+            a: *const f32,
+            base: *const f32,
+            offs: *const usize,
+            col: usize,
+            c: *mut f32,
+            ldc: usize,
+            accumulate: bool,
+            fuse: *const TileFuse,
+        ) {
+            // SAFETY: p < kc: columns col..col + NR of row p, which the
+            // caller vouched for.
+            simd_kernel!(@body p => unsafe { base.add(*offs.add(p) + col) },
+                kc, a, c, ldc, accumulate, fuse, $mr, $nv, $w, $vt,
+                $zero, $load, $store, $set1, $fma, $add, $max, $min)
+        }
+    };
+    (@body $p:ident => $brow:expr, $kc:ident, $a:ident, $c:ident, $ldc:ident,
+     $accumulate:ident, $fuse:ident, $mr:expr, $nv:expr, $w:expr, $vt:ty,
+     $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident,
+     $max:ident, $min:ident) => {{
+        use std::arch::x86_64::*;
+        // The whole tile lives in registers: fixed-size arrays indexed
+        // by constants in fully unrolled loops are promoted to them.
+        let mut acc: [[$vt; $nv]; $mr] = [[$zero(); $nv]; $mr];
+        // Start fetching the C tile now, so that the loads of the final
+        // accumulation (C often comes from L3 or memory) overlap the
+        // FMAs. Prefetches never fault, so no bounds matter here.
+        for r in 0..$mr {
+            let row = $c.wrapping_add(r * $ldc);
+            _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add($nv * $w - 1).cast::<i8>());
+        }
+        for $p in 0..$kc {
+            let bp: *const f32 = $brow;
+            // SAFETY: p < kc: column p of the A panel (kc * MR floats).
+            let ap = unsafe { $a.add($p * $mr) };
+            let mut bv: [$vt; $nv] = [$zero(); $nv];
+            for (v, x) in bv.iter_mut().enumerate() {
+                // SAFETY: lane block v of row p of B (see above).
+                *x = unsafe { $load(bp.add(v * $w)) };
             }
-            for p in 0..kc {
-                // SAFETY: p < kc, so these reads stay inside the panels
-                // the caller vouched for (kc * NR and kc * MR floats).
-                let (bp, ap) = unsafe { (b.add(p * $nv * $w), a.add(p * $mr)) };
-                let mut bv: [$vt; $nv] = [$zero(); $nv];
-                for (v, x) in bv.iter_mut().enumerate() {
-                    // SAFETY: lane block v of row p of the B panel.
-                    *x = unsafe { $load(bp.add(v * $w)) };
-                }
-                for (r, row) in acc.iter_mut().enumerate() {
-                    // SAFETY: element r of column p of the A panel.
-                    let x = $set1(unsafe { *ap.add(r) });
-                    for (y, &bx) in row.iter_mut().zip(&bv) {
-                        *y = $fma(x, bx, *y);
-                    }
-                }
-            }
-            // SAFETY: a non-null `fuse` covers this tile (caller's
-            // contract).
-            let fuse = unsafe { fuse.as_ref() };
-            for (r, row) in acc.iter().enumerate() {
-                // SAFETY: rb (when set) has a value for each tile row.
-                let rb = fuse
-                    .filter(|f| !f.rb.is_null())
-                    .map(|f| $set1(unsafe { *f.rb.add(r) }));
-                for (v, &x) in row.iter().enumerate() {
-                    // SAFETY: (r, v) is inside the mr x nr tile of C that
-                    // the caller owns; cb (when set) has nr values.
-                    unsafe {
-                        let dst = c.add(r * ldc + v * $w);
-                        let mut val = if accumulate { $add($load(dst), x) } else { x };
-                        if let Some(f) = fuse {
-                            if let Some(b) = rb {
-                                val = $add(val, b);
-                            }
-                            if !f.cb.is_null() {
-                                val = $add(val, $load(f.cb.add(v * $w)));
-                            }
-                            if f.clamp {
-                                // Second operands win on NaN and on equal
-                                // zeros: the clamp operator's results.
-                                val = $min($set1(f.hi), $max($set1(f.lo), val));
-                            }
-                        }
-                        $store(dst, val);
-                    }
+            for (r, row) in acc.iter_mut().enumerate() {
+                // SAFETY: element r of column p of the A panel.
+                let x = $set1(unsafe { *ap.add(r) });
+                for (y, &bx) in row.iter_mut().zip(&bv) {
+                    *y = $fma(x, bx, *y);
                 }
             }
         }
-    };
+        // SAFETY: a non-null `fuse` covers this tile (caller's
+        // contract).
+        let fuse = unsafe { $fuse.as_ref() };
+        for (r, row) in acc.iter().enumerate() {
+            // SAFETY: rb (when set) has a value for each tile row.
+            let rb = fuse
+                .filter(|f| !f.rb.is_null())
+                .map(|f| $set1(unsafe { *f.rb.add(r) }));
+            for (v, &x) in row.iter().enumerate() {
+                // SAFETY: (r, v) is inside the mr x nr tile of C that
+                // the caller owns; cb (when set) has nr values.
+                unsafe {
+                    let dst = $c.add(r * $ldc + v * $w);
+                    let mut val = if $accumulate { $add($load(dst), x) } else { x };
+                    if let Some(f) = fuse {
+                        if let Some(b) = rb {
+                            val = $add(val, b);
+                        }
+                        if !f.cb.is_null() {
+                            val = $add(val, $load(f.cb.add(v * $w)));
+                        }
+                        if f.clamp {
+                            // Second operands win on NaN and on equal
+                            // zeros: the clamp operator's results.
+                            val = $min($set1(f.hi), $max($set1(f.lo), val));
+                        }
+                    }
+                    $store(dst, val);
+                }
+            }
+        }
+    }};
 }
 
 #[cfg(target_arch = "x86_64")]
 simd_kernel!(
     kernel_avx2,
+    kernel_avx2_rows,
     "avx2,fma",
     6,
     2,
@@ -354,6 +411,7 @@ simd_kernel!(
 #[cfg(target_arch = "x86_64")]
 simd_kernel!(
     kernel_avx512,
+    kernel_avx512_rows,
     "avx512f",
     12,
     2,
@@ -377,6 +435,7 @@ static PORTABLE: Kernel = Kernel {
     mc: 128,
     nc: 4096,
     func: kernel_portable,
+    rows: None,
 };
 
 /// 6 x 16: 12 accumulators + 2 B vectors + 1 broadcast = 15 of the 16
@@ -392,6 +451,7 @@ static AVX2: Kernel = Kernel {
     mc: 144,
     nc: 4096,
     func: kernel_avx2,
+    rows: Some(kernel_avx2_rows),
 };
 
 /// 12 x 32: 24 accumulators + 2 B vectors + 1 broadcast of the 32 zmm
@@ -406,6 +466,7 @@ static AVX512: Kernel = Kernel {
     mc: 192,
     nc: 4096,
     func: kernel_avx512,
+    rows: Some(kernel_avx512_rows),
 };
 
 /// Every kernel this CPU can run, best first.
@@ -729,6 +790,48 @@ enum BSrc<'a> {
     Plain(Mat<'a>),
     Packed(&'a PackedB),
     Gen(PanelGen<'a>),
+    Rows(RowsB<'a>),
+}
+
+/// A right-hand side B ([k, n]) whose rows are contiguous runs of one
+/// buffer: row `p` is `data[offs[p]..offs[p] + n]`. A row-major matrix is
+/// one (`offs[p] = p * n`), and so is the patch matrix of a convolution
+/// with unit strides over a padded input (row (c, ky, kx) is the padded
+/// plane of channel c shifted by the tap), which is why a micro-kernel
+/// can read it in place instead of packing it.
+#[derive(Clone, Copy)]
+pub struct RowsB<'a> {
+    data: &'a [f32],
+    offs: &'a [usize],
+    n: usize,
+}
+
+impl<'a> RowsB<'a> {
+    /// Checks that every row lies inside `data`.
+    pub fn new(data: &'a [f32], offs: &'a [usize], n: usize) -> Result<Self> {
+        if offs
+            .iter()
+            .any(|&o| o.checked_add(n).is_none_or(|end| end > data.len()))
+        {
+            return Err(Error::operation("sgemm: a B row lies outside its buffer"));
+        }
+        Ok(RowsB { data, offs, n })
+    }
+
+    /// Writes the panels of columns `j0..j0 + cols`, depth `p0..p0 + kc`,
+    /// as packing would (zeros right of column n).
+    fn pack(&self, p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]) {
+        let panels = dst.chunks_exact_mut(kc * nr).take(cols.div_ceil(nr));
+        for (q, panel) in panels.enumerate() {
+            let j = j0 + q * nr;
+            let w = nr.min(j0 + cols - j);
+            for (p, d) in panel.chunks_exact_mut(nr).enumerate() {
+                let o = self.offs[p0 + p] + j;
+                copy_row(&mut d[..w], &self.data[o..o + w]);
+                d[w..].fill(0.0);
+            }
+        }
+    }
 }
 
 /// Packs the `kc x cols` block of a generated B at (p0, j0), in groups of
@@ -793,6 +896,9 @@ struct Task<'a> {
     kern: &'static Kernel,
     a: ASrc<'a>,
     bblock: &'a [f32],
+    /// B read in place (the kernel has a rows form): then `bblock` is
+    /// empty.
+    brows: Option<RowsB<'a>>,
     c: CPtr,
     ldc: usize,
     rows: (usize, usize),
@@ -852,6 +958,12 @@ impl Task<'_> {
         let (q0, q1) = self.panels;
         let row_panels = (r1 - r0).div_ceil(mr);
         let mut scratch = [0.0f32; MAX_TILE];
+        // An edge panel of B read in place, packed (KC x NR at most).
+        let mut edge = if self.brows.is_some() {
+            vec![0.0f32; kc * nr]
+        } else {
+            Vec::new()
+        };
         // Shallow products (1x1 convolutions over few channels) are bound
         // by storing C, not by the multiply-adds: then each row panel
         // sweeps all the columns, so that C is written as `mr` sequential
@@ -868,45 +980,87 @@ impl Task<'_> {
             let (ip, q) = if shallow { (x, q0 + y) } else { (y, q0 + x) };
             let jl = q * nr;
             let ncols = nr.min(self.cols - jl);
-            let bp = &self.bblock[q * kc * nr..(q + 1) * kc * nr];
             let i = r0 + ip * mr;
             let nrows = mr.min(r1 - i);
             let ap = &apack[ip * kc * mr..(ip + 1) * kc * mr];
             // SAFETY: rows i..i+nrows and columns j0+jl..+ncols are inside
             // C (caller's contract) and belong to this task.
             let cp = unsafe { self.c.0.add(i * self.ldc + self.j0 + jl) };
-            if nrows == mr && ncols == nr {
-                let tf = self.fuse.map(|f| f.tile(i, self.j0 + jl));
-                let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
-                // SAFETY: a whole tile of C, as above; `tp` covers it.
+            // B read in place: a whole panel of columns is inside every
+            // row; an edge panel is packed here (zeros beyond the edge).
+            let panel: Option<&[f32]> = match (self.brows, k.rows) {
+                (Some(rb), Some(rows_fn)) if ncols == nr => {
+                    let col = self.j0 + jl;
+                    let whole = nrows == mr;
+                    let tf = self.fuse.filter(|_| whole).map(|f| f.tile(i, col));
+                    let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+                    let (dst, ldc, acc) = if whole {
+                        (cp, self.ldc, self.accumulate)
+                    } else {
+                        (scratch.as_mut_ptr(), nr, false)
+                    };
+                    // SAFETY: RowsB::new checked that every row holds n
+                    // floats from its offset, and col + nr <= n here; `dst`
+                    // is a whole tile of C or the scratch tile; `tp` (when
+                    // set) covers the whole tile.
+                    unsafe {
+                        rows_fn(
+                            kc,
+                            ap.as_ptr(),
+                            rb.data.as_ptr(),
+                            rb.offs[self.p0..self.p0 + kc].as_ptr(),
+                            col,
+                            dst,
+                            ldc,
+                            acc,
+                            tp,
+                        )
+                    };
+                    if whole {
+                        continue;
+                    }
+                    None
+                }
+                (Some(rb), _) => {
+                    rb.pack(self.p0, kc, self.j0 + jl, ncols, nr, &mut edge);
+                    Some(&edge)
+                }
+                (None, _) => Some(&self.bblock[q * kc * nr..(q + 1) * kc * nr]),
+            };
+            if let Some(bp) = panel {
+                if nrows == mr && ncols == nr {
+                    let tf = self.fuse.map(|f| f.tile(i, self.j0 + jl));
+                    let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+                    // SAFETY: a whole tile of C, as above; `tp` covers it.
+                    unsafe {
+                        (k.func)(
+                            kc,
+                            ap.as_ptr(),
+                            bp.as_ptr(),
+                            cp,
+                            self.ldc,
+                            self.accumulate,
+                            tp,
+                        )
+                    };
+                    continue;
+                }
+                // An edge tile: computed whole in scratch.
+                // SAFETY: scratch holds MAX_TILE >= mr * nr floats.
                 unsafe {
                     (k.func)(
                         kc,
                         ap.as_ptr(),
                         bp.as_ptr(),
-                        cp,
-                        self.ldc,
-                        self.accumulate,
-                        tp,
+                        scratch.as_mut_ptr(),
+                        nr,
+                        false,
+                        std::ptr::null(),
                     )
                 };
-                continue;
             }
-            // An edge tile: computed whole in scratch, then its valid part
-            // is stored and the fused bias and bounds applied in scalar
-            // form.
-            // SAFETY: scratch holds MAX_TILE >= mr * nr floats.
-            unsafe {
-                (k.func)(
-                    kc,
-                    ap.as_ptr(),
-                    bp.as_ptr(),
-                    scratch.as_mut_ptr(),
-                    nr,
-                    false,
-                    std::ptr::null(),
-                )
-            };
+            // The valid part of an edge tile (in scratch) is stored and the
+            // fused bias and bounds applied in scalar form.
             for r in 0..nrows {
                 // SAFETY: row r of this task's tile, as above; no other
                 // reference to it is alive.
@@ -1042,7 +1196,7 @@ fn gemm_blocked_a(
     };
     let cptr = CPtr(c.as_mut_ptr());
     let split = (row_blocks, col_chunks);
-    if matches!(b, BSrc::Packed(_)) {
+    if matches!(b, BSrc::Packed(_)) || matches!(b, BSrc::Rows(_) if kern.rows.is_some()) {
         let mut none = AlignedBuf::default();
         blocks(kern, (m, n, k), a, b, cptr, threads, split, fuse, &mut none);
         return;
@@ -1091,6 +1245,17 @@ fn blocks(
                     pack_gen_block(gen, p0, kc, j0, cols, nr, bbuf.as_mut_slice(), threads > 1);
                     bbuf.as_slice()
                 }
+                // Read in place by the tasks.
+                BSrc::Rows(_) if kern.rows.is_some() => &[],
+                BSrc::Rows(rb) => {
+                    bbuf.ensure(col_panels * kc * nr);
+                    rb.pack(p0, kc, j0, cols, nr, bbuf.as_mut_slice());
+                    bbuf.as_slice()
+                }
+            };
+            let brows = match b {
+                BSrc::Rows(rb) if kern.rows.is_some() => Some(rb),
+                _ => None,
             };
             let task = |t: usize| {
                 let (rb, ch) = (t / chunks, t % chunks);
@@ -1105,6 +1270,7 @@ fn blocks(
                     kern,
                     a,
                     bblock,
+                    brows,
                     c: cptr,
                     ldc: n,
                     rows,
@@ -1327,6 +1493,39 @@ pub fn sgemm_gen_packed_a(
     Ok(())
 }
 
+/// `c = A * B` with A packed in advance ([`PackedA`], [m, k]) and B's
+/// rows read where they lie ([`RowsB`], k rows of n); `c` is [m, n].
+/// `fuse` is applied to the finished product (see [`Fuse`]).
+pub fn sgemm_rows_packed_a(
+    a: &PackedA,
+    b: RowsB,
+    c: &mut [f32],
+    parallel: bool,
+    fuse: &Fuse,
+) -> Result<()> {
+    let (m, k, n) = (a.m, a.k, b.n);
+    if b.offs.len() != k {
+        return Err(Error::operation("sgemm: B has the wrong number of rows"));
+    }
+    if c.len() < m * n {
+        return Err(Error::operation("sgemm: the output is too small"));
+    }
+    fuse.check(m, n)?;
+    let threads = threads_for(m, n, k, parallel);
+    gemm_blocked_a(
+        a.kern,
+        m,
+        n,
+        k,
+        ASrc::Packed(a),
+        BSrc::Rows(b),
+        c,
+        threads,
+        Some(fuse),
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1432,6 +1631,22 @@ mod tests {
                         gemm_blocked(kern, m, n, k, am, BSrc::Gen(&gen), &mut c4, threads);
                         assert_eq!(c1, c4, "{what} generated");
                     }
+                    // B's rows read in place (packed where the kernel has no
+                    // rows form): scattered rows with gaps between them.
+                    if !b_t {
+                        let (gap, start) = (3, 5);
+                        let mut spread = vec![f32::NAN; start + k * (n + gap)];
+                        let offs: Vec<usize> = (0..k).map(|p| start + p * (n + gap)).collect();
+                        for (p, &o) in offs.iter().enumerate() {
+                            spread[o..o + n].copy_from_slice(&b[p * n..(p + 1) * n]);
+                        }
+                        let rb = RowsB::new(&spread, &offs, n).unwrap();
+                        for threads in [1, 2, 3] {
+                            let mut c6 = vec![4.0f32; m * n];
+                            gemm_blocked(kern, m, n, k, am, BSrc::Rows(rb), &mut c6, threads);
+                            assert_eq!(c1, c6, "{what} rows in place threads={threads}");
+                        }
+                    }
                 }
             }
         }
@@ -1519,6 +1734,35 @@ mod tests {
             let mut c4 = vec![9.0f32; m * n];
             sgemm_gen_packed_a(&pa, n, &gen, &mut c4, true, &Fuse::default()).unwrap();
             assert_eq!(c3, c4, "sgemm_gen_packed_a {m}x{n}x{k}");
+            // B's rows read in place, with a fused epilogue: the bits of
+            // the packed path (the same sums in the same order).
+            let offs: Vec<usize> = (0..k).map(|p| p * n).collect();
+            let rows = RowsB::new(&b, &offs, n).unwrap();
+            let fuse = Fuse {
+                row_bias: Some(&rb),
+                col_bias: Some(&cb),
+                bounds: Some((-0.25, 0.5)),
+            };
+            for parallel in [true, false] {
+                let mut c7 = vec![9.0f32; m * n];
+                sgemm_rows_packed_a(&pa, rows, &mut c7, parallel, &Fuse::default()).unwrap();
+                assert_eq!(c3, c7, "sgemm_rows_packed_a {m}x{n}x{k}");
+                let (mut c8, mut want8) = (vec![9.0f32; m * n], vec![9.0f32; m * n]);
+                sgemm_rows_packed_a(&pa, rows, &mut c8, parallel, &fuse).unwrap();
+                sgemm_packed_a(&pa, n, &b, &mut want8, parallel, &fuse).unwrap();
+                let same = c8
+                    .iter()
+                    .zip(&want8)
+                    .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+                assert!(same, "sgemm_rows_packed_a fused {m}x{n}x{k}");
+            }
+            // Rows must lie inside the buffer; one row per K.
+            if k > 0 && n > 0 {
+                let past = vec![b.len() - n + 1; k];
+                assert!(RowsB::new(&b, &past, n).is_err());
+                let few = RowsB::new(&b, &offs[..k - 1], n).unwrap();
+                assert!(sgemm_rows_packed_a(&pa, few, &mut c3.clone(), true, &fuse).is_err());
+            }
             for (a_t, b_t) in [(true, false), (false, true), (true, true)] {
                 let want = naive(m, n, k, &a, a_t, &b, b_t);
                 let mut c = vec![9.0f32; m * n];

@@ -793,10 +793,7 @@ pub(super) fn fuse_activations(
 
 /// Reduces one output position's window over one input plane.
 fn pool_window(x: &[f32], p: &Pool2dParams, y: usize, xo: usize) -> f32 {
-    let (mut acc, mut count) = match p.kind {
-        PoolKind::Max => (f32::NEG_INFINITY, 0usize),
-        _ => (0.0f32, 0usize),
-    };
+    let (mut acc, mut count) = (pool_identity(p.kind), 0usize);
     for ky in 0..p.window[0] {
         let Some(iy) = src_index(y, ky, p.strides[0], p.dilations[0], p.padding[0], p.in_h) else {
             continue;
@@ -806,25 +803,45 @@ fn pool_window(x: &[f32], p: &Pool2dParams, y: usize, xo: usize) -> f32 {
             else {
                 continue;
             };
-            let v = x[iy * p.in_w + ix];
+            acc = pool_step(p.kind, acc, x[iy * p.in_w + ix]);
             count += 1;
-            match p.kind {
-                // NaN propagates: once acc is NaN, nothing replaces it.
-                PoolKind::Max => {
-                    if v > acc || v.is_nan() {
-                        acc = if acc.is_nan() { acc } else { v };
-                    }
-                }
-                PoolKind::Average => acc += v,
-                PoolKind::L2 => acc += v * v,
-            }
         }
     }
+    pool_finish(p.kind, acc, count)
+}
+
+/// Where a window's reduction starts.
+fn pool_identity(kind: PoolKind) -> f32 {
+    match kind {
+        PoolKind::Max => f32::NEG_INFINITY,
+        _ => 0.0,
+    }
+}
+
+/// One element into a window's reduction.
+#[inline(always)]
+fn pool_step(kind: PoolKind, acc: f32, v: f32) -> f32 {
+    match kind {
+        // NaN propagates: once acc is NaN, nothing replaces it.
+        PoolKind::Max => {
+            if (v > acc || v.is_nan()) && !acc.is_nan() {
+                v
+            } else {
+                acc
+            }
+        }
+        PoolKind::Average => acc + v,
+        PoolKind::L2 => acc + v * v,
+    }
+}
+
+/// A window's result from its reduction over `count` input elements.
+fn pool_finish(kind: PoolKind, acc: f32, count: usize) -> f32 {
     // Padding is not part of any reduction: the average divides by the
     // number of input elements in the window. A window wholly in the
     // padding (possible with ceil rounding or large padding) reduces
     // nothing: 0 for average and l2, -inf (the identity of max) for max.
-    match p.kind {
+    match kind {
         PoolKind::Max => acc,
         PoolKind::Average if count > 0 => acc / count as f32,
         PoolKind::Average => 0.0,
@@ -832,9 +849,6 @@ fn pool_window(x: &[f32], p: &Pool2dParams, y: usize, xo: usize) -> f32 {
     }
 }
 
-/// `averagePool2d`, `maxPool2d`, `l2Pool2d` with nchw/nhwc layouts,
-/// strides, dilations and padding; only input elements (never padding)
-/// enter a window's reduction.
 pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
     let (n, c, h, w) = (p.batch, p.channels, p.in_h, p.in_w);
     let (oh, ow) = (p.out_h, p.out_w);
@@ -852,7 +866,28 @@ pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf>
     };
     let (in_plane, plane) = (h * w, oh * ow);
     let mut res = vec![0.0f32; n * c * plane];
-    if plane > 0 {
+    // Global pooling (one window over each whole plane, as at the end of
+    // most image classifiers): each plane reduced front to back (the
+    // window's own order, so the same bits), many planes per task rather
+    // than a task and two index computations per element.
+    let global = plane == 1
+        && p.window == [h, w]
+        && p.padding == [0; 4]
+        && p.dilations == [1, 1]
+        && in_plane > 0;
+    if global {
+        let per = (1usize << 14).div_ceil(in_plane).max(1);
+        let run = |(i, dst): (usize, &mut [f32])| {
+            let src = &xv[i * per * in_plane..];
+            for (d, x) in dst.iter_mut().zip(src.chunks_exact(in_plane)) {
+                let acc = x
+                    .iter()
+                    .fold(pool_identity(p.kind), |a, &v| pool_step(p.kind, a, v));
+                *d = pool_finish(p.kind, acc, in_plane);
+            }
+        };
+        res.par_chunks_mut(per).enumerate().for_each(run);
+    } else if plane > 0 {
         let run = |(i, dst): (usize, &mut [f32])| {
             let src = &xv[i * in_plane..(i + 1) * in_plane];
             for (t, d) in dst.iter_mut().enumerate() {
@@ -1497,6 +1532,8 @@ mod tests {
             ((1, 2, 5, 5), [3, 3], [1, 1, 1, 1], [2, 2], [1, 1], true),
             ((1, 1, 7, 6), [3, 2], [2, 0, 1, 3], [3, 2], [2, 2], true),
             ((1, 1, 4, 4), [4, 4], [0, 0, 0, 0], [1, 1], [1, 1], false),
+            // Global pooling over enough planes to split into tasks.
+            ((2, 700, 3, 5), [3, 5], [0, 0, 0, 0], [1, 1], [1, 1], false),
             // A large padding: some windows hold padding only.
             ((1, 1, 2, 2), [2, 2], [3, 3, 3, 3], [1, 1], [1, 1], false),
         ];

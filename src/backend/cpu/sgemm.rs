@@ -1332,6 +1332,91 @@ fn gemv(n: usize, k: usize, a: &[f32], b: Mat, c: &mut [f32], threads: usize) {
     }
 }
 
+/// One row times a packed B panel: `acc[j] += a[p] * panel[p][j]` for
+/// each p in order, with the multiply-add of the micro-kernel that packed
+/// the panel (fused for the SIMD kernels).
+fn dot_panel<const NR: usize>(fused: bool, a: &[f32], panel: &[f32], acc: &mut [f32; NR]) {
+    #[cfg(target_arch = "x86_64")]
+    if fused {
+        #[target_feature(enable = "avx2,fma")]
+        fn fma<const NR: usize>(a: &[f32], panel: &[f32], acc: &mut [f32; NR]) {
+            for (&x, row) in a.iter().zip(panel.chunks_exact(NR)) {
+                for (y, &bv) in acc.iter_mut().zip(row) {
+                    *y = x.mul_add(bv, *y);
+                }
+            }
+        }
+        // SAFETY: only the AVX2 and AVX-512 kernels (chosen when the CPU
+        // has AVX2 and FMA, or AVX-512F, which implies both here) are
+        // fused.
+        return unsafe { fma(a, panel, acc) };
+    }
+    let _ = fused;
+    for (&x, row) in a.iter().zip(panel.chunks_exact(NR)) {
+        for (y, &bv) in acc.iter_mut().zip(row) {
+            // As `kernel_portable` computes.
+            #[cfg(target_arch = "aarch64")]
+            {
+                *y = x.mul_add(bv, *y);
+            }
+            #[cfg(not(target_arch = "aarch64"))]
+            {
+                *y += x * bv;
+            }
+        }
+    }
+}
+
+/// `c = a * B` for one row `a` and B packed in advance (a classifier's
+/// final gemm): the blocked path would compute `mr` rows for this one, so
+/// instead each column panel is streamed once. Each KC block's sum starts
+/// from zero and is added to C, as the micro-kernels do, and the fused
+/// epilogue is [`Fuse::apply`]: the bits of the blocked path.
+fn gemv_packed(b: &PackedB, a: &[f32], c: &mut [f32], threads: usize, fuse: Option<&Fuse>) {
+    fn run<const NR: usize>(
+        b: &PackedB,
+        a: &[f32],
+        c: &mut [f32],
+        threads: usize,
+        fuse: Option<&Fuse>,
+    ) {
+        let kern = b.kern;
+        let fused = kern.rows.is_some();
+        let (k, n) = (b.k, b.n);
+        let one = |(q, dst): (usize, &mut [f32])| {
+            let mut out = [0.0f32; NR];
+            let mut p0 = 0;
+            while p0 < k {
+                let kc = kern.kc.min(k - p0);
+                let panel = &b.block(p0, kc, q * NR)[..kc * NR];
+                let mut acc = [0.0f32; NR];
+                dot_panel(fused, &a[p0..p0 + kc], panel, &mut acc);
+                if p0 == 0 {
+                    out = acc;
+                } else {
+                    out.iter_mut().zip(&acc).for_each(|(o, &x)| *o += x);
+                }
+                p0 += kc;
+            }
+            dst.copy_from_slice(&out[..dst.len()]);
+            if let Some(f) = fuse {
+                f.apply(0, q * NR, dst);
+            }
+        };
+        let c = &mut c[..n];
+        if threads > 1 && n > NR {
+            c.par_chunks_mut(NR).enumerate().for_each(one);
+        } else {
+            c.chunks_mut(NR).enumerate().for_each(one);
+        }
+    }
+    match b.kern.nr {
+        16 => run::<16>(b, a, c, threads, fuse),
+        32 => run::<32>(b, a, c, threads, fuse),
+        _ => run::<PORTABLE_NR>(b, a, c, threads, fuse),
+    }
+}
+
 fn threads_for(m: usize, n: usize, k: usize, parallel: bool) -> usize {
     if parallel && m.saturating_mul(n).saturating_mul(k) >= PAR_WORK {
         rayon::current_num_threads().max(1)
@@ -1399,6 +1484,10 @@ pub fn sgemm_packed(
     }
     fuse.check(m, n)?;
     let threads = threads_for(m, n, k, parallel);
+    if m == 1 && k > 0 {
+        gemv_packed(b, &a[..k], c, threads, Some(fuse).filter(|f| !f.is_empty()));
+        return Ok(());
+    }
     let (ka, bs) = (ASrc::Plain(am), BSrc::Packed(b));
     gemm_blocked_a(b.kern, m, n, k, ka, bs, c, threads, Some(fuse));
     Ok(())
@@ -1575,6 +1664,7 @@ mod tests {
         (1, 1, 1),
         (1, 1000, 1),
         (1, 1000, 37),
+        (1, 45, 600),
         (1000, 1, 3),
         (2, 3, 4),
         (6, 16, 256),
@@ -1614,6 +1704,14 @@ mod tests {
                     let mut c3 = vec![1.0f32; m * n];
                     gemm_blocked(kern, m, n, k, am, BSrc::Packed(&pb), &mut c3, 2);
                     assert_eq!(c1, c3, "{what} packed");
+                    // One row: the packed panels streamed (same bits).
+                    if m == 1 {
+                        for threads in [1, 2] {
+                            let mut c9 = vec![6.0f32; n];
+                            gemv_packed(&pb, &a[..k], &mut c9, threads, None);
+                            assert_eq!(c1, c9, "{what} gemv_packed threads={threads}");
+                        }
+                    }
                     // Panels generated on demand: the same as packing B.
                     let gen = |p0: usize,
                                kc: usize,
@@ -1773,6 +1871,22 @@ mod tests {
                 let mut c = vec![9.0f32; m * n];
                 sgemm_packed(m, &a, a_t, &pb, &mut c, true, &Fuse::default()).unwrap();
                 check(&c, &want, k, "sgemm_packed");
+                // With a fused epilogue: the bits of applying it after.
+                let fuse = Fuse {
+                    row_bias: Some(&rb),
+                    col_bias: Some(&cb),
+                    bounds: Some((-0.25, 0.5)),
+                };
+                let mut cf = vec![9.0f32; m * n];
+                sgemm_packed(m, &a, a_t, &pb, &mut cf, true, &fuse).unwrap();
+                for (i, row) in c.chunks_exact_mut(n.max(1)).enumerate() {
+                    fuse.apply(i, 0, row);
+                }
+                let same = cf
+                    .iter()
+                    .zip(&c)
+                    .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+                assert!(same, "sgemm_packed fused {m}x{n}x{k} a_t={a_t} b_t={b_t}");
             }
         }
     }

@@ -244,9 +244,15 @@ impl CpuBackend {
                 }
             }
         });
-        let r = p.install(f);
-        busy.store(false, Ordering::Release);
-        r
+        // Released however `f` ends (a panic unwinds through here too).
+        struct Release(Arc<AtomicBool>);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _release = Release(busy);
+        p.install(f)
     }
 }
 
@@ -684,6 +690,42 @@ mod tests {
 
     fn bytes(v: &[f32]) -> Arc<Vec<u8>> {
         Arc::new(v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+
+    /// A dispatch-long worker job: parallel work inside `run_hot` is done
+    /// (by both threads), a panic inside it unwinds to the caller, and the
+    /// pool keeps working afterwards.
+    #[test]
+    fn run_hot_shares_work_and_ends_on_panic() {
+        use rayon::prelude::*;
+        // A thread of its own: the pool takes its caller in for good.
+        std::thread::spawn(|| {
+            let b = CpuBackend::with_threads(Some(2)).unwrap();
+            let sum: u64 = b.run_hot(|| (0..1000u64).into_par_iter().sum());
+            assert_eq!(sum, 499_500);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                b.run_hot(|| -> u64 { panic!("inside a dispatch") })
+            }));
+            assert!(r.is_err());
+            let sum: u64 = b.run_hot(|| (0..1000u64).into_par_iter().sum());
+            assert_eq!(sum, 499_500);
+            // Two threads did the sleeping work of some run.
+            let both = (0..20).any(|_| {
+                let ids: std::collections::HashSet<_> = b.run_hot(|| {
+                    (0..16)
+                        .into_par_iter()
+                        .map(|_| {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                            std::thread::current().id()
+                        })
+                        .collect()
+                });
+                ids.len() == 2
+            });
+            assert!(both, "the second thread never took work");
+        })
+        .join()
+        .unwrap();
     }
 
     /// matmul and gemm (B transposed) with constant B: compile packs B,

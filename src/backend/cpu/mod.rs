@@ -50,7 +50,14 @@ struct CompiledGraph {
     /// Constant filters of conv2d nodes that run as products, packed once
     /// per group for the sgemm micro-kernel, by node index.
     conv_packed: HashMap<usize, Vec<sgemm::PackedA>>,
+    /// Enough work that keeping the pool's other threads awake through a
+    /// dispatch pays (see `CpuBackend::run_hot`); a tiny graph runs on the
+    /// calling thread without waking anyone.
+    hot: bool,
 }
+
+/// Output elements (summed over the nodes) from which a graph is `hot`.
+const HOT_ELEMENTS: usize = 1 << 16;
 
 /// The CPU backend.
 #[derive(Default)]
@@ -218,9 +225,11 @@ impl CpuBackend {
     /// that takes work from the pool as it appears (`rayon::yield_now`)
     /// and spins between. Only for a pool the caller belongs to: the
     /// caller's own copy returns at once, so it never waits on itself.
-    fn run_hot<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+    /// With `hot` false (a graph too small to be worth a wake-up), the same
+    /// as `run`.
+    fn run_hot<T: Send>(&self, hot: bool, f: impl FnOnce() -> T + Send) -> T {
         let Some(p) = &self.pool else { return f() };
-        if !self.pool_has_caller || p.current_num_threads() < 2 {
+        if !hot || !self.pool_has_caller || p.current_num_threads() < 2 {
             return p.install(f);
         }
         let busy = Arc::new(AtomicBool::new(true));
@@ -617,6 +626,12 @@ impl Backend for CpuBackend {
                 last_use[op] = usize::MAX;
             }
         }
+        let work: usize = graph
+            .nodes
+            .iter()
+            .flat_map(|n| &n.outputs)
+            .map(|&o| graph.operands[o].element_count())
+            .fold(0, usize::saturating_add);
         self.graphs.insert(
             id,
             CompiledGraph {
@@ -625,6 +640,7 @@ impl Backend for CpuBackend {
                 last_use,
                 packed,
                 conv_packed,
+                hot: work >= HOT_ELEMENTS,
             },
         );
         Ok(())
@@ -654,7 +670,7 @@ impl Backend for CpuBackend {
             })
             .collect::<Result<_>>()?;
         let budget = self.budget();
-        let results = self.run_hot(|| execute(cg, &ins, budget))?;
+        let results = self.run_hot(cg.hot, || execute(cg, &ins, budget))?;
         for (id, r) in outputs.iter().zip(results) {
             if let Some(t) = self.tensors.get_mut(id) {
                 std::mem::replace(&mut t.data, r).recycle();
@@ -670,7 +686,7 @@ impl Backend for CpuBackend {
             .ok_or_else(|| Error::invalid_state("the graph is destroyed"))?;
         let refs: Vec<&Buf> = inputs.iter().collect();
         let budget = self.budget();
-        self.run_hot(|| execute(cg, &refs, budget))
+        self.run_hot(cg.hot, || execute(cg, &refs, budget))
     }
 }
 
@@ -701,17 +717,17 @@ mod tests {
         // A thread of its own: the pool takes its caller in for good.
         std::thread::spawn(|| {
             let b = CpuBackend::with_threads(Some(2)).unwrap();
-            let sum: u64 = b.run_hot(|| (0..1000u64).into_par_iter().sum());
+            let sum: u64 = b.run_hot(true, || (0..1000u64).into_par_iter().sum());
             assert_eq!(sum, 499_500);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                b.run_hot(|| -> u64 { panic!("inside a dispatch") })
+                b.run_hot(true, || -> u64 { panic!("inside a dispatch") })
             }));
             assert!(r.is_err());
-            let sum: u64 = b.run_hot(|| (0..1000u64).into_par_iter().sum());
+            let sum: u64 = b.run_hot(true, || (0..1000u64).into_par_iter().sum());
             assert_eq!(sum, 499_500);
             // Two threads did the sleeping work of some run.
             let both = (0..20).any(|_| {
-                let ids: std::collections::HashSet<_> = b.run_hot(|| {
+                let ids: std::collections::HashSet<_> = b.run_hot(true, || {
                     (0..16)
                         .into_par_iter()
                         .map(|_| {

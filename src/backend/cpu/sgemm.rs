@@ -958,12 +958,8 @@ impl Task<'_> {
         let (q0, q1) = self.panels;
         let row_panels = (r1 - r0).div_ceil(mr);
         let mut scratch = [0.0f32; MAX_TILE];
-        // An edge panel of B read in place, packed (KC x NR at most).
-        let mut edge = if self.brows.is_some() {
-            vec![0.0f32; kc * nr]
-        } else {
-            Vec::new()
-        };
+        // An edge panel of B read in place, packed when one comes up.
+        let mut edge: Vec<f32> = Vec::new();
         // Shallow products (1x1 convolutions over few channels) are bound
         // by storing C, not by the multiply-adds: then each row panel
         // sweeps all the columns, so that C is written as `mr` sequential
@@ -1022,6 +1018,7 @@ impl Task<'_> {
                     None
                 }
                 (Some(rb), _) => {
+                    edge.resize(kc * nr, 0.0);
                     rb.pack(self.p0, kc, self.j0 + jl, ncols, nr, &mut edge);
                     Some(&edge)
                 }
@@ -1531,25 +1528,8 @@ pub fn sgemm_packed_a(
     parallel: bool,
     fuse: &Fuse,
 ) -> Result<()> {
-    let (m, k) = (a.m, a.k);
-    let bm = Mat::new(b, k, n, false)?;
-    if c.len() < m * n {
-        return Err(Error::operation("sgemm: the output is too small"));
-    }
-    fuse.check(m, n)?;
-    let threads = threads_for(m, n, k, parallel);
-    gemm_blocked_a(
-        a.kern,
-        m,
-        n,
-        k,
-        ASrc::Packed(a),
-        BSrc::Plain(bm),
-        c,
-        threads,
-        Some(fuse),
-    );
-    Ok(())
+    let bm = Mat::new(b, a.k, n, false)?;
+    product_packed_a(a, n, BSrc::Plain(bm), c, parallel, fuse)
 }
 
 /// `c = A * B` with A packed in advance ([`PackedA`], [m, k]) and B
@@ -1562,24 +1542,7 @@ pub fn sgemm_gen_packed_a(
     parallel: bool,
     fuse: &Fuse,
 ) -> Result<()> {
-    let (m, k) = (a.m, a.k);
-    if c.len() < m * n {
-        return Err(Error::operation("sgemm: the output is too small"));
-    }
-    fuse.check(m, n)?;
-    let threads = threads_for(m, n, k, parallel);
-    gemm_blocked_a(
-        a.kern,
-        m,
-        n,
-        k,
-        ASrc::Packed(a),
-        BSrc::Gen(gen),
-        c,
-        threads,
-        Some(fuse),
-    );
-    Ok(())
+    product_packed_a(a, n, BSrc::Gen(gen), c, parallel, fuse)
 }
 
 /// `c = A * B` with A packed in advance ([`PackedA`], [m, k]) and B's
@@ -1592,26 +1555,29 @@ pub fn sgemm_rows_packed_a(
     parallel: bool,
     fuse: &Fuse,
 ) -> Result<()> {
-    let (m, k, n) = (a.m, a.k, b.n);
-    if b.offs.len() != k {
+    if b.offs.len() != a.k {
         return Err(Error::operation("sgemm: B has the wrong number of rows"));
     }
+    product_packed_a(a, b.n, BSrc::Rows(b), c, parallel, fuse)
+}
+
+/// The product behind the `*_packed_a` entry points, once B (k x n) is
+/// checked: checks C and the fused epilogue, then runs the blocked loops.
+fn product_packed_a(
+    a: &PackedA,
+    n: usize,
+    b: BSrc,
+    c: &mut [f32],
+    parallel: bool,
+    fuse: &Fuse,
+) -> Result<()> {
+    let (m, k) = (a.m, a.k);
     if c.len() < m * n {
         return Err(Error::operation("sgemm: the output is too small"));
     }
     fuse.check(m, n)?;
     let threads = threads_for(m, n, k, parallel);
-    gemm_blocked_a(
-        a.kern,
-        m,
-        n,
-        k,
-        ASrc::Packed(a),
-        BSrc::Rows(b),
-        c,
-        threads,
-        Some(fuse),
-    );
+    gemm_blocked_a(a.kern, m, n, k, ASrc::Packed(a), b, c, threads, Some(fuse));
     Ok(())
 }
 

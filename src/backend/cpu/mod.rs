@@ -221,47 +221,71 @@ impl CpuBackend {
     /// microseconds on a loaded or virtual machine, so every section
     /// started with the second half late and its fork-join waited
     /// (MobileNetV2 at 2 threads: 12 ms of nodes whose fastest runs sum
-    /// to 7.6). Each other thread runs one job for the graph's duration
-    /// that takes work from the pool as it appears (`rayon::yield_now`)
-    /// and spins between. Only for a pool the caller belongs to: the
-    /// caller's own copy returns at once, so it never waits on itself.
-    /// With `hot` false (a graph too small to be worth a wake-up), the same
-    /// as `run`.
+    /// to 7.6). Another thread of the pool runs one job for the graph's
+    /// duration that takes work from the pool as it appears
+    /// (`rayon::yield_now`) and spins between (`take_work_while`). Only for
+    /// a pool the caller belongs to. With `hot` false (a graph too small to
+    /// be worth a wake-up), the same as `run`.
     fn run_hot<T: Send>(&self, hot: bool, f: impl FnOnce() -> T + Send) -> T {
         let Some(p) = &self.pool else { return f() };
         if !hot || !self.pool_has_caller || p.current_num_threads() < 2 {
             return p.install(f);
         }
-        let busy = Arc::new(AtomicBool::new(true));
-        let flag = busy.clone();
+        let busy = AtomicBool::new(true);
         let caller = std::thread::current().id();
-        p.spawn_broadcast(move |_| {
-            if std::thread::current().id() == caller {
-                return;
-            }
-            // After a while without work, give the core to any other
-            // runnable thread between checks (several contexts at once).
-            let mut idle = 0u32;
-            while flag.load(Ordering::Acquire) {
-                if rayon::yield_now() == Some(rayon::Yield::Executed) {
-                    idle = 0;
-                } else if idle < 20_000 {
-                    idle += 1;
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        });
-        // Released however `f` ends (a panic unwinds through here too).
-        struct Release(Arc<AtomicBool>);
-        impl Drop for Release {
-            fn drop(&mut self) {
-                self.0.store(false, Ordering::Release);
-            }
+        p.install(|| {
+            // `join` queues the worker job before the graph makes any work
+            // of its own, and other threads steal oldest first: the job is
+            // the first thing another thread takes from this one, so it
+            // runs at the bottom of that thread's stack, never on top of a
+            // piece of this graph (which it would then block: it returns
+            // only when the graph is done). If this thread takes it back
+            // itself, it returns at once.
+            let (r, ()) = rayon::join(
+                || {
+                    // Released however `f` ends (a panic unwinds through
+                    // here too), so the job always ends.
+                    let _done = Release(&busy);
+                    f()
+                },
+                || take_work_while(&busy, caller),
+            );
+            r
+        })
+    }
+}
+
+/// Sets the flag to false when dropped.
+struct Release<'a>(&'a AtomicBool);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The worker job of `CpuBackend::run_hot`: takes pool work as it
+/// appears while `busy` holds, spinning between. After a while without
+/// work it yields the core between checks (several contexts at once), and
+/// after longer it returns: a long serial stretch of the graph then costs
+/// a wake-up later instead of a core now. Returns at once on `caller`.
+fn take_work_while(busy: &AtomicBool, caller: std::thread::ThreadId) {
+    if std::thread::current().id() == caller {
+        return;
+    }
+    let mut idle = 0u32;
+    while busy.load(Ordering::Acquire) {
+        if rayon::yield_now() == Some(rayon::Yield::Executed) {
+            idle = 0;
+        } else if idle < 20_000 {
+            idle += 1;
+            std::hint::spin_loop();
+        } else if idle < 22_000 {
+            idle += 1;
+            std::thread::yield_now();
+        } else {
+            return;
         }
-        let _release = Release(busy);
-        p.install(f)
     }
 }
 
@@ -742,6 +766,39 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// The worker job never deadlocks a graph: thousands of dispatches of
+    /// nested parallel work (joins inside parallel chunks inside parallel
+    /// iterators, as conv2d's units, padding and products nest), each
+    /// finishing with the right result, within a watchdog's time. (Queued
+    /// as a broadcast instead, the job could start on top of a stolen piece
+    /// of the graph and wait for the graph forever.)
+    #[test]
+    fn run_hot_never_blocks_nested_work() {
+        use rayon::prelude::*;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let b = CpuBackend::with_threads(Some(2)).unwrap();
+            let mut v = vec![0u64; 4096];
+            for round in 0..3000u64 {
+                let total: u64 = b.run_hot(true, || {
+                    v.par_chunks_mut(256).enumerate().for_each(|(i, c)| {
+                        let (x, y) = rayon::join(
+                            || (0..64u64).into_par_iter().sum::<u64>(),
+                            || i as u64 + round,
+                        );
+                        c.iter_mut().for_each(|e| *e = x + y);
+                    });
+                    v.par_iter().sum()
+                });
+                let want: u64 = (0..16u64).map(|i| 256 * (2016 + i + round)).sum();
+                assert_eq!(total, want, "round {round}");
+            }
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(120))
+            .expect("3000 dispatches did not finish in 120 s: a deadlock");
     }
 
     /// matmul and gemm (B transposed) with constant B: compile packs B,

@@ -1158,6 +1158,11 @@ mod tests {
         }
     }
 
+    /// The bit patterns of a float buffer, for bitwise comparisons.
+    fn bits(v: &Buf) -> Vec<u32> {
+        v.to_f32_vec().iter().map(|x| x.to_bits()).collect()
+    }
+
     #[test]
     fn conv2d_matches_naive_in_every_layout() {
         let cases = [
@@ -1300,12 +1305,6 @@ mod tests {
                 let want = super::super::elementwise::clamp(&plain, lo, hi, &d).unwrap();
                 let bounds = Buf::F32(vec![lo as f32, hi as f32]);
                 let got = conv2d(&p, &[&x, &f, &b, &bounds], &d).unwrap();
-                let bits = |v: &Buf| {
-                    v.to_f32_vec()
-                        .iter()
-                        .map(|x| x.to_bits())
-                        .collect::<Vec<_>>()
-                };
                 assert_eq!(bits(&got), bits(&want), "{lo} {hi}");
             }
             // Bad bounds are an error.
@@ -1354,12 +1353,6 @@ mod tests {
                 for ins in [vec![&x, &f, &b], vec![&x, &f, &b, &bounds]] {
                     let want = conv2d(&p, &ins, &d).unwrap();
                     let got = conv2d_packed(&p, &ins, &d, Some(&packed)).unwrap();
-                    let bits = |v: &Buf| {
-                        v.to_f32_vec()
-                            .iter()
-                            .map(|x| x.to_bits())
-                            .collect::<Vec<_>>()
-                    };
                     assert_eq!(bits(&got), bits(&want), "case {i} nhwc={nhwc}");
                 }
             }
@@ -1447,12 +1440,6 @@ mod tests {
             assert_eq!(cpu.graphs[&2].graph.nodes.len(), 4);
             let a = cpu.compute(1, &fused, vec![Buf::F32(x.clone())]).unwrap();
             let b = cpu.compute(2, &plain, vec![Buf::F32(x.clone())]).unwrap();
-            let bits = |v: &Buf| {
-                v.to_f32_vec()
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect::<Vec<_>>()
-            };
             assert_eq!(bits(&a[0]), bits(&b[0]));
             // Some values are clamped, so the activation did something.
             assert!(b[1].to_f32_vec().iter().any(|&v| v < 0.0));

@@ -1585,6 +1585,14 @@ fn product_packed_a(
 mod tests {
     use super::*;
 
+    /// Equal bit for bit, any NaN matching any NaN.
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    }
+
     /// Deterministic pseudo-random values in [-1, 1).
     fn data(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
@@ -1764,10 +1772,7 @@ mod tests {
                 for (i, row) in want5.chunks_exact_mut(n.max(1)).enumerate() {
                     fuse.apply(i, 0, row);
                 }
-                let same = c5
-                    .iter()
-                    .zip(&want5)
-                    .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+                let same = same_bits(&c5, &want5);
                 assert!(same, "fused {fuse:?} {m}x{n}x{k}");
                 // The scalar form clamps as the clamp operator does.
                 if let Some((lo, hi)) = fuse.bounds {
@@ -1814,10 +1819,7 @@ mod tests {
                 let (mut c8, mut want8) = (vec![9.0f32; m * n], vec![9.0f32; m * n]);
                 sgemm_rows_packed_a(&pa, rows, &mut c8, parallel, &fuse).unwrap();
                 sgemm_packed_a(&pa, n, &b, &mut want8, parallel, &fuse).unwrap();
-                let same = c8
-                    .iter()
-                    .zip(&want8)
-                    .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+                let same = same_bits(&c8, &want8);
                 assert!(same, "sgemm_rows_packed_a fused {m}x{n}x{k}");
             }
             // Rows must lie inside the buffer; one row per K.
@@ -1848,10 +1850,7 @@ mod tests {
                 for (i, row) in c.chunks_exact_mut(n.max(1)).enumerate() {
                     fuse.apply(i, 0, row);
                 }
-                let same = cf
-                    .iter()
-                    .zip(&c)
-                    .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+                let same = same_bits(&cf, &c);
                 assert!(same, "sgemm_packed fused {m}x{n}x{k} a_t={a_t} b_t={b_t}");
             }
         }

@@ -20,8 +20,8 @@ use crate::types::{DataType, OperandDescriptor};
 
 use super::matmul::sgemm;
 use super::sgemm::{
-    clamp, copy_row, sgemm_gen, sgemm_gen_packed_a, sgemm_packed_a, sgemm_rows_packed_a, Fuse,
-    PackedA, RowsB,
+    clamp, copy_panel_row, copy_row, sgemm_gen, sgemm_gen_packed_a, sgemm_packed_a,
+    sgemm_rows_packed_a, Fuse, PackedA, RowsB,
 };
 use super::shape::transpose_vec;
 use super::util::{floats, from_floats};
@@ -471,7 +471,7 @@ fn conv_gen(
                 let base = cbase + taps[t];
                 if whole {
                     let s = base + runs[0].1;
-                    copy_row(row, &xp[s..s + nr]);
+                    copy_panel_row(row, &xp[s..s + nr]);
                 } else {
                     // Short runs: element loops, not a memmove call each.
                     for &(d, off, len) in runs {

@@ -658,6 +658,81 @@ pub fn copy_row(dst: &mut [f32], src: &[f32]) {
     }
 }
 
+/// Copies one panel row: `copy_row` for the kernels' panel widths as
+/// fixed-size copies (a few vector moves, no loop), which is what the
+/// packing passes spend their time on.
+#[inline(always)]
+pub fn copy_panel_row(dst: &mut [f32], src: &[f32]) {
+    fn fixed<const N: usize>(dst: &mut [f32], src: &[f32]) -> bool {
+        match (
+            dst.as_chunks_mut::<N>().0.first_mut(),
+            src.as_chunks::<N>().0.first(),
+        ) {
+            (Some(d), Some(s)) => {
+                *d = *s;
+                true
+            }
+            _ => false,
+        }
+    }
+    let done = dst.len() == src.len()
+        && match dst.len() {
+            16 => fixed::<16>(dst, src),
+            32 => fixed::<32>(dst, src),
+            8 => fixed::<8>(dst, src),
+            _ => false,
+        };
+    if !done {
+        copy_row(dst, src);
+    }
+}
+
+/// Asks for the cache lines of `data[at..at + len]` (clipped to `data`)
+/// ahead of their use. A hint only: it never faults and changes no value.
+#[inline(always)]
+fn prefetch(data: &[f32], at: usize, len: usize, far: bool) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        let end = (at + len).min(data.len());
+        let mut i = at;
+        while i < end {
+            let ptr = data[i..].as_ptr().cast::<i8>();
+            // SAFETY: a prefetch reads nothing architecturally; the
+            // address is inside `data` anyway.
+            unsafe {
+                if far {
+                    _mm_prefetch::<_MM_HINT_T1>(ptr)
+                } else {
+                    _mm_prefetch::<_MM_HINT_T0>(ptr)
+                }
+            };
+            i += 16;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, at, len, far);
+}
+
+/// Row `p` of each panel of a whole group from `row` (the group's
+/// columns of one row of B): `NR` floats into each of the `kc * NR`
+/// panels of `chunk`. Always true (the caller's match needs a value).
+#[inline(always)]
+fn pack_row_fixed<const NR: usize>(row: &[f32], chunk: &mut [f32], kc: usize, p: usize) -> bool {
+    for (panel, s) in chunk.chunks_exact_mut(kc * NR).zip(row.as_chunks::<NR>().0) {
+        if let Some(d) = panel.as_chunks_mut::<NR>().0.get_mut(p) {
+            *d = *s;
+        }
+    }
+    true
+}
+
+/// Rows ahead whose segments `pack_b_block` asks for while it packs a row:
+/// a block's rows are a whole row of B apart, too many streams for the
+/// hardware prefetchers to follow, so without this each segment's lines
+/// arrive one demand miss at a time.
+const PACK_AHEAD: usize = 4;
+
 /// Packs the `kc x cols` block of `b` at (p0, j0) into consecutive panels
 /// (each `kc * nr` floats), in parallel when `parallel`.
 #[allow(clippy::too_many_arguments)]
@@ -681,11 +756,33 @@ fn pack_b_block(
     let one = |(g, chunk): (usize, &mut [f32])| {
         let q0 = g * GROUP;
         if b.cs == 1 {
+            let span = (cols - q0 * nr).min(GROUP * nr);
+            let whole = span == GROUP * nr;
             for p in 0..kc {
-                let row = &b.data[(p0 + p) * b.rs + j0..];
+                if p + PACK_AHEAD < kc {
+                    prefetch(
+                        b.data,
+                        (p0 + p + PACK_AHEAD) * b.rs + j0 + q0 * nr,
+                        span,
+                        false,
+                    );
+                }
+                let row = &b.data[(p0 + p) * b.rs + j0 + q0 * nr..][..span];
+                // A whole group with the kernels' widths: fixed-size
+                // copies, which compile to a few vector moves.
+                let done = whole
+                    && match nr {
+                        16 => pack_row_fixed::<16>(row, chunk, kc, p),
+                        32 => pack_row_fixed::<32>(row, chunk, kc, p),
+                        8 => pack_row_fixed::<8>(row, chunk, kc, p),
+                        _ => false,
+                    };
+                if done {
+                    continue;
+                }
                 for (qi, panel) in chunk.chunks_exact_mut(kc * nr).enumerate() {
-                    let j = (q0 + qi) * nr;
-                    let w = nr.min(cols - j);
+                    let j = qi * nr;
+                    let w = nr.min(span - j);
                     let d = &mut panel[p * nr..(p + 1) * nr];
                     copy_row(&mut d[..w], &row[j..j + w]);
                     d[w..].fill(0.0);
@@ -827,7 +924,7 @@ impl<'a> RowsB<'a> {
             let w = nr.min(j0 + cols - j);
             for (p, d) in panel.chunks_exact_mut(nr).enumerate() {
                 let o = self.offs[p0 + p] + j;
-                copy_row(&mut d[..w], &self.data[o..o + w]);
+                copy_panel_row(&mut d[..w], &self.data[o..o + w]);
                 d[w..].fill(0.0);
             }
         }

@@ -136,13 +136,18 @@ async function buildOrt(workload, threads) {
 // Alternates the two sides in blocks of runs, so a change in machine load
 // during the measurement hits both rather than whichever happened to run
 // then. Not run by run: each runtime leaves its thread pool busy for a while
-// after a run (onnxruntime's intra-op threads spin-wait for the next one by
-// default), and with strict alternation that idle spinning lands on the
-// other side's next run and takes a core from it, which measures the two
-// runtimes' interference rather than either one. Each block therefore
-// starts with one untimed run, which absorbs what the other side left
-// running; the timed runs that follow are back to back, as an application
-// using one runtime would issue them.
+// after a run, and that idle work lands on the other side's runs and takes
+// a core from them, which measures the two runtimes' interference rather
+// than either one. onnxruntime's intra-op threads spin-wait for about 45 ms
+// after each run by default (measured here from the threads' CPU time in
+// /proc/self/task/*/schedstat: one thread busy for 40-45 ms, then asleep),
+// far longer than one run of most workloads. So each block starts after a
+// pause of SETTLE_MS, in which the other side's threads go idle, and with
+// one untimed run, which wakes this side's own threads; the timed runs that
+// follow are back to back, as an application using one runtime would issue
+// them.
+const SETTLE_MS = 100;
+
 async function timeAlternating(ours, theirs, data, warmup, runs) {
   for (let i = 0; i < warmup; i++) {
     await ours.run(data);
@@ -153,6 +158,7 @@ async function timeAlternating(ours, theirs, data, warmup, runs) {
   for (let done = 0; done < runs; done += block) {
     const count = Math.min(block, runs - done);
     for (const [side, impl] of [['ours', ours], ['ort', theirs]]) {
+      await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
       await impl.run(data); // the block's lead-in, untimed
       for (let i = 0; i < count; i++) {
         const t = now();
@@ -292,7 +298,7 @@ async function main(opts) {
   console.log(`machine: ${cpus.length} x ${cpus[0] ? cpus[0].model : 'unknown CPU'}, node ${process.version}`);
   console.log(`load average at start: ${loadStart}`);
   console.log(
-    `timing: median of runs alternating in blocks (each block after one untimed run), after ${opts.quick ? 1 : WARMUP} warm-up runs each${opts.quick ? ' (--quick)' : ''}; ` +
+    `timing: median of runs alternating in blocks (each block after a ${SETTLE_MS} ms pause and one untimed run), after ${opts.quick ? 1 : WARMUP} warm-up runs each${opts.quick ? ' (--quick)' : ''}; ` +
       `outputs checked first: max |ours-ort|/max(|ort|, ${REL_FLOOR}, ${RMS_FRACTION}*rms(ort)) < ${MAX_REL_ERR}`,
   );
   console.log('');

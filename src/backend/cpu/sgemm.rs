@@ -690,41 +690,43 @@ pub fn copy_panel_row(dst: &mut [f32], src: &[f32]) {
 /// Asks for the cache lines of `data[at..at + len]` (clipped to `data`)
 /// ahead of their use. A hint only: it never faults and changes no value.
 #[inline(always)]
-fn prefetch(data: &[f32], at: usize, len: usize, far: bool) {
+fn prefetch(data: &[f32], at: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         let end = (at + len).min(data.len());
         let mut i = at;
         while i < end {
-            let ptr = data[i..].as_ptr().cast::<i8>();
             // SAFETY: a prefetch reads nothing architecturally; the
             // address is inside `data` anyway.
-            unsafe {
-                if far {
-                    _mm_prefetch::<_MM_HINT_T1>(ptr)
-                } else {
-                    _mm_prefetch::<_MM_HINT_T0>(ptr)
-                }
-            };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(data[i..].as_ptr().cast::<i8>()) };
             i += 16;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (data, at, len, far);
+    let _ = (data, at, len);
 }
 
 /// Row `p` of each panel of a whole group from `row` (the group's
-/// columns of one row of B): `NR` floats into each of the `kc * NR`
-/// panels of `chunk`. Always true (the caller's match needs a value).
+/// columns of one row of B) into the `kc * nr`-float panels of `chunk`,
+/// as fixed-size copies for the kernels' panel widths (a few vector
+/// moves each); false, having copied nothing, for another width.
 #[inline(always)]
-fn pack_row_fixed<const NR: usize>(row: &[f32], chunk: &mut [f32], kc: usize, p: usize) -> bool {
-    for (panel, s) in chunk.chunks_exact_mut(kc * NR).zip(row.as_chunks::<NR>().0) {
-        if let Some(d) = panel.as_chunks_mut::<NR>().0.get_mut(p) {
-            *d = *s;
+fn pack_group_row(nr: usize, row: &[f32], chunk: &mut [f32], kc: usize, p: usize) -> bool {
+    fn fixed<const NR: usize>(row: &[f32], chunk: &mut [f32], kc: usize, p: usize) -> bool {
+        for (panel, s) in chunk.chunks_exact_mut(kc * NR).zip(row.as_chunks::<NR>().0) {
+            if let Some(d) = panel.as_chunks_mut::<NR>().0.get_mut(p) {
+                *d = *s;
+            }
         }
+        true
     }
-    true
+    match nr {
+        16 => fixed::<16>(row, chunk, kc, p),
+        32 => fixed::<32>(row, chunk, kc, p),
+        8 => fixed::<8>(row, chunk, kc, p),
+        _ => false,
+    }
 }
 
 /// Rows ahead whose segments `pack_b_block` asks for while it packs a row:
@@ -760,24 +762,10 @@ fn pack_b_block(
             let whole = span == GROUP * nr;
             for p in 0..kc {
                 if p + PACK_AHEAD < kc {
-                    prefetch(
-                        b.data,
-                        (p0 + p + PACK_AHEAD) * b.rs + j0 + q0 * nr,
-                        span,
-                        false,
-                    );
+                    prefetch(b.data, (p0 + p + PACK_AHEAD) * b.rs + j0 + q0 * nr, span);
                 }
                 let row = &b.data[(p0 + p) * b.rs + j0 + q0 * nr..][..span];
-                // A whole group with the kernels' widths: fixed-size
-                // copies, which compile to a few vector moves.
-                let done = whole
-                    && match nr {
-                        16 => pack_row_fixed::<16>(row, chunk, kc, p),
-                        32 => pack_row_fixed::<32>(row, chunk, kc, p),
-                        8 => pack_row_fixed::<8>(row, chunk, kc, p),
-                        _ => false,
-                    };
-                if done {
+                if whole && pack_group_row(nr, row, chunk, kc, p) {
                     continue;
                 }
                 for (qi, panel) in chunk.chunks_exact_mut(kc * nr).enumerate() {

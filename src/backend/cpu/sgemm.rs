@@ -707,28 +707,6 @@ fn prefetch(data: &[f32], at: usize, len: usize) {
     let _ = (data, at, len);
 }
 
-/// Row `p` of each panel of a whole group from `row` (the group's
-/// columns of one row of B) into the `kc * nr`-float panels of `chunk`,
-/// as fixed-size copies for the kernels' panel widths (a few vector
-/// moves each); false, having copied nothing, for another width.
-#[inline(always)]
-fn pack_group_row(nr: usize, row: &[f32], chunk: &mut [f32], kc: usize, p: usize) -> bool {
-    fn fixed<const NR: usize>(row: &[f32], chunk: &mut [f32], kc: usize, p: usize) -> bool {
-        for (panel, s) in chunk.chunks_exact_mut(kc * NR).zip(row.as_chunks::<NR>().0) {
-            if let Some(d) = panel.as_chunks_mut::<NR>().0.get_mut(p) {
-                *d = *s;
-            }
-        }
-        true
-    }
-    match nr {
-        16 => fixed::<16>(row, chunk, kc, p),
-        32 => fixed::<32>(row, chunk, kc, p),
-        8 => fixed::<8>(row, chunk, kc, p),
-        _ => false,
-    }
-}
-
 /// Rows ahead whose segments `pack_b_block` asks for while it packs a row:
 /// a block's rows are a whole row of B apart, too many streams for the
 /// hardware prefetchers to follow, so without this each segment's lines
@@ -759,20 +737,16 @@ fn pack_b_block(
         let q0 = g * GROUP;
         if b.cs == 1 {
             let span = (cols - q0 * nr).min(GROUP * nr);
-            let whole = span == GROUP * nr;
             for p in 0..kc {
                 if p + PACK_AHEAD < kc {
                     prefetch(b.data, (p0 + p + PACK_AHEAD) * b.rs + j0 + q0 * nr, span);
                 }
                 let row = &b.data[(p0 + p) * b.rs + j0 + q0 * nr..][..span];
-                if whole && pack_group_row(nr, row, chunk, kc, p) {
-                    continue;
-                }
                 for (qi, panel) in chunk.chunks_exact_mut(kc * nr).enumerate() {
                     let j = qi * nr;
                     let w = nr.min(span - j);
                     let d = &mut panel[p * nr..(p + 1) * nr];
-                    copy_row(&mut d[..w], &row[j..j + w]);
+                    copy_panel_row(&mut d[..w], &row[j..j + w]);
                     d[w..].fill(0.0);
                 }
             }

@@ -52,7 +52,7 @@ fn src_index(
 }
 
 /// The filter in OIHW order, whatever its layout (borrowed when it is).
-fn filter_oihw<'a>(f: &'a [f32], p: &Conv2dParams) -> std::borrow::Cow<'a, [f32]> {
+pub(super) fn filter_oihw<'a>(f: &'a [f32], p: &Conv2dParams) -> std::borrow::Cow<'a, [f32]> {
     let (o, i, h, w) = (
         p.out_channels,
         p.in_channels / p.groups,

@@ -49,7 +49,7 @@ pub(super) fn available() -> bool {
 
 /// Transposes 8 vectors of 8 lanes (row i lane j -> row j lane i).
 #[inline(always)]
-unsafe fn transpose(r: [__m256; 8]) -> [__m256; 8] {
+pub(super) unsafe fn transpose(r: [__m256; 8]) -> [__m256; 8] {
     // SAFETY: register operations only; the caller has AVX.
     unsafe {
         let t0 = _mm256_unpacklo_ps(r[0], r[1]);

@@ -13,6 +13,7 @@ mod gather;
 mod logical;
 mod matmul;
 mod movement;
+mod nchwc;
 mod norm;
 mod profile;
 mod quantize;
@@ -50,6 +51,9 @@ struct CompiledGraph {
     /// Constant filters of conv2d nodes that run as products, packed once
     /// per group for the sgemm micro-kernel, by node index.
     conv_packed: HashMap<usize, Vec<sgemm::PackedA>>,
+    /// The operands stored in the channel-blocked layout and the
+    /// convolutions that run in it (`None`: every operand is plain).
+    nchwc: Option<nchwc::Plan>,
     /// Enough work that keeping the pool's other threads awake through a
     /// dispatch pays (see `CpuBackend::run_hot`); a tiny graph runs on the
     /// calling thread without waking anyone.
@@ -394,6 +398,43 @@ impl Slot<'_> {
     }
 }
 
+/// The inputs of node `n` that are stored in the other layout than it
+/// reads them in, converted (by input position); `None` when none is.
+fn convert_inputs(
+    pl: &nchwc::Plan,
+    g: &Graph,
+    n: usize,
+    slots: &[Slot],
+) -> Result<Option<Vec<Option<Buf>>>> {
+    let node = &g.nodes[n];
+    let differs = |k: usize, i: usize| pl.wants_blocked(g, n, k) != pl.is_blocked(i);
+    if !node.inputs.iter().enumerate().any(|(k, &i)| differs(k, i)) {
+        return Ok(None);
+    }
+    let started = profile::enabled().then(std::time::Instant::now);
+    let mut out = Vec::with_capacity(node.inputs.len());
+    for (k, &i) in node.inputs.iter().enumerate() {
+        if !differs(k, i) {
+            out.push(None);
+            continue;
+        }
+        let x = slots[i]
+            .get()
+            .ok_or_else(|| Error::operation("an operand is missing"))?;
+        let d = &g.operands[i];
+        out.push(Some(if pl.is_blocked(i) {
+            nchwc::to_nchw(x, d)?
+        } else {
+            nchwc::to_blocked(x, d)?
+        }));
+    }
+    if let Some(t) = started {
+        let key = || format!("{n:3} (layout change of its inputs)");
+        profile::record(key, t.elapsed().as_nanos() as u64);
+    }
+    Ok(Some(out))
+}
+
 /// Executes a compiled graph on the given input buffers; returns the outputs
 /// in `graph.outputs` order.
 fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result<Vec<Buf>> {
@@ -437,6 +478,12 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             }
         }
         live += needed;
+        // Inputs stored in the other layout than this node reads them in,
+        // converted (kept until the node is done).
+        let converted = match &cg.nchwc {
+            Some(pl) => convert_inputs(pl, g, n, &slots)?,
+            None => None,
+        };
         let started = profile::enabled().then(std::time::Instant::now);
         // An owned intermediate that dies here and is read once by this
         // node can become the output of an element-wise node in place.
@@ -449,6 +496,7 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             node.op,
             Op::Binary(_) | Op::Softmax { .. } | Op::Activation(ActivationOp::Gelu) | Op::Reshape
         ) && node.outputs.len() == 1
+            && converted.is_none()
             && node.inputs.iter().any(|&i| reusable(&slots, i));
         let results = if in_place {
             let mut taken: Vec<Option<Buf>> = Vec::with_capacity(node.inputs.len());
@@ -490,10 +538,18 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             let ins: Vec<&Buf> = node
                 .inputs
                 .iter()
-                .map(|&i| slots[i].get().expect("operand computed before use"))
+                .enumerate()
+                .map(|(k, &i)| {
+                    let c = converted.as_ref().and_then(|c| c[k].as_ref());
+                    c.unwrap_or_else(|| slots[i].get().expect("operand computed before use"))
+                })
                 .collect();
-            match (&node.op, cg.conv_packed.get(&n)) {
-                (Op::Conv2d(p), Some(packed)) => {
+            let blocked = cg.nchwc.as_ref().and_then(|pl| pl.conv(n));
+            match (&node.op, cg.conv_packed.get(&n), blocked) {
+                (Op::Conv2d(p), _, Some(c)) => {
+                    nchwc::conv(c, p, &ins, &out_descs[0]).map(|b| vec![b])
+                }
+                (Op::Conv2d(p), Some(packed), None) => {
                     conv::conv2d_packed(p, &ins, &out_descs[0], Some(packed)).map(|b| vec![b])
                 }
                 _ => run_op(&node.op, &ins, &in_descs, out_descs, cg.packed.get(&n)),
@@ -523,6 +579,9 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
         for (&o, r) in node.outputs.iter().zip(results) {
             slots[o] = Slot::Owned(r);
         }
+        for b in converted.into_iter().flatten().flatten() {
+            b.recycle();
+        }
         // Free what no later node reads; its memory goes to the pool, for
         // a later node (or the next run) that needs a buffer of its size.
         for &i in &node.inputs {
@@ -538,6 +597,12 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
         .iter()
         .map(
             |(_, id)| match std::mem::replace(&mut slots[*id], Slot::Empty) {
+                // Graph outputs are plain NCHW.
+                Slot::Owned(b) if cg.nchwc.as_ref().is_some_and(|pl| pl.is_blocked(*id)) => {
+                    let plain = nchwc::to_nchw(&b, &g.operands[*id]);
+                    b.recycle();
+                    plain
+                }
                 Slot::Owned(b) => Ok(b),
                 Slot::Borrowed(b) => Ok(b.clone()),
                 // The same operand bound to two output names.
@@ -634,9 +699,14 @@ impl Backend for CpuBackend {
             last_use[*o] = usize::MAX;
         }
         let packed = self.run(|| prepack(&graph, &constants))?;
+        // Chains of convolutions run in the channel-blocked layout.
+        let nchwc = nchwc::plan(&graph, &constants);
         let mut conv_packed = HashMap::new();
         for (n, node) in graph.nodes.iter().enumerate() {
             let Op::Conv2d(p) = &node.op else { continue };
+            if nchwc.as_ref().is_some_and(|pl| pl.runs(n)) {
+                continue;
+            }
             let Some(f) = node.inputs.get(1).and_then(|i| constants.get(i)) else {
                 continue;
             };
@@ -664,6 +734,7 @@ impl Backend for CpuBackend {
                 last_use,
                 packed,
                 conv_packed,
+                nchwc,
                 hot: work >= HOT_ELEMENTS,
             },
         );

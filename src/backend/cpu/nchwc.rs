@@ -136,6 +136,9 @@ fn blocked_conv(
     let mut panels = Vec::new();
     let mut ob0 = 0;
     while ob0 < ocb {
+        // Panels of 2 blocks, an odd count's last of 1. (Panels of 3
+        // blocks by 4 pixels measured slower: 144 -> 24 channels on 56x56,
+        // 496 against 672 us.)
         let nb = (ocb - ob0).min(2);
         panels.push(Panel {
             ob0,
@@ -341,8 +344,19 @@ mod kernels {
     /// Bytes of input a direct convolution's task reads (kept in L2 while
     /// each filter panel passes over it).
     const CHUNK_BYTES: usize = 160 << 10;
-    /// Output pixels per tile of the direct kernel.
+    /// Output pixels per tile of the direct kernel for a panel of 2
+    /// blocks (12 accumulators); a single block takes twice as many, so
+    /// that it too has 12 independent chains of multiply-adds (with 6 it
+    /// waits on their latency: 144 -> 24 channels on 56x56, 418 -> 382 us).
     const MR: usize = 6;
+
+    fn tile_pixels(nb: usize) -> usize {
+        if nb == 1 {
+            2 * MR
+        } else {
+            MR
+        }
+    }
 
     /// A raw pointer that tasks writing disjoint parts share.
     #[derive(Clone, Copy)]
@@ -510,9 +524,20 @@ mod kernels {
         macro_rules! go {
             ($($m:literal)*) => {
                 match (m, nb) {
-                    $(($m, 2) => tile::<$m, 2>(g, x, w, bias, out),
-                      ($m, _) => tile::<$m, 1>(g, x, w, bias, out),)*
-                    _ => unreachable!("tile of {m} pixels"),
+                    $(($m, 2) => tile::<$m, 2>(g, x, w, bias, out),)*
+                    (1, _) => tile::<1, 1>(g, x, w, bias, out),
+                    (2, _) => tile::<2, 1>(g, x, w, bias, out),
+                    (3, _) => tile::<3, 1>(g, x, w, bias, out),
+                    (4, _) => tile::<4, 1>(g, x, w, bias, out),
+                    (5, _) => tile::<5, 1>(g, x, w, bias, out),
+                    (6, _) => tile::<6, 1>(g, x, w, bias, out),
+                    (7, _) => tile::<7, 1>(g, x, w, bias, out),
+                    (8, _) => tile::<8, 1>(g, x, w, bias, out),
+                    (9, _) => tile::<9, 1>(g, x, w, bias, out),
+                    (10, _) => tile::<10, 1>(g, x, w, bias, out),
+                    (11, _) => tile::<11, 1>(g, x, w, bias, out),
+                    (12, _) => tile::<12, 1>(g, x, w, bias, out),
+                    _ => unreachable!("tile of {m} pixels by {nb} blocks"),
                 }
             };
         }
@@ -630,10 +655,11 @@ mod kernels {
             let (p0, p1) = (c * chunk, ((c + 1) * chunk).min(pixels));
             let mine = &panels[gi * panels.len() / groups..(gi + 1) * panels.len() / groups];
             for pn in mine {
+                let mr = tile_pixels(pn.nb);
                 let mut q = p0;
                 while q < p1 {
                     let (oy, ox) = (q / ow, q % ow);
-                    let m = MR.min(ow - ox).min(p1 - q);
+                    let m = mr.min(ow - ox).min(p1 - q);
                     // SAFETY: tile's contract: the pixel's taps lie in the
                     // (padded) input by the reach check; the tile's output
                     // cells belong to this unit (its pixels, its panels).
@@ -672,8 +698,8 @@ mod kernels {
         let (n, cb) = (p.batch, p.in_channels / L);
         let (h, wi, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
         let khw = p.kernel_h * p.kernel_w;
-        // Rows per task: enough work to amortise copying the rows in.
-        let rows = (16384 / (ow * khw).max(1)).clamp(1, oh);
+        // Rows per task: a few thousand multiply-adds at least.
+        let rows = (8192 / (ow * khw).max(1)).clamp(1, oh);
         let row_chunks = oh.div_ceil(rows);
         let work = n * cb * oh * ow * L * khw;
         let o = Out(res.as_mut_ptr());
@@ -693,24 +719,15 @@ mod kernels {
                     (y1 - y0) * ow * L,
                 )
             };
-            ROWS.with(|cell| {
-                let mut buf = cell.borrow_mut();
-                // SAFETY: the caller's features.
-                unsafe { depthwise_rows(xs, ws, bv, bounds, p, y0..y1, &mut buf, dst) };
-            });
+            // SAFETY: the caller's features.
+            unsafe { depthwise_rows(xs, ws, bv, bounds, p, y0..y1, dst) };
         });
     }
 
-    thread_local! {
-        /// Each thread's copy of the padded input rows of a depthwise task.
-        static ROWS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-
     /// Output rows `ys` of one blocked plane `x` of a depthwise
-    /// convolution into `dst`. The input rows they read are first copied
-    /// with their padding into `buf` (zeros around), so that every pixel
-    /// takes the same path: one load and one multiply-add per tap.
-    #[allow(clippy::too_many_arguments)]
+    /// convolution into `dst`. Pixels whose taps all lie inside the input
+    /// read it where it is, eight pixels at a time; the others (near the
+    /// padding) check each tap and read zeros outside.
     #[target_feature(enable = "avx2,fma")]
     unsafe fn depthwise_rows(
         x: &[f32],
@@ -719,7 +736,6 @@ mod kernels {
         (lo, hi): (f32, f32),
         p: &Conv2dParams,
         ys: std::ops::Range<usize>,
-        buf: &mut Vec<f32>,
         dst: &mut [f32],
     ) {
         let (h, wi, ow) = (p.in_h, p.in_w, p.out_w);
@@ -727,81 +743,108 @@ mod kernels {
         let (sh, sw) = (p.strides[0], p.strides[1]);
         let (dh, dw) = (p.dilations[0], p.dilations[1]);
         let (pt, pl) = (p.padding[0], p.padding[2]);
-        // Padded rows r0..r1 and columns 0..wu are what these rows reach.
-        let (r0, r1) = (ys.start * sh, (ys.end - 1) * sh + (kh - 1) * dh + 1);
-        let wu = (ow - 1) * sw + (kw - 1) * dw + 1;
-        buf.clear();
-        buf.resize((r1 - r0) * wu * L, 0.0);
-        for r in r0..r1 {
-            let Some(iy) = r.checked_sub(pt).filter(|&iy| iy < h) else {
-                continue;
-            };
-            // Padded columns [pl, min(pl + wi, wu)) hold input columns.
-            let (c0, c1) = (pl.min(wu), (pl + wi).min(wu));
-            if c1 > c0 {
-                buf[((r - r0) * wu + c0) * L..((r - r0) * wu + c1) * L]
-                    .copy_from_slice(&x[iy * wi * L..(iy * wi + c1 - c0) * L]);
-            }
+        let khw = kh * kw;
+        // Filter vectors, and each tap's offset from a pixel's first tap.
+        let mut taps: Vec<(__m256, usize)> = Vec::with_capacity(khw);
+        for t in 0..khw {
+            let wv = &w[t * L..(t + 1) * L];
+            // SAFETY: 8 floats.
+            let v = unsafe { _mm256_loadu_ps(wv.as_ptr()) };
+            taps.push((v, ((t / kw) * dh * wi + (t % kw) * dw) * L));
         }
-        let taps: Vec<(__m256, usize)> = (0..kh * kw)
-            .map(|t| {
-                // SAFETY: the filter holds kh * kw vectors.
-                let v = unsafe { _mm256_loadu_ps(w[t * L..][..L].as_ptr()) };
-                (v, ((t / kw) * dh * wu + (t % kw) * dw) * L)
-            })
-            .collect();
         let bv = match bias {
-            // SAFETY: 8 values.
+            // SAFETY: 8 floats.
             Some(b) => unsafe { _mm256_loadu_ps(b[..L].as_ptr()) },
             None => _mm256_set1_ps(-0.0),
         };
         let (lov, hiv) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+        let zero = _mm256_setzero_ps();
         let Some((&(w0, o0), rest)) = taps.split_first() else {
             return;
         };
-        // The last tap of the last pixel ends at the end of the buffer.
-        let last = (((ys.end - 1) * sh - r0) * wu + (ow - 1) * sw) * L
-            + taps.iter().map(|t| t.1).max().unwrap_or(0);
-        assert!(last + L <= buf.len(), "depthwise: taps reach past the rows");
-        let src = buf.as_ptr();
+        // Columns whose taps all lie inside a row: [ox_lo, ox_hi).
+        let ox_lo = pl.div_ceil(sw).min(ow);
+        let span = (kw - 1) * dw;
+        let ox_hi = if wi + pl > span {
+            ((wi + pl - span - 1) / sw + 1).clamp(ox_lo, ow)
+        } else {
+            ox_lo
+        };
+        let src = x.as_ptr();
         let step = sw * L;
         const P: usize = 8;
         for (r, oy) in ys.enumerate() {
-            let row = (oy * sh - r0) * wu * L;
             let out = &mut dst[r * ow * L..(r + 1) * ow * L];
-            let mut ox = 0;
-            // SAFETY (loads): at most `last` (checked above); (stores):
-            // pixels of this row of `out`.
+            // Rows inside the input for every tap: [pt, pt + h) holds
+            // oy * sh + ky * dh for ky = 0 and ky = kh - 1.
+            let top = oy * sh;
+            let inside = top >= pt && top + (kh - 1) * dh < pt + h;
+            let (a, b) = if inside { (ox_lo, ox_hi) } else { (ow, ow) };
+            for ox in (0..a).chain(b..ow) {
+                let mut acc = zero;
+                for ky in 0..kh {
+                    let iy = (top + ky * dh).checked_sub(pt).filter(|&i| i < h);
+                    for kx in 0..kw {
+                        let ix = (ox * sw + kx * dw).checked_sub(pl).filter(|&i| i < wi);
+                        let v = match (iy, ix) {
+                            // SAFETY: pixel (iy, ix) of the plane.
+                            (Some(iy), Some(ix)) => unsafe {
+                                _mm256_loadu_ps(x[(iy * wi + ix) * L..][..L].as_ptr())
+                            },
+                            _ => zero,
+                        };
+                        let t = ky * kw + kx;
+                        acc = if t == 0 {
+                            _mm256_mul_ps(w0, v)
+                        } else {
+                            _mm256_fmadd_ps(taps[t].0, v, acc)
+                        };
+                    }
+                }
+                let y = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(acc, bv)));
+                // SAFETY: pixel ox of this output row.
+                unsafe { _mm256_storeu_ps(out[ox * L..][..L].as_mut_ptr(), y) };
+            }
+            if a >= b {
+                continue;
+            }
+            // Pixel ox's first tap: input row top - pt, column ox * sw - pl
+            // (both in range for interior pixels).
+            let row = (top - pt) * wi * L;
+            let mut ox = a;
+            // SAFETY (loads): interior pixels' taps lie inside the plane
+            // (rows by `inside`, columns by [ox_lo, ox_hi)); (stores):
+            // pixels of this output row.
             unsafe {
                 // Eight pixels at a time: eight independent chains of
                 // multiply-adds keep both FMA pipes busy.
-                while ox + P <= ow {
-                    let b0 = row + ox * step;
+                while ox + P <= b {
+                    let b0 = row + (ox * sw - pl) * L;
                     let mut acc: [__m256; P] = std::array::from_fn(|k| {
                         _mm256_mul_ps(w0, _mm256_loadu_ps(src.add(b0 + k * step + o0)))
                     });
                     for &(wv, off) in rest {
-                        for (k, a) in acc.iter_mut().enumerate() {
-                            *a = _mm256_fmadd_ps(
+                        for (k, ac) in acc.iter_mut().enumerate() {
+                            *ac = _mm256_fmadd_ps(
                                 wv,
                                 _mm256_loadu_ps(src.add(b0 + k * step + off)),
-                                *a,
+                                *ac,
                             );
                         }
                     }
-                    for (k, a) in acc.iter().enumerate() {
-                        let y = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(*a, bv)));
+                    for (k, ac) in acc.iter().enumerate() {
+                        let y = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(*ac, bv)));
                         _mm256_storeu_ps(out[(ox + k) * L..][..L].as_mut_ptr(), y);
                     }
                     ox += P;
                 }
-                while ox < ow {
-                    let b0 = row + ox * step;
-                    let mut a = _mm256_mul_ps(w0, _mm256_loadu_ps(src.add(b0 + o0)));
+                while ox < b {
+                    let b0 = row + (ox * sw - pl) * L;
+                    let mut ac = _mm256_mul_ps(w0, _mm256_loadu_ps(src.add(b0 + o0)));
                     for &(wv, off) in rest {
-                        a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(b0 + off)), a);
+                        ac = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(b0 + off)), ac);
                     }
-                    let y = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(a, bv)));
+                    let y = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(ac, bv)));
                     _mm256_storeu_ps(out[ox * L..][..L].as_mut_ptr(), y);
                     ox += 1;
                 }
@@ -934,6 +977,7 @@ mod tests {
             ((1, 8, 4, 3), (16, 5, 5), [2, 2, 2, 2], 1, 1),
             ((1, 32, 6, 6), (16, 1, 1), [0; 4], 2, 1),
             ((1, 64, 20, 20), (64, 3, 3), [1, 1, 1, 1], 1, 1),
+            ((1, 16, 5, 30), (8, 3, 3), [1, 1, 1, 1], 1, 1),
         ];
         for (i, &(x, o, pad, s, d)) in cases.iter().enumerate() {
             let p = params(x, o, pad, s, d, 1);

@@ -44,8 +44,14 @@ pub(super) struct Plan {
 /// A convolution that runs in the blocked layout, its filter packed.
 pub(super) enum Conv {
     /// groups = 1: `w` holds one panel per 16 output channels (8 for an
-    /// odd last block), each `[ic / 8][kh * kw][8 input][nb * 8 output]`.
-    Direct { w: Vec<f32>, panels: Vec<Panel> },
+    /// odd last block), each `[ic / 8][kh * kw][8 input][nb * 8 output]`,
+    /// or with `plain` (the input read in NCHW: the few input channels of
+    /// a network's first layer) `[kh * kw][ic][nb * 8]`.
+    Direct {
+        w: Vec<f32>,
+        panels: Vec<Panel>,
+        plain: bool,
+    },
     /// groups = channels: `w` is `[c / 8][kh * kw][8]`.
     Depthwise { w: Vec<f32> },
 }
@@ -92,10 +98,13 @@ fn blocked_conv(
 ) -> Option<Conv> {
     let (x, f) = (*node.inputs.first()?, *node.inputs.get(1)?);
     let out = *node.outputs.first()?;
+    // Input channels that are not whole blocks are read in NCHW, for a
+    // plain convolution of at most 8 of them (an image's 3 or 4).
+    let plain = !p.in_channels.is_multiple_of(L);
     if p.nhwc
         || !is_f32_4d(&graph.operands[x])
         || !is_f32_4d(&graph.operands[out])
-        || !p.in_channels.is_multiple_of(L)
+        || (plain && (p.groups != 1 || p.in_channels > L))
         || !p.out_channels.is_multiple_of(L)
         || p.kernel_h == 0
         || p.kernel_w == 0
@@ -145,18 +154,22 @@ fn blocked_conv(
             nb,
             off: w.len(),
         });
-        for ib in 0..ic / L {
+        // Input channels in the order the kernel reads them: blocks of 8,
+        // within them taps, within those channels (plain: one block of
+        // all ic).
+        let (blocks, per) = if plain { (1, ic) } else { (ic / L, L) };
+        for ib in 0..blocks {
             for t in 0..khw {
-                for ci in 0..L {
+                for ci in ib * per..(ib + 1) * per {
                     for o in ob0 * L..(ob0 + nb) * L {
-                        w.push(f[(o * ic + ib * L + ci) * khw + t]);
+                        w.push(f[(o * ic + ci) * khw + t]);
                     }
                 }
             }
         }
         ob0 += nb;
     }
-    Some(Conv::Direct { w, panels })
+    Some(Conv::Direct { w, panels, plain })
 }
 
 /// Decides the layout of every operand of `graph` (see the module
@@ -200,8 +213,8 @@ impl Plan {
 
     /// Whether node `n` reads its input `index` in the blocked layout.
     pub(super) fn wants_blocked(&self, graph: &Graph, n: usize, index: usize) -> bool {
-        if self.convs.contains_key(&n) {
-            return index == 0;
+        if let Some(c) = self.convs.get(&n) {
+            return index == 0 && !matches!(c, Conv::Direct { plain: true, .. });
         }
         let node = &graph.nodes[n];
         matches!(node.op, Op::Binary(_)) && node.outputs.first().is_some_and(|&o| self.blocked[o])
@@ -311,11 +324,11 @@ pub(super) fn conv(
     // the sizes and the reach of every tap were checked above.
     unsafe {
         match c {
-            Conv::Direct { w, panels } => {
+            Conv::Direct { w, panels, plain } => {
                 if w.len() != oc * ic * p.kernel_h * p.kernel_w {
                     return Err(bad());
                 }
-                kernels::direct(w, panels, p, x, bias, bounds, &mut res)
+                kernels::direct(w, panels, *plain, p, x, bias, bounds, &mut res)
             }
             Conv::Depthwise { w } => {
                 if w.len() != oc * p.kernel_h * p.kernel_w || ic != oc {
@@ -445,6 +458,10 @@ mod kernels {
         /// Floats between input channel blocks.
         ibs: usize,
         icb: usize,
+        /// Plain input: its channels (one block) and the floats between
+        /// their planes.
+        cl: usize,
+        cs: usize,
         /// Floats between output channel blocks.
         obs: usize,
         lo: f32,
@@ -461,8 +478,10 @@ mod kernels {
     /// the input; `w` is the panel; `out` the tile's first pixel in output
     /// block `ob0`, and the tile's cells of the `NB` blocks are the
     /// caller's.
+    /// With `PLAIN`, the input is NCHW: one block of `g.cl` channels
+    /// `g.cs` floats apart.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile<const M: usize, const NB: usize>(
+    unsafe fn tile<const M: usize, const NB: usize, const PLAIN: bool>(
         g: &Geometry,
         x: *const f32,
         w: *const f32,
@@ -478,17 +497,28 @@ mod kernels {
                 let xb = x.add(ib * g.ibs);
                 for &t in g.taps {
                     let a = xb.add(t);
-                    for ci in 0..L {
+                    // One input channel: a row of the panel times each
+                    // pixel's value.
+                    let mut step = |c: *const f32| {
                         let mut bv = [_mm256_setzero_ps(); NB];
                         for (v, b) in bv.iter_mut().enumerate() {
                             *b = _mm256_loadu_ps(wp.add(v * L));
                         }
                         wp = wp.add(NB * L);
                         for (r, row) in acc.iter_mut().enumerate() {
-                            let av = _mm256_broadcast_ss(&*a.add(r * g.px + ci));
+                            let av = _mm256_broadcast_ss(&*c.add(r * g.px));
                             for (y, &b) in row.iter_mut().zip(&bv) {
                                 *y = _mm256_fmadd_ps(av, b, *y);
                             }
+                        }
+                    };
+                    if PLAIN {
+                        for ci in 0..g.cl {
+                            step(a.add(ci * g.cs));
+                        }
+                    } else {
+                        for ci in 0..L {
+                            step(a.add(ci));
                         }
                     }
                 }
@@ -512,7 +542,7 @@ mod kernels {
 
     /// [`tile`] for a run-time pixel count (1..=MR) and block count.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn tile_n(
+    unsafe fn tile_n<const PLAIN: bool>(
         m: usize,
         nb: usize,
         g: &Geometry,
@@ -524,19 +554,19 @@ mod kernels {
         macro_rules! go {
             ($($m:literal)*) => {
                 match (m, nb) {
-                    $(($m, 2) => tile::<$m, 2>(g, x, w, bias, out),)*
-                    (1, _) => tile::<1, 1>(g, x, w, bias, out),
-                    (2, _) => tile::<2, 1>(g, x, w, bias, out),
-                    (3, _) => tile::<3, 1>(g, x, w, bias, out),
-                    (4, _) => tile::<4, 1>(g, x, w, bias, out),
-                    (5, _) => tile::<5, 1>(g, x, w, bias, out),
-                    (6, _) => tile::<6, 1>(g, x, w, bias, out),
-                    (7, _) => tile::<7, 1>(g, x, w, bias, out),
-                    (8, _) => tile::<8, 1>(g, x, w, bias, out),
-                    (9, _) => tile::<9, 1>(g, x, w, bias, out),
-                    (10, _) => tile::<10, 1>(g, x, w, bias, out),
-                    (11, _) => tile::<11, 1>(g, x, w, bias, out),
-                    (12, _) => tile::<12, 1>(g, x, w, bias, out),
+                    $(($m, 2) => tile::<$m, 2, PLAIN>(g, x, w, bias, out),)*
+                    (1, _) => tile::<1, 1, PLAIN>(g, x, w, bias, out),
+                    (2, _) => tile::<2, 1, PLAIN>(g, x, w, bias, out),
+                    (3, _) => tile::<3, 1, PLAIN>(g, x, w, bias, out),
+                    (4, _) => tile::<4, 1, PLAIN>(g, x, w, bias, out),
+                    (5, _) => tile::<5, 1, PLAIN>(g, x, w, bias, out),
+                    (6, _) => tile::<6, 1, PLAIN>(g, x, w, bias, out),
+                    (7, _) => tile::<7, 1, PLAIN>(g, x, w, bias, out),
+                    (8, _) => tile::<8, 1, PLAIN>(g, x, w, bias, out),
+                    (9, _) => tile::<9, 1, PLAIN>(g, x, w, bias, out),
+                    (10, _) => tile::<10, 1, PLAIN>(g, x, w, bias, out),
+                    (11, _) => tile::<11, 1, PLAIN>(g, x, w, bias, out),
+                    (12, _) => tile::<12, 1, PLAIN>(g, x, w, bias, out),
                     _ => unreachable!("tile of {m} pixels by {nb} blocks"),
                 }
             };
@@ -545,27 +575,36 @@ mod kernels {
         unsafe { go!(1 2 3 4 5 6) }
     }
 
-    /// The input planes with their padding (zeros) around: `[blocks, hp,
-    /// wp, 8]`.
-    fn pad(x: &[f32], blocks: usize, h: usize, w: usize, pad: [usize; 4]) -> Vec<f32> {
+    /// The input planes with their padding (zeros) around: `[planes, hp,
+    /// wp, lanes]` (lanes: 8 for blocks, 1 for NCHW planes).
+    fn pad(
+        x: &[f32],
+        planes: usize,
+        (h, w): (usize, usize),
+        pad: [usize; 4],
+        lanes: usize,
+    ) -> Vec<f32> {
         let [pt, pb, pl, pr] = pad;
         let (hp, wp) = (h + pt + pb, w + pl + pr);
-        let mut out = crate::tensor::Buf::f32_for_overwrite(blocks * hp * wp * L);
+        let mut out = crate::tensor::Buf::f32_for_overwrite(planes * hp * wp * lanes);
         let fill = |(b, dst): (usize, &mut [f32])| {
-            let src = &x[b * h * w * L..(b + 1) * h * w * L];
-            dst[..pt * wp * L].fill(0.0);
-            dst[(pt + h) * wp * L..].fill(0.0);
+            let src = &x[b * h * w * lanes..(b + 1) * h * w * lanes];
+            dst[..pt * wp * lanes].fill(0.0);
+            dst[(pt + h) * wp * lanes..].fill(0.0);
             for y in 0..h {
-                let row = &mut dst[(pt + y) * wp * L..(pt + y + 1) * wp * L];
-                row[..pl * L].fill(0.0);
-                row[(pl + w) * L..].fill(0.0);
-                row[pl * L..(pl + w) * L].copy_from_slice(&src[y * w * L..(y + 1) * w * L]);
+                let row = &mut dst[(pt + y) * wp * lanes..(pt + y + 1) * wp * lanes];
+                row[..pl * lanes].fill(0.0);
+                row[(pl + w) * lanes..].fill(0.0);
+                row[pl * lanes..(pl + w) * lanes]
+                    .copy_from_slice(&src[y * w * lanes..(y + 1) * w * lanes]);
             }
         };
-        if blocks * hp * wp * L >= 1 << 16 {
-            out.par_chunks_mut(hp * wp * L).enumerate().for_each(fill);
+        if planes * hp * wp * lanes >= 1 << 16 {
+            out.par_chunks_mut(hp * wp * lanes)
+                .enumerate()
+                .for_each(fill);
         } else {
-            out.chunks_mut(hp * wp * L).enumerate().for_each(fill);
+            out.chunks_mut(hp * wp * lanes).enumerate().for_each(fill);
         }
         out
     }
@@ -575,16 +614,25 @@ mod kernels {
     /// # Safety
     /// AVX2 and FMA; the sizes and the taps' reach match `p` (checked by
     /// `super::conv`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn direct(
         w: &[f32],
         panels: &[Panel],
+        plain: bool,
         p: &Conv2dParams,
         x: &[f32],
         bias: Option<&[f32]>,
         (lo, hi): (f32, f32),
         res: &mut [f32],
     ) {
-        let (n, icb, ocb) = (p.batch, p.in_channels / L, p.out_channels / L);
+        let (n, ocb) = (p.batch, p.out_channels / L);
+        // Plain input: one block of all its channels, one float per pixel.
+        let (icb, lanes) = if plain {
+            (1, 1)
+        } else {
+            (p.in_channels / L, L)
+        };
+        let ic = p.in_channels;
         let (kh, kw) = (p.kernel_h, p.kernel_w);
         let [pt, pb, pl, pr] = p.padding;
         // A 1x1 kernel at unit strides without padding: the planes are one
@@ -605,18 +653,22 @@ mod kernels {
         } else {
             (p.strides[0], p.strides[1])
         };
-        let padded = (p.padding != [0; 4]).then(|| pad(x, n * icb, p.in_h, p.in_w, p.padding));
+        let planes = if plain { n * ic } else { n * icb };
+        let padded =
+            (p.padding != [0; 4]).then(|| pad(x, planes, (p.in_h, p.in_w), p.padding, lanes));
         let xp: &[f32] = padded.as_deref().unwrap_or(x);
         let taps: Vec<usize> = (0..kh)
             .flat_map(|ky| {
-                (0..kw).map(move |kx| (ky * p.dilations[0] * wp + kx * p.dilations[1]) * L)
+                (0..kw).map(move |kx| (ky * p.dilations[0] * wp + kx * p.dilations[1]) * lanes)
             })
             .collect();
         let g = Geometry {
-            px: sw * L,
+            px: sw * lanes,
             taps: &taps,
-            ibs: hp * wp * L,
+            ibs: hp * wp * lanes,
             icb,
+            cl: ic,
+            cs: hp * wp,
             obs: oh * ow * L,
             lo,
             hi,
@@ -624,9 +676,9 @@ mod kernels {
         let pixels = oh * ow;
         // Pixels per task: their input (rows of the kernel's height) stays
         // in L2 while each panel of the filter passes over it.
-        let per_px = icb * L * 4 * kh * sh.max(1);
+        let per_px = ic * 4 * kh * sh.max(1);
         let chunk = (CHUNK_BYTES / per_px.max(1)).clamp(MR, pixels.max(MR));
-        let work = n * pixels * ocb * L * icb * L * taps.len();
+        let work = n * pixels * ocb * L * ic * taps.len();
         let par = work >= PAR_WORK;
         let threads = rayon::current_num_threads();
         // A whole number of chunks per thread (then a little smaller).
@@ -664,12 +716,17 @@ mod kernels {
                     // (padded) input by the reach check; the tile's output
                     // cells belong to this unit (its pixels, its panels).
                     unsafe {
-                        let xq =
-                            (xs as *const f32).add(b * icb * g.ibs + (oy * sh * wp + ox * sw) * L);
+                        let xq = (xs as *const f32)
+                            .add(b * ic * hp * wp + (oy * sh * wp + ox * sw) * lanes);
                         let oq = o.0.add((b * ocb + pn.ob0) * g.obs + q * L);
                         let bq =
                             bs.map_or(std::ptr::null(), |bp| (bp as *const f32).add(pn.ob0 * L));
-                        tile_n(m, pn.nb, g, xq, (ws as *const f32).add(pn.off), bq, oq);
+                        let wq = (ws as *const f32).add(pn.off);
+                        if plain {
+                            tile_n::<true>(m, pn.nb, g, xq, wq, bq, oq);
+                        } else {
+                            tile_n::<false>(m, pn.nb, g, xq, wq, bq, oq);
+                        }
                     }
                     q += m;
                 }
@@ -978,6 +1035,10 @@ mod tests {
             ((1, 32, 6, 6), (16, 1, 1), [0; 4], 2, 1),
             ((1, 64, 20, 20), (64, 3, 3), [1, 1, 1, 1], 1, 1),
             ((1, 16, 5, 30), (8, 3, 3), [1, 1, 1, 1], 1, 1),
+            // Plain input (channels not whole blocks), read in NCHW.
+            ((1, 3, 15, 15), (32, 3, 3), [0, 1, 0, 1], 2, 1),
+            ((2, 5, 7, 9), (8, 3, 3), [1, 1, 1, 1], 1, 1),
+            ((1, 4, 6, 6), (24, 1, 1), [0; 4], 1, 1),
         ];
         for (i, &(x, o, pad, s, d)) in cases.iter().enumerate() {
             let p = params(x, o, pad, s, d, 1);
@@ -1001,7 +1062,10 @@ mod tests {
                 let want = crate::backend::cpu::conv::conv2d(&p, &ins, out)
                     .unwrap()
                     .to_f32_vec();
-                let xblk = to_blocked(&xb, &g.operands[0]).unwrap();
+                let xblk = match p.in_channels % L {
+                    0 => to_blocked(&xb, &g.operands[0]).unwrap(),
+                    _ => xb.clone(),
+                };
                 ins[0] = &xblk;
                 let got = to_nchw(&conv(&c, &p, &ins, out).unwrap(), out)
                     .unwrap()

@@ -1051,7 +1051,7 @@ pub fn conv_transpose2d(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::types::DataType;
 
@@ -1110,7 +1110,7 @@ mod tests {
 
     /// Parameters with the output size computed as validation does.
     #[allow(clippy::too_many_arguments)]
-    fn params(
+    pub(crate) fn params(
         (batch, c, h, w): (usize, usize, usize, usize),
         (o, kh, kw): (usize, usize, usize),
         padding: [usize; 4],

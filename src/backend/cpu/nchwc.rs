@@ -251,6 +251,16 @@ fn f32s(b: &Buf) -> Result<&[f32]> {
 
 /// An NCHW operand `x` of descriptor `d` in the blocked layout.
 pub(super) fn to_blocked(x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
+    relayout(x, d, true)
+}
+
+/// A blocked operand `x` of descriptor `d` back in NCHW.
+pub(super) fn to_nchw(x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
+    relayout(x, d, false)
+}
+
+/// `x` into the blocked layout (`into`) or out of it.
+fn relayout(x: &Buf, d: &OperandDescriptor, into: bool) -> Result<Buf> {
     let (n, c, hw) = dims(d)?;
     let x = f32s(x)?;
     if x.len() != n * c * hw {
@@ -261,23 +271,7 @@ pub(super) fn to_blocked(x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
     {
         // SAFETY: the plan (the only caller's source) exists only where
         // `available()`; sizes checked above.
-        unsafe { kernels::reorder(x, &mut out, n * c / L, hw, true) };
-    }
-    Ok(Buf::F32(out))
-}
-
-/// A blocked operand `x` of descriptor `d` back in NCHW.
-pub(super) fn to_nchw(x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
-    let (n, c, hw) = dims(d)?;
-    let x = f32s(x)?;
-    if x.len() != n * c * hw {
-        return Err(Error::operation("blocked layout: operand size mismatch"));
-    }
-    let mut out = Buf::f32_for_overwrite(x.len());
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: as in `to_blocked`.
-        unsafe { kernels::reorder(x, &mut out, n * c / L, hw, false) };
+        unsafe { kernels::reorder(x, &mut out, n * c / L, hw, into) };
     }
     Ok(Buf::F32(out))
 }
@@ -916,35 +910,22 @@ mod tests {
 
     use super::*;
     use crate::backend::gpu::testing::random;
-    use crate::graph::op::{BinaryKind, FilterLayout, UnaryKind};
+    use crate::graph::op::{BinaryKind, UnaryKind};
     use crate::graph::{Node, Source};
 
+    /// conv.rs's test parameters, square strides and dilations, with a
+    /// bias.
     fn params(
-        (n, c, h, w): (usize, usize, usize, usize),
-        (o, kh, kw): (usize, usize, usize),
+        x: (usize, usize, usize, usize),
+        o: (usize, usize, usize),
         padding: [usize; 4],
         s: usize,
         d: usize,
         groups: usize,
     ) -> Conv2dParams {
-        let out = |i: usize, k: usize, p: usize| (i + p - (k - 1) * d - 1) / s + 1;
         Conv2dParams {
-            nhwc: false,
-            filter_layout: FilterLayout::Oihw,
-            padding,
-            strides: [s, s],
-            dilations: [d, d],
-            groups,
             has_bias: true,
-            batch: n,
-            in_channels: c,
-            in_h: h,
-            in_w: w,
-            out_channels: o,
-            kernel_h: kh,
-            kernel_w: kw,
-            out_h: out(h, kh, padding[0] + padding[1]),
-            out_w: out(w, kw, padding[2] + padding[3]),
+            ..crate::backend::cpu::conv::tests::params(x, o, padding, [s, s], [d, d], groups)
         }
     }
 

@@ -704,7 +704,7 @@ impl Backend for CpuBackend {
         let mut conv_packed = HashMap::new();
         for (n, node) in graph.nodes.iter().enumerate() {
             let Op::Conv2d(p) = &node.op else { continue };
-            if nchwc.as_ref().is_some_and(|pl| pl.runs(n)) {
+            if nchwc.as_ref().is_some_and(|pl| pl.conv(n).is_some()) {
                 continue;
             }
             let Some(f) = node.inputs.get(1).and_then(|i| constants.get(i)) else {

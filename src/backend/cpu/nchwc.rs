@@ -224,12 +224,6 @@ impl Plan {
     pub(super) fn conv(&self, n: usize) -> Option<&Conv> {
         self.convs.get(&n)
     }
-
-    /// Whether node `n` runs blocked (its filter then needs no other
-    /// packing).
-    pub(super) fn runs(&self, n: usize) -> bool {
-        self.convs.contains_key(&n)
-    }
 }
 
 /// `(n, c, h * w)` of a 4-D operand whose channels are whole blocks.
@@ -546,27 +540,15 @@ mod kernels {
         out: *mut f32,
     ) {
         macro_rules! go {
-            ($($m:literal)*) => {
+            ($($nb:literal: $($m:literal)*);*) => {
                 match (m, nb) {
-                    $(($m, 2) => tile::<$m, 2, PLAIN>(g, x, w, bias, out),)*
-                    (1, _) => tile::<1, 1, PLAIN>(g, x, w, bias, out),
-                    (2, _) => tile::<2, 1, PLAIN>(g, x, w, bias, out),
-                    (3, _) => tile::<3, 1, PLAIN>(g, x, w, bias, out),
-                    (4, _) => tile::<4, 1, PLAIN>(g, x, w, bias, out),
-                    (5, _) => tile::<5, 1, PLAIN>(g, x, w, bias, out),
-                    (6, _) => tile::<6, 1, PLAIN>(g, x, w, bias, out),
-                    (7, _) => tile::<7, 1, PLAIN>(g, x, w, bias, out),
-                    (8, _) => tile::<8, 1, PLAIN>(g, x, w, bias, out),
-                    (9, _) => tile::<9, 1, PLAIN>(g, x, w, bias, out),
-                    (10, _) => tile::<10, 1, PLAIN>(g, x, w, bias, out),
-                    (11, _) => tile::<11, 1, PLAIN>(g, x, w, bias, out),
-                    (12, _) => tile::<12, 1, PLAIN>(g, x, w, bias, out),
+                    $($(($m, $nb) => tile::<$m, $nb, PLAIN>(g, x, w, bias, out),)*)*
                     _ => unreachable!("tile of {m} pixels by {nb} blocks"),
                 }
             };
         }
         // SAFETY: the caller's contract is tile's.
-        unsafe { go!(1 2 3 4 5 6) }
+        unsafe { go!(2: 1 2 3 4 5 6; 1: 1 2 3 4 5 6 7 8 9 10 11 12) }
     }
 
     /// The input planes with their padding (zeros) around: `[planes, hp,
@@ -809,6 +791,9 @@ mod kernels {
             None => _mm256_set1_ps(-0.0),
         };
         let (lov, hiv) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+        // As `clamp(acc + bias, lo, hi)`: max/min return their second
+        // operand for NaN and for equal zeros.
+        let fin = |acc: __m256| _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(acc, bv)));
         let zero = _mm256_setzero_ps();
         let Some((&(w0, o0), rest)) = taps.split_first() else {
             return;
@@ -852,9 +837,8 @@ mod kernels {
                         };
                     }
                 }
-                let y = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(acc, bv)));
                 // SAFETY: pixel ox of this output row.
-                unsafe { _mm256_storeu_ps(out[ox * L..][..L].as_mut_ptr(), y) };
+                unsafe { _mm256_storeu_ps(out[ox * L..][..L].as_mut_ptr(), fin(acc)) };
             }
             if a >= b {
                 continue;
@@ -884,8 +868,7 @@ mod kernels {
                         }
                     }
                     for (k, ac) in acc.iter().enumerate() {
-                        let y = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(*ac, bv)));
-                        _mm256_storeu_ps(out[(ox + k) * L..][..L].as_mut_ptr(), y);
+                        _mm256_storeu_ps(out[(ox + k) * L..][..L].as_mut_ptr(), fin(*ac));
                     }
                     ox += P;
                 }
@@ -895,8 +878,7 @@ mod kernels {
                     for &(wv, off) in rest {
                         ac = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(b0 + off)), ac);
                     }
-                    let y = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(ac, bv)));
-                    _mm256_storeu_ps(out[ox * L..][..L].as_mut_ptr(), y);
+                    _mm256_storeu_ps(out[ox * L..][..L].as_mut_ptr(), fin(ac));
                     ox += 1;
                 }
             }

@@ -104,6 +104,42 @@ impl Buf {
         }
     }
 
+    /// An empty vector with room for `n` elements of `U`: a recycled
+    /// buffer's memory when `U` is a tensor element type and the pool has
+    /// one of that length, else a fresh allocation. For kernels that write
+    /// every element: recycled memory skips the page faults (and kernel
+    /// zeroing) that fresh large allocations pay on first touch.
+    pub fn vec_for_overwrite<U: Copy + 'static>(n: usize) -> Vec<U> {
+        use std::any::Any;
+        fn take<T: 'static, U: 'static>(
+            kind: Buf,
+            n: usize,
+            unwrap: fn(Buf) -> Vec<T>,
+        ) -> Option<Vec<U>> {
+            let mut v = Some(unwrap(pool::take(&kind, n)?));
+            (&mut v as &mut dyn Any)
+                .downcast_mut::<Option<Vec<U>>>()?
+                .take()
+        }
+        macro_rules! try_variants {
+            ($($t:ty => $variant:ident),*) => {$(
+                if std::any::TypeId::of::<U>() == std::any::TypeId::of::<$t>() {
+                    let unwrap: fn(Buf) -> Vec<$t> = |b| match b {
+                        Buf::$variant(v) => v,
+                        _ => Vec::new(),
+                    };
+                    if let Some(mut v) = take::<$t, U>(Buf::$variant(Vec::new()), n, unwrap) {
+                        v.clear();
+                        return v;
+                    }
+                    return Vec::with_capacity(n);
+                }
+            )*};
+        }
+        try_variants!(f32 => F32, u16 => F16, i32 => I32, u32 => U32, i64 => I64, u64 => U64, i8 => I8, u8 => U8);
+        Vec::with_capacity(n)
+    }
+
     /// A zero-filled buffer of `n` elements, or an OperationError when the
     /// memory cannot be had (never an abort).
     pub fn zeros(dt: DataType, n: usize) -> Result<Buf> {
@@ -334,6 +370,24 @@ mod tests {
         assert_eq!(b.to_bytes(DataType::Int4), vec![0xf7, 0x08]);
         let u = Buf::from_bytes(DataType::Uint4, &[0x21], 2).unwrap();
         assert_eq!(u, Buf::U8(vec![1, 2]));
+    }
+
+    #[test]
+    fn vec_for_overwrite_reuses_pooled_memory_of_its_own_type() {
+        // A length no other test uses, so the shared pool's buffer is ours.
+        let n = 70_001;
+        let b = vec![1.0f32; n];
+        let ptr = b.as_ptr();
+        Buf::F32(b).recycle();
+        // Another element type of the same byte size does not take it.
+        let other: Vec<u32> = Buf::vec_for_overwrite(n);
+        assert!(other.capacity() >= n && !std::ptr::eq(other.as_ptr().cast::<f32>(), ptr));
+        let v: Vec<f32> = Buf::vec_for_overwrite(n);
+        assert_eq!((v.len(), v.as_ptr()), (0, ptr));
+        assert!(v.capacity() >= n);
+        // A type that is no tensor element type gets fresh memory.
+        let w: Vec<(u8, u8)> = Buf::vec_for_overwrite(3);
+        assert!(w.is_empty() && w.capacity() >= 3);
     }
 
     #[test]

@@ -28,10 +28,10 @@ const PAR_MIN: usize = 1 << 16;
 /// more than one thread.
 pub(super) fn build_vec<U, F>(n: usize, fill: F) -> Vec<U>
 where
-    U: Copy + Send,
+    U: Copy + Send + 'static,
     F: Fn(usize, &mut [MaybeUninit<U>]) + Sync,
 {
-    let mut v: Vec<U> = Vec::with_capacity(n);
+    let mut v: Vec<U> = Buf::vec_for_overwrite(n);
     {
         let spare = &mut v.spare_capacity_mut()[..n];
         let threads = rayon::current_num_threads();
@@ -143,7 +143,7 @@ pub(super) fn broadcast_map<T, U, F>(
 ) -> Vec<U>
 where
     T: Copy + Sync,
-    U: Copy + Send,
+    U: Copy + Send + 'static,
     F: Fn(T, T) -> U + Sync,
 {
     let total: usize = out_shape.iter().product();
@@ -221,7 +221,7 @@ where
         rows
     };
     let chunk = rows_per_chunk * inner;
-    let mut v: Vec<U> = Vec::with_capacity(total);
+    let mut v: Vec<U> = Buf::vec_for_overwrite(total);
     let work = |(c, dst): (usize, &mut [MaybeUninit<U>])| {
         with_simd(
             #[inline(always)]
@@ -244,7 +244,10 @@ where
 }
 
 /// `(0..n).map(f)`, in parallel for large `n`.
-pub(super) fn par_map<U: Copy + Send, F: Fn(usize) -> U + Sync>(n: usize, f: F) -> Vec<U> {
+pub(super) fn par_map<U: Copy + Send + 'static, F: Fn(usize) -> U + Sync>(
+    n: usize,
+    f: F,
+) -> Vec<U> {
     build_vec(
         n,
         #[inline(always)]
@@ -260,7 +263,7 @@ pub(super) fn par_map<U: Copy + Send, F: Fn(usize) -> U + Sync>(n: usize, f: F) 
 pub(super) fn map_slice<T, U, F>(x: &[T], f: F) -> Vec<U>
 where
     T: Copy + Sync,
-    U: Copy + Send,
+    U: Copy + Send + 'static,
     F: Fn(T) -> U + Sync,
 {
     build_vec(

@@ -759,8 +759,12 @@ mod kernels {
 
     /// Output rows `ys` of one blocked plane `x` of a depthwise
     /// convolution into `dst`. Pixels whose taps all lie inside the input
-    /// read it where it is, eight pixels at a time; the others (near the
-    /// padding) check each tap and read zeros outside.
+    /// read it where it is; the others (near the padding) read a small
+    /// zero-padded copy of the input around them: a strip of columns at
+    /// each side for the rows in between, whole padded rows for the rows
+    /// at the top and bottom. Either way eight pixels at a time, across
+    /// row ends, so that a narrow plane (7x7) still has eight independent
+    /// chains of multiply-adds.
     #[target_feature(enable = "avx2,fma")]
     unsafe fn depthwise_rows(
         x: &[f32],
@@ -771,19 +775,13 @@ mod kernels {
         ys: std::ops::Range<usize>,
         dst: &mut [f32],
     ) {
-        let (h, wi, ow) = (p.in_h, p.in_w, p.out_w);
+        let (h, wi, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
         let (kh, kw) = (p.kernel_h, p.kernel_w);
         let (sh, sw) = (p.strides[0], p.strides[1]);
         let (dh, dw) = (p.dilations[0], p.dilations[1]);
         let (pt, pl) = (p.padding[0], p.padding[2]);
-        let khw = kh * kw;
-        // Filter vectors, and each tap's offset from a pixel's first tap.
-        let mut taps: Vec<(__m256, usize)> = Vec::with_capacity(khw);
-        for t in 0..khw {
-            let wv = &w[t * L..(t + 1) * L];
-            // SAFETY: 8 floats.
-            let v = unsafe { _mm256_loadu_ps(wv.as_ptr()) };
-            taps.push((v, ((t / kw) * dh * wi + (t % kw) * dw) * L));
+        if kh * kw == 0 || ys.is_empty() {
+            return;
         }
         let bv = match bias {
             // SAFETY: 8 floats.
@@ -791,95 +789,223 @@ mod kernels {
             None => _mm256_set1_ps(-0.0),
         };
         let (lov, hiv) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-        // As `clamp(acc + bias, lo, hi)`: max/min return their second
-        // operand for NaN and for equal zeros.
-        let fin = |acc: __m256| _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(acc, bv)));
-        let zero = _mm256_setzero_ps();
-        let Some((&(w0, o0), rest)) = taps.split_first() else {
-            return;
+        let k = Kernel {
+            w,
+            kh,
+            kw,
+            dh,
+            dw,
+            fin: (bv, lov, hiv),
+        };
+        // Rows whose taps all lie inside the input: [ia, ib) (oy * sh is
+        // at least pt, and oy * sh + (kh - 1) * dh below pt + h).
+        let span_h = (kh - 1) * dh;
+        let ia = pt.div_ceil(sh).min(oh);
+        let ib = if h + pt > span_h {
+            ((h + pt - span_h - 1) / sh + 1).clamp(ia, oh)
+        } else {
+            ia
         };
         // Columns whose taps all lie inside a row: [ox_lo, ox_hi).
+        let span_w = (kw - 1) * dw;
         let ox_lo = pl.div_ceil(sw).min(ow);
-        let span = (kw - 1) * dw;
-        let ox_hi = if wi + pl > span {
-            ((wi + pl - span - 1) / sw + 1).clamp(ox_lo, ow)
+        let ox_hi = if wi + pl > span_w {
+            ((wi + pl - span_w - 1) / sw + 1).clamp(ox_lo, ow)
         } else {
             ox_lo
         };
-        let src = x.as_ptr();
-        let step = sw * L;
-        const P: usize = 8;
-        for (r, oy) in ys.enumerate() {
-            let out = &mut dst[r * ow * L..(r + 1) * ow * L];
-            // Rows inside the input for every tap: [pt, pt + h) holds
-            // oy * sh + ky * dh for ky = 0 and ky = kh - 1.
-            let top = oy * sh;
-            let inside = top >= pt && top + (kh - 1) * dh < pt + h;
-            let (a, b) = if inside { (ox_lo, ox_hi) } else { (ow, ow) };
-            for ox in (0..a).chain(b..ow) {
-                let mut acc = zero;
-                for ky in 0..kh {
-                    let iy = (top + ky * dh).checked_sub(pt).filter(|&i| i < h);
-                    for kx in 0..kw {
-                        let ix = (ox * sw + kx * dw).checked_sub(pl).filter(|&i| i < wi);
-                        let v = match (iy, ix) {
-                            // SAFETY: pixel (iy, ix) of the plane.
-                            (Some(iy), Some(ix)) => unsafe {
-                                _mm256_loadu_ps(x[(iy * wi + ix) * L..][..L].as_ptr())
-                            },
-                            _ => zero,
-                        };
-                        let t = ky * kw + kx;
-                        acc = if t == 0 {
-                            _mm256_mul_ps(w0, v)
-                        } else {
-                            _mm256_fmadd_ps(taps[t].0, v, acc)
-                        };
-                    }
-                }
-                // SAFETY: pixel ox of this output row.
-                unsafe { _mm256_storeu_ps(out[ox * L..][..L].as_mut_ptr(), fin(acc)) };
-            }
-            if a >= b {
-                continue;
-            }
-            // Pixel ox's first tap: input row top - pt, column ox * sw - pl
-            // (both in range for interior pixels).
-            let row = (top - pt) * wi * L;
-            let mut ox = a;
-            // SAFETY (loads): interior pixels' taps lie inside the plane
-            // (rows by `inside`, columns by [ox_lo, ox_hi)); (stores):
-            // pixels of this output row.
+        let out = dst.as_mut_ptr();
+        let (y0, y1) = (ys.start, ys.end);
+        // Offsets are in floats; a pixel (oy, ox) of a region reads its
+        // first tap at row oy * sh - pt - r0, column ox * sw - pl - c0 of
+        // a source whose first row and column are r0 and c0.
+        let region = |src: *const f32,
+                      r0: isize,
+                      c0: isize,
+                      cols: usize,
+                      rows: std::ops::Range<usize>,
+                      oxs: std::ops::Range<usize>| {
+            let first = |oy: usize, ox: usize| {
+                let r = (oy * sh) as isize - pt as isize - r0;
+                let c = (ox * sw) as isize - pl as isize - c0;
+                (r as usize * cols + c as usize) * L
+            };
+            // SAFETY: every tap of these pixels lies inside `src` (the
+            // callers' regions), and (oy, ox) is a pixel of `dst`.
             unsafe {
-                // Eight pixels at a time: eight independent chains of
-                // multiply-adds keep both FMA pipes busy.
-                while ox + P <= b {
-                    let b0 = row + (ox * sw - pl) * L;
-                    let mut acc: [__m256; P] = std::array::from_fn(|k| {
-                        _mm256_mul_ps(w0, _mm256_loadu_ps(src.add(b0 + k * step + o0)))
-                    });
-                    for &(wv, off) in rest {
-                        for (k, ac) in acc.iter_mut().enumerate() {
-                            *ac = _mm256_fmadd_ps(
-                                wv,
-                                _mm256_loadu_ps(src.add(b0 + k * step + off)),
-                                *ac,
-                            );
-                        }
+                k.rect(src, cols, sw * L, rows, oxs, first, |oy, ox| {
+                    out.add(((oy - y0) * ow + ox) * L)
+                })
+            };
+        };
+        let (ra, rb) = (ia.clamp(y0, y1), ib.clamp(y0, y1));
+        // The padded copies: input rows r0.. and columns c0.., zeros
+        // outside the plane.
+        let copy = |rows: std::ops::Range<usize>, oxs: std::ops::Range<usize>| {
+            if rows.is_empty() || oxs.is_empty() {
+                return;
+            }
+            let r0 = (rows.start * sh) as isize - pt as isize;
+            let r1 = ((rows.end - 1) * sh + span_h) as isize - pt as isize + 1;
+            let c0 = (oxs.start * sw) as isize - pl as isize;
+            let c1 = ((oxs.end - 1) * sw + span_w) as isize - pl as isize + 1;
+            let cols = (c1 - c0) as usize;
+            PADDED.with(|cell| {
+                let mut buf = cell.borrow_mut();
+                buf.clear();
+                buf.resize((r1 - r0) as usize * cols * L, 0.0);
+                for r in r0.max(0)..r1.min(h as isize) {
+                    let (a, b) = (c0.max(0), c1.min(wi as isize));
+                    if a >= b {
+                        continue;
                     }
-                    for (k, ac) in acc.iter().enumerate() {
-                        _mm256_storeu_ps(out[(ox + k) * L..][..L].as_mut_ptr(), fin(*ac));
-                    }
+                    let from = (r as usize * wi + a as usize) * L;
+                    let to = ((r - r0) as usize * cols + (a - c0) as usize) * L;
+                    let n = (b - a) as usize * L;
+                    buf[to..to + n].copy_from_slice(&x[from..from + n]);
+                }
+                region(buf.as_ptr(), r0, c0, cols, rows, oxs);
+            });
+        };
+        // A small plane (7x7, 14x14) is copied whole with its padding: one
+        // region, so that few groups run short; otherwise the pixels of
+        // the inside rows and columns read the input in place, strips at
+        // the sides of those rows and the top and bottom rows whole are
+        // copied.
+        let window = ((y1 - y0 - 1) * sh + span_h + 1) * ((ow - 1) * sw + span_w + 1) * L;
+        if window <= SMALL_WINDOW {
+            copy(y0..y1, 0..ow);
+            return;
+        }
+        if ra < rb {
+            region(x.as_ptr(), 0, 0, wi, ra..rb, ox_lo..ox_hi);
+        }
+        copy(ra..rb, 0..ox_lo);
+        copy(ra..rb, ox_hi..ow);
+        copy(y0..ra.max(y0), 0..ow);
+        copy(rb.max(ra).max(y0)..y1, 0..ow);
+    }
+
+    /// Floats of padded input (16 KB) up to which a depthwise task copies
+    /// all it reads.
+    const SMALL_WINDOW: usize = 4096;
+
+    thread_local! {
+        /// The zero-padded input around a depthwise task's edge pixels.
+        static PADDED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// A depthwise filter block and its epilogue.
+    #[derive(Clone, Copy)]
+    struct Kernel<'a> {
+        /// `[kh * kw][8]`.
+        w: &'a [f32],
+        kh: usize,
+        kw: usize,
+        dh: usize,
+        dw: usize,
+        /// Bias, lower and upper bound.
+        fin: (__m256, __m256, __m256),
+    }
+
+    /// Pixels per group: eight independent chains of multiply-adds keep
+    /// both FMA pipes busy.
+    const P: usize = 8;
+
+    impl Kernel<'_> {
+        /// Output pixels `rows` x `oxs` of a source `src` whose rows have
+        /// `cols` pixels; `first(oy, ox)` is the offset of a pixel's first
+        /// tap (the next pixel's is `step` further), `at(oy, ox)` where it
+        /// goes. Eight pixels of a row at a time; the few left at a row's
+        /// end join those of the next rows, so a narrow plane still runs
+        /// in groups of eight.
+        ///
+        /// # Safety
+        /// AVX2 and FMA; every tap of every pixel inside `src`, every
+        /// output pixel writable.
+        #[target_feature(enable = "avx2,fma")]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn rect(
+            &self,
+            src: *const f32,
+            cols: usize,
+            step: usize,
+            rows: std::ops::Range<usize>,
+            oxs: std::ops::Range<usize>,
+            first: impl Fn(usize, usize) -> usize,
+            at: impl Fn(usize, usize) -> *mut f32,
+        ) {
+            let mut pend_in = [src; P];
+            let mut pend_out = [std::ptr::null_mut(); P];
+            let mut n = 0;
+            for oy in rows {
+                let mut ox = oxs.start;
+                // SAFETY (all): the caller's bounds.
+                while ox + P <= oxs.end {
+                    let (b, o) = (first(oy, ox), at(oy, ox));
+                    unsafe {
+                        self.group(
+                            cols,
+                            std::array::from_fn(|j| src.add(b + j * step)),
+                            std::array::from_fn(|j| o.add(j * L)),
+                        )
+                    };
                     ox += P;
                 }
-                while ox < b {
-                    let b0 = row + (ox * sw - pl) * L;
-                    let mut ac = _mm256_mul_ps(w0, _mm256_loadu_ps(src.add(b0 + o0)));
-                    for &(wv, off) in rest {
-                        ac = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(b0 + off)), ac);
+                while ox < oxs.end {
+                    pend_in[n] = unsafe { src.add(first(oy, ox)) };
+                    pend_out[n] = at(oy, ox);
+                    n += 1;
+                    if n == P {
+                        unsafe { self.group(cols, pend_in, pend_out) };
+                        n = 0;
                     }
-                    _mm256_storeu_ps(out[ox * L..][..L].as_mut_ptr(), fin(ac));
                     ox += 1;
+                }
+            }
+            if n > 0 {
+                // A short last group repeats its last pixel: the same
+                // value stored twice.
+                for j in n..P {
+                    pend_in[j] = pend_in[n - 1];
+                    pend_out[j] = pend_out[n - 1];
+                }
+                unsafe { self.group(cols, pend_in, pend_out) };
+            }
+        }
+
+        /// Eight output pixels, each its first tap times the filter, then
+        /// one multiply-add per further tap, then `clamp(acc + bias, lo,
+        /// hi)` (max and min return their second operand for NaN and for
+        /// equal zeros), as the NCHW kernels compute it.
+        ///
+        /// # Safety
+        /// AVX2 and FMA; every tap of each pixel (first tap at `ins[j]`,
+        /// rows of `cols` pixels) readable, `outs[j]` 8 writable floats.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn group(&self, cols: usize, ins: [*const f32; P], outs: [*mut f32; P]) {
+            let (bv, lov, hiv) = self.fin;
+            // SAFETY: the caller's bounds.
+            unsafe {
+                let w0 = _mm256_loadu_ps(self.w.as_ptr());
+                let mut acc: [__m256; P] =
+                    std::array::from_fn(|j| _mm256_mul_ps(w0, _mm256_loadu_ps(ins[j])));
+                let mut wt = self.w.as_ptr();
+                for ky in 0..self.kh {
+                    let row = ky * self.dh * cols * L;
+                    for kx in usize::from(ky == 0)..self.kw {
+                        wt = wt.add(L);
+                        let wv = _mm256_loadu_ps(wt);
+                        let off = row + kx * self.dw * L;
+                        for (a, ptr) in acc.iter_mut().zip(&ins) {
+                            *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(ptr.add(off)), *a);
+                        }
+                    }
+                }
+                for (a, o) in acc.iter().zip(&outs) {
+                    let v = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(*a, bv)));
+                    _mm256_storeu_ps(*o, v);
                 }
             }
         }
@@ -1071,6 +1197,10 @@ mod tests {
             ((1, 8, 1, 1), (3, 3), [1, 1, 1, 1], 1, 1),
             ((1, 16, 30, 29), (3, 3), [1, 1, 1, 1], 1, 1),
             ((1, 8, 5, 9), (1, 1), [0; 4], 1, 1),
+            // Planes too large to copy whole: in place, with strips.
+            ((1, 8, 40, 37), (3, 3), [0, 1, 2, 1], 2, 1),
+            ((1, 8, 33, 35), (5, 3), [2, 1, 1, 2], 1, 2),
+            ((1, 8, 64, 64), (3, 3), [1, 1, 1, 1], 1, 1),
         ];
         for (i, &(x, (kh, kw), pad, s, d)) in cases.iter().enumerate() {
             let c = x.1;

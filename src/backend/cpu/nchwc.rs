@@ -911,6 +911,8 @@ mod kernels {
     /// Pixels per group: eight independent chains of multiply-adds keep
     /// both FMA pipes busy.
     const P: usize = 8;
+    /// A pixel step of stride 2.
+    const S2: usize = 2 * L;
 
     impl Kernel<'_> {
         /// Output pixels `rows` x `oxs` of a source `src` whose rows have
@@ -939,28 +941,37 @@ mod kernels {
             let mut pend_out = [std::ptr::null_mut(); P];
             let mut n = 0;
             for oy in rows {
-                let mut ox = oxs.start;
-                // SAFETY (all): the caller's bounds.
-                while ox + P <= oxs.end {
-                    let (b, o) = (first(oy, ox), at(oy, ox));
-                    unsafe {
-                        self.group(
-                            cols,
-                            std::array::from_fn(|j| src.add(b + j * step)),
-                            std::array::from_fn(|j| o.add(j * L)),
-                        )
-                    };
-                    ox += P;
+                if oxs.is_empty() {
+                    break;
                 }
-                while ox < oxs.end {
-                    pend_in[n] = unsafe { src.add(first(oy, ox)) };
-                    pend_out[n] = at(oy, ox);
+                // SAFETY (all): the caller's bounds.
+                let (mut inp, mut o) =
+                    unsafe { (src.add(first(oy, oxs.start)), at(oy, oxs.start)) };
+                let mut left = oxs.len();
+                while left >= P {
+                    unsafe {
+                        match step {
+                            L => self.run8::<1>(cols, inp, o),
+                            S2 => self.run8::<2>(cols, inp, o),
+                            _ => self.group(
+                                cols,
+                                std::array::from_fn(|j| inp.add(j * step)),
+                                std::array::from_fn(|j| o.add(j * L)),
+                            ),
+                        }
+                        (inp, o) = (inp.add(P * step), o.add(P * L));
+                    };
+                    left -= P;
+                }
+                for _ in 0..left {
+                    pend_in[n] = inp;
+                    pend_out[n] = o;
                     n += 1;
                     if n == P {
                         unsafe { self.group(cols, pend_in, pend_out) };
                         n = 0;
                     }
-                    ox += 1;
+                    unsafe { (inp, o) = (inp.add(step), o.add(L)) };
                 }
             }
             if n > 0 {
@@ -971,6 +982,42 @@ mod kernels {
                     pend_out[j] = pend_out[n - 1];
                 }
                 unsafe { self.group(cols, pend_in, pend_out) };
+            }
+        }
+
+        /// Eight consecutive output pixels of a row at stride `SW`, as
+        /// [`Self::group`] computes them: with the stride known, every
+        /// load addresses one base pointer plus a constant.
+        ///
+        /// # Safety
+        /// As for [`Self::group`] with `ins[j] = src + j * SW * 8` and
+        /// `outs[j] = out + j * 8`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn run8<const SW: usize>(&self, cols: usize, src: *const f32, out: *mut f32) {
+            let (bv, lov, hiv) = self.fin;
+            // SAFETY: the caller's bounds.
+            unsafe {
+                let w0 = _mm256_loadu_ps(self.w.as_ptr());
+                let mut acc: [__m256; P] = std::array::from_fn(|j| {
+                    _mm256_mul_ps(w0, _mm256_loadu_ps(src.add(j * SW * L)))
+                });
+                let mut wt = self.w.as_ptr();
+                for ky in 0..self.kh {
+                    let row = src.add(ky * self.dh * cols * L);
+                    for kx in usize::from(ky == 0)..self.kw {
+                        wt = wt.add(L);
+                        let wv = _mm256_loadu_ps(wt);
+                        let at = row.add(kx * self.dw * L);
+                        for (j, a) in acc.iter_mut().enumerate() {
+                            *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(at.add(j * SW * L)), *a);
+                        }
+                    }
+                }
+                for (j, a) in acc.iter().enumerate() {
+                    let v = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(*a, bv)));
+                    _mm256_storeu_ps(out.add(j * L), v);
+                }
             }
         }
 

@@ -435,6 +435,20 @@ fn convert_inputs(
     Ok(Some(out))
 }
 
+/// Frees the inputs of node `n` that no later node reads; their memory
+/// goes to the pool, for a later node (or the next run) that needs a
+/// buffer of their size.
+fn free_dead(cg: &CompiledGraph, n: usize, slots: &mut [Slot], live: &mut usize) {
+    for &i in &cg.graph.nodes[n].inputs {
+        if cg.last_use[i] == n {
+            if let Slot::Owned(b) = std::mem::replace(&mut slots[i], Slot::Empty) {
+                *live = live.saturating_sub(held_bytes(&cg.graph.operands[i]));
+                b.recycle();
+            }
+        }
+    }
+}
+
 /// Executes a compiled graph on the given input buffers; returns the outputs
 /// in `graph.outputs` order.
 fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result<Vec<Buf>> {
@@ -456,6 +470,14 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
     // single-output nodes borrow theirs.
     let mut multi: Vec<OperandDescriptor> = Vec::new();
     for (n, node) in g.nodes.iter().enumerate() {
+        let plan = cg.nchwc.as_ref();
+        // An add that the convolution before it has done: only its
+        // inputs' lifetimes end here.
+        if plan.is_some_and(|pl| pl.is_fused(n)) {
+            free_dead(cg, n, &mut slots, &mut live);
+            continue;
+        }
+        let sum = plan.and_then(|pl| pl.sum(n));
         let in_descs: Vec<&OperandDescriptor> =
             node.inputs.iter().map(|&i| &g.operands[i]).collect();
         let out_descs: &[OperandDescriptor] = match node.outputs[..] {
@@ -544,10 +566,18 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                     c.unwrap_or_else(|| slots[i].get().expect("operand computed before use"))
                 })
                 .collect();
-            let blocked = cg.nchwc.as_ref().and_then(|pl| pl.conv(n));
+            let blocked = plan.and_then(|pl| pl.conv(n));
             match (&node.op, cg.conv_packed.get(&n), blocked) {
                 (Op::Conv2d(p), _, Some(c)) => {
-                    nchwc::conv(c, p, &ins, &out_descs[0]).map(|b| vec![b])
+                    let residual = match sum {
+                        Some(s) => Some(
+                            slots[s.residual]
+                                .get()
+                                .ok_or_else(|| Error::operation("an operand is missing"))?,
+                        ),
+                        None => None,
+                    };
+                    nchwc::conv(c, p, &ins, residual, &out_descs[0]).map(|b| vec![b])
                 }
                 (Op::Conv2d(p), Some(packed), None) => {
                     conv::conv2d_packed(p, &ins, &out_descs[0], Some(packed)).map(|b| vec![b])
@@ -559,8 +589,9 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             let key = || {
                 let shapes: Vec<_> = in_descs.iter().map(|d| d.shape.clone()).collect();
                 format!(
-                    "{n:3} {} {shapes:?} -> {:?}",
+                    "{n:3} {}{} {shapes:?} -> {:?}",
                     node.op.name(),
+                    if sum.is_some() { " (+ add)" } else { "" },
                     out_descs[0].shape
                 )
             };
@@ -576,22 +607,18 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                 )
             }
         })?;
-        for (&o, r) in node.outputs.iter().zip(results) {
+        // A convolution that does the residual add writes the add's output.
+        let outputs = match sum {
+            Some(s) => std::slice::from_ref(&s.out),
+            None => &node.outputs[..],
+        };
+        for (&o, r) in outputs.iter().zip(results) {
             slots[o] = Slot::Owned(r);
         }
         for b in converted.into_iter().flatten().flatten() {
             b.recycle();
         }
-        // Free what no later node reads; its memory goes to the pool, for
-        // a later node (or the next run) that needs a buffer of its size.
-        for &i in &node.inputs {
-            if cg.last_use[i] == n {
-                if let Slot::Owned(b) = std::mem::replace(&mut slots[i], Slot::Empty) {
-                    live = live.saturating_sub(held_bytes(&g.operands[i]));
-                    b.recycle();
-                }
-            }
-        }
+        free_dead(cg, n, &mut slots, &mut live);
     }
     g.outputs
         .iter()

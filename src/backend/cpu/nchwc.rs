@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::graph::op::{Conv2dParams, Op};
+use crate::graph::op::{BinaryKind, Conv2dParams, Op};
 use crate::graph::Graph;
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
@@ -39,6 +39,20 @@ pub(super) const L: usize = 8;
 pub(super) struct Plan {
     blocked: Vec<bool>,
     convs: HashMap<usize, Conv>,
+    /// Direct convolutions (by node) that add a residual in their
+    /// epilogue and write the sum: the add node runs no more.
+    sums: HashMap<usize, Sum>,
+    /// Add nodes whose sum a convolution writes.
+    fused: Vec<bool>,
+}
+
+/// A residual add folded into the convolution before it: `out =
+/// conv(...) + residual`, where the add read the convolution's output
+/// (read by nothing else) and `residual`, an operand computed before the
+/// convolution. The same two roundings as the two nodes.
+pub(super) struct Sum {
+    pub residual: usize,
+    pub out: usize,
 }
 
 /// A convolution that runs in the blocked layout, its filter packed.
@@ -202,7 +216,65 @@ pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Pla
             _ => {}
         }
     }
-    (!convs.is_empty()).then_some(Plan { blocked, convs })
+    let (sums, fused) = residual_sums(graph, &blocked, &convs);
+    (!convs.is_empty()).then_some(Plan {
+        blocked,
+        convs,
+        sums,
+        fused,
+    })
+}
+
+/// The blocked element-wise adds that the direct convolution producing
+/// one of their inputs can do in its epilogue (see [`Sum`]).
+fn residual_sums(
+    graph: &Graph,
+    blocked: &[bool],
+    convs: &HashMap<usize, Conv>,
+) -> (HashMap<usize, Sum>, Vec<bool>) {
+    let mut producer = vec![usize::MAX; graph.operands.len()];
+    let mut readers = vec![0usize; graph.operands.len()];
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        for &o in &node.outputs {
+            producer[o] = ni;
+        }
+        for &i in &node.inputs {
+            readers[i] += 1;
+        }
+    }
+    for (_, o) in &graph.outputs {
+        readers[*o] += 1;
+    }
+    let mut sums = HashMap::new();
+    let mut fused = vec![false; graph.nodes.len()];
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        let (Op::Binary(BinaryKind::Add), [a, b], [out]) =
+            (&node.op, &node.inputs[..], &node.outputs[..])
+        else {
+            continue;
+        };
+        if !blocked[*out] || a == b {
+            continue;
+        }
+        for (c, r) in [(*a, *b), (*b, *a)] {
+            let ci = producer[c];
+            let direct = matches!(convs.get(&ci), Some(Conv::Direct { .. }));
+            // The residual exists when the convolution runs; the
+            // convolution's output has no other reader.
+            if direct && readers[c] == 1 && producer[r] < ci && !sums.contains_key(&ci) {
+                sums.insert(
+                    ci,
+                    Sum {
+                        residual: r,
+                        out: *out,
+                    },
+                );
+                fused[ni] = true;
+                break;
+            }
+        }
+    }
+    (sums, fused)
 }
 
 impl Plan {
@@ -223,6 +295,16 @@ impl Plan {
     /// The blocked convolution of node `n`, when it runs blocked.
     pub(super) fn conv(&self, n: usize) -> Option<&Conv> {
         self.convs.get(&n)
+    }
+
+    /// The residual add that convolution node `n` does, when it does one.
+    pub(super) fn sum(&self, n: usize) -> Option<&Sum> {
+        self.sums.get(&n)
+    }
+
+    /// Whether add node `n` is done by the convolution before it.
+    pub(super) fn is_fused(&self, n: usize) -> bool {
+        self.fused.get(n).copied().unwrap_or(false)
     }
 }
 
@@ -273,10 +355,13 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool) -> Result<Buf> {
 /// Runs the blocked convolution `c` of parameters `p` on `inputs` (input
 /// blocked, filter, bias when `p.has_bias`, fused bounds `[lo, hi]` when
 /// present, as `conv::conv2d` takes them); the output is blocked.
+/// Runs blocked convolution `c`; with `sum` (a direct convolution's
+/// residual, blocked, of the output's shape) adds it to the result.
 pub(super) fn conv(
     c: &Conv,
     p: &Conv2dParams,
     inputs: &[&Buf],
+    sum: Option<&Buf>,
     out: &OperandDescriptor,
 ) -> Result<Buf> {
     let bad = || Error::operation("conv2d: the operands do not match the parameters");
@@ -299,8 +384,11 @@ pub(super) fn conv(
         && ow > 0
         && reach(oh, p.kernel_h, p.strides[0], p.dilations[0]) < h + p.padding[0] + p.padding[1]
         && reach(ow, p.kernel_w, p.strides[1], p.dilations[1]) < w + p.padding[2] + p.padding[3];
+    let sum = sum.map(f32s).transpose()?;
     if x.len() != n * ic * h * w
         || bias.is_some_and(|b| b.len() != oc)
+        || sum.is_some_and(|r| r.len() != n * oc * oh * ow)
+        || (sum.is_some() && matches!(c, Conv::Depthwise { .. }))
         || out.element_count() != n * oc * oh * ow
         || !fits
     {
@@ -316,7 +404,7 @@ pub(super) fn conv(
                 if w.len() != oc * ic * p.kernel_h * p.kernel_w {
                     return Err(bad());
                 }
-                kernels::direct(w, panels, *plain, p, x, bias, bounds, &mut res)
+                kernels::direct(w, panels, *plain, p, x, bias, bounds, sum, &mut res)
             }
             Conv::Depthwise { w } => {
                 if w.len() != oc * p.kernel_h * p.kernel_w || ic != oc {
@@ -327,7 +415,7 @@ pub(super) fn conv(
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (c, bias, bounds);
+    let _ = (c, bias, bounds, sum);
     Ok(Buf::F32(res))
 }
 
@@ -458,7 +546,7 @@ mod kernels {
 
     /// One tile: `MR` output pixels (consecutive in a row) by `NB` output
     /// channel blocks, summed over every input block and tap, then the
-    /// bias (`bias`: the panel's `NB * 8` values, or null) and the bounds.
+    /// bias, the bounds and the residual (see [`Ends`]).
     ///
     /// # Safety
     /// AVX2 and FMA; `x` is the tile's first pixel's first tap in input
@@ -473,7 +561,7 @@ mod kernels {
         g: &Geometry,
         x: *const f32,
         w: *const f32,
-        bias: *const f32,
+        Ends { bias, sum }: Ends,
         out: *mut f32,
     ) {
         let mut acc = [[_mm256_setzero_ps(); NB]; M];
@@ -521,11 +609,23 @@ mod kernels {
                 for (r, row) in acc.iter().enumerate() {
                     // Second operands win on NaN and equal zeros: the
                     // clamp operator's results.
-                    let y = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_add_ps(row[v], b)));
+                    let mut y = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_add_ps(row[v], b)));
+                    if !sum.is_null() {
+                        y = _mm256_add_ps(y, _mm256_loadu_ps(sum.add(v * g.obs + r * L)));
+                    }
                     _mm256_storeu_ps(out.add(v * g.obs + r * L), y);
                 }
             }
         }
+    }
+
+    /// What a tile adds to its products: the panel's bias (`NB * 8`
+    /// values, or null) and, after the bounds, a residual laid out as the
+    /// output (the tile's first cell, or null).
+    #[derive(Clone, Copy)]
+    struct Ends {
+        bias: *const f32,
+        sum: *const f32,
     }
 
     /// [`tile`] for a run-time pixel count (1..=MR) and block count.
@@ -536,13 +636,13 @@ mod kernels {
         g: &Geometry,
         x: *const f32,
         w: *const f32,
-        bias: *const f32,
+        ends: Ends,
         out: *mut f32,
     ) {
         macro_rules! go {
             ($($nb:literal: $($m:literal)*);*) => {
                 match (m, nb) {
-                    $($(($m, $nb) => tile::<$m, $nb, PLAIN>(g, x, w, bias, out),)*)*
+                    $($(($m, $nb) => tile::<$m, $nb, PLAIN>(g, x, w, ends, out),)*)*
                     _ => unreachable!("tile of {m} pixels by {nb} blocks"),
                 }
             };
@@ -599,6 +699,7 @@ mod kernels {
         x: &[f32],
         bias: Option<&[f32]>,
         (lo, hi): (f32, f32),
+        sum: Option<&[f32]>,
         res: &mut [f32],
     ) {
         let (n, ocb) = (p.batch, p.out_channels / L);
@@ -676,6 +777,7 @@ mod kernels {
             w.as_ptr() as usize,
         );
         let bs = bias.map(|b| b.as_ptr() as usize);
+        let ss = sum.map(|r| r.as_ptr() as usize);
         let g = &g;
         for_units(n * chunks * groups, par, move |u| {
             let _ = &o;
@@ -694,14 +796,17 @@ mod kernels {
                     unsafe {
                         let xq = (xs as *const f32)
                             .add(b * ic * hp * wp + (oy * sh * wp + ox * sw) * lanes);
-                        let oq = o.0.add((b * ocb + pn.ob0) * g.obs + q * L);
+                        let at = (b * ocb + pn.ob0) * g.obs + q * L;
+                        let oq = o.0.add(at);
+                        let sq = ss.map_or(std::ptr::null(), |sp| (sp as *const f32).add(at));
                         let bq =
                             bs.map_or(std::ptr::null(), |bp| (bp as *const f32).add(pn.ob0 * L));
                         let wq = (ws as *const f32).add(pn.off);
+                        let ends = Ends { bias: bq, sum: sq };
                         if plain {
-                            tile_n::<true>(m, pn.nb, g, xq, wq, bq, oq);
+                            tile_n::<true>(m, pn.nb, g, xq, wq, ends, oq);
                         } else {
-                            tile_n::<false>(m, pn.nb, g, xq, wq, bq, oq);
+                            tile_n::<false>(m, pn.nb, g, xq, wq, ends, oq);
                         }
                     }
                     q += m;
@@ -1203,10 +1308,18 @@ mod tests {
                     _ => xb.clone(),
                 };
                 ins[0] = &xblk;
-                let got = to_nchw(&conv(&c, &p, &ins, out).unwrap(), out)
-                    .unwrap()
-                    .to_f32_vec();
+                let got_blocked = conv(&c, &p, &ins, None, out).unwrap();
+                let got = to_nchw(&got_blocked, out).unwrap().to_f32_vec();
                 assert_eq!(got.len(), want.len());
+                // With a residual: the same products, then the sum, as
+                // the add node would compute it (bit for bit).
+                let r = random(got.len(), i as u64 + 120);
+                let rb = to_blocked(&Buf::F32(r.clone()), out).unwrap();
+                let with = conv(&c, &p, &ins, Some(&rb), out).unwrap();
+                let with = to_nchw(&with, out).unwrap().to_f32_vec();
+                for (k, (a, b)) in with.iter().zip(&got).enumerate() {
+                    assert_eq!(a.to_bits(), (b + r[k]).to_bits(), "case {i} sum at {k}");
+                }
                 // Two orders of the same k + 1 terms differ by at most
                 // (k + 1) * eps times the sum of their magnitudes (the
                 // same convolution of the absolute values).
@@ -1277,7 +1390,7 @@ mod tests {
                 let xblk = to_blocked(&xb, &g.operands[0]).unwrap();
                 let mut ins = vec![&xblk, &fb, &bb];
                 ins.extend(lim.as_ref());
-                let got = to_nchw(&conv(&conv_b, &p, &ins, out).unwrap(), out)
+                let got = to_nchw(&conv(&conv_b, &p, &ins, None, out).unwrap(), out)
                     .unwrap()
                     .to_f32_vec();
                 let same = got
@@ -1379,6 +1492,84 @@ mod tests {
             for (a, b) in g.iter().zip(&w) {
                 assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
             }
+        }
+    }
+
+    /// conv -> 1x1 conv -> add of the two (the output): the 1x1
+    /// convolution does the add in its epilogue; the result is bit for
+    /// bit that of the two nodes run blocked, and agrees with the plain
+    /// graph.
+    #[test]
+    fn a_residual_add_runs_in_the_convolution_before_it() {
+        use crate::backend::Backend;
+        if !available() {
+            return;
+        }
+        let p1 = params((1, 16, 9, 9), (16, 3, 3), [1, 1, 1, 1], 1, 1, 1);
+        let p2 = params((1, 16, 9, 9), (16, 1, 1), [0; 4], 1, 1, 1);
+        let conv = |p: &Conv2dParams, inputs: Vec<usize>, out: usize| Node {
+            op: Op::Conv2d(p.clone()),
+            inputs,
+            outputs: vec![out],
+            label: String::new(),
+        };
+        let a = [1, 16, 9, 9];
+        let graph = Arc::new(Graph {
+            operands: vec![
+                f32d(&a),
+                f32d(&[16, 16, 3, 3]),
+                f32d(&[16]),
+                f32d(&[16, 16, 1, 1]),
+                f32d(&a),
+                f32d(&a),
+                f32d(&a),
+            ],
+            sources: vec![
+                Source::Input("x".into()),
+                Source::Constant(bytes(&random(16 * 16 * 9, 2))),
+                Source::Constant(bytes(&random(16, 3))),
+                Source::Constant(bytes(&random(16 * 16, 4))),
+                Source::Node { node: 0, index: 0 },
+                Source::Node { node: 1, index: 0 },
+                Source::Node { node: 2, index: 0 },
+            ],
+            nodes: vec![
+                conv(&p1, vec![0, 1, 2], 4),
+                conv(&p2, vec![4, 3, 2], 5),
+                Node {
+                    op: Op::Binary(BinaryKind::Add),
+                    inputs: vec![5, 4],
+                    outputs: vec![6],
+                    label: String::new(),
+                },
+            ],
+            inputs: vec![("x".into(), 0)],
+            outputs: vec![("y".into(), 6)],
+        });
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        for id in 1..=3 {
+            cpu.compile(id, graph.clone()).unwrap();
+        }
+        let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
+        let s = plan.sum(1).expect("the 1x1 convolution does the add");
+        assert_eq!((s.residual, s.out), (4, 6));
+        assert!(plan.is_fused(2) && plan.sum(0).is_none());
+        // Graph 2: blocked, the add a node of its own; graph 3: plain.
+        let g2 = cpu.graphs.get_mut(&2).unwrap().nchwc.as_mut().unwrap();
+        g2.sums.clear();
+        g2.fused.iter_mut().for_each(|f| *f = false);
+        cpu.graphs.get_mut(&3).unwrap().nchwc = None;
+        let x = random(16 * 81, 1);
+        let run = |cpu: &mut crate::backend::cpu::CpuBackend, id| {
+            cpu.compute(id, &graph, vec![Buf::F32(x.clone())]).unwrap()[0].to_f32_vec()
+        };
+        let (fused, apart, plain) = (run(&mut cpu, 1), run(&mut cpu, 2), run(&mut cpu, 3));
+        assert!(fused
+            .iter()
+            .zip(&apart)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        for (a, b) in fused.iter().zip(&plain) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
         }
     }
 }

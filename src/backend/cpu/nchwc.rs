@@ -1196,6 +1196,26 @@ mod tests {
         }
     }
 
+    /// A node of one output.
+    fn node(op: Op, inputs: Vec<usize>, out: usize) -> Node {
+        Node {
+            op,
+            inputs,
+            outputs: vec![out],
+            label: String::new(),
+        }
+    }
+
+    /// A small graph's result against the plain kernels': convolutions
+    /// of up to 145 terms each, summed in other orders, differ by a few
+    /// units in the 5th digit.
+    fn assert_near(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len());
+        for (a, b) in got.iter().zip(want) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+
     fn bytes(v: &[f32]) -> Arc<Vec<u8>> {
         Arc::new(v.iter().flat_map(|x| x.to_le_bytes()).collect())
     }
@@ -1415,12 +1435,7 @@ mod tests {
         let p1 = params((1, 16, 9, 9), (16, 3, 3), [1, 1, 1, 1], 1, 1, 1);
         let p2 = params((1, 16, 9, 9), (16, 3, 3), [1, 1, 1, 1], 1, 1, 16);
         let p3 = params((1, 16, 9, 9), (24, 1, 1), [0; 4], 1, 1, 1);
-        let conv = |p: &Conv2dParams, inputs: Vec<usize>, out: usize| Node {
-            op: Op::Conv2d(p.clone()),
-            inputs,
-            outputs: vec![out],
-            label: String::new(),
-        };
+        let conv = |p: &Conv2dParams, inputs, out| node(Op::Conv2d(p.clone()), inputs, out);
         let a = [1, 16, 9, 9];
         let graph = Arc::new(Graph {
             operands: vec![
@@ -1450,12 +1465,7 @@ mod tests {
             nodes: vec![
                 conv(&p1, vec![0, 1, 2], 5),
                 conv(&p2, vec![5, 3, 2], 6),
-                Node {
-                    op: Op::Binary(BinaryKind::Add),
-                    inputs: vec![5, 6],
-                    outputs: vec![7],
-                    label: String::new(),
-                },
+                node(Op::Binary(BinaryKind::Add), vec![5, 6], 7),
                 conv(
                     &Conv2dParams {
                         has_bias: false,
@@ -1464,12 +1474,7 @@ mod tests {
                     vec![7, 4],
                     8,
                 ),
-                Node {
-                    op: Op::Unary(UnaryKind::Relu),
-                    inputs: vec![7],
-                    outputs: vec![9],
-                    label: String::new(),
-                },
+                node(Op::Unary(UnaryKind::Relu), vec![7], 9),
             ],
             inputs: vec![("x".into(), 0)],
             outputs: vec![("y".into(), 8), ("r".into(), 9)],
@@ -1484,14 +1489,8 @@ mod tests {
         let x = random(16 * 81, 1);
         let got = cpu.compute(1, &graph, vec![Buf::F32(x.clone())]).unwrap();
         let want = cpu.compute(2, &graph, vec![Buf::F32(x)]).unwrap();
-        // Three convolutions of up to 145 terms each, summed in other
-        // orders than the plain kernels': a few units in the 5th digit.
         for (g, w) in got.iter().zip(&want) {
-            let (g, w) = (g.to_f32_vec(), w.to_f32_vec());
-            assert_eq!(g.len(), w.len());
-            for (a, b) in g.iter().zip(&w) {
-                assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
-            }
+            assert_near(&g.to_f32_vec(), &w.to_f32_vec());
         }
     }
 
@@ -1507,12 +1506,7 @@ mod tests {
         }
         let p1 = params((1, 16, 9, 9), (16, 3, 3), [1, 1, 1, 1], 1, 1, 1);
         let p2 = params((1, 16, 9, 9), (16, 1, 1), [0; 4], 1, 1, 1);
-        let conv = |p: &Conv2dParams, inputs: Vec<usize>, out: usize| Node {
-            op: Op::Conv2d(p.clone()),
-            inputs,
-            outputs: vec![out],
-            label: String::new(),
-        };
+        let conv = |p: &Conv2dParams, inputs, out| node(Op::Conv2d(p.clone()), inputs, out);
         let a = [1, 16, 9, 9];
         let graph = Arc::new(Graph {
             operands: vec![
@@ -1536,12 +1530,7 @@ mod tests {
             nodes: vec![
                 conv(&p1, vec![0, 1, 2], 4),
                 conv(&p2, vec![4, 3, 2], 5),
-                Node {
-                    op: Op::Binary(BinaryKind::Add),
-                    inputs: vec![5, 4],
-                    outputs: vec![6],
-                    label: String::new(),
-                },
+                node(Op::Binary(BinaryKind::Add), vec![5, 4], 6),
             ],
             inputs: vec![("x".into(), 0)],
             outputs: vec![("y".into(), 6)],
@@ -1568,8 +1557,6 @@ mod tests {
             .iter()
             .zip(&apart)
             .all(|(a, b)| a.to_bits() == b.to_bits()));
-        for (a, b) in fused.iter().zip(&plain) {
-            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
-        }
+        assert_near(&fused, &plain);
     }
 }

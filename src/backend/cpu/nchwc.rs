@@ -902,23 +902,11 @@ mod kernels {
             dw,
             fin: (bv, lov, hiv),
         };
-        // Rows whose taps all lie inside the input: [ia, ib) (oy * sh is
-        // at least pt, and oy * sh + (kh - 1) * dh below pt + h).
-        let span_h = (kh - 1) * dh;
-        let ia = pt.div_ceil(sh).min(oh);
-        let ib = if h + pt > span_h {
-            ((h + pt - span_h - 1) / sh + 1).clamp(ia, oh)
-        } else {
-            ia
-        };
-        // Columns whose taps all lie inside a row: [ox_lo, ox_hi).
-        let span_w = (kw - 1) * dw;
-        let ox_lo = pl.div_ceil(sw).min(ow);
-        let ox_hi = if wi + pl > span_w {
-            ((wi + pl - span_w - 1) / sw + 1).clamp(ox_lo, ow)
-        } else {
-            ox_lo
-        };
+        // Rows whose taps all lie inside the input, [ia, ib), and columns
+        // whose taps all lie inside a row, [ox_lo, ox_hi).
+        let (span_h, span_w) = ((kh - 1) * dh, (kw - 1) * dw);
+        let (ia, ib) = inside(pt, h, span_h, sh, oh);
+        let (ox_lo, ox_hi) = inside(pl, wi, span_w, sw, ow);
         let out = dst.as_mut_ptr();
         let (y0, y1) = (ys.start, ys.end);
         // Offsets are in floats; a pixel (oy, ox) of a region reads its
@@ -989,6 +977,19 @@ mod kernels {
         copy(ra..rb, ox_hi..ow);
         copy(y0..ra.max(y0), 0..ow);
         copy(rb.max(ra).max(y0)..y1, 0..ow);
+    }
+
+    /// The outputs `[a, b)` of `n_out` along one axis whose taps all lie
+    /// inside the `n_in` inputs: output `o` reads `o * stride - pad` to
+    /// `o * stride - pad + span`.
+    fn inside(pad: usize, n_in: usize, span: usize, stride: usize, n_out: usize) -> (usize, usize) {
+        let a = pad.div_ceil(stride).min(n_out);
+        let b = if n_in + pad > span {
+            ((n_in + pad - span - 1) / stride + 1).clamp(a, n_out)
+        } else {
+            a
+        };
+        (a, b)
     }
 
     /// Floats of padded input (16 KB) up to which a depthwise task copies

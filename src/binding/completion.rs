@@ -245,9 +245,9 @@ fn resolve_value(
             Ok(inst.value)
         }
         (PendingKind::Graph { id, graph }, Payload::Done) => {
-            let inst = MLGraph::new(ctx.clone(), id, graph)
-                .into_instance(&e)
-                .map_err(n)?;
+            let g = MLGraph::new(ctx.clone(), id, graph);
+            g.report_memory(&e);
+            let inst = g.into_instance(&e).map_err(n)?;
             Ok(inst.value)
         }
         (PendingKind::Read { data_type, .. }, Payload::Tensor(buf)) => {

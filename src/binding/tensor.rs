@@ -37,6 +37,9 @@ pub struct MLTensor {
     /// Shared with the builders that embed this tensor as a constant, whose
     /// `build()` must refuse a destroyed one.
     pub(crate) destroyed: Rc<Cell<bool>>,
+    /// Bytes reported to V8 for this object: the finalizer gives back
+    /// exactly this (V8 aborts when its external memory goes negative).
+    reported: Cell<i64>,
 }
 
 impl MLTensor {
@@ -44,6 +47,7 @@ impl MLTensor {
         MLTensor {
             info,
             destroyed: Rc::new(Cell::new(false)),
+            reported: Cell::new(0),
         }
     }
 
@@ -135,16 +139,33 @@ fn external_bytes(n: usize) -> i64 {
     n.min(i64::MAX as usize) as i64
 }
 
+/// Tells V8 about `bytes` more external memory and records what was
+/// accepted in `reported`, so that [`give_back`] undoes exactly that.
+fn report(env: &napi::Env, reported: &Cell<i64>, bytes: usize) {
+    let n = external_bytes(bytes);
+    if n > 0 && env.adjust_external_memory(n).is_ok() {
+        reported.set(reported.get() + n);
+    }
+}
+
+/// Gives back to V8 what [`report`] recorded, once.
+fn give_back(env: &napi::Env, reported: &Cell<i64>) {
+    let n = reported.replace(0);
+    if n > 0 {
+        let _ = env.adjust_external_memory(-n);
+    }
+}
+
 impl MLTensor {
     /// Reports the tensor's memory to V8 (undone when it is collected).
     pub fn report_memory(&self, env: &napi::Env) {
-        let _ = env.adjust_external_memory(external_bytes(self.info.desc.byte_length()));
+        report(env, &self.reported, self.info.desc.byte_length());
     }
 }
 
 impl ObjectFinalize for MLTensor {
     fn finalize(self, env: napi::Env) -> napi::Result<()> {
-        let _ = env.adjust_external_memory(-external_bytes(self.info.desc.byte_length()));
+        give_back(&env, &self.reported);
         Ok(())
     }
 }
@@ -159,13 +180,13 @@ impl MLGraph {
 
     /// Reports the graph's constants to V8 (undone when it is collected).
     pub fn report_memory(&self, env: &napi::Env) {
-        let _ = env.adjust_external_memory(external_bytes(self.constant_bytes()));
+        report(env, &self.reported, self.constant_bytes());
     }
 }
 
 impl ObjectFinalize for MLGraph {
     fn finalize(self, env: napi::Env) -> napi::Result<()> {
-        let _ = env.adjust_external_memory(-external_bytes(self.constant_bytes()));
+        give_back(&env, &self.reported);
         Ok(())
     }
 }
@@ -189,6 +210,8 @@ pub struct MLGraph {
     pub(crate) id: u64,
     pub(crate) graph: Arc<Graph>,
     pub(crate) destroyed: Cell<bool>,
+    /// Bytes reported to V8 (see `MLTensor::reported`).
+    reported: Cell<i64>,
 }
 
 impl MLGraph {
@@ -198,6 +221,7 @@ impl MLGraph {
             id,
             graph,
             destroyed: Cell::new(false),
+            reported: Cell::new(0),
         }
     }
 
@@ -239,4 +263,12 @@ impl Drop for MLGraph {
             let _ = self.ctx.send(Command::DestroyGraph { id: self.id });
         }
     }
+}
+
+/// What V8 counts as this isolate's external memory (every report above
+/// added, every finalizer gave back), read without changing it; the tests
+/// check that it returns to where it was once objects are collected.
+#[napi(js_name = "externalMemory")]
+pub fn external_memory(env: napi::Env) -> napi::Result<i64> {
+    env.adjust_external_memory(0)
 }

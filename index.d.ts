@@ -101,6 +101,8 @@ export class MLContext {
   /** Extension: the `label` given to createContext. */
   readonly label: string;
   destroy(): void;
+  /** `using context = await ml.createContext()` destroys it at the block's end. */
+  [Symbol.dispose](): void;
   /**
    * Queues the graph. A dispatch that fails on the timeline, or reads an
    * errored tensor, puts its outputs in an errored state: readTensor of them
@@ -151,11 +153,13 @@ export class MLTensor {
   /** Extension: the descriptor's `label`. */
   readonly label: string;
   destroy(): void;
+  [Symbol.dispose](): void;
 }
 
 export class MLGraph {
   private constructor();
   destroy(): void;
+  [Symbol.dispose](): void;
 }
 
 export class MLOperand {

@@ -5,12 +5,21 @@
 // names one MLGraphBuilder method per operator (they all share one native
 // entry point), and provides the `ml` object.
 
-const native = require('./webnn-node.node');
+const { inspect } = require('util');
+const native = require('./binding.js').load();
 
 const { MLContext, MLGraphBuilder, MLOperand, MLTensor, MLGraph } = native;
 
+// The native helpers behind the methods below are not API: hide them.
+for (const [cls, name] of [
+  [MLGraphBuilder, '_op'],
+  [MLTensor, '_state'],
+  [MLOperand, '_origin'],
+  [MLGraph, '_summary'],
+]) {
+  Object.defineProperty(cls.prototype, name, { enumerable: false });
+}
 const callOperator = MLGraphBuilder.prototype._op;
-Object.defineProperty(MLGraphBuilder.prototype, '_op', { enumerable: false });
 
 for (const name of native.operatorNames()) {
   // A named function expression keeps the operator's name in stack traces.
@@ -26,6 +35,55 @@ for (const name of native.operatorNames()) {
     configurable: true,
   });
 }
+
+// `using x = ...` destroys x at the end of the block (Node versions with
+// explicit resource management); destroy() is idempotent.
+if (typeof Symbol.dispose === 'symbol') {
+  for (const cls of [MLContext, MLGraph, MLTensor]) {
+    Object.defineProperty(cls.prototype, Symbol.dispose, {
+      value: function dispose() {
+        this.destroy();
+      },
+      writable: true,
+      configurable: true,
+    });
+  }
+}
+
+// util.inspect (console.log) shows what an object is, not an empty {}.
+function defineInspect(cls, describe) {
+  Object.defineProperty(cls.prototype, inspect.custom, {
+    value: function (depth, options, inspectFn = inspect) {
+      if (depth < 0) return options.stylize(`[${cls.name}]`, 'special');
+      return `${cls.name} ${inspectFn(describe(this), { ...options, depth: options.depth })}`;
+    },
+    configurable: true,
+  });
+}
+const withLabel = (o, label) => (label ? { ...o, label } : o);
+defineInspect(MLTensor, (t) =>
+  withLabel(
+    {
+      dataType: t.dataType,
+      shape: t.shape,
+      readable: t.readable,
+      writable: t.writable,
+      constant: t.constant,
+      state: t._state(),
+    },
+    t.label,
+  ),
+);
+defineInspect(MLOperand, (o) => {
+  const [from, label] = o._origin();
+  return withLabel({ dataType: o.dataType, shape: o.shape, from }, label);
+});
+defineInspect(MLGraph, (g) => {
+  const s = g._summary();
+  const named = (list) =>
+    Object.fromEntries(list.map((d) => [d.name, { dataType: d.dataType, shape: d.shape }]));
+  return { inputs: named(s.inputs), outputs: named(s.outputs), state: s.state };
+});
 
 /** `ML`: the entry point, `navigator.ml` in browsers. */
 class ML {

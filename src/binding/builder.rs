@@ -31,6 +31,9 @@ pub struct MLOperand {
     pub(crate) builder: u64,
     pub(crate) id: OperandId,
     desc: OperandDescriptor,
+    /// What made it and that operator's label (see `GraphBuilder::origin`),
+    /// shown by `util.inspect`.
+    pub(crate) origin: (String, String),
 }
 
 #[napi]
@@ -70,6 +73,7 @@ impl MLGraphBuilder {
             builder: self.builder.id,
             id,
             desc: self.builder.desc(id).clone(),
+            origin: self.builder.origin(id),
         };
         Ok(op.into_instance(env)?.value)
     }

@@ -19,3 +19,7 @@ pub mod limits;
 pub mod raw;
 pub mod tensor;
 pub mod views;
+// Last: it adds methods to classes declared above, and napi-derive learns a
+// class's JS name (`MLTensor`, not `MlTensor`) from its struct only when the
+// struct is expanded first.
+pub mod inspect;

@@ -110,6 +110,20 @@ impl GraphBuilder {
         self.built
     }
 
+    /// Where an operand comes from, for `util.inspect`: `input "name"`,
+    /// `constant`, or the operator whose output it is, with that
+    /// operator's label.
+    pub fn origin(&self, id: OperandId) -> (String, String) {
+        match &self.sources[id] {
+            Source::Input(name) => (format!("input {name:?}"), String::new()),
+            Source::Constant(_) => ("constant".to_string(), String::new()),
+            Source::Node { node, .. } => {
+                let n = &self.nodes[*node];
+                (n.op.name().to_string(), n.label.clone())
+            }
+        }
+    }
+
     pub fn desc(&self, id: OperandId) -> &OperandDescriptor {
         &self.operands[id]
     }

@@ -15,7 +15,8 @@
 // writes {sentence: embedding} for other programs.
 
 const fs = require('fs');
-const { loadModel, isModelDir, embed, cosine, defaultModelDir } = require('./lib/sentence-bert');
+const lib = require('./lib/sentence-bert');
+const { loadModel, isModelDir, embed, cosine, defaultModelDir } = lib;
 
 const DEFAULT_SENTENCES = [
   'A man is playing a guitar.',
@@ -67,10 +68,7 @@ async function main() {
   const t2 = performance.now();
   context.destroy();
 
-  const c = model.config;
-  console.log(`${dir}: BERT, ${c.num_hidden_layers} layers, hidden ${c.hidden_size}, ${c.num_attention_heads} heads; ` +
-    `${model.pooling.replace('pooling_mode_', '').replace('_tokens', '').replace('_token', '')} pooling` +
-    `${model.normalize ? ', L2-normalised' : ''}; up to ${model.maxSeqLength} tokens`);
+  console.log(`${dir}: ${lib.summary(model)}; up to ${model.maxSeqLength} tokens`);
   console.log(`${opts.gpu ? 'GPU' : 'CPU'} backend: ${sentences.length} sentences, model read in ${(t1 - t0).toFixed(0)} ms, ` +
     `graph built and run in ${(t2 - t1).toFixed(0)} ms`);
   console.log('\ncosine similarity:');

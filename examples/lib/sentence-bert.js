@@ -348,6 +348,13 @@ async function embed(model, context, sentences) {
   }
 }
 
+/** One line on what `model` is: 'BERT, 6 layers, hidden 384, 12 heads, mean pooling, L2-normalised'. */
+function summary(model) {
+  const c = model.config;
+  const pooling = { pooling_mode_cls_token: 'CLS', pooling_mode_mean_tokens: 'mean', pooling_mode_max_tokens: 'max', pooling_mode_mean_sqrt_len_tokens: 'mean/sqrt(length)' }[model.pooling];
+  return `BERT, ${c.num_hidden_layers} layers, hidden ${c.hidden_size}, ${c.num_attention_heads} heads, ${pooling} pooling${model.normalize ? ', L2-normalised' : ''}`;
+}
+
 /** Cosine similarity of two vectors (computed in double precision). */
 function cosine(a, b) {
   let ab = 0;
@@ -366,4 +373,4 @@ function defaultModelDir() {
   return process.env.WEBNN_MINILM_DIR || path.join(require('os').homedir(), '.cache', 'webnn-node', 'all-minilm-l6-v2');
 }
 
-module.exports = { loadModel, isModelDir, tokenize, describe, WebnnEmitter, buildEmbedder, embed, cosine, defaultModelDir, MODEL_FILES };
+module.exports = { loadModel, isModelDir, tokenize, describe, WebnnEmitter, buildEmbedder, embed, cosine, summary, defaultModelDir, MODEL_FILES };

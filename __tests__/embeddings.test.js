@@ -117,14 +117,21 @@ describeModel('all-MiniLM-L6-v2 sentence embeddings', () => {
   (gpuProbe.ok ? test : test.skip)(`GPU: cosine similarity with the reference >= ${GPU_MIN_COSINE} for every sentence`, async () => {
     const context = await ml.createContext({ deviceType: 'gpu' });
     try {
-      const c = cosines(await lib.embed(model, context, sentences));
+      // The sentence beyond max_seq_length runs alone: padding the other
+      // seven to its 256 tokens would cost a software adapter minutes, and
+      // padding is shown above not to change an embedding.
+      const long = sentences.findIndex((_, i) => reference.sentences[i].ids.length === model.maxSeqLength);
+      const short = sentences.filter((_, i) => i !== long);
+      const [shortEmbeddings, [longEmbedding]] = [await lib.embed(model, context, short), await lib.embed(model, context, [sentences[long]])];
+      shortEmbeddings.splice(long, 0, longEmbedding);
+      const c = cosines(shortEmbeddings);
       report('GPU', c);
       c.forEach((x, i) => expect({ sentence: sentences[i], ok: x >= GPU_MIN_COSINE, cosine: x }).toMatchObject({ ok: true }));
     } finally {
       context.destroy();
     }
-    // A software adapter (lavapipe) on a small machine takes minutes here.
-  }, 900000);
+    // A software adapter (lavapipe) on a small, busy machine: up to a minute.
+  }, 600000);
 });
 
 // What runs without the model files: the safetensors reader and cosine.

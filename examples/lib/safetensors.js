@@ -6,6 +6,9 @@
 // an Error naming what is wrong instead of a wrong tensor.
 
 const fs = require('fs');
+const os = require('os');
+
+const LITTLE_ENDIAN = os.endianness() === 'LE';
 
 // Bytes per element of the dtypes the format names.
 const DTYPE_BYTES = {
@@ -84,7 +87,12 @@ function toFloat32(tensor) {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (dtype === 'F32') {
     const out = new Float32Array(bytes.byteLength / 4);
-    for (let i = 0; i < out.length; i++) out[i] = view.getFloat32(i * 4, true);
+    if (LITTLE_ENDIAN) {
+      // The file's bytes are the array's bytes: one copy, which also aligns.
+      new Uint8Array(out.buffer).set(bytes);
+    } else {
+      for (let i = 0; i < out.length; i++) out[i] = view.getFloat32(i * 4, true);
+    }
     return out;
   }
   if (dtype === 'F16' || dtype === 'BF16') {

@@ -120,6 +120,7 @@ function loadModel(dir) {
  * both arrays [sentences.length, seqLength] row-major.
  */
 function tokenize(model, sentences, seqLength) {
+  if (sentences.length === 0) throw new Error('no sentences to tokenize');
   const max = model.maxSeqLength;
   const encoded = sentences.map((s) => {
     const { ids } = model.tokenizer.encode(model.lowerCase ? s.toLowerCase() : s);

@@ -15,6 +15,7 @@ const IR_VERSION = 8;
 
 const FLOAT = onnx.TensorProto.DataType.FLOAT;
 const INT64 = onnx.TensorProto.DataType.INT64;
+const INT32 = onnx.TensorProto.DataType.INT32;
 const A = onnx.AttributeProto.AttributeType;
 
 function valueInfo(name, shape) {
@@ -161,6 +162,56 @@ class OnnxEmitter {
     const half = this.constant([], new Float32Array([0.5]));
     const erf = this.node('Erf', [this.node('Mul', [x, invSqrt2])]);
     return this.node('Mul', [this.node('Mul', [x, this.node('Add', [erf, one])]), half]);
+  }
+
+  // --- used by the sentence-embedding model (examples/lib/sentence-bert.js) ---
+
+  // An int32 input (token ids).
+  intInput(name, shape) {
+    this.inputs.push({
+      name,
+      type: { tensorType: { elemType: INT32, shape: { dim: shape.map((d) => ({ dimValue: d })) } } },
+    });
+    return name;
+  }
+
+  sub(a, b) {
+    return this.node('Sub', [a, b]);
+  }
+
+  div(a, b) {
+    return this.node('Div', [a, b]);
+  }
+
+  max(a, b) {
+    return this.node('Max', [a, b]);
+  }
+
+  sqrt(x) {
+    return this.node('Sqrt', [x]);
+  }
+
+  // Rows of `table` picked by `indices` (axis 0).
+  gather(table, indices) {
+    return this.node('Gather', [table, indices], { axis: int(0) });
+  }
+
+  // ReduceSum takes its axes as an input since opset 13.
+  reduceSum(x, axes, keepDims) {
+    const target = this.initializer([axes.length], INT64, BigInt64Array.from(axes, BigInt));
+    return this.node('ReduceSum', [x, target], { keepdims: int(keepDims ? 1 : 0) });
+  }
+
+  // ReduceMax keeps its axes attribute until opset 18.
+  reduceMax(x, axes, keepDims) {
+    return this.node('ReduceMax', [x], { axes: ints(axes), keepdims: int(keepDims ? 1 : 0) });
+  }
+
+  // WebNN's (starts, sizes) as ONNX's starts and ends, every axis listed.
+  slice(x, starts, sizes) {
+    const i64 = (values) => this.initializer([values.length], INT64, BigInt64Array.from(values, BigInt));
+    const ends = starts.map((s, i) => s + sizes[i]);
+    return this.node('Slice', [x, i64(starts), i64(ends), i64(starts.map((_, i) => i))]);
   }
 
   /** The encoded model, ready for InferenceSession.create. */

@@ -17,7 +17,9 @@ const fs = require('fs');
 const path = require('path');
 
 const root = path.resolve(__dirname, '..');
-const bundle = path.join(root, 'node_modules', 'onnxruntime-web', 'dist', 'ort.bundle.min.mjs');
+// What 'onnxruntime-web/all' resolves to (the package exports no
+// package.json to resolve instead).
+const bundle = path.join(root, 'node_modules', 'onnxruntime-web', 'dist', 'ort.all.bundle.min.mjs');
 const { models } = require('./ort-web/models.js');
 
 const { ml, MLGraphBuilder } = require('..');
@@ -145,14 +147,10 @@ describe('onnxruntime-web WebNN EP on webnn-node', () => {
       expect(m.dispatches).toBe(want.partitions);
       const outputs = Object.entries(m.outputs);
       expect(outputs.length).toBeGreaterThan(0);
-      for (const [output, o] of outputs) {
-        // Reported with the output's name, so a failure says which one.
-        expect({ output, missing: !!o.missing, mismatches: o.mismatches }).toEqual({
-          output,
-          missing: false,
-          mismatches: 0,
-        });
-      }
+      // Outputs missing, of another type or shape (mismatches -1), or with
+      // elements outside the tolerance; listed with their largest errors.
+      const bad = outputs.filter(([, o]) => o.missing || o.mismatches !== 0).map(([output, o]) => ({ output, ...o }));
+      expect(bad).toEqual([]);
     });
   }
 

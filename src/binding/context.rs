@@ -563,7 +563,7 @@ impl MLContext {
                 return Err(Error::type_error("writeTensor: the tensor is not writable"));
             }
             let d = &t.info.desc;
-            let src = source_fits(e, data, d, "writeTensor: data")?;
+            let src = source_fits(e, data, d, "writeTensor: data", true)?;
             // SAFETY: the source is alive during this call; copied here.
             let buf = Buf::from_bytes(d.data_type, unsafe { src.bytes() }, d.element_count())?;
             let label = label_of(e, options, "writeTensor")?;
@@ -598,7 +598,7 @@ impl MLContext {
                     tensor: t.info.id,
                 },
                 Some(o) => {
-                    source_fits(e, o, &t.info.desc, "readTensor: outputData")?;
+                    source_fits(e, o, &t.info.desc, "readTensor: outputData", true)?;
                     PendingKind::ReadInto {
                         data_type: t.info.desc.data_type,
                         tensor: t.info.id,
@@ -740,15 +740,19 @@ impl MLContext {
 }
 
 /// Checks a buffer source against a descriptor ("validate buffer with
-/// descriptor") and returns it.
+/// descriptor") and returns it. `tensor_io`: the source is the data of
+/// `writeTensor()` or the destination of `readTensor()`, which also take an
+/// `Int8Array` of the tensor's bytes (see [`views::check_tensor_io_fits`]).
 fn source_fits(
     env: napi_env,
     v: JsRaw,
     d: &crate::types::OperandDescriptor,
     what: &str,
+    tensor_io: bool,
 ) -> Result<super::convert::BufferSource> {
     let src = buffer_source(env, v.0, what)?;
     match raw::view_info(env, v.0).ok().flatten() {
+        Some(info) if tensor_io => views::check_tensor_io_fits(&info, d, what)?,
         Some(info) => views::check_fits(&info, d, what)?,
         None if src.len != d.byte_length() => {
             return Err(Error::type_error(format!(
@@ -769,7 +773,7 @@ fn check_source(
     d: &crate::types::OperandDescriptor,
     what: &str,
 ) -> Result<Vec<u8>> {
-    let src = source_fits(env, v, d, what)?;
+    let src = source_fits(env, v, d, what, false)?;
     // SAFETY: alive during this call; copied here.
     Ok(unsafe { src.bytes() }.to_vec())
 }

@@ -57,6 +57,20 @@ pub fn check_fits(info: &ViewInfo, desc: &OperandDescriptor, what: &str) -> Resu
     Ok(())
 }
 
+/// [`check_fits`] for the data of `writeTensor()` and the destination of
+/// `readTensor(tensor, view)`, which also take an `Int8Array` as a view of
+/// the tensor's raw bytes, whatever its data type (the byte length must still
+/// match exactly). This is a compatibility extension beyond the spec's table:
+/// onnxruntime-web's WebNN execution provider moves tensors across its
+/// partition boundaries through `Int8Array` views of its WebAssembly heap,
+/// because early implementations accepted any view type there.
+pub fn check_tensor_io_fits(info: &ViewInfo, desc: &OperandDescriptor, what: &str) -> Result<()> {
+    if info.kind == Some(T::int8_array) && info.byte_length == desc.byte_length() {
+        return Ok(());
+    }
+    check_fits(info, desc, what)
+}
+
 /// Reads a view argument (typed array or DataView), or a TypeError.
 pub fn view(env: napi_env, v: napi_value, what: &str) -> Result<ViewInfo> {
     match raw::view_info(env, v) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // `npm test`: the whole suite. Installs the dev dependencies when they are
 // missing (a fresh clone), builds the addon, runs the Rust unit tests once,
-// then the jest suite (API tests, the conformance run) under each Node
-// version asked for, and the install test when asked for.
+// then the jest suite (API tests, the conformance run) and the demo under
+// each Node version asked for, and the install test when asked for.
 //
 //   npm test                          jest under this Node
 //   npm test -- --node=20,22,24       jest under each (what CI runs)
@@ -55,8 +55,11 @@ for (const v of versions) {
     line = `Node ${v}: ${j.numPassedTests} passed, ${j.numFailedTests} failed, ${j.numPendingTests} skipped (${j.numTotalTestSuites} suites)`;
     fs.rmSync(report);
   }
+  // The quick start's example inference, under the same Node.
+  const demo = spawnSync(node, [path.join(root, 'examples', 'demo.js')], { cwd: root, stdio: 'inherit' });
+  line += `; demo ${demo.status === 0 ? 'ran' : `failed (exit ${demo.status})`}`;
   totals.push(line);
-  if (r.status !== 0) failed = true;
+  if (r.status !== 0 || demo.status !== 0) failed = true;
 }
 if (install) {
   const r = spawnSync(process.execPath, ['scripts/install-test.js'], { cwd: root, stdio: 'inherit' });

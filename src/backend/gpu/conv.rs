@@ -265,7 +265,11 @@ fn int_max_pool_source(dt: DataType) -> String {
             "lt_s64(b, a)",
             super::elementwise::INT64,
         ),
-        ("vec2<u32>", _) => ("vec2<u32>(0u, 0u)", "lt_u64(b, a)", super::elementwise::INT64),
+        ("vec2<u32>", _) => (
+            "vec2<u32>(0u, 0u)",
+            "lt_u64(b, a)",
+            super::elementwise::INT64,
+        ),
         ("i32", DataType::Int4) => ("-8", "a > b", ""),
         ("i32", DataType::Int8) => ("-128", "a > b", ""),
         ("i32", _) => ("i32(-2147483647 - 1)", "a > b", ""),

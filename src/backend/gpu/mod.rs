@@ -1708,7 +1708,14 @@ mod tests {
                     ("outputShapeRounding", s("ceil")),
                     ("layout", s(layout)),
                 ];
-                check_vs_cpu(&mut be, "maxPool2d", &[dt], &[&[2, 3, 7, 8]], &[dict(&o)], 0.0);
+                check_vs_cpu(
+                    &mut be,
+                    "maxPool2d",
+                    &[dt],
+                    &[&[2, 3, 7, 8]],
+                    &[dict(&o)],
+                    0.0,
+                );
             }
         }
     }

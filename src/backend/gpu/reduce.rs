@@ -500,8 +500,22 @@ mod tests {
             for name in ["reduceSum", "reduceL1", "reduceSumSquare", "reduceProduct"] {
                 for axes in [&[1.0][..], &[0.0, 1.0]] {
                     let opts = dict(&[("axes", list(axes))]);
-                    same(&mut be, name, dt, &[3, 4], &[opts.clone()], pairs(dt, EDGES[..12].to_vec()));
-                    same(&mut be, name, dt, &[37, 263], &[opts], pairs(dt, wide(37 * 263, 3)));
+                    same(
+                        &mut be,
+                        name,
+                        dt,
+                        &[3, 4],
+                        std::slice::from_ref(&opts),
+                        pairs(dt, EDGES[..12].to_vec()),
+                    );
+                    same(
+                        &mut be,
+                        name,
+                        dt,
+                        &[37, 263],
+                        &[opts],
+                        pairs(dt, wide(37 * 263, 3)),
+                    );
                 }
             }
         }

@@ -591,6 +591,7 @@ mod tests {
     #[test]
     fn cumulative_sum_every_option() {
         let Some(mut be) = backend() else { return };
+        // The spec's types for cumulativeSum (8-bit integers left, #912).
         let types = [
             DataType::Float32,
             DataType::Float16,
@@ -598,8 +599,6 @@ mod tests {
             DataType::Uint32,
             DataType::Int64,
             DataType::Uint64,
-            DataType::Int8,
-            DataType::Uint8,
         ];
         for dt in types {
             for (shape, axis) in LINES {

@@ -66,9 +66,156 @@ export interface MLRankRange {
   max: number;
 }
 
+/** The data types and ranks one operand of an operator supports. */
 export interface MLTensorLimits {
   dataTypes: MLOperandDataType[];
   rankRange: MLRankRange;
+}
+
+/** Operators with one input and one output. */
+export interface MLSingleInputSupportLimits {
+  input: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+/** Element-wise binary operators, comparisons, logicalAnd/Or/Xor, matmul. */
+export interface MLBinarySupportLimits {
+  a: MLTensorLimits;
+  b: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+export interface MLLogicalNotSupportLimits {
+  a: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+export interface MLBatchNormalizationSupportLimits {
+  input: MLTensorLimits;
+  mean: MLTensorLimits;
+  variance: MLTensorLimits;
+  scale: MLTensorLimits;
+  bias: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+export interface MLConcatSupportLimits {
+  inputs: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+/** conv2d and convTranspose2d. */
+export interface MLConv2dSupportLimits {
+  input: MLTensorLimits;
+  filter: MLTensorLimits;
+  bias: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+/** gather, gatherElements, gatherND. */
+export interface MLGatherSupportLimits {
+  input: MLTensorLimits;
+  indices: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+/** scatterElements, scatterND. */
+export interface MLScatterSupportLimits {
+  input: MLTensorLimits;
+  indices: MLTensorLimits;
+  updates: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+export interface MLGemmSupportLimits {
+  a: MLTensorLimits;
+  b: MLTensorLimits;
+  c: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+/** gru: output0 is the last hidden state, output1 the sequence (returnSequence). */
+export interface MLGruSupportLimits {
+  input: MLTensorLimits;
+  weight: MLTensorLimits;
+  recurrentWeight: MLTensorLimits;
+  bias: MLTensorLimits;
+  recurrentBias: MLTensorLimits;
+  initialHiddenState: MLTensorLimits;
+  output0: MLTensorLimits;
+  output1: MLTensorLimits;
+}
+
+export interface MLGruCellSupportLimits {
+  input: MLTensorLimits;
+  weight: MLTensorLimits;
+  recurrentWeight: MLTensorLimits;
+  hiddenState: MLTensorLimits;
+  bias: MLTensorLimits;
+  recurrentBias: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+/** lstm: output0/output1 are the last hidden and cell states, output2 the sequence. */
+export interface MLLstmSupportLimits {
+  input: MLTensorLimits;
+  weight: MLTensorLimits;
+  recurrentWeight: MLTensorLimits;
+  bias: MLTensorLimits;
+  recurrentBias: MLTensorLimits;
+  peepholeWeight: MLTensorLimits;
+  initialHiddenState: MLTensorLimits;
+  initialCellState: MLTensorLimits;
+  output0: MLTensorLimits;
+  output1: MLTensorLimits;
+  output2: MLTensorLimits;
+}
+
+/** lstmCell: output0 is the new hidden state, output1 the new cell state. */
+export interface MLLstmCellSupportLimits {
+  input: MLTensorLimits;
+  weight: MLTensorLimits;
+  recurrentWeight: MLTensorLimits;
+  hiddenState: MLTensorLimits;
+  cellState: MLTensorLimits;
+  bias: MLTensorLimits;
+  recurrentBias: MLTensorLimits;
+  peepholeWeight: MLTensorLimits;
+  output0: MLTensorLimits;
+  output1: MLTensorLimits;
+}
+
+/** instanceNormalization, layerNormalization. */
+export interface MLNormalizationSupportLimits {
+  input: MLTensorLimits;
+  scale: MLTensorLimits;
+  bias: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+export interface MLPreluSupportLimits {
+  input: MLTensorLimits;
+  slope: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+export interface MLQuantizeDequantizeLinearSupportLimits {
+  input: MLTensorLimits;
+  scale: MLTensorLimits;
+  zeroPoint: MLTensorLimits;
+  output: MLTensorLimits;
+}
+
+export interface MLSplitSupportLimits {
+  input: MLTensorLimits;
+  outputs: MLTensorLimits;
+}
+
+export interface MLWhereSupportLimits {
+  condition: MLTensorLimits;
+  trueValue: MLTensorLimits;
+  falseValue: MLTensorLimits;
+  output: MLTensorLimits;
 }
 
 export interface MLOpSupportLimits {
@@ -77,8 +224,102 @@ export interface MLOpSupportLimits {
   input: MLTensorLimits;
   constant: MLTensorLimits;
   output: MLTensorLimits;
-  /** One entry per operator, keyed by the IDL names of its operands. */
-  [operator: string]: unknown;
+
+  argMin: MLSingleInputSupportLimits;
+  argMax: MLSingleInputSupportLimits;
+  batchNormalization: MLBatchNormalizationSupportLimits;
+  cast: MLSingleInputSupportLimits;
+  clamp: MLSingleInputSupportLimits;
+  concat: MLConcatSupportLimits;
+  conv2d: MLConv2dSupportLimits;
+  convTranspose2d: MLConv2dSupportLimits;
+  cumulativeSum: MLSingleInputSupportLimits;
+  add: MLBinarySupportLimits;
+  sub: MLBinarySupportLimits;
+  mul: MLBinarySupportLimits;
+  div: MLBinarySupportLimits;
+  max: MLBinarySupportLimits;
+  min: MLBinarySupportLimits;
+  pow: MLBinarySupportLimits;
+  equal: MLBinarySupportLimits;
+  notEqual: MLBinarySupportLimits;
+  greater: MLBinarySupportLimits;
+  greaterOrEqual: MLBinarySupportLimits;
+  lesser: MLBinarySupportLimits;
+  lesserOrEqual: MLBinarySupportLimits;
+  logicalNot: MLLogicalNotSupportLimits;
+  logicalAnd: MLBinarySupportLimits;
+  logicalOr: MLBinarySupportLimits;
+  logicalXor: MLBinarySupportLimits;
+  isNaN: MLSingleInputSupportLimits;
+  isInfinite: MLSingleInputSupportLimits;
+  abs: MLSingleInputSupportLimits;
+  ceil: MLSingleInputSupportLimits;
+  cos: MLSingleInputSupportLimits;
+  erf: MLSingleInputSupportLimits;
+  exp: MLSingleInputSupportLimits;
+  floor: MLSingleInputSupportLimits;
+  identity: MLSingleInputSupportLimits;
+  log: MLSingleInputSupportLimits;
+  neg: MLSingleInputSupportLimits;
+  reciprocal: MLSingleInputSupportLimits;
+  roundEven: MLSingleInputSupportLimits;
+  sin: MLSingleInputSupportLimits;
+  sign: MLSingleInputSupportLimits;
+  sqrt: MLSingleInputSupportLimits;
+  tan: MLSingleInputSupportLimits;
+  dequantizeLinear: MLQuantizeDequantizeLinearSupportLimits;
+  quantizeLinear: MLQuantizeDequantizeLinearSupportLimits;
+  elu: MLSingleInputSupportLimits;
+  expand: MLSingleInputSupportLimits;
+  gather: MLGatherSupportLimits;
+  gatherElements: MLGatherSupportLimits;
+  gatherND: MLGatherSupportLimits;
+  gelu: MLSingleInputSupportLimits;
+  gemm: MLGemmSupportLimits;
+  gru: MLGruSupportLimits;
+  gruCell: MLGruCellSupportLimits;
+  hardSigmoid: MLSingleInputSupportLimits;
+  hardSwish: MLSingleInputSupportLimits;
+  instanceNormalization: MLNormalizationSupportLimits;
+  layerNormalization: MLNormalizationSupportLimits;
+  leakyRelu: MLSingleInputSupportLimits;
+  linear: MLSingleInputSupportLimits;
+  lstm: MLLstmSupportLimits;
+  lstmCell: MLLstmCellSupportLimits;
+  matmul: MLBinarySupportLimits;
+  pad: MLSingleInputSupportLimits;
+  averagePool2d: MLSingleInputSupportLimits;
+  l2Pool2d: MLSingleInputSupportLimits;
+  maxPool2d: MLSingleInputSupportLimits;
+  prelu: MLPreluSupportLimits;
+  reduceL1: MLSingleInputSupportLimits;
+  reduceL2: MLSingleInputSupportLimits;
+  reduceLogSum: MLSingleInputSupportLimits;
+  reduceLogSumExp: MLSingleInputSupportLimits;
+  reduceMax: MLSingleInputSupportLimits;
+  reduceMean: MLSingleInputSupportLimits;
+  reduceMin: MLSingleInputSupportLimits;
+  reduceProduct: MLSingleInputSupportLimits;
+  reduceSum: MLSingleInputSupportLimits;
+  reduceSumSquare: MLSingleInputSupportLimits;
+  relu: MLSingleInputSupportLimits;
+  resample2d: MLSingleInputSupportLimits;
+  reshape: MLSingleInputSupportLimits;
+  reverse: MLSingleInputSupportLimits;
+  scatterElements: MLScatterSupportLimits;
+  scatterND: MLScatterSupportLimits;
+  sigmoid: MLSingleInputSupportLimits;
+  slice: MLSingleInputSupportLimits;
+  softmax: MLSingleInputSupportLimits;
+  softplus: MLSingleInputSupportLimits;
+  softsign: MLSingleInputSupportLimits;
+  split: MLSplitSupportLimits;
+  tanh: MLSingleInputSupportLimits;
+  tile: MLSingleInputSupportLimits;
+  transpose: MLSingleInputSupportLimits;
+  triangular: MLSingleInputSupportLimits;
+  where: MLWhereSupportLimits;
 }
 
 export type MLNamedTensors = Record<string, MLTensor>;
@@ -202,6 +443,9 @@ export interface MLPool2dOptions extends MLOperatorOptions {
   strides?: number[];
   dilations?: number[];
   layout?: MLInputOperandLayout;
+  /** The spec's name since #770; wins over `roundingType` when both are given. */
+  outputShapeRounding?: MLRoundingType;
+  /** The former name of `outputShapeRounding`, still accepted (clients pass both). */
   roundingType?: MLRoundingType;
   outputSizes?: number[];
 }
@@ -407,8 +651,7 @@ export interface MLScatterOptions extends MLOperatorOptions {
   axis?: number;
 }
 
-/** `symmetric` (mirroring that repeats the edge) is an extension kept from earlier drafts. */
-export type MLPaddingMode = 'constant' | 'edge' | 'reflection' | 'symmetric';
+export type MLPaddingMode = 'constant' | 'edge' | 'reflection';
 
 export interface MLPadOptions extends MLOperatorOptions {
   mode?: MLPaddingMode;

@@ -1,124 +1,72 @@
 'use strict';
 // opSupportLimits() tells the truth: every operator the builder exposes is
-// listed with dataTypes and rankRange for every operand, and every data type
-// advertised for an operator's first operand builds and runs.
+// listed with dataTypes and rankRange for every operand (with the spec's
+// operand names), every data type advertised for an operator's first
+// operand builds and runs, and on the CPU every other data type is refused
+// with a TypeError. The GPU part runs where a GPU context can be created.
 
+const path = require('path');
+const { spawnSync } = require('child_process');
 const { ml, MLGraphBuilder } = require('..');
 const native = require('../webnn-node.node');
 
-function data(dataType, n) {
-  switch (dataType) {
-    case 'float32':
-      return new Float32Array(n).fill(1);
-    case 'float16':
-      return new Uint16Array(n).fill(0x3c00); // 1.0
-    case 'int64':
-      return new BigInt64Array(n).fill(1n);
-    case 'uint64':
-      return new BigUint64Array(n).fill(1n);
-    case 'int32':
-      return new Int32Array(n).fill(1);
-    case 'uint32':
-      return new Uint32Array(n).fill(1);
-    case 'int8':
-      return new Int8Array(n).fill(1);
-    case 'uint8':
-      return new Uint8Array(n).fill(1);
-    case 'int4':
-    case 'uint4':
-      return new Uint8Array(Math.ceil(n / 2)).fill(0x11);
-    default:
-      throw new Error(dataType);
-  }
-}
-
-function konst(b, dataType, shape, fill) {
-  const n = shape.reduce((a, d) => a * d, 1);
-  const d = data(dataType, n);
-  if (fill !== undefined) d.fill(typeof d[0] === 'bigint' ? BigInt(fill) : fill);
-  return b.constant({ dataType, shape }, d);
-}
-
-// One small invocation per operator, with its first operand of type `t`.
-const X = [2, 3];
-const unary = (op, opts) => (b, t) => b[op](konst(b, t, X), opts);
-const binary = (op) => (b, t) => b[op](konst(b, t, X), konst(b, t, [3]));
-const reduce = (op) => (b, t) => b[op](konst(b, t, X), { axes: [1] });
-const SAMPLES = {
-  ...Object.fromEntries(['add', 'sub', 'mul', 'div', 'max', 'min', 'pow'].map((o) => [o, binary(o)])),
-  ...Object.fromEntries(
-    ['equal', 'notEqual', 'greater', 'greaterOrEqual', 'lesser', 'lesserOrEqual', 'logicalAnd', 'logicalOr', 'logicalXor'].map(
-      (o) => [o, binary(o)],
-    ),
-  ),
-  logicalNot: unary('logicalNot'),
-  ...Object.fromEntries(
-    [
-      'abs', 'ceil', 'cos', 'erf', 'exp', 'floor', 'identity', 'log', 'neg', 'reciprocal', 'roundEven', 'sin', 'sign',
-      'sqrt', 'tan', 'isNaN', 'isInfinite', 'relu', 'sigmoid', 'tanh', 'softsign', 'softplus', 'gelu', 'elu',
-      'hardSigmoid', 'hardSwish', 'leakyRelu', 'linear',
-    ].map((o) => [o, unary(o)]),
-  ),
-  clamp: unary('clamp', { minValue: 0, maxValue: 6 }),
-  cast: (b, t) => b.cast(konst(b, t, X), 'float32'),
-  softmax: (b, t) => b.softmax(konst(b, t, X), 1),
-  prelu: (b, t) => b.prelu(konst(b, t, X), konst(b, t, [3])),
-  where: (b, t) => b.where(konst(b, t, X, 1), konst(b, 'float32', X), konst(b, 'float32', [3])),
-  matmul: (b, t) => b.matmul(konst(b, t, [2, 3]), konst(b, t, [3, 4])),
-  gemm: (b, t) => b.gemm(konst(b, t, [2, 3]), konst(b, t, [3, 4])),
-  conv2d: (b, t) => b.conv2d(konst(b, t, [1, 1, 3, 3]), konst(b, t, [1, 1, 2, 2])),
-  convTranspose2d: (b, t) => b.convTranspose2d(konst(b, t, [1, 1, 2, 2]), konst(b, t, [1, 1, 2, 2])),
-  averagePool2d: (b, t) => b.averagePool2d(konst(b, t, [1, 1, 4, 4]), { windowDimensions: [2, 2] }),
-  maxPool2d: (b, t) => b.maxPool2d(konst(b, t, [1, 1, 4, 4]), { windowDimensions: [2, 2] }),
-  l2Pool2d: (b, t) => b.l2Pool2d(konst(b, t, [1, 1, 4, 4]), { windowDimensions: [2, 2] }),
-  reshape: (b, t) => b.reshape(konst(b, t, X), [3, 2]),
-  transpose: (b, t) => b.transpose(konst(b, t, X)),
-  concat: (b, t) => b.concat([konst(b, t, X), konst(b, t, X)], 0),
-  slice: (b, t) => b.slice(konst(b, t, X), [0, 1], [2, 2]),
-  expand: (b, t) => b.expand(konst(b, t, [1, 3]), [2, 3]),
-  pad: (b, t) => b.pad(konst(b, t, X), [1, 0], [0, 1]),
-  reverse: (b, t) => b.reverse(konst(b, t, X)),
-  split: (b, t) => b.split(konst(b, t, X), 3, { axis: 1 }),
-  tile: (b, t) => b.tile(konst(b, t, X), [2, 1]),
-  triangular: (b, t) => b.triangular(konst(b, t, X)),
-  resample2d: (b, t) => b.resample2d(konst(b, t, [1, 1, 2, 2]), { scales: [2, 2] }),
-  gather: (b, t) => b.gather(konst(b, t, X), konst(b, 'int32', [1], 0)),
-  gatherElements: (b, t) => b.gatherElements(konst(b, t, X), konst(b, 'int32', [1, 3], 0)),
-  gatherND: (b, t) => b.gatherND(konst(b, t, X), konst(b, 'int32', [1, 1], 0)),
-  scatterElements: (b, t) =>
-    b.scatterElements(konst(b, t, X), konst(b, 'int32', [1, 3], 0), konst(b, t, [1, 3])),
-  scatterND: (b, t) => b.scatterND(konst(b, t, X), konst(b, 'int32', [1, 1], 0), konst(b, t, [1, 3])),
-  ...Object.fromEntries(
-    [
-      'reduceL1', 'reduceL2', 'reduceLogSum', 'reduceLogSumExp', 'reduceMax', 'reduceMean', 'reduceMin',
-      'reduceProduct', 'reduceSum', 'reduceSumSquare',
-    ].map((o) => [o, reduce(o)]),
-  ),
-  argMin: (b, t) => b.argMin(konst(b, t, X), 1),
-  argMax: (b, t) => b.argMax(konst(b, t, X), 1),
-  cumulativeSum: (b, t) => b.cumulativeSum(konst(b, t, X), 1),
-  batchNormalization: (b, t) =>
-    b.batchNormalization(konst(b, t, [1, 2, 2, 2]), konst(b, t, [2]), konst(b, t, [2])),
-  instanceNormalization: (b, t) => b.instanceNormalization(konst(b, t, [1, 2, 2, 2])),
-  layerNormalization: (b, t) => b.layerNormalization(konst(b, t, X)),
-  quantizeLinear: (b, t) => b.quantizeLinear(konst(b, t, X), konst(b, t, X), konst(b, 'uint8', X)),
-  dequantizeLinear: (b, t) => b.dequantizeLinear(konst(b, t, X), konst(b, 'float32', X), konst(b, t, X)),
-  gru: (b, t) => b.gru(konst(b, t, [1, 1, 2]), konst(b, t, [1, 6, 2]), konst(b, t, [1, 6, 2]), 1, 2),
-  gruCell: (b, t) =>
-    b.gruCell(konst(b, t, [1, 2]), konst(b, t, [6, 2]), konst(b, t, [6, 2]), konst(b, t, [1, 2]), 2),
-  lstm: (b, t) => b.lstm(konst(b, t, [1, 1, 2]), konst(b, t, [1, 8, 2]), konst(b, t, [1, 8, 2]), 1, 2),
-  lstmCell: (b, t) =>
-    b.lstmCell(
-      konst(b, t, [1, 2]),
-      konst(b, t, [8, 2]),
-      konst(b, t, [8, 2]),
-      konst(b, t, [1, 2]),
-      konst(b, t, [1, 2]),
-      2,
-    ),
-};
+const { SAMPLES } = require('./fixtures/op-samples');
 
 const TOP_LEVEL = new Set(['preferredInputLayout', 'maxTensorByteLength', 'input', 'constant', 'output']);
+const ALL_TYPES = ['float32', 'float16', 'int32', 'uint32', 'int64', 'uint64', 'int8', 'uint8', 'int4', 'uint4'];
+
+// The operand that holds an operator's (first) output.
+function outputLimit(entry) {
+  return entry.output || entry.outputs || entry.output0;
+}
+
+// Whether a GPU context can be created, probed in a child process so that
+// the decision is known when the describe blocks are declared.
+const gpuProbe = (() => {
+  const root = path.resolve(__dirname, '..');
+  const code = `require(${JSON.stringify(root)}).ml.createContext({ deviceType: 'gpu' }).then(
+      (c) => { console.log('OK'); c.destroy(); }, (e) => console.log('ERR ' + e.name + ': ' + e.message));`;
+  const r = spawnSync(process.execPath, ['-e', code], { encoding: 'utf8', timeout: 60000 });
+  return (r.stdout || '').trim().split('\n').pop() || `status ${r.status}`;
+})();
+const gpuAvailable = gpuProbe === 'OK';
+if (!gpuAvailable) console.log(`opSupportLimits GPU tests skipped: ${gpuProbe}`);
+
+async function buildAndRun(context, name, t) {
+  const b = new MLGraphBuilder(context);
+  let out = SAMPLES[name](b, t);
+  if (Array.isArray(out)) out = out[0];
+  const graph = await b.build({ out });
+  const tensor = await context.createTensor({ dataType: out.dataType, shape: out.shape, readable: true });
+  context.dispatch(graph, {}, { out: tensor });
+  const bytes = await context.readTensor(tensor);
+  return { out, bytes };
+}
+
+async function advertisedRun(context, limits) {
+  const failures = [];
+  let runs = 0;
+  for (const name of native.operatorNames()) {
+    if (!SAMPLES[name]) {
+      failures.push(`${name}: no sample invocation in this test`);
+      continue;
+    }
+    const [first] = Object.entries(limits[name]);
+    for (const t of first[1].dataTypes) {
+      try {
+        const { out, bytes } = await buildAndRun(context, name, t);
+        if (!outputLimit(limits[name]).dataTypes.includes(out.dataType)) {
+          failures.push(`${name}(${t}): output ${out.dataType} is not advertised`);
+        }
+        if (bytes.byteLength === 0) failures.push(`${name}(${t}): empty result`);
+        runs++;
+      } catch (e) {
+        failures.push(`${name}(${t}): ${e.name}: ${e.message}`);
+      }
+    }
+  }
+  return { failures, runs };
+}
 
 describe('opSupportLimits() on the CPU', () => {
   let context;
@@ -151,36 +99,68 @@ describe('opSupportLimits() on the CPU', () => {
   });
 
   test('every advertised data type of each operator builds and runs', async () => {
+    const { failures, runs } = await advertisedRun(context, limits);
+    expect(failures).toEqual([]);
+    expect(runs).toBeGreaterThan(native.operatorNames().length);
+  });
+
+  test('every data type not advertised for the first operand is refused with a TypeError', () => {
     const failures = [];
-    let runs = 0;
+    let refused = 0;
     for (const name of native.operatorNames()) {
-      const sample = SAMPLES[name];
-      if (!sample) {
-        failures.push(`${name}: no sample invocation in this test`);
-        continue;
-      }
       const [first] = Object.entries(limits[name]);
-      for (const t of first[1].dataTypes) {
+      for (const t of ALL_TYPES.filter((x) => !first[1].dataTypes.includes(x))) {
         try {
-          const b = new MLGraphBuilder(context);
-          let out = sample(b, t);
-          if (Array.isArray(out)) out = out[0];
-          const outLimit = limits[name].output || limits[name].outputs;
-          if (outLimit && !outLimit.dataTypes.includes(out.dataType)) {
-            failures.push(`${name}(${t}): output ${out.dataType} is not advertised`);
-          }
-          const graph = await b.build({ out });
-          const tensor = await context.createTensor({ dataType: out.dataType, shape: out.shape, readable: true });
-          context.dispatch(graph, {}, { out: tensor });
-          const bytes = await context.readTensor(tensor);
-          expect(bytes.byteLength).toBeGreaterThan(0);
-          runs++;
+          SAMPLES[name](new MLGraphBuilder(context), t);
+          failures.push(`${name}(${t}) built, but ${t} is not advertised for ${first[0]}`);
         } catch (e) {
-          failures.push(`${name}(${t}): ${e.name}: ${e.message}`);
+          if (e.name !== 'TypeError') failures.push(`${name}(${t}): ${e.name}: ${e.message}`);
+          else refused++;
         }
       }
     }
     expect(failures).toEqual([]);
-    expect(runs).toBeGreaterThan(native.operatorNames().length);
+    expect(refused).toBeGreaterThan(0);
   });
+
+  test('recurrent operators name their outputs output0, output1, output2 as the spec does', () => {
+    expect(Object.keys(limits.gru)).toEqual(expect.arrayContaining(['output0', 'output1']));
+    expect(Object.keys(limits.lstm)).toEqual(expect.arrayContaining(['output0', 'output1', 'output2']));
+    expect(Object.keys(limits.lstmCell)).toEqual(expect.arrayContaining(['output0', 'output1']));
+    expect(Object.keys(limits.gruCell)).toContain('output');
+    for (const op of ['gru', 'lstm', 'lstmCell', 'gruCell']) expect(limits[op].outputs).toBeUndefined();
+    // gru/lstm's sequence output has one more dimension than the states.
+    expect(limits.gru.output1.rankRange).toEqual({ min: 4, max: 4 });
+    expect(limits.lstm.output2.rankRange).toEqual({ min: 4, max: 4 });
+    expect(limits.lstm.output0.rankRange).toEqual({ min: 3, max: 3 });
+  });
+});
+
+(gpuAvailable ? describe : describe.skip)('opSupportLimits() on the GPU', () => {
+  let context;
+  let limits;
+  beforeAll(async () => {
+    context = await ml.createContext({ deviceType: 'gpu' });
+    limits = context.opSupportLimits();
+  });
+  afterAll(() => context && context.destroy());
+
+  test('every operator is listed, each operand with dataTypes and rankRange', () => {
+    for (const name of native.operatorNames()) {
+      for (const [, l] of Object.entries(limits[name])) {
+        expect(Array.isArray(l.dataTypes)).toBe(true);
+        expect(l.rankRange.min).toBeLessThanOrEqual(l.rankRange.max);
+      }
+    }
+  });
+
+  test(
+    'every advertised data type of each operator builds and runs',
+    async () => {
+      const { failures, runs } = await advertisedRun(context, limits);
+      expect(failures).toEqual([]);
+      expect(runs).toBeGreaterThan(native.operatorNames().length);
+    },
+    600000,
+  );
 });

@@ -306,16 +306,16 @@ describe('validation', () => {
 describe('opSupportLimits', () => {
   test('names the operands and outputs of each operator', () => {
     const l = context.opSupportLimits();
-    for (const k of ['input', 'weight', 'recurrentWeight', 'bias', 'recurrentBias', 'initialHiddenState', 'outputs']) {
+    for (const k of ['input', 'weight', 'recurrentWeight', 'bias', 'recurrentBias', 'initialHiddenState', 'output0', 'output1']) {
       expect(l.gru[k].dataTypes).toEqual(expect.arrayContaining(['float32', 'float16']));
     }
     for (const k of ['input', 'weight', 'recurrentWeight', 'hiddenState', 'bias', 'recurrentBias', 'output']) {
       expect(l.gruCell[k].dataTypes).toEqual(expect.arrayContaining(['float32', 'float16']));
     }
-    for (const k of ['peepholeWeight', 'initialHiddenState', 'initialCellState', 'outputs']) {
+    for (const k of ['peepholeWeight', 'initialHiddenState', 'initialCellState', 'output0', 'output1', 'output2']) {
       expect(l.lstm[k].dataTypes).toEqual(expect.arrayContaining(['float32', 'float16']));
     }
-    for (const k of ['hiddenState', 'cellState', 'peepholeWeight', 'outputs']) {
+    for (const k of ['hiddenState', 'cellState', 'peepholeWeight', 'output0', 'output1']) {
       expect(l.lstmCell[k].dataTypes).toEqual(expect.arrayContaining(['float32', 'float16']));
     }
     expect(l.gru.input.rankRange).toEqual({ min: 3, max: 3 });

@@ -253,8 +253,13 @@ describe('cumulativeSum', () => {
 test('opSupportLimits lists the family with the spec data types', () => {
   const limits = context.opSupportLimits();
   expect(limits.reduceL2.input.dataTypes.sort()).toEqual(['float16', 'float32']);
+  // 64-bit integers too, as in the spec's table; cumulativeSum without the
+  // 8-bit integers (#912).
   expect(limits.reduceProduct.input.dataTypes.sort()).toEqual(
-    ['float16', 'float32', 'int32', 'uint32'],
+    ['float16', 'float32', 'int32', 'int64', 'uint32', 'uint64'],
+  );
+  expect(limits.cumulativeSum.input.dataTypes.sort()).toEqual(
+    ['float16', 'float32', 'int32', 'int64', 'uint32', 'uint64'],
   );
   expect(limits.argMax.output.dataTypes.sort()).toEqual(['int32', 'int64']);
   expect(typeof ml.createContext).toBe('function');

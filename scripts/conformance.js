@@ -435,7 +435,8 @@ function checkSupportLimits(testCase, limits) {
       }
     }
     for (const key of Object.keys(opLimits)) {
-      if (key === 'output' || key === 'outputs') continue;
+      // Output limits: output, outputs (split), output0, output1... (gru, lstm, lstmCell).
+      if (/^outputs?\d*$/.test(key)) continue;
       if (!byKey.has(key)) continue;
       const allowed = dataTypesOf(opLimits[key]);
       const value = byKey.get(key);
@@ -446,10 +447,10 @@ function checkSupportLimits(testCase, limits) {
       }
     }
     const outputNames = Array.isArray(op.outputs) ? op.outputs : [op.outputs];
-    for (const name of outputNames) {
+    for (const [i, name] of outputNames.entries()) {
       if (!Object.prototype.hasOwnProperty.call(expectedOutputs, name)) continue;
       const type = expectedOutputs[name].descriptor.dataType;
-      const allowed = dataTypesOf(opLimits.output || opLimits.outputs);
+      const allowed = dataTypesOf(opLimits[`output${i}`] || opLimits.output || opLimits.outputs);
       if (!allowed || !allowed.includes(type)) {
         return `${op.name} output does not support ${type}`;
       }

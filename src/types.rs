@@ -145,6 +145,14 @@ impl OperandDescriptor {
                 Error::type_error(format!("the shape {:?} is too large", self.shape))
             })?;
         }
+        // The element count must fit a `long` too (#926), whatever the
+        // byte length.
+        if n > i32::MAX as usize {
+            return Err(Error::type_error(format!(
+                "the shape {:?} has {n} elements, more than 2^31 - 1",
+                self.shape
+            )));
+        }
         let bytes = n
             .checked_mul(self.data_type.bits())
             .map(|b| b.div_ceil(8))
@@ -173,6 +181,9 @@ mod tests {
         assert_eq!(d.byte_length(), 24);
         assert!(OperandDescriptor::new(DataType::Float32, vec![1 << 40, 1 << 40]).is_err());
         assert!(OperandDescriptor::new(DataType::Float32, vec![usize::MAX, 2]).is_err());
+        // At most 2^31 - 1 elements, even where the bytes would fit.
+        assert!(OperandDescriptor::new(DataType::Uint8, vec![1 << 16, 1 << 15]).is_err());
+        assert!(OperandDescriptor::new(DataType::Uint8, vec![(1 << 16) - 1, 1 << 15]).is_ok());
         assert!(OperandDescriptor::new(DataType::Float32, vec![2, 0]).is_err());
         assert!(OperandDescriptor::new(DataType::Float32, vec![]).is_ok());
     }

@@ -798,8 +798,12 @@ fn context_factory(opts: &Val) -> Result<(BackendFactory, String)> {
             "default",
         )?
         .to_string();
-    let accelerated = matches!(opts.member("accelerated"), Val::Bool(true));
-    ctx.bool_or(opts.member("accelerated"), "accelerated", true)?;
+    // `accelerated` (#895) defaults to true in the spec, where a browser
+    // may then pick any accelerator. A server process does not take a GPU
+    // it was not asked for: only an explicit `accelerated: true` (or
+    // `deviceType: 'gpu'`, our extension) selects the GPU backend, and an
+    // absent member keeps the CPU backend (docs/spec.md).
+    let accelerated = ctx.bool_or(opts.member("accelerated"), "accelerated", false)?;
     let label = ctx
         .opt_string(opts.member("label"), "label")?
         .unwrap_or_default();
@@ -826,7 +830,8 @@ fn context_factory(opts: &Val) -> Result<(BackendFactory, String)> {
         "npu" => return Err(Error::not_supported("createContext: no NPU is available")),
         "gpu" => (Box::new(move || crate::backend::gpu::create(&power)), label),
         // `accelerated: true` without a device type asks for the GPU where
-        // one exists, and settles for the CPU otherwise.
+        // one exists, and settles for the CPU otherwise; `deviceType`
+        // decides when both are given.
         "" if accelerated => (
             Box::new(move || crate::backend::gpu::create(&power).or_else(|_| cpu())),
             label,

@@ -166,6 +166,15 @@ impl GraphBuilder {
         Ok(self.add_operand(desc, Source::Constant(data)))
     }
 
+    /// The bytes of a constant operand (external layout), so validation
+    /// can check values the spec constrains; `None` for other operands.
+    pub fn constant_bytes(&self, id: OperandId) -> Option<&Arc<Vec<u8>>> {
+        match self.sources.get(id) {
+            Some(Source::Constant(c)) => Some(c),
+            _ => None,
+        }
+    }
+
     fn add_operand(&mut self, desc: OperandDescriptor, source: Source) -> OperandId {
         self.operands.push(desc);
         self.sources.push(source);

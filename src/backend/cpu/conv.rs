@@ -870,9 +870,83 @@ fn pool_finish(kind: PoolKind, acc: f32, count: usize) -> f32 {
     }
 }
 
+/// maxPool2d of an integer tensor, in its own type (the spec allows any
+/// data type for maxPool2d). A window wholly in the padding reduces
+/// nothing and gives the type's minimum, as the float kernel gives -inf.
+fn max_pool_ints<T: Copy + PartialOrd + Send + Sync>(
+    x: &[T],
+    p: &Pool2dParams,
+    min: T,
+) -> Result<Vec<T>> {
+    let (n, c, h, w) = (p.batch, p.channels, p.in_h, p.in_w);
+    let (oh, ow) = (p.out_h, p.out_w);
+    if x.len() != n * c * h * w || p.strides.contains(&0) {
+        return Err(Error::operation(
+            "maxPool2d: the operands do not match the parameters",
+        ));
+    }
+    // Element (b, ch, y, x) of either layout.
+    let at = |b: usize, ch: usize, y: usize, xx: usize| {
+        if p.nhwc {
+            ((b * h + y) * w + xx) * c + ch
+        } else {
+            ((b * c + ch) * h + y) * w + xx
+        }
+    };
+    let mut out = vec![min; n * c * oh * ow];
+    out.par_iter_mut().enumerate().for_each(|(i, dst)| {
+        // `i` walks the output in its own layout.
+        let (b, ch, oy, ox) = if p.nhwc {
+            (i / (oh * ow * c), i % c, (i / (ow * c)) % oh, (i / c) % ow)
+        } else {
+            (
+                i / (c * oh * ow),
+                (i / (oh * ow)) % c,
+                (i / ow) % oh,
+                i % ow,
+            )
+        };
+        let mut acc = min;
+        for ky in 0..p.window[0] {
+            let Some(iy) = src_index(oy, ky, p.strides[0], p.dilations[0], p.padding[0], h) else {
+                continue;
+            };
+            for kx in 0..p.window[1] {
+                let Some(ix) = src_index(ox, kx, p.strides[1], p.dilations[1], p.padding[2], w)
+                else {
+                    continue;
+                };
+                let v = x[at(b, ch, iy, ix)];
+                if v > acc {
+                    acc = v;
+                }
+            }
+        }
+        *dst = acc;
+    });
+    Ok(out)
+}
+
 pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
     let (n, c, h, w) = (p.batch, p.channels, p.in_h, p.in_w);
     let (oh, ow) = (p.out_h, p.out_w);
+    if p.kind == PoolKind::Max {
+        let ints = match x {
+            Buf::I32(v) => Some(Buf::I32(max_pool_ints(v, p, i32::MIN)?)),
+            Buf::U32(v) => Some(Buf::U32(max_pool_ints(v, p, u32::MIN)?)),
+            Buf::I64(v) => Some(Buf::I64(max_pool_ints(v, p, i64::MIN)?)),
+            Buf::U64(v) => Some(Buf::U64(max_pool_ints(v, p, u64::MIN)?)),
+            // int4/uint4 are held unpacked in these too; their minimums
+            // are in range of the wider type, and a window is never empty
+            // unless wholly in the padding.
+            Buf::I8(v) => Some(Buf::I8(max_pool_ints(v, p, int_min8(out.data_type))?)),
+            Buf::U8(v) => Some(Buf::U8(max_pool_ints(v, p, 0)?)),
+            Buf::F32(_) | Buf::F16(_) => None,
+        };
+        if let Some(b) = ints {
+            return Ok(b);
+        }
+    }
     let xv = floats(x)?;
     if xv.len() != n * c * h * w || out.element_count() != n * c * oh * ow || p.strides.contains(&0)
     {
@@ -927,6 +1001,15 @@ pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf>
         res
     };
     from_floats(out.data_type, res)
+}
+
+/// The smallest value of int8 or int4 (both held as i8).
+fn int_min8(dt: DataType) -> i8 {
+    if dt == DataType::Int4 {
+        -8
+    } else {
+        i8::MIN
+    }
 }
 
 /// The convTranspose2d filter as [groups][og * kh * kw][cg] (each group's

@@ -101,9 +101,31 @@ pub fn run(
         }
         MovementOp::Resample2d { linear, axes } => {
             if *linear {
-                let v = floats(x)?;
-                let r = resample_linear(&v, &xd.shape, &out.shape, *axes)?;
-                from_floats(xd.data_type, r)?
+                // int8/uint8 (allowed since #891) interpolate in f32 and
+                // round to the nearest value, ties to even; the weights sum
+                // to 1, so the result stays within the type's range.
+                let int = |v: Vec<f32>| -> Result<Vec<f32>> {
+                    resample_linear(&v, &xd.shape, &out.shape, *axes)
+                };
+                match x {
+                    Buf::I8(v) => Buf::I8(
+                        int(v.iter().map(|&e| f32::from(e)).collect())?
+                            .into_iter()
+                            .map(|e| e.round_ties_even().clamp(-128.0, 127.0) as i8)
+                            .collect(),
+                    ),
+                    Buf::U8(v) => Buf::U8(
+                        int(v.iter().map(|&e| f32::from(e)).collect())?
+                            .into_iter()
+                            .map(|e| e.round_ties_even().clamp(0.0, 255.0) as u8)
+                            .collect(),
+                    ),
+                    _ => {
+                        let v = floats(x)?;
+                        let r = resample_linear(&v, &xd.shape, &out.shape, *axes)?;
+                        from_floats(xd.data_type, r)?
+                    }
+                }
             } else {
                 let tables = per_dim(&xd.shape, |d, n, s| {
                     let m = out.shape.get(d).copied().unwrap_or(n);
@@ -186,9 +208,6 @@ fn pad_tables(shape: &[usize], begin: &[usize], end: &[usize], mode: PadMode) ->
                         // [c b | a b c | b a]: -1 reads 1, n reads n - 2.
                         PadMode::Reflection if i < 0 => -i,
                         PadMode::Reflection => 2 * last - i,
-                        // [b a | a b c | c b]: -1 reads 0, n reads n - 1.
-                        PadMode::Symmetric if i < 0 => -i - 1,
-                        PadMode::Symmetric => 2 * last + 1 - i,
                     }
                 };
                 // Validation bounds the padding so that the mirror stays
@@ -528,13 +547,12 @@ mod tests {
     }
 
     /// Mirrors `i` into [0, n) by bouncing off the ends, one step at a time.
-    fn bounce(mut i: i64, n: i64, repeat_edge: bool) -> i64 {
-        let shift = if repeat_edge { 1 } else { 0 };
+    fn bounce(mut i: i64, n: i64) -> i64 {
         loop {
             if i < 0 {
-                i = -i - shift;
+                i = -i;
             } else if i >= n {
-                i = 2 * (n - 1) - i + shift;
+                i = 2 * (n - 1) - i;
             } else {
                 return i;
             }
@@ -543,12 +561,7 @@ mod tests {
 
     #[test]
     fn pad_matches_reference() {
-        let modes = [
-            PadMode::Constant,
-            PadMode::Edge,
-            PadMode::Reflection,
-            PadMode::Symmetric,
-        ];
+        let modes = [PadMode::Constant, PadMode::Edge, PadMode::Reflection];
         for dt in [
             DataType::Float32,
             DataType::Float16,
@@ -560,7 +573,6 @@ mod tests {
                 let shape = [3, 4, 1];
                 let (begin, end) = match mode {
                     PadMode::Reflection => (vec![2, 0, 0], vec![1, 3, 0]),
-                    PadMode::Symmetric => (vec![3, 1, 1], vec![0, 4, 1]),
                     _ => (vec![4, 0, 2], vec![1, 5, 1]),
                 };
                 let out_shape: Vec<usize> = (0..3).map(|d| shape[d] + begin[d] + end[d]).collect();
@@ -587,8 +599,7 @@ mod tests {
                             _ if (0..n).contains(&i) => i,
                             PadMode::Constant => return None,
                             PadMode::Edge => i.clamp(0, n - 1),
-                            PadMode::Reflection => bounce(i, n, false),
-                            PadMode::Symmetric => bounce(i, n, true),
+                            PadMode::Reflection => bounce(i, n),
                         } as usize;
                     }
                     Some(ravel(&idx, &shape))

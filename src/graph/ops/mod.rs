@@ -52,6 +52,10 @@ pub struct OpDef {
 /// The largest rank any operand may have here.
 pub const MAX_RANK: usize = 8;
 
+/// The most operands a sequence argument or result may hold: concat's
+/// inputs and split's outputs (#933).
+pub const MAX_SEQUENCE: usize = 8192;
+
 use DataType::*;
 pub const FLOATS: &[DataType] = &[Float32, Float16];
 /// Every type but the 4-bit ones.

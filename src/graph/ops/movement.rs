@@ -4,14 +4,14 @@
 //! elements. Validation resolves all defaults, so the kernels get explicit
 //! axes, paddings, split sizes and the already cast padding value.
 
-use super::{arg, check, lim, OpDef, ALL_TYPES, FLOATS, MAX_RANK};
+use super::{arg, check, lim, OpDef, ALL_TYPES, MAX_RANK, MAX_SEQUENCE};
 use crate::error::Result;
 use crate::f16::{f16_to_f32, f32_to_f16};
 use crate::graph::args::{Ctx, MlNumber, Val};
 use crate::graph::{GraphBuilder, Op, OperandId};
 use crate::types::{DataType, OperandDescriptor};
 
-/// `MLPaddingMode`, plus `symmetric` (see [`build_pad`]).
+/// `MLPaddingMode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PadMode {
     /// Fill with the (cast) `value`.
@@ -20,8 +20,6 @@ pub enum PadMode {
     Edge,
     /// Mirror without repeating the edge element: `[c b | a b c | b a]`.
     Reflection,
-    /// Mirror repeating the edge element: `[b a | a b c | c b]`.
-    Symmetric,
 }
 
 /// The resolved operators of this family. Each takes one input; `Split`
@@ -152,9 +150,9 @@ pub fn cast_number(dt: DataType, v: MlNumber) -> MlNumber {
 
 /// `pad(input, beginningPadding, endingPadding, {mode, value})`.
 ///
-/// Besides the spec's modes this accepts `"symmetric"` (mirroring that
-/// repeats the edge element, padding at most the dimension size), a mode of
-/// earlier drafts that the WPT conformance data still exercises.
+/// The spec dropped the `"symmetric"` mode of earlier drafts (#843), and no
+/// client we know of sends it (onnxruntime-web maps ONNX's reflect, edge and
+/// constant only), so it is a TypeError like any unknown mode.
 fn build_pad(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     let mut ctx = Ctx::new("pad");
     let opts = ctx.options(arg(args, 3))?;
@@ -164,12 +162,11 @@ fn build_pad(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     let mode = match ctx.enum_or(
         opts.member("mode"),
         "mode",
-        &["constant", "edge", "reflection", "symmetric"],
+        &["constant", "edge", "reflection"],
         "constant",
     )? {
         "edge" => PadMode::Edge,
         "reflection" => PadMode::Reflection,
-        "symmetric" => PadMode::Symmetric,
         _ => PadMode::Constant,
     };
     let value = match opts.member("value") {
@@ -192,8 +189,9 @@ fn build_pad(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         let (p0, p1, n) = (begin[i] as usize, end[i] as usize, d.shape[i]);
         let fits = match mode {
             PadMode::Constant | PadMode::Edge => true,
+            // Reflection is bounded: each side mirrors at most n - 1
+            // elements, since the edge element is not repeated.
             PadMode::Reflection => p0 < n && p1 < n,
-            PadMode::Symmetric => p0 <= n && p1 <= n,
         };
         if !fits {
             return Err(ctx.err(format!(
@@ -252,6 +250,15 @@ fn build_split(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         return Err(ctx.err(format!("axis {axis} is out of range for rank {}", d.rank())));
     }
     let dim = d.shape[axis];
+    let count = match &splits {
+        Splits::Count(n) => *n,
+        Splits::Sizes(l) => l.len(),
+    };
+    if count > MAX_SEQUENCE {
+        return Err(ctx.err(format!(
+            "splits asks for {count} outputs, more than {MAX_SEQUENCE}"
+        )));
+    }
     let sizes: Vec<usize> = match splits {
         Splits::Count(n) => {
             if n == 0 {
@@ -436,10 +443,21 @@ pub const PAD: OpDef = OpDef {
     ],
 };
 
+/// resample2d: the float types and, since #891, int8 and uint8 (image data).
+const RESAMPLE_TYPES: &[DataType] = &[
+    DataType::Float32,
+    DataType::Float16,
+    DataType::Int8,
+    DataType::Uint8,
+];
+
 pub const RESAMPLE2D: OpDef = OpDef {
     name: "resample2d",
     build: build_resample2d,
-    operands: &[lim("input", FLOATS, 4, 4), lim("output", FLOATS, 4, 4)],
+    operands: &[
+        lim("input", RESAMPLE_TYPES, 4, 4),
+        lim("output", RESAMPLE_TYPES, 4, 4),
+    ],
 };
 
 pub const REVERSE: OpDef = OpDef {
@@ -598,9 +616,9 @@ mod tests {
             &[list(&[3.0]), list(&[0.0]), refl.clone()],
         ));
         type_error(call("pad", F32, &[3], &[list(&[0.0]), list(&[3.0]), refl]));
+        // "symmetric" left the spec (#843): an unknown mode now.
         let sym = opts(&[("mode", Val::String("symmetric".into()))]);
-        call("pad", F32, &[3], &[list(&[3.0]), list(&[3.0]), sym.clone()]).unwrap();
-        type_error(call("pad", F32, &[3], &[list(&[4.0]), list(&[0.0]), sym]));
+        type_error(call("pad", F32, &[3], &[list(&[1.0]), list(&[1.0]), sym]));
         let edge = opts(&[("mode", Val::String("edge".into()))]);
         call("pad", F32, &[1], &[list(&[9.0]), list(&[9.0]), edge]).unwrap();
         let bad = opts(&[("mode", Val::String("wrap".into()))]);
@@ -778,5 +796,8 @@ mod tests {
         bad(opts(&[("mode", Val::String("cubic".into()))]));
         type_error(call("resample2d", F32, &[1, 2, 3], &[]));
         type_error(call("resample2d", DataType::Int32, &x, &[]));
+        // int8 and uint8 are allowed since #891.
+        call("resample2d", DataType::Int8, &x, &[]).unwrap();
+        call("resample2d", DataType::Uint8, &x, &[]).unwrap();
     }
 }

@@ -219,12 +219,13 @@ pub const BATCH_NORMALIZATION: OpDef = OpDef {
     name: "batchNormalization",
     build: build_batch_normalization,
     operands: &[
-        lim("input", FLOATS, 0, MAX_RANK),
+        // Rank 1 or more: the axis must name a dimension (#882).
+        lim("input", FLOATS, 1, MAX_RANK),
         lim("mean", FLOATS, 1, 1),
         lim("variance", FLOATS, 1, 1),
         lim("scale", FLOATS, 1, 1),
         lim("bias", FLOATS, 1, 1),
-        lim("output", FLOATS, 0, MAX_RANK),
+        lim("output", FLOATS, 1, MAX_RANK),
     ],
 };
 

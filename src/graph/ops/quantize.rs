@@ -10,6 +10,7 @@
 
 use super::{arg, check, lim, OpDef, FLOATS, MAX_RANK};
 use crate::error::Result;
+use crate::f16::f16_to_f32;
 use crate::graph::args::{Ctx, Val};
 use crate::graph::{GraphBuilder, Op, OperandId};
 use crate::types::{DataType, OperandDescriptor};
@@ -53,6 +54,21 @@ fn blockwise(from: &[usize], to: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
+/// The first value of a float32/float16 constant that is not > 0 (NaN
+/// included), if any.
+fn first_non_positive(dt: DataType, bytes: &[u8]) -> Option<f32> {
+    let bad = |v: f32| (v.is_nan() || v <= 0.0).then_some(v);
+    match dt {
+        Float32 => bytes
+            .chunks_exact(4)
+            .find_map(|c| bad(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+        Float16 => bytes
+            .chunks_exact(2)
+            .find_map(|c| bad(f16_to_f32(u16::from_le_bytes([c[0], c[1]])))),
+        _ => None,
+    }
+}
+
 /// The shared steps of both operators.
 fn build(b: &mut GraphBuilder, args: &[Val], quantize: bool) -> Result<Vec<OperandId>> {
     let name = if quantize {
@@ -83,6 +99,16 @@ fn build(b: &mut GraphBuilder, args: &[Val], quantize: bool) -> Result<Vec<Opera
             dz.data_type.name(),
             dx.data_type.name()
         )));
+    }
+    // The scale must be positive and non-zero (#906). Its values are known
+    // here only when it is a constant; a scale fed at dispatch is used as
+    // given (the spec leaves no way to refuse it at build).
+    if let Some(bytes) = b.constant_bytes(s) {
+        if let Some(v) = first_non_positive(ds.data_type, bytes) {
+            return Err(ctx.err(format!(
+                "scale must be positive and non-zero, but holds {v}"
+            )));
+        }
     }
     if ds.rank() > dx.rank() || dz.rank() > dx.rank() {
         return Err(ctx.err(format!(
@@ -205,5 +231,29 @@ mod tests {
         let bigz = input(&mut b, "bigz", Uint8, &[1, 2, 2]);
         let q1 = input(&mut b, "q1", Uint8, &[4]);
         assert!(err(b.call("dequantizeLinear", &[q1, bigs, bigz])).contains("rank"));
+    }
+
+    /// A constant scale must be positive and non-zero (#906); a scale fed
+    /// at dispatch is not known at build.
+    #[test]
+    fn constant_scale_is_positive() {
+        let mut b = GraphBuilder::new();
+        let x = input(&mut b, "x", Float32, &[2]);
+        let z = input(&mut b, "z", Uint8, &[2]);
+        let scale = |b: &mut GraphBuilder, v: [f32; 2]| {
+            let bytes: Vec<u8> = v.iter().flat_map(|f| f.to_le_bytes()).collect();
+            let d = OperandDescriptor::new(Float32, vec![2]).unwrap();
+            let id = b.constant(d, std::sync::Arc::new(bytes)).unwrap();
+            Val::Operand { builder: b.id, id }
+        };
+        for bad in [[1.0, 0.0], [-1.0, 1.0], [f32::NAN, 1.0], [1.0, -0.0]] {
+            let s = scale(&mut b, bad);
+            assert!(err(b.call("quantizeLinear", &[x.clone(), s, z.clone()])).contains("positive"));
+        }
+        let s = scale(&mut b, [0.5, 2.0]);
+        b.call("quantizeLinear", &[x.clone(), s, z.clone()])
+            .unwrap();
+        let fed = input(&mut b, "s", Float32, &[2]);
+        b.call("quantizeLinear", &[x, fed, z]).unwrap();
     }
 }

@@ -528,7 +528,10 @@ pub const DEFS: &[OpDef] = &[
             lim("bias", FLOATS, 2, 2),
             lim("recurrentBias", FLOATS, 2, 2),
             lim("initialHiddenState", FLOATS, 3, 3),
-            lim("outputs", FLOATS, 3, 4),
+            // The spec names each output: the last hidden state, then (with
+            // returnSequence) the sequence of hidden states.
+            lim("output0", FLOATS, 3, 3),
+            lim("output1", FLOATS, 4, 4),
         ],
     },
     OpDef {
@@ -556,7 +559,11 @@ pub const DEFS: &[OpDef] = &[
             lim("peepholeWeight", FLOATS, 2, 2),
             lim("initialHiddenState", FLOATS, 3, 3),
             lim("initialCellState", FLOATS, 3, 3),
-            lim("outputs", FLOATS, 3, 4),
+            // The last hidden state, the last cell state, then (with
+            // returnSequence) the sequence of hidden states.
+            lim("output0", FLOATS, 3, 3),
+            lim("output1", FLOATS, 3, 3),
+            lim("output2", FLOATS, 4, 4),
         ],
     },
     OpDef {
@@ -571,7 +578,9 @@ pub const DEFS: &[OpDef] = &[
             lim("bias", FLOATS, 1, 1),
             lim("recurrentBias", FLOATS, 1, 1),
             lim("peepholeWeight", FLOATS, 1, 1),
-            lim("outputs", FLOATS, 2, 2),
+            // The new hidden state and the new cell state.
+            lim("output0", FLOATS, 2, 2),
+            lim("output1", FLOATS, 2, 2),
         ],
     },
 ];

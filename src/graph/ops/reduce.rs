@@ -3,7 +3,7 @@
 //! Spec: "Reduction operations", "argMin/argMax operations" and
 //! `cumulativeSum()` of webmachinelearning/webnn `index.bs`.
 
-use super::{arg, check, lim, OpDef, OperandLimit, ALL_TYPES, FLOATS, MAX_RANK, NUMERIC};
+use super::{arg, check, lim, OpDef, OperandLimit, ALL_TYPES, FLOATS, MAX_RANK};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
 use crate::graph::{GraphBuilder, Op, OperandId};
@@ -145,12 +145,16 @@ fn reduce(b: &mut GraphBuilder, args: &[Val], kind: ReduceKind) -> Result<Vec<Op
     Ok(b.push(Op::Reduce(op), vec![x], vec![out], ctx.label))
 }
 
-/// Integer types the spec allows for reduceL1/Product/Sum/SumSquare.
+/// The types the spec allows for reduceL1/Product/Sum/SumSquare (64-bit
+/// integers too, since #695), and for cumulativeSum (8-bit integers were
+/// dropped by #912).
 const SUM_TYPES: &[DataType] = &[
     DataType::Float32,
     DataType::Float16,
     DataType::Int32,
     DataType::Uint32,
+    DataType::Int64,
+    DataType::Uint64,
 ];
 
 macro_rules! reduce_ops {
@@ -280,8 +284,8 @@ pub const CUMULATIVE_SUM: OpDef = OpDef {
     name: "cumulativeSum",
     build: build_cumulative_sum,
     operands: &[
-        lim("input", NUMERIC, 1, MAX_RANK),
-        lim("output", NUMERIC, 1, MAX_RANK),
+        lim("input", SUM_TYPES, 1, MAX_RANK),
+        lim("output", SUM_TYPES, 1, MAX_RANK),
     ],
 };
 

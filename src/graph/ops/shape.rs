@@ -1,6 +1,6 @@
 //! Tensor manipulation: reshape, transpose, concat, slice, and cast.
 
-use super::{arg, check, lim, OpDef, ALL_TYPES, MAX_RANK};
+use super::{arg, check, lim, OpDef, ALL_TYPES, MAX_RANK, MAX_SEQUENCE};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
 use crate::graph::{GraphBuilder, Op, OperandId};
@@ -99,6 +99,12 @@ fn build_concat(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         Some(&f) => b.desc(f).clone(),
         None => return Err(ctx.err("inputs must not be empty")),
     };
+    if inputs.len() > MAX_SEQUENCE {
+        return Err(ctx.err(format!(
+            "inputs has {} operands, more than {MAX_SEQUENCE}",
+            inputs.len()
+        )));
+    }
     if axis >= first.rank() {
         return Err(ctx.err(format!(
             "axis {axis} is out of range for rank {}",

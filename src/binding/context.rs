@@ -190,8 +190,9 @@ impl MLContext {
         outputs: JsRaw,
     ) -> Result<(ClassInstance<'a, MLGraph>, Vec<ComputeArg>, Vec<ComputeArg>)> {
         let g = MLGraph::from_arg(e, graph)?;
-        g.check_usable(&self.shared)?;
         let (ins, outs) = compute_args(e, &g.graph, inputs, outputs)?;
+        // After the records: their getters may destroy the graph.
+        g.check_usable(&self.shared)?;
         Ok((g, ins, outs))
     }
 
@@ -310,15 +311,23 @@ fn match_names<T>(
 }
 
 /// Views of `compute()` / `computeSync()` checked against the graph.
+///
+/// Both records are read first, and only then are the views inspected:
+/// reading a record runs the caller's getters, which may detach or resize
+/// any buffer, so a view's data pointer and length are taken only once no
+/// more user code can run before they are used.
 fn compute_args(
     env: napi_env,
     graph: &Graph,
     inputs: JsRaw,
     outputs: JsRaw,
 ) -> Result<(Vec<ComputeArg>, Vec<ComputeArg>)> {
-    let read = |v: JsRaw, expected: &[(String, usize)], what: &str| -> Result<Vec<ComputeArg>> {
-        let named = record(env, v.0, what)?;
-        let named = match_names(named, expected, what)?;
+    let named = |v: JsRaw, expected: &[(String, usize)], what: &str| {
+        match_names(record(env, v.0, what)?, expected, what)
+    };
+    let ins = named(inputs, &graph.inputs, "inputs")?;
+    let outs = named(outputs, &graph.outputs, "outputs")?;
+    let views = |named: Vec<(String, napi_value)>, expected: &[(String, usize)], what: &str| {
         named
             .into_iter()
             .zip(expected)
@@ -328,11 +337,11 @@ fn compute_args(
                 views::check_fits(&info, &graph.operands[*operand], &label)?;
                 Ok(ComputeArg { name, info })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()
     };
     Ok((
-        read(inputs, &graph.inputs, "inputs")?,
-        read(outputs, &graph.outputs, "outputs")?,
+        views(ins, &graph.inputs, "inputs")?,
+        views(outs, &graph.outputs, "outputs")?,
     ))
 }
 
@@ -423,22 +432,35 @@ impl MLContext {
     ) -> napi::Result<()> {
         let e = env.raw();
         let r = (|| {
+            // The arguments are converted (the caller's getters run) before
+            // anything is checked, as WebIDL orders it: a getter may
+            // destroy the graph or a tensor, which the checks then see.
             let g = MLGraph::from_arg(e, graph)?;
-            g.check_usable(&self.shared)?;
+            let tensors =
+                |v: JsRaw, what: &str| -> Result<Vec<(String, ClassInstance<MLTensor>)>> {
+                    record(e, v.0, what)?
+                        .into_iter()
+                        .map(|(name, v)| {
+                            let label = format!("{what}[{name:?}]");
+                            Ok((name, MLTensor::from_arg(e, JsRaw(v), &label)?))
+                        })
+                        .collect()
+                };
+            let ins = tensors(inputs, "inputs")?;
+            let outs = tensors(outputs, "outputs")?;
             let label = label_of(e, options, "dispatch")?;
+            g.check_usable(&self.shared)?;
             let mut seen = HashSet::new();
-            let mut tensors = |v: JsRaw,
-                               expected: &[(String, usize)],
-                               what: &str|
+            let mut check = |named: Vec<(String, ClassInstance<MLTensor>)>,
+                             expected: &[(String, usize)],
+                             what: &str|
              -> Result<Vec<u64>> {
-                let named = record(e, v.0, what)?;
                 let named = match_names(named, expected, what)?;
                 named
                     .into_iter()
                     .zip(expected)
-                    .map(|((name, v), (_, operand))| {
+                    .map(|((name, t), (_, operand))| {
                         let label = format!("{what}[{name:?}]");
-                        let t = MLTensor::from_arg(e, JsRaw(v), &label)?;
                         t.check_usable(&self.shared, &label)?;
                         if !seen.insert(t.info.id) {
                             return Err(Error::type_error(format!("{label}: a tensor may appear only once among the inputs and outputs")));
@@ -460,8 +482,8 @@ impl MLContext {
                     })
                     .collect()
             };
-            let ins = tensors(inputs, &g.graph.inputs, "inputs")?;
-            let outs = tensors(outputs, &g.graph.outputs, "outputs")?;
+            let ins = check(ins, &g.graph.inputs, "inputs")?;
+            let outs = check(outs, &g.graph.outputs, "outputs")?;
             self.shared.send(Command::Dispatch {
                 graph: g.id,
                 inputs: ins,

@@ -1,0 +1,106 @@
+'use strict';
+// Hostile arguments: the caller's code that runs while we read its
+// arguments (getters, Proxy traps), buffers that shrink or detach under us,
+// arrays far longer than any argument can be. None of it may crash the
+// process, stall it, or make a promise-returning method throw.
+//
+// A crash cannot be caught in-process, so those cases run in a child
+// process and the test asserts on its exit.
+
+const path = require('path');
+const { spawnSync } = require('child_process');
+const { ml, MLGraphBuilder } = require('..');
+const { expectReject, iota } = require('./helpers');
+
+const ROOT = path.resolve(__dirname, '..');
+
+/**
+ * Runs `fn` (the source of an async function `(webnn, ctx) => result`) in
+ * a child process with a context of `deviceType`; returns its exit status,
+ * signal and the JSON it printed.
+ */
+function inChild(fn, deviceType, timeout = 90000) {
+  const code = `
+    const webnn = require(${JSON.stringify(ROOT)});
+    webnn.ml.createContext({ deviceType: ${JSON.stringify(deviceType)} }).then(async (ctx) => {
+      const result = await (${fn})(webnn, ctx);
+      console.log(JSON.stringify(result));
+      ctx.destroy();
+    }, (e) => console.log(JSON.stringify({ noContext: e.name + ': ' + e.message })));`;
+  const r = spawnSync(process.execPath, ['-e', code], { encoding: 'utf8', timeout });
+  const line = (r.stdout || '').trim().split('\n').pop();
+  let result;
+  try {
+    result = JSON.parse(line);
+  } catch {
+    result = { unparsed: r.stdout, stderr: (r.stderr || '').slice(-2000) };
+  }
+  return { status: r.status, signal: r.signal, result };
+}
+
+// The GPU cases run where a GPU context can be created (a software
+// adapter counts), probed in a child process.
+const gpuProbe = inChild('async (webnn, ctx) => ({ ok: true })', 'gpu', 60000);
+const gpuOk = gpuProbe.status === 0 && gpuProbe.result.ok === true;
+if (!gpuOk) {
+  console.log(`GPU cases skipped: no GPU context (${JSON.stringify(gpuProbe.result)})`);
+}
+const devices = gpuOk ? ['cpu', 'gpu'] : ['cpu'];
+
+describe.each(devices)('computeSync on %s: buffers changed by a getter of outputs', (device) => {
+  // Each case: an outputs getter that changes a buffer read before it, and
+  // what computeSync must do: throw a TypeError, not read or write freed
+  // memory.
+  const body = `async (webnn, ctx) => {
+    const n = 1 << 22;
+    const b = new webnn.MLGraphBuilder(ctx);
+    const x = b.input('x', { dataType: 'float32', shape: [n] });
+    const graph = await b.build({ y: b.relu(x), z: b.neg(x) });
+    const detach = (ab) => structuredClone(ab, { transfer: [ab] });
+    const cases = {
+      'shrinks the input': () => {
+        const ab = new ArrayBuffer(4 * n, { maxByteLength: 4 * n });
+        return [{ x: new Float32Array(ab) }, () => ab.resize(0), null];
+      },
+      'detaches the input': () => {
+        const ab = new ArrayBuffer(4 * n);
+        return [{ x: new Float32Array(ab) }, () => detach(ab), null];
+      },
+      'detaches the other output': () => {
+        const z = new Float32Array(n);
+        return [{ x: new Float32Array(n) }, () => detach(z.buffer), z];
+      },
+      'shrinks the other output': () => {
+        const ab = new ArrayBuffer(4 * n, { maxByteLength: 4 * n });
+        return [{ x: new Float32Array(n) }, () => ab.resize(4), new Float32Array(ab)];
+      },
+    };
+    const out = {};
+    for (const [name, make] of Object.entries(cases)) {
+      const [inputs, hostile, z] = make();
+      const outputs = {};
+      if (z) outputs.z = z;
+      Object.defineProperty(outputs, 'y', { enumerable: true,
+        get() { hostile(); return new Float32Array(n); } });
+      if (!z) outputs.z = new Float32Array(n);
+      try {
+        ctx.computeSync(graph, inputs, outputs);
+        out[name] = 'returned';
+      } catch (e) {
+        out[name] = e.name;
+      }
+    }
+    return out;
+  }`;
+
+  test('each case throws TypeError and the process lives', () => {
+    const r = inChild(body, device);
+    expect({ status: r.status, signal: r.signal }).toEqual({ status: 0, signal: null });
+    expect(r.result).toEqual({
+      'shrinks the input': 'TypeError',
+      'detaches the input': 'TypeError',
+      'detaches the other output': 'TypeError',
+      'shrinks the other output': 'TypeError',
+    });
+  });
+});

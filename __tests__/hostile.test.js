@@ -104,3 +104,42 @@ describe.each(devices)('computeSync on %s: buffers changed by a getter of output
     });
   });
 });
+
+describe.each(devices)('one operand under two output names on %s', (device) => {
+  let ctx;
+  let graph;
+  beforeAll(async () => {
+    ctx = await ml.createContext({ deviceType: device });
+    const b = new MLGraphBuilder(ctx);
+    const x = b.input('x', { dataType: 'float32', shape: [4] });
+    const y = b.relu(x);
+    graph = await b.build({ a: y, b: y, c: b.neg(y) });
+  });
+  afterAll(() => ctx.destroy());
+  const input = () => new Float32Array([-1, 2, -3, 4]);
+  const want = { a: [0, 2, 0, 4], b: [0, 2, 0, 4], c: [-0, -2, -0, -4] };
+
+  test('compute', async () => {
+    const r = await ctx.compute(graph, { x: input() }, { a: new Float32Array(4), b: new Float32Array(4), c: new Float32Array(4) });
+    expect({ a: Array.from(r.outputs.a), b: Array.from(r.outputs.b), c: Array.from(r.outputs.c) }).toEqual(want);
+  });
+
+  test('computeSync', () => {
+    const outs = { a: new Float32Array(4), b: new Float32Array(4), c: new Float32Array(4) };
+    ctx.computeSync(graph, { x: input() }, outs);
+    expect({ a: Array.from(outs.a), b: Array.from(outs.b), c: Array.from(outs.c) }).toEqual(want);
+  });
+
+  test('dispatch, twice', async () => {
+    const x = await ctx.createTensor({ dataType: 'float32', shape: [4], writable: true });
+    const outs = {};
+    for (const k of ['a', 'b', 'c']) outs[k] = await ctx.createTensor({ dataType: 'float32', shape: [4], readable: true });
+    ctx.writeTensor(x, input());
+    for (let i = 0; i < 2; i++) {
+      ctx.dispatch(graph, { x }, outs);
+      const got = {};
+      for (const k of ['a', 'b', 'c']) got[k] = Array.from(new Float32Array(await ctx.readTensor(outs[k])));
+      expect(got).toEqual(want);
+    }
+  });
+});

@@ -143,3 +143,109 @@ describe.each(devices)('one operand under two output names on %s', (device) => {
     }
   });
 });
+
+describe('promise-returning methods reject, never throw', () => {
+  let ctx;
+  let tensor;
+  beforeAll(async () => {
+    ctx = await ml.createContext();
+    tensor = await ctx.createTensor({ dataType: 'float32', shape: [2], readable: true, writable: true });
+  });
+  afterAll(() => ctx.destroy());
+
+  const mine = new RangeError('thrown by the caller');
+  const throwingGetter = (key, extra = {}) => {
+    const o = { ...extra };
+    Object.defineProperty(o, key, { enumerable: true, get() { throw mine; } });
+    return o;
+  };
+  const throwingProxy = () => new Proxy({}, {
+    get() { throw mine; },
+    ownKeys() { throw mine; },
+    getOwnPropertyDescriptor() { throw mine; },
+    has() { throw mine; },
+  });
+
+  /** Calls `fn`: it must return a promise that rejects with `expected`. */
+  async function rejects(fn, expected) {
+    let p;
+    try {
+      p = fn();
+    } catch (e) {
+      throw new Error(`threw synchronously: ${e && e.name}: ${e && e.message}`);
+    }
+    expect(typeof (p && p.then)).toBe('function');
+    let error;
+    await p.then(() => { throw new Error('resolved'); }, (e) => { error = e; });
+    if (typeof expected === 'string') {
+      expect(error.name).toBe(expected);
+    } else {
+      expect(error).toBe(expected);
+    }
+  }
+
+  test('createContext', async () => {
+    await rejects(() => ml.createContext(throwingProxy()), mine);
+    await rejects(() => ml.createContext(throwingGetter('deviceType')), mine);
+    await rejects(() => ml.createContext({ deviceType: 'tpu' }), 'TypeError');
+  });
+
+  test('createTensor', async () => {
+    await rejects(() => ctx.createTensor(throwingGetter('shape', { dataType: 'float32' })), mine);
+    await rejects(() => ctx.createTensor(throwingProxy()), mine);
+    await rejects(() => ctx.createTensor({ dataType: 'float32', shape: [2, -1] }), 'TypeError');
+  });
+
+  test('createConstantTensor', async () => {
+    await rejects(() => ctx.createConstantTensor(throwingGetter('dataType'), new Float32Array(2)), mine);
+    // Not a buffer source: a TypeError, and the object's getters never run.
+    const tagged = { get [Symbol.toStringTag]() { throw mine; } };
+    await rejects(() => ctx.createConstantTensor({ dataType: 'float32', shape: [2] }, tagged), 'TypeError');
+  });
+
+  test('readTensor', async () => {
+    const tagged = { get [Symbol.toStringTag]() { throw mine; } };
+    await rejects(() => ctx.readTensor(tensor, tagged), 'TypeError');
+    await rejects(() => ctx.readTensor(throwingProxy()), 'TypeError');
+    await rejects(() => ctx.readTensor(tensor, new Float32Array(3)), 'TypeError');
+  });
+
+  test('build', async () => {
+    const b = new MLGraphBuilder(ctx);
+    const x = b.input('x', { dataType: 'float32', shape: [2] });
+    await rejects(() => b.build(throwingProxy()), mine);
+    await rejects(() => b.build(throwingGetter('y')), mine);
+    await rejects(() => b.build({ y: b.relu(x) }, throwingGetter('label')), mine);
+    // The builder is still usable: nothing was built.
+    const g = await b.build({ y: b.relu(x) });
+    expect(g).toBeTruthy();
+    await expectReject(b.build({ y: x }), 'InvalidStateError');
+  });
+
+  test('compute: argument errors reject and leave the buffers attached', async () => {
+    const b = new MLGraphBuilder(ctx);
+    const x = b.input('x', { dataType: 'float32', shape: [2] });
+    const graph = await b.build({ y: b.relu(x) });
+    const input = new Float32Array([1, -1]);
+    const output = new Float32Array(2);
+    await rejects(() => ctx.compute({}, { x: input }, { y: output }), 'TypeError');
+    await rejects(() => ctx.compute(graph, { x: input }, throwingGetter('y')), mine);
+    await rejects(() => ctx.compute(graph, throwingProxy(), { y: output }), mine);
+    await rejects(() => ctx.compute(graph, { x: input }, { y: new Float32Array(3) }), 'TypeError');
+    expect(input.buffer.byteLength).toBe(8);
+    expect(output.buffer.byteLength).toBe(8);
+    const r = await ctx.compute(graph, { x: input }, { y: output });
+    expect(Array.from(r.outputs.y)).toEqual([1, 0]);
+  });
+
+  test('synchronous methods pass the caller\'s exception on unchanged', () => {
+    const b = new MLGraphBuilder(ctx);
+    let caught;
+    try {
+      b.input('x', throwingGetter('shape', { dataType: 'float32' }));
+    } catch (e) {
+      caught = e;
+    }
+    expect(caught).toBe(mine);
+  });
+});

@@ -15,7 +15,7 @@ use napi_derive::napi;
 
 use super::context::{CtxShared, MLContext};
 use super::convert::{buffer_source, to_val};
-use super::errors::{or_throw, rejected, throw};
+use super::errors::{from_napi, or_throw, promise, throw};
 use super::raw::{self, JsRaw};
 use super::tensor::MLTensor;
 use crate::error::{Error, Result};
@@ -202,9 +202,20 @@ impl MLGraphBuilder {
         options: Option<JsRaw>,
     ) -> napi::Result<JsRaw> {
         let e = env.raw();
-        let mut label = String::new();
-        let r = (|| {
-            label = super::context::label_of(e, options, "build")?;
+        let r = || {
+            // The arguments are converted (the caller's getters run) before
+            // anything is checked, as WebIDL orders it.
+            if raw::type_of(e, outputs.0).ok() != Some(ValueType::Object) {
+                return Err(Error::type_error(
+                    "build: outputs must be a record of MLOperands",
+                ));
+            }
+            let mut named = Vec::new();
+            for key in raw::keys(e, outputs.0, true).map_err(from_napi)? {
+                let v = raw::get(e, outputs.0, &key).map_err(from_napi)?;
+                named.push((key, to_val(e, v)?));
+            }
+            let label = super::context::label_of(e, options, "build")?;
             if self.ctx.is_lost() {
                 return Err(Error::invalid_state("build: the MLContext is lost"));
             }
@@ -213,20 +224,16 @@ impl MLGraphBuilder {
                     "build: this MLGraphBuilder has already built a graph",
                 ));
             }
-            if raw::type_of(e, outputs.0).ok() != Some(ValueType::Object) {
-                return Err(Error::type_error(
-                    "build: outputs must be a record of MLOperands",
-                ));
-            }
             let ctx = Ctx::new("build");
-            let mut named = Vec::new();
-            for key in raw::keys(e, outputs.0, true).map_err(super::errors::from_napi)? {
-                let v = raw::get(e, outputs.0, &key).map_err(super::errors::from_napi)?;
-                let id =
-                    self.builder
-                        .operand(&ctx, &to_val(e, v)?, &format!("outputs[{key:?}]"))?;
-                named.push((key, id));
-            }
+            let named = named
+                .into_iter()
+                .map(|(key, v)| {
+                    let id = self
+                        .builder
+                        .operand(&ctx, &v, &format!("outputs[{key:?}]"))?;
+                    Ok((key, id))
+                })
+                .collect::<Result<Vec<_>>>()?;
             let graph = self.builder.build(named)?;
             // A constant whose MLTensor was destroyed before build() has
             // no data to build with.
@@ -237,37 +244,38 @@ impl MLGraphBuilder {
                     ));
                 }
             }
-            Ok(graph)
-        })();
-        let graph = match r {
-            Ok(g) => Arc::new(g),
-            Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
+            let graph = Arc::new(graph);
+            let id = self.ctx.next_id();
+            let (req, p) = super::completion::register(
+                e,
+                &self.ctx,
+                super::completion::PendingKind::Graph {
+                    id,
+                    graph: graph.clone(),
+                },
+            )
+            .map_err(from_napi)?;
+            self.ctx.send_or_reject(
+                e,
+                req,
+                Command::Build {
+                    id,
+                    graph,
+                    label,
+                    respond: crate::timeline::Responder::Js(req),
+                },
+            );
+            Ok(p)
         };
-        let id = self.ctx.next_id();
-        let (req, promise) = super::completion::register(
-            e,
-            &self.ctx,
-            super::completion::PendingKind::Graph {
-                id,
-                graph: graph.clone(),
-            },
-        )?;
-        self.ctx.send_or_reject(
-            e,
-            req,
-            Command::Build {
-                id,
-                graph,
-                label,
-                respond: crate::timeline::Responder::Js(req),
-            },
-        );
-        Ok(JsRaw(promise))
+        promise(e, r)
     }
 }
 
 /// The names of every operator method, for index.js to define them.
 #[napi(js_name = "operatorNames")]
-pub fn operator_names() -> Vec<&'static str> {
+pub fn operator_names(env: Env) -> Vec<&'static str> {
+    // index.js calls this as it loads: the moment to keep the intrinsics
+    // that must not be taken from a global object the caller may change.
+    raw::capture_intrinsics(env.raw());
     crate::graph::ops::all().map(|d| d.name).collect()
 }

@@ -103,18 +103,9 @@ pub fn buffer_source(env: napi_env, v: napi_value, what: &str) -> Result<BufferS
             let (data, len) = raw::arraybuffer_info(env, v)?;
             return Ok(Some(BufferSource { data, len }));
         }
-        if raw::is_shared_arraybuffer(env, v)? {
-            // N-API has no accessor for SharedArrayBuffer data; a byte view
-            // over it gives the same memory.
-            let view = raw::construct_global(env, "Uint8Array", &[v])?;
-            if let Some(info) = raw::view_info(env, view)? {
-                return Ok(Some(BufferSource {
-                    data: info.data,
-                    len: info.byte_length,
-                }));
-            }
-        }
-        Ok(None)
+        // N-API has no accessor for SharedArrayBuffer data; a byte view
+        // over it gives the same memory.
+        Ok(raw::shared_arraybuffer_bytes(env, v)?.map(|(data, len)| BufferSource { data, len }))
     };
     match inner() {
         Ok(Some(b)) => Ok(b),

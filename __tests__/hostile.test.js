@@ -105,6 +105,74 @@ describe.each(devices)('computeSync on %s: buffers changed by a getter of output
   });
 });
 
+describe('arrays longer than any argument can be', () => {
+  // Each call must fail with TypeError at once: no per-element work for a
+  // sparse array, no reservation for its length.
+  const body = `async (webnn, ctx) => {
+    const b = new webnn.MLGraphBuilder(ctx);
+    const x = b.input('x', { dataType: 'float32', shape: [2, 3] });
+    const huge = () => new Array(2 ** 32 - 1);
+    const calls = {
+      'reshape newShape 2^32-1': () => b.reshape(x, huge()),
+      'reshape newShape 1e8': () => b.reshape(x, new Array(1e8)),
+      'reshape newShape dense 2e7': () => b.reshape(x, new Array(2e7).fill(1)),
+      'expand newShape': () => b.expand(x, huge()),
+      'transpose permutation': () => b.transpose(x, { permutation: huge() }),
+      'slice starts': () => b.slice(x, huge(), [1, 1]),
+      'split splits': () => b.split(x, huge()),
+      'concat inputs': () => b.concat(huge(), 0),
+      'concat inputs after one operand': () => { const a = huge(); a[0] = x; return b.concat(a, 0); },
+      'input shape': () => b.input('y', { dataType: 'float32', shape: huge() }),
+      'constant shape': () => b.constant({ dataType: 'float32', shape: huge() }, new Float32Array(1)),
+      'createTensor shape': () => ctx.createTensor({ dataType: 'float32', shape: huge() }),
+      'reduceSum axes': () => b.reduceSum(x, { axes: huge() }),
+    };
+    const out = {};
+    let slowest = 0;
+    for (const [name, call] of Object.entries(calls)) {
+      const t = process.hrtime.bigint();
+      try {
+        await call();
+        out[name] = 'returned';
+      } catch (e) {
+        out[name] = e.name;
+      }
+      slowest = Math.max(slowest, Number(process.hrtime.bigint() - t) / 1e6);
+    }
+    return { out, slowest, rssMB: process.memoryUsage().rss / 2 ** 20 };
+  }`;
+
+  test('each fails with TypeError quickly and without a large allocation', () => {
+    const r = inChild(body, 'cpu');
+    expect({ status: r.status, signal: r.signal }).toEqual({ status: 0, signal: null });
+    const { out, slowest, rssMB } = r.result;
+    for (const [name, outcome] of Object.entries(out)) {
+      expect([name, outcome]).toEqual([name, 'TypeError']);
+    }
+    expect(Object.keys(out).length).toBe(13);
+    // Before: 13 to 28 s for 1e8 holes, an abort for 2^32 - 1. The dense
+    // array costs its caller 160 MB before the call.
+    expect(slowest).toBeLessThan(1000);
+    expect(rssMB).toBeLessThan(1024);
+  });
+
+  test('lists as long as a valid argument still work', async () => {
+    const ctx = await ml.createContext();
+    const b = new MLGraphBuilder(ctx);
+    const x = b.input('x', { dataType: 'float32', shape: [20] });
+    // 20 pieces of one element: longer than the largest rank.
+    const parts = b.split(x, new Array(20).fill(1));
+    expect(parts.length).toBe(20);
+    const joined = b.concat(parts, 0);
+    const many = b.concat(new Array(100).fill(x), 0);
+    expect(Array.from(many.shape)).toEqual([2000]);
+    const g = await b.build({ y: joined });
+    const r = await ctx.compute(g, { x: Float32Array.from(iota(20)) }, { y: new Float32Array(20) });
+    expect(Array.from(r.outputs.y)).toEqual(iota(20));
+    ctx.destroy();
+  });
+});
+
 describe.each(devices)('one operand under two output names on %s', (device) => {
   let ctx;
   let graph;

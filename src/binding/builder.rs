@@ -14,7 +14,7 @@ use napi::{Env, ValueType};
 use napi_derive::napi;
 
 use super::context::{CtxShared, MLContext};
-use super::convert::{buffer_source, to_val};
+use super::convert::{buffer_source, to_val, to_val_within};
 use super::errors::{from_napi, or_throw, promise, throw};
 use super::raw::{self, JsRaw};
 use super::tensor::MLTensor;
@@ -23,6 +23,9 @@ use crate::graph::args::{descriptor, Ctx};
 use crate::graph::{GraphBuilder, OperandId};
 use crate::timeline::Command;
 use crate::types::OperandDescriptor;
+
+/// The most arguments an operator method reads (lstmCell's seven).
+const MAX_ARGS: u32 = 8;
 
 /// `MLOperand`: an id in its builder, with its descriptor cached so that
 /// `dataType` and `shape` need no lookup.
@@ -172,12 +175,38 @@ impl MLGraphBuilder {
     pub fn op(&mut self, env: Env, name: String, args: JsRaw) -> napi::Result<JsRaw> {
         let r = (|| {
             self.check()?;
-            let n = raw::array_length(env.raw(), args.0).map_err(super::errors::from_napi)?;
-            let mut vals = Vec::with_capacity(n as usize);
-            for i in 0..n {
-                let v = raw::element(env.raw(), args.0, i).map_err(super::errors::from_napi)?;
-                vals.push(to_val(env.raw(), v)?);
-            }
+            let e = env.raw();
+            // WebIDL ignores arguments beyond an operation's own; none has
+            // more than seven.
+            let n = raw::array_length(e, args.0)
+                .map_err(from_napi)?
+                .min(MAX_ARGS);
+            let args: Vec<napi_value> = (0..n)
+                .map(|i| raw::element(e, args.0, i).map_err(from_napi))
+                .collect::<Result<_>>()?;
+            // A list of numbers is indexed by dimension (at most the largest
+            // rank long) or, for split's sizes, by the elements of one
+            // dimension of an operand argument: never longer than both.
+            let longest_dim = args
+                .iter()
+                .filter_map(|&v| unsafe { ClassInstance::<MLOperand>::from_napi_value(e, v) }.ok())
+                .filter(|op| op.builder == self.builder.id)
+                .flat_map(|op| op.desc.shape.iter().copied().max())
+                .max()
+                .unwrap_or(0);
+            let max_list = longest_dim.max(super::convert::MAX_LIST);
+            let vals = args
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    to_val_within(e, v, max_list).map_err(|err| {
+                        Error::new(
+                            err.kind,
+                            format!("{name}: argument {}: {}", i + 1, err.message),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
             self.builder.call(&name, &vals)
         })();
         let ids = or_throw(env.raw(), r)?;

@@ -350,3 +350,35 @@ describe.each(devices)('built and destroyed graphs on %s', (device) => {
     expect(perGraphKiB).toBeLessThan(2);
   });
 });
+
+describe('large tensors on the CPU', () => {
+  test('maxTensorByteLength promises no more than the machine holds', async () => {
+    const ctx = await ml.createContext();
+    const max = ctx.opSupportLimits().maxTensorByteLength;
+    expect(max).toBeGreaterThan(0);
+    expect(max).toBeLessThanOrEqual(require('os').totalmem());
+    ctx.destroy();
+  });
+
+  test('a zero-filled tensor is created in constant time, its memory taken when written', () => {
+    // 2 GiB: before, creation wrote every byte (seconds and the whole size
+    // in resident memory); now the allocator's zeroed pages come lazily.
+    const body = `async (webnn, ctx) => {
+      const max = ctx.opSupportLimits().maxTensorByteLength;
+      const bytes = Math.floor(Math.min(2 ** 31, max / 2) / 4) * 4;
+      const rss = () => process.memoryUsage().rss;
+      const before = rss();
+      const t0 = process.hrtime.bigint();
+      const t = await ctx.createTensor({ dataType: 'float32', shape: [bytes / 4], readable: true });
+      const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+      const grew = rss() - before;
+      t.destroy();
+      return { ms, grown: grew / bytes };
+    }`;
+    const r = inChild(body, 'cpu');
+    expect({ status: r.status, signal: r.signal }).toEqual({ status: 0, signal: null });
+    // A tenth of the tensor at most became resident (none should).
+    expect(r.result.grown).toBeLessThan(0.1);
+    expect(r.result.ms).toBeLessThan(1000);
+  });
+});

@@ -381,6 +381,26 @@ fn prepack(
     Ok(packed)
 }
 
+/// The memory this process may use at most, where the system says (Linux):
+/// the machine's physical memory, or its control group's limit when lower.
+fn physical_memory() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    let total = kb.checked_mul(1024)?;
+    // cgroup v2: a number of bytes, or "max".
+    let group = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok());
+    Some(group.map_or(total, |g| g.min(total)))
+}
+
 /// A value during a run: borrowed (inputs, constants) or owned.
 enum Slot<'a> {
     Empty,
@@ -650,6 +670,13 @@ impl Backend for CpuBackend {
 
     fn accelerated(&self) -> bool {
         false
+    }
+
+    /// No more than the machine holds: a tensor is one allocation in its
+    /// memory.
+    fn max_tensor_byte_length(&self) -> usize {
+        let max = crate::types::MAX_TENSOR_BYTE_LENGTH;
+        physical_memory().map_or(max, |m| m.min(max))
     }
 
     fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()> {

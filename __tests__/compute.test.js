@@ -7,7 +7,7 @@ const path = require('path');
 const { spawnSync } = require('child_process');
 const { Worker } = require('worker_threads');
 const { MLGraphBuilder } = require('..');
-const { tag, expectThrow, expectClose, buildGraph, cpuContext, constF32 } = require('./helpers');
+const { tag, expectThrow, expectReject, expectClose, buildGraph, cpuContext, constF32 } = require('./helpers');
 
 const ROOT = path.resolve(__dirname, '..');
 
@@ -117,93 +117,93 @@ describe('compute()', () => {
     rs.forEach((r, i) => expect(Array.from(r.outputs.y)).toEqual([2 * i, 2 * i + 2, -2 * i - 2]));
   });
 
-  describe('refused arguments throw TypeError and detach nothing', () => {
+  describe('refused arguments reject with TypeError and detach nothing', () => {
     const bytesOf = (v) => (v.buffer.byteLength === 0 ? [] : Array.from(new Uint8Array(v.buffer, v.byteOffset, v.byteLength)));
 
     // `mentions`: what the message must name (the transfer checks name
     // compute(); the descriptor checks name the argument).
-    function expectRefused(inputs, outputs, ...mentions) {
+    async function expectRefused(inputs, outputs, ...mentions) {
       const before = byteLengths(inputs, outputs);
       const contents = Object.values(inputs).map(bytesOf);
-      expectThrow(() => context.compute(addGraph, inputs, outputs), 'TypeError', ...mentions);
+      await expectReject(context.compute(addGraph, inputs, outputs), 'TypeError', ...mentions);
       expect(byteLengths(inputs, outputs)).toEqual(before);
       Object.values(inputs).forEach((v, i) => {
         expect(bytesOf(v)).toEqual(contents[i]);
       });
     }
 
-    test('a view over a SharedArrayBuffer (input)', () => {
+    test('a view over a SharedArrayBuffer (input)', async () => {
       const { inputs, outputs } = freshArgs();
       const shared = new Float32Array(new SharedArrayBuffer(16));
       shared.set([1, 2, 3, 4]);
-      expectRefused({ a: shared, b: inputs.b }, outputs, 'compute');
+      await expectRefused({ a: shared, b: inputs.b }, outputs, 'compute');
     });
 
-    test('a view over a SharedArrayBuffer (output)', () => {
+    test('a view over a SharedArrayBuffer (output)', async () => {
       const { inputs, outputs } = freshArgs();
-      expectRefused(inputs, { y: outputs.y, z: new Float32Array(new SharedArrayBuffer(16)) }, 'compute');
+      await expectRefused(inputs, { y: outputs.y, z: new Float32Array(new SharedArrayBuffer(16)) }, 'compute');
     });
 
-    test('a subarray that does not span its ArrayBuffer', () => {
+    test('a subarray that does not span its ArrayBuffer', async () => {
       const { inputs, outputs } = freshArgs();
       const big = new Float32Array([1, 2, 3, 4, 5, 6, 7, 8]);
-      expectRefused({ a: big.subarray(0, 4), b: inputs.b }, outputs, 'compute');
-      expectRefused({ a: inputs.a, b: big.subarray(4) }, outputs, 'compute');
-      expectRefused(inputs, { y: new Float32Array(new ArrayBuffer(20), 4, 4), z: outputs.z }, 'compute');
+      await expectRefused({ a: big.subarray(0, 4), b: inputs.b }, outputs, 'compute');
+      await expectRefused({ a: inputs.a, b: big.subarray(4) }, outputs, 'compute');
+      await expectRefused(inputs, { y: new Float32Array(new ArrayBuffer(20), 4, 4), z: outputs.z }, 'compute');
     });
 
-    test('a small pooled Buffer (Buffer.from) as a byte view', () => {
+    test('a small pooled Buffer (Buffer.from) as a byte view', async () => {
       const { inputs, outputs } = freshArgs();
       const pooled = Buffer.from(new Uint8Array(new Float32Array([1, 2, 3, 4]).buffer));
       expect(pooled.buffer.byteLength).toBeGreaterThan(pooled.byteLength);
-      expectRefused({ a: pooled, b: inputs.b }, outputs, 'compute');
+      await expectRefused({ a: pooled, b: inputs.b }, outputs, 'compute');
       // The pool's other bytes are intact.
       expect(pooled.buffer.byteLength).toBeGreaterThan(16);
     });
 
-    test('an already detached buffer', () => {
+    test('an already detached buffer', async () => {
       const { inputs, outputs } = freshArgs();
       const gone = new Float32Array(4);
       detach(gone.buffer);
-      expectRefused({ a: gone, b: inputs.b }, outputs);
+      await expectRefused({ a: gone, b: inputs.b }, outputs);
       const goneOut = new Float32Array(4);
       detach(goneOut.buffer);
-      expectRefused(inputs, { y: goneOut, z: outputs.z });
+      await expectRefused(inputs, { y: goneOut, z: outputs.z });
     });
 
-    test('an ArrayBuffer shared between two arguments', () => {
+    test('an ArrayBuffer shared between two arguments', async () => {
       const { inputs, outputs } = freshArgs();
       // The same view twice.
-      expectRefused({ a: inputs.a, b: inputs.a }, outputs, 'compute');
+      await expectRefused({ a: inputs.a, b: inputs.a }, outputs, 'compute');
       // Two views over one whole buffer: input and output.
-      expectRefused(inputs, { y: outputs.y, z: new Float32Array(inputs.b.buffer) }, 'compute');
+      await expectRefused(inputs, { y: outputs.y, z: new Float32Array(inputs.b.buffer) }, 'compute');
       // Two outputs.
-      expectRefused(inputs, { y: outputs.y, z: new Float32Array(outputs.y.buffer) }, 'compute');
+      await expectRefused(inputs, { y: outputs.y, z: new Float32Array(outputs.y.buffer) }, 'compute');
     });
 
-    test('wrong size, wrong type, missing and extra names', () => {
+    test('wrong size, wrong type, missing and extra names', async () => {
       const { inputs, outputs } = freshArgs();
-      expectRefused({ a: new Float32Array(3), b: inputs.b }, outputs);
-      expectRefused({ a: new Int32Array(4), b: inputs.b }, outputs);
-      expectRefused({ a: inputs.a }, outputs);
-      expectRefused({ ...inputs, c: new Float32Array(4) }, outputs);
-      expectRefused(inputs, { y: outputs.y });
-      expectRefused(inputs, { y: outputs.y, w: outputs.z });
+      await expectRefused({ a: new Float32Array(3), b: inputs.b }, outputs);
+      await expectRefused({ a: new Int32Array(4), b: inputs.b }, outputs);
+      await expectRefused({ a: inputs.a }, outputs);
+      await expectRefused({ ...inputs, c: new Float32Array(4) }, outputs);
+      await expectRefused(inputs, { y: outputs.y });
+      await expectRefused(inputs, { y: outputs.y, w: outputs.z });
     });
 
-    test('a non-view argument', () => {
+    test('a non-view argument', async () => {
       const { inputs, outputs } = freshArgs();
       const before = byteLengths(inputs, outputs);
-      expectThrow(() => context.compute(addGraph, { a: [1, 2, 3, 4], b: inputs.b }, outputs), 'TypeError');
-      expectThrow(() => context.compute(addGraph, { a: inputs.a.buffer, b: inputs.b }, outputs), 'TypeError');
-      expectThrow(() => context.compute(addGraph, inputs, null), 'TypeError');
-      expectThrow(() => context.compute({}, inputs, outputs), 'TypeError');
+      await expectReject(context.compute(addGraph, { a: [1, 2, 3, 4], b: inputs.b }, outputs), 'TypeError');
+      await expectReject(context.compute(addGraph, { a: inputs.a.buffer, b: inputs.b }, outputs), 'TypeError');
+      await expectReject(context.compute(addGraph, inputs, null), 'TypeError');
+      await expectReject(context.compute({}, inputs, outputs), 'TypeError');
       expect(byteLengths(inputs, outputs)).toEqual(before);
     });
 
     test('the refused call leaves the arguments usable for a correct call', async () => {
       const { inputs, outputs } = freshArgs();
-      expectThrow(() => context.compute(addGraph, { a: inputs.a, b: inputs.a }, outputs), 'TypeError');
+      await expectReject(context.compute(addGraph, { a: inputs.a, b: inputs.a }, outputs), 'TypeError');
       const r = await context.compute(addGraph, inputs, outputs);
       expect(Array.from(r.outputs.y)).toEqual([11, 22, 33, 44]);
     });
@@ -221,7 +221,7 @@ describe('compute()', () => {
         const x1 = new Float32Array(new SharedArrayBuffer(8));
         const y1 = new Float32Array(2);
         let name = 'none';
-        try { c.compute(g, { x: x1 }, { y: y1 }); } catch (e) { name = e.name; }
+        await c.compute(g, { x: x1 }, { y: y1 }).catch((e) => { name = e.name; });
         console.log(JSON.stringify({ name, x: x1.byteLength, y: y1.byteLength }));
       })();`;
     const r = spawnSync(process.execPath, ['-e', code], { encoding: 'utf8', timeout: 30000 });
@@ -229,7 +229,7 @@ describe('compute()', () => {
     expect(JSON.parse(r.stdout.trim())).toEqual({ name: 'TypeError', x: 8, y: 8 });
   });
 
-  test('a destroyed graph throws InvalidStateError and detaches nothing', async () => {
+  test('a destroyed graph rejects with InvalidStateError and detaches nothing', async () => {
     const { graph } = await buildGraph(context, (b) => {
       const x = b.input('x', { dataType: 'float32', shape: [2] });
       return { y: b.relu(x) };
@@ -237,7 +237,7 @@ describe('compute()', () => {
     graph.destroy();
     const x = new Float32Array([1, -1]);
     const y = new Float32Array(2);
-    expectThrow(() => context.compute(graph, { x }, { y }), 'InvalidStateError');
+    await expectReject(context.compute(graph, { x }, { y }), 'InvalidStateError');
     expect([x.byteLength, y.byteLength]).toEqual([8, 8]);
   });
 

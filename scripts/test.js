@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// `npm test`: the whole suite. Installs the dev dependencies when they are
-// missing (a fresh clone), builds the addon, runs the Rust unit tests once,
+// `npm test`: the whole suite. Installs the dev dependencies when any is
+// missing (a fresh clone, a new one added), builds the addon, runs the Rust unit tests once,
 // then the jest suite (API tests, the conformance run) and the demo under
 // each Node version asked for, and the install test when asked for.
 //
@@ -28,7 +28,11 @@ for (const a of process.argv.slice(2)) {
   else jestArgs.push(a);
 }
 
-if (!fs.existsSync(path.join(root, 'node_modules', 'jest'))) {
+const pkg = require(path.join(root, 'package.json'));
+const missing = Object.keys(pkg.devDependencies).filter(
+  (name) => !fs.existsSync(path.join(root, 'node_modules', name, 'package.json')),
+);
+if (missing.length) {
   // --ignore-scripts: our own install script (the native build) runs next.
   // `npm install` rather than `npm ci`: the lock records no registry
   // addresses and only this platform's optional packages, which `npm ci`

@@ -42,12 +42,37 @@ macro_rules! with_buf {
     };
 }
 
-fn try_vec<T: Clone>(n: usize, v: T) -> Result<Vec<T>> {
-    let mut out = Vec::new();
-    out.try_reserve_exact(n)
-        .map_err(|_| Error::operation(format!("cannot allocate {n} elements")))?;
-    out.resize(n, v);
-    Ok(out)
+/// Element types whose all-zero bit pattern is the value zero.
+trait ZeroBits: Copy {}
+impl ZeroBits for f32 {}
+impl ZeroBits for u16 {}
+impl ZeroBits for i32 {}
+impl ZeroBits for u32 {}
+impl ZeroBits for i64 {}
+impl ZeroBits for u64 {}
+impl ZeroBits for i8 {}
+impl ZeroBits for u8 {}
+
+/// `n` zeros from the allocator's zeroed memory, or an error when there is
+/// not that much: a large allocation comes as fresh pages that the system
+/// zero-fills on first touch, so a huge tensor is created in constant time
+/// and costs memory only where it is written.
+fn try_zeroed<T: ZeroBits>(n: usize) -> Result<Vec<T>> {
+    let err = || Error::operation(format!("cannot allocate {n} elements"));
+    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| err())?;
+    if layout.size() == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the layout has a non-zero size; zeroed memory is a valid
+    // value of every `ZeroBits` type, so the vector owns `n` initialised
+    // elements, allocated with the layout it will free them with.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout) as *mut T;
+        if p.is_null() {
+            return Err(err());
+        }
+        Ok(Vec::from_raw_parts(p, n, n))
+    }
 }
 
 impl Buf {
@@ -148,14 +173,14 @@ impl Buf {
             return Ok(b);
         }
         Ok(match dt {
-            DataType::Float32 => Buf::F32(try_vec(n, 0.0)?),
-            DataType::Float16 => Buf::F16(try_vec(n, 0)?),
-            DataType::Int32 => Buf::I32(try_vec(n, 0)?),
-            DataType::Uint32 => Buf::U32(try_vec(n, 0)?),
-            DataType::Int64 => Buf::I64(try_vec(n, 0)?),
-            DataType::Uint64 => Buf::U64(try_vec(n, 0)?),
-            DataType::Int8 | DataType::Int4 => Buf::I8(try_vec(n, 0)?),
-            DataType::Uint8 | DataType::Uint4 => Buf::U8(try_vec(n, 0)?),
+            DataType::Float32 => Buf::F32(try_zeroed(n)?),
+            DataType::Float16 => Buf::F16(try_zeroed(n)?),
+            DataType::Int32 => Buf::I32(try_zeroed(n)?),
+            DataType::Uint32 => Buf::U32(try_zeroed(n)?),
+            DataType::Int64 => Buf::I64(try_zeroed(n)?),
+            DataType::Uint64 => Buf::U64(try_zeroed(n)?),
+            DataType::Int8 | DataType::Int4 => Buf::I8(try_zeroed(n)?),
+            DataType::Uint8 | DataType::Uint4 => Buf::U8(try_zeroed(n)?),
         })
     }
 

@@ -14,8 +14,8 @@ use napi::{Env, ValueType};
 use napi_derive::napi;
 
 use super::context::{CtxShared, MLContext};
-use super::convert::{buffer_source, to_val};
-use super::errors::{or_throw, rejected, throw};
+use super::convert::{buffer_source, to_val, to_val_within};
+use super::errors::{from_napi, or_throw, promise, throw};
 use super::raw::{self, JsRaw};
 use super::tensor::MLTensor;
 use crate::error::{Error, Result};
@@ -23,6 +23,9 @@ use crate::graph::args::{descriptor, Ctx};
 use crate::graph::{GraphBuilder, OperandId};
 use crate::timeline::Command;
 use crate::types::OperandDescriptor;
+
+/// The most arguments an operator method reads (lstmCell's seven).
+const MAX_ARGS: u32 = 8;
 
 /// `MLOperand`: an id in its builder, with its descriptor cached so that
 /// `dataType` and `shape` need no lookup.
@@ -176,12 +179,38 @@ impl MLGraphBuilder {
     pub fn op(&mut self, env: Env, name: String, args: JsRaw) -> napi::Result<JsRaw> {
         let r = (|| {
             self.check()?;
-            let n = raw::array_length(env.raw(), args.0).map_err(super::errors::from_napi)?;
-            let mut vals = Vec::with_capacity(n as usize);
-            for i in 0..n {
-                let v = raw::element(env.raw(), args.0, i).map_err(super::errors::from_napi)?;
-                vals.push(to_val(env.raw(), v)?);
-            }
+            let e = env.raw();
+            // WebIDL ignores arguments beyond an operation's own; none has
+            // more than seven.
+            let n = raw::array_length(e, args.0)
+                .map_err(from_napi)?
+                .min(MAX_ARGS);
+            let args: Vec<napi_value> = (0..n)
+                .map(|i| raw::element(e, args.0, i).map_err(from_napi))
+                .collect::<Result<_>>()?;
+            // A list of numbers is indexed by dimension (at most the largest
+            // rank long) or, for split's sizes, by the elements of one
+            // dimension of an operand argument: never longer than both.
+            let longest_dim = args
+                .iter()
+                .filter_map(|&v| unsafe { ClassInstance::<MLOperand>::from_napi_value(e, v) }.ok())
+                .filter(|op| op.builder == self.builder.id)
+                .flat_map(|op| op.desc.shape.iter().copied().max())
+                .max()
+                .unwrap_or(0);
+            let max_list = longest_dim.max(super::convert::MAX_LIST);
+            let vals = args
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    to_val_within(e, v, max_list).map_err(|err| {
+                        Error::new(
+                            err.kind,
+                            format!("{name}: argument {}: {}", i + 1, err.message),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
             self.builder.call(&name, &vals)
         })();
         let ids = or_throw(env.raw(), r)?;
@@ -206,9 +235,20 @@ impl MLGraphBuilder {
         options: Option<JsRaw>,
     ) -> napi::Result<JsRaw> {
         let e = env.raw();
-        let mut label = String::new();
-        let r = (|| {
-            label = super::context::label_of(e, options, "build")?;
+        let r = || {
+            // The arguments are converted (the caller's getters run) before
+            // anything is checked, as WebIDL orders it.
+            if raw::type_of(e, outputs.0).ok() != Some(ValueType::Object) {
+                return Err(Error::type_error(
+                    "build: outputs must be a record of MLOperands",
+                ));
+            }
+            let mut named = Vec::new();
+            for key in raw::keys(e, outputs.0, true).map_err(from_napi)? {
+                let v = raw::get(e, outputs.0, &key).map_err(from_napi)?;
+                named.push((key, to_val(e, v)?));
+            }
+            let label = super::context::label_of(e, options, "build")?;
             if self.ctx.is_lost() {
                 return Err(Error::invalid_state("build: the MLContext is lost"));
             }
@@ -217,20 +257,16 @@ impl MLGraphBuilder {
                     "build: this MLGraphBuilder has already built a graph",
                 ));
             }
-            if raw::type_of(e, outputs.0).ok() != Some(ValueType::Object) {
-                return Err(Error::type_error(
-                    "build: outputs must be a record of MLOperands",
-                ));
-            }
             let ctx = Ctx::new("build");
-            let mut named = Vec::new();
-            for key in raw::keys(e, outputs.0, true).map_err(super::errors::from_napi)? {
-                let v = raw::get(e, outputs.0, &key).map_err(super::errors::from_napi)?;
-                let id =
-                    self.builder
-                        .operand(&ctx, &to_val(e, v)?, &format!("outputs[{key:?}]"))?;
-                named.push((key, id));
-            }
+            let named = named
+                .into_iter()
+                .map(|(key, v)| {
+                    let id = self
+                        .builder
+                        .operand(&ctx, &v, &format!("outputs[{key:?}]"))?;
+                    Ok((key, id))
+                })
+                .collect::<Result<Vec<_>>>()?;
             let graph = self.builder.build(named)?;
             // A constant whose MLTensor was destroyed before build() has
             // no data to build with.
@@ -241,37 +277,38 @@ impl MLGraphBuilder {
                     ));
                 }
             }
-            Ok(graph)
-        })();
-        let graph = match r {
-            Ok(g) => Arc::new(g),
-            Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
+            let graph = Arc::new(graph);
+            let id = self.ctx.next_id();
+            let (req, p) = super::completion::register(
+                e,
+                &self.ctx,
+                super::completion::PendingKind::Graph {
+                    id,
+                    graph: graph.clone(),
+                },
+            )
+            .map_err(from_napi)?;
+            self.ctx.send_or_reject(
+                e,
+                req,
+                Command::Build {
+                    id,
+                    graph,
+                    label,
+                    respond: crate::timeline::Responder::Js(req),
+                },
+            );
+            Ok(p)
         };
-        let id = self.ctx.next_id();
-        let (req, promise) = super::completion::register(
-            e,
-            &self.ctx,
-            super::completion::PendingKind::Graph {
-                id,
-                graph: graph.clone(),
-            },
-        )?;
-        self.ctx.send_or_reject(
-            e,
-            req,
-            Command::Build {
-                id,
-                graph,
-                label,
-                respond: crate::timeline::Responder::Js(req),
-            },
-        );
-        Ok(JsRaw(promise))
+        promise(e, r)
     }
 }
 
 /// The names of every operator method, for index.js to define them.
 #[napi(js_name = "operatorNames")]
-pub fn operator_names() -> Vec<&'static str> {
+pub fn operator_names(env: Env) -> Vec<&'static str> {
+    // index.js calls this as it loads: the moment to keep the intrinsics
+    // that must not be taken from a global object the caller may change.
+    raw::capture_intrinsics(env.raw());
     crate::graph::ops::all().map(|d| d.name).collect()
 }

@@ -13,7 +13,7 @@ use napi_derive::napi;
 
 use super::completion::{self, PendingKind, SharedTsfn};
 use super::convert::{buffer_source, to_val};
-use super::errors::{from_napi, js_error, or_throw, rejected};
+use super::errors::{from_napi, js_error, or_throw, promise};
 use super::raw::{self, JsRaw, StrongRef};
 use super::tensor::{MLGraph, MLTensor, TensorInfo};
 use super::views::{self, ComputeArg, OutView};
@@ -190,8 +190,9 @@ impl MLContext {
         outputs: JsRaw,
     ) -> Result<(ClassInstance<'a, MLGraph>, Vec<ComputeArg>, Vec<ComputeArg>)> {
         let g = MLGraph::from_arg(e, graph)?;
-        g.check_usable(&self.shared)?;
         let (ins, outs) = compute_args(e, &g.graph, inputs, outputs)?;
+        // After the records: their getters may destroy the graph.
+        g.check_usable(&self.shared)?;
         Ok((g, ins, outs))
     }
 
@@ -310,15 +311,23 @@ fn match_names<T>(
 }
 
 /// Views of `compute()` / `computeSync()` checked against the graph.
+///
+/// Both records are read first, and only then are the views inspected:
+/// reading a record runs the caller's getters, which may detach or resize
+/// any buffer, so a view's data pointer and length are taken only once no
+/// more user code can run before they are used.
 fn compute_args(
     env: napi_env,
     graph: &Graph,
     inputs: JsRaw,
     outputs: JsRaw,
 ) -> Result<(Vec<ComputeArg>, Vec<ComputeArg>)> {
-    let read = |v: JsRaw, expected: &[(String, usize)], what: &str| -> Result<Vec<ComputeArg>> {
-        let named = record(env, v.0, what)?;
-        let named = match_names(named, expected, what)?;
+    let named = |v: JsRaw, expected: &[(String, usize)], what: &str| {
+        match_names(record(env, v.0, what)?, expected, what)
+    };
+    let ins = named(inputs, &graph.inputs, "inputs")?;
+    let outs = named(outputs, &graph.outputs, "outputs")?;
+    let views = |named: Vec<(String, napi_value)>, expected: &[(String, usize)], what: &str| {
         named
             .into_iter()
             .zip(expected)
@@ -328,11 +337,11 @@ fn compute_args(
                 views::check_fits(&info, &graph.operands[*operand], &label)?;
                 Ok(ComputeArg { name, info })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()
     };
     Ok((
-        read(inputs, &graph.inputs, "inputs")?,
-        read(outputs, &graph.outputs, "outputs")?,
+        views(ins, &graph.inputs, "inputs")?,
+        views(outs, &graph.outputs, "outputs")?,
     ))
 }
 
@@ -423,22 +432,35 @@ impl MLContext {
     ) -> napi::Result<()> {
         let e = env.raw();
         let r = (|| {
+            // The arguments are converted (the caller's getters run) before
+            // anything is checked, as WebIDL orders it: a getter may
+            // destroy the graph or a tensor, which the checks then see.
             let g = MLGraph::from_arg(e, graph)?;
-            g.check_usable(&self.shared)?;
+            let tensors =
+                |v: JsRaw, what: &str| -> Result<Vec<(String, ClassInstance<MLTensor>)>> {
+                    record(e, v.0, what)?
+                        .into_iter()
+                        .map(|(name, v)| {
+                            let label = format!("{what}[{name:?}]");
+                            Ok((name, MLTensor::from_arg(e, JsRaw(v), &label)?))
+                        })
+                        .collect()
+                };
+            let ins = tensors(inputs, "inputs")?;
+            let outs = tensors(outputs, "outputs")?;
             let label = label_of(e, options, "dispatch")?;
+            g.check_usable(&self.shared)?;
             let mut seen = HashSet::new();
-            let mut tensors = |v: JsRaw,
-                               expected: &[(String, usize)],
-                               what: &str|
+            let mut check = |named: Vec<(String, ClassInstance<MLTensor>)>,
+                             expected: &[(String, usize)],
+                             what: &str|
              -> Result<Vec<u64>> {
-                let named = record(e, v.0, what)?;
                 let named = match_names(named, expected, what)?;
                 named
                     .into_iter()
                     .zip(expected)
-                    .map(|((name, v), (_, operand))| {
+                    .map(|((name, t), (_, operand))| {
                         let label = format!("{what}[{name:?}]");
-                        let t = MLTensor::from_arg(e, JsRaw(v), &label)?;
                         t.check_usable(&self.shared, &label)?;
                         if !seen.insert(t.info.id) {
                             return Err(Error::type_error(format!("{label}: a tensor may appear only once among the inputs and outputs")));
@@ -460,8 +482,8 @@ impl MLContext {
                     })
                     .collect()
             };
-            let ins = tensors(inputs, &g.graph.inputs, "inputs")?;
-            let outs = tensors(outputs, &g.graph.outputs, "outputs")?;
+            let ins = check(ins, &g.graph.inputs, "inputs")?;
+            let outs = check(outs, &g.graph.outputs, "outputs")?;
             self.shared.send(Command::Dispatch {
                 graph: g.id,
                 inputs: ins,
@@ -476,7 +498,7 @@ impl MLContext {
     #[napi]
     pub fn create_tensor(&self, env: Env, desc: JsRaw) -> napi::Result<JsRaw> {
         let e = env.raw();
-        let r = (|| {
+        let r = || {
             self.check_live("createTensor")?;
             let ctx = Ctx::new("createTensor");
             let v = to_val(e, desc.0)?;
@@ -487,14 +509,11 @@ impl MLContext {
                 .opt_string(v.member("label"), "label")?
                 .unwrap_or_default();
             let writable = ctx.bool_or(v.member("writable"), "writable", false)?;
-            Ok(self.tensor_info(d, label, readable, writable, None))
-        })();
-        let info = match r {
-            Ok(i) => i,
-            Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
+            let info = self.tensor_info(d, label, readable, writable, None);
+            let (_, p) = map_err(self.send_create(e, info, true))?;
+            Ok(p)
         };
-        let (_, p) = self.send_create(e, info, true)?;
-        Ok(JsRaw(p))
+        promise(e, r)
     }
 
     /// `createConstantTensor(descriptor, data)`.
@@ -506,7 +525,7 @@ impl MLContext {
         data: JsRaw,
     ) -> napi::Result<JsRaw> {
         let e = env.raw();
-        let r = (|| {
+        let r = || {
             self.check_live("createConstantTensor")?;
             let ctx = Ctx::new("createConstantTensor");
             let v = to_val(e, desc.0)?;
@@ -518,32 +537,29 @@ impl MLContext {
             let bytes = check_source(e, data, &d, "createConstantTensor: data")?;
             let buf = Buf::from_bytes(d.data_type, &bytes, d.element_count())?;
             let constant = Some(Arc::new(bytes));
-            Ok((self.tensor_info(d, label, false, false, constant), buf))
-        })();
-        let (info, buf) = match r {
-            Ok(i) => i,
-            Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
+            let info = self.tensor_info(d, label, false, false, constant);
+            let (id, label) = (info.id, info.label.clone());
+            let (req, p) = map_err(self.send_create(e, info, false))?;
+            self.shared.send_or_reject(
+                e,
+                req,
+                Command::WriteTensor {
+                    id,
+                    data: buf,
+                    label,
+                },
+            );
+            // Resolve once the write is done: a read queued behind it proves it.
+            self.shared.send_or_reject(
+                e,
+                req,
+                Command::Barrier {
+                    respond: Responder::Js(req),
+                },
+            );
+            Ok(p)
         };
-        let (id, label) = (info.id, info.label.clone());
-        let (req, p) = self.send_create(e, info, false)?;
-        self.shared.send_or_reject(
-            e,
-            req,
-            Command::WriteTensor {
-                id,
-                data: buf,
-                label,
-            },
-        );
-        // Resolve once the write is done: a read queued behind it proves it.
-        self.shared.send_or_reject(
-            e,
-            req,
-            Command::Barrier {
-                respond: Responder::Js(req),
-            },
-        );
-        Ok(JsRaw(p))
+        promise(e, r)
     }
 
     /// `writeTensor(tensor, data)`: copies `data` now; the write is queued.
@@ -586,7 +602,7 @@ impl MLContext {
     ) -> napi::Result<JsRaw> {
         let e = env.raw();
         let output = output.filter(|o| raw::type_of(e, o.0).ok() != Some(ValueType::Undefined));
-        let r = (|| {
+        let r = || {
             let t = MLTensor::from_arg(e, tensor, "readTensor: tensor")?;
             t.check_usable(&self.shared, "readTensor: tensor")?;
             if !t.info.readable {
@@ -606,27 +622,24 @@ impl MLContext {
                     }
                 }
             };
-            Ok((t.info.id, kind))
-        })();
-        let (id, kind) = match r {
-            Ok(k) => k,
-            Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
+            let id = t.info.id;
+            let (req, p) = map_err(completion::register(e, &self.shared, kind))?;
+            let waiting = completion::expect_soon(&self.shared.inbox);
+            self.shared.send_or_reject(
+                e,
+                req,
+                Command::ReadTensor {
+                    id,
+                    respond: Responder::Js(req),
+                    sent: std::time::Instant::now(),
+                },
+            );
+            if waiting {
+                completion::settle_soon(e, self.shared.id, &self.shared.inbox, &self.shared.tsfn);
+            }
+            Ok(p)
         };
-        let (req, p) = completion::register(e, &self.shared, kind)?;
-        let waiting = completion::expect_soon(&self.shared.inbox);
-        self.shared.send_or_reject(
-            e,
-            req,
-            Command::ReadTensor {
-                id,
-                respond: Responder::Js(req),
-                sent: std::time::Instant::now(),
-            },
-        );
-        if waiting {
-            completion::settle_soon(e, self.shared.id, &self.shared.inbox, &self.shared.tsfn);
-        }
-        Ok(JsRaw(p))
+        promise(e, r)
     }
 
     /// `opSupportLimits()`.
@@ -650,7 +663,7 @@ impl MLContext {
         outputs: JsRaw,
     ) -> napi::Result<JsRaw> {
         let e = env.raw();
-        let r = (|| {
+        let r = || {
             let (g, ins, outs) = self.compute_call(e, graph, inputs, outputs)?;
             let all: Vec<&ComputeArg> = ins.iter().chain(&outs).collect();
             views::check_transferable(e, &all)?;
@@ -668,31 +681,46 @@ impl MLContext {
                 .zip(&g.graph.outputs)
                 .map(|(a, (_, op))| (a.name.clone(), out_view(a), g.graph.operands[*op].data_type))
                 .collect();
+            // Everything that can fail before the buffers are detached does:
+            // a rejected call leaves the caller's buffers as they were.
+            let (req, p) = map_err(completion::register(
+                e,
+                &self.shared,
+                PendingKind::Compute {
+                    inputs: kept,
+                    outputs: out_views,
+                },
+            ))?;
             for a in &all {
-                map_err(raw::detach(e, a.info.buffer))?;
+                if raw::detach(e, a.info.buffer).is_err() {
+                    // A buffer that cannot be detached (a WebAssembly
+                    // memory's): N-API cannot tell before trying, so the
+                    // buffers before it in the call are detached already.
+                    let err = Error::type_error(format!(
+                        "compute: the buffer of {:?} cannot be transferred",
+                        a.name
+                    ));
+                    if let Some((d, _)) = completion::take(e, req) {
+                        if let Ok(v) = js_error(e, &err) {
+                            let _ = raw::reject(e, d, v);
+                        }
+                    }
+                    return Ok(p);
+                }
             }
-            Ok((g.id, g.graph.clone(), bufs, kept, out_views))
-        })();
-        let (id, graph, bufs, kept, out_views) = or_throw(e, r)?;
-        let (req, p) = completion::register(
-            e,
-            &self.shared,
-            PendingKind::Compute {
-                inputs: kept,
-                outputs: out_views,
-            },
-        )?;
-        self.shared.send_or_reject(
-            e,
-            req,
-            Command::Compute {
-                id,
-                graph,
-                inputs: bufs,
-                respond: Responder::Js(req),
-            },
-        );
-        Ok(JsRaw(p))
+            self.shared.send_or_reject(
+                e,
+                req,
+                Command::Compute {
+                    id: g.id,
+                    graph: g.graph.clone(),
+                    inputs: bufs,
+                    respond: Responder::Js(req),
+                },
+            );
+            Ok(p)
+        };
+        promise(e, r)
     }
 
     /// Extension: `computeSync(graph, inputs, outputs)` blocks until the
@@ -844,45 +872,44 @@ fn context_factory(opts: &Val) -> Result<(BackendFactory, String)> {
 #[napi(js_name = "createContext")]
 pub fn create_context(env: Env, options: Option<JsRaw>) -> napi::Result<JsRaw> {
     let e = env.raw();
-    let opts = match options {
-        Some(o) => to_val(e, o.0),
-        None => Ok(Val::Undefined),
-    };
-    let (factory, label) = match opts.and_then(|o| context_factory(&o)) {
-        Ok(f) => f,
-        Err(err) => return Ok(JsRaw(rejected(e, &err)?)),
-    };
-    let id = NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed);
-    let (tsfn, inbox, sink) = completion::create_sink(e, id)?;
-    let shared = Rc::new(CtxShared {
-        id,
-        timeline: RefCell::new(None),
-        tsfn,
-        inbox,
-        pending: Cell::new(0),
-        lost: Cell::new(false),
-        device_type: Cell::new("cpu"),
-        accelerated: Cell::new(false),
-        max_tensor_bytes: Cell::new(crate::types::MAX_TENSOR_BYTE_LENGTH),
-        next_id: Cell::new(1),
-        lost_promise: RefCell::new(None),
-        lost_message: RefCell::new(None),
-        label,
-    });
-    completion::register_context(e, &shared);
-    let (req, p) = completion::register(e, &shared, PendingKind::Context)?;
-    match Timeline::start(
-        format!("webnn-context-{}", shared.id),
-        factory,
-        Box::new(sink),
-        req,
-    ) {
-        Ok(t) => *shared.timeline.borrow_mut() = Some(t),
-        Err(err) => {
-            if let Some((d, _)) = completion::take(e, req) {
-                raw::reject(e, d, js_error(e, &err)?)?;
+    promise(e, || {
+        let opts = match options {
+            Some(o) => to_val(e, o.0)?,
+            None => Val::Undefined,
+        };
+        let (factory, label) = context_factory(&opts)?;
+        let id = NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed);
+        let (tsfn, inbox, sink) = map_err(completion::create_sink(e, id))?;
+        let shared = Rc::new(CtxShared {
+            id,
+            timeline: RefCell::new(None),
+            tsfn,
+            inbox,
+            pending: Cell::new(0),
+            lost: Cell::new(false),
+            device_type: Cell::new("cpu"),
+            accelerated: Cell::new(false),
+            max_tensor_bytes: Cell::new(crate::types::MAX_TENSOR_BYTE_LENGTH),
+            next_id: Cell::new(1),
+            lost_promise: RefCell::new(None),
+            lost_message: RefCell::new(None),
+            label,
+        });
+        completion::register_context(e, &shared);
+        let (req, p) = map_err(completion::register(e, &shared, PendingKind::Context))?;
+        match Timeline::start(
+            format!("webnn-context-{}", shared.id),
+            factory,
+            Box::new(sink),
+            req,
+        ) {
+            Ok(t) => *shared.timeline.borrow_mut() = Some(t),
+            Err(err) => {
+                if let Some((d, _)) = completion::take(e, req) {
+                    map_err(raw::reject(e, d, map_err(js_error(e, &err))?))?;
+                }
             }
         }
-    }
-    Ok(JsRaw(p))
+        Ok(p)
+    })
 }

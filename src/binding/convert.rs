@@ -18,13 +18,41 @@ fn napi_err(e: napi::Error) -> Error {
     Error::type_error(format!("cannot read the argument: {}", e.reason))
 }
 
-/// Converts a JS value into a [`Val`] tree.
+/// The longest list of numbers or strings that [`to_val`] reads: every
+/// such list in a descriptor or an options dictionary is indexed by
+/// dimension (a shape, axes, padding, strides), so none can be longer than
+/// the largest rank.
+pub const MAX_LIST: usize = crate::graph::ops::MAX_RANK;
+
+/// Converts a JS value into a [`Val`] tree; lists of numbers or strings
+/// longer than [`MAX_LIST`] are refused.
 pub fn to_val(env: napi_env, v: napi_value) -> Result<Val> {
-    to_val_depth(env, v, 0).map_err(napi_err)
+    to_val_within(env, v, MAX_LIST)
 }
 
-fn to_val_depth(env: napi_env, v: napi_value, depth: usize) -> napi::Result<Val> {
-    Ok(match raw::type_of(env, v)? {
+/// Converts a JS value into a [`Val`] tree, refusing at once what no WebNN
+/// argument can be, before anything is read or allocated per element: a
+/// list of numbers or strings longer than `max_list`, a list with a hole
+/// or an `undefined` element (no WebNN sequence holds one). So a sparse
+/// `new Array(2 ** 32 - 1)` fails in constant time and memory, and a long
+/// dense list of numbers after its first element. Lists of operands
+/// (`concat`) are not bounded by `max_list`: their length is the caller's
+/// data, converted one element at a time, and a hole ends them.
+pub fn to_val_within(env: napi_env, v: napi_value, max_list: usize) -> Result<Val> {
+    match to_val_depth(env, v, 0, max_list) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e),
+        Err(e) => Err(napi_err(e)),
+    }
+}
+
+fn to_val_depth(
+    env: napi_env,
+    v: napi_value,
+    depth: usize,
+    max_list: usize,
+) -> napi::Result<Result<Val>> {
+    Ok(Ok(match raw::type_of(env, v)? {
         ValueType::Undefined => Val::Undefined,
         ValueType::Null => Val::Null,
         ValueType::Boolean => Val::Bool(raw::get_bool(env, v)?),
@@ -33,29 +61,54 @@ fn to_val_depth(env: napi_env, v: napi_value, depth: usize) -> napi::Result<Val>
         ValueType::BigInt => Val::BigInt(raw::get_bigint(env, v)?),
         ValueType::Object => {
             if let Ok(op) = unsafe { ClassInstance::<MLOperand>::from_napi_value(env, v) } {
-                return Ok(Val::Operand {
+                return Ok(Ok(Val::Operand {
                     builder: op.builder,
                     id: op.id,
-                });
+                }));
             }
             if raw::view_info(env, v)?.is_some() || raw::is_arraybuffer(env, v)? {
-                return Ok(Val::Other("a buffer"));
+                return Ok(Ok(Val::Other("a buffer")));
             }
             if depth >= MAX_DEPTH {
-                return Ok(Val::Other("a deeply nested object"));
+                return Ok(Ok(Val::Other("a deeply nested object")));
             }
             if raw::is_array(env, v)? {
-                let n = raw::array_length(env, v)?;
-                let mut items = Vec::with_capacity(n as usize);
+                let n = raw::array_length(env, v)? as usize;
+                let mut items: Vec<Val> = Vec::with_capacity(n.min(max_list));
                 for i in 0..n {
-                    items.push(to_val_depth(env, raw::element(env, v, i)?, depth + 1)?);
+                    let item = match to_val_depth(
+                        env,
+                        raw::element(env, v, i as u32)?,
+                        depth + 1,
+                        max_list,
+                    )? {
+                        Ok(item) => item,
+                        Err(e) => return Ok(Err(e)),
+                    };
+                    let refused = match &item {
+                        Val::Undefined => Some(format!(
+                            "element {i} of a list of {n} is undefined (a hole?)"
+                        )),
+                        Val::Operand { .. } => None,
+                        _ if n > max_list => Some(format!(
+                            "a list of {n} values is longer than any such argument can be ({max_list})"
+                        )),
+                        _ => None,
+                    };
+                    if let Some(m) = refused {
+                        return Ok(Err(Error::type_error(m)));
+                    }
+                    items.push(item);
                 }
                 Val::List(items)
             } else {
                 let mut members = Vec::new();
                 for k in raw::keys(env, v, false)? {
                     let item = raw::get(env, v, &k)?;
-                    members.push((k, to_val_depth(env, item, depth + 1)?));
+                    match to_val_depth(env, item, depth + 1, max_list)? {
+                        Ok(item) => members.push((k, item)),
+                        Err(e) => return Ok(Err(e)),
+                    }
                 }
                 Val::Dict(members)
             }
@@ -63,7 +116,7 @@ fn to_val_depth(env: napi_env, v: napi_value, depth: usize) -> napi::Result<Val>
         ValueType::Function => Val::Other("a function"),
         ValueType::Symbol => Val::Other("a symbol"),
         _ => Val::Other("an unsupported value"),
-    })
+    }))
 }
 
 /// Bytes of a buffer source (`AllowSharedBufferSource`): any typed array,
@@ -103,18 +156,9 @@ pub fn buffer_source(env: napi_env, v: napi_value, what: &str) -> Result<BufferS
             let (data, len) = raw::arraybuffer_info(env, v)?;
             return Ok(Some(BufferSource { data, len }));
         }
-        if raw::is_shared_arraybuffer(env, v)? {
-            // N-API has no accessor for SharedArrayBuffer data; a byte view
-            // over it gives the same memory.
-            let view = raw::construct_global(env, "Uint8Array", &[v])?;
-            if let Some(info) = raw::view_info(env, view)? {
-                return Ok(Some(BufferSource {
-                    data: info.data,
-                    len: info.byte_length,
-                }));
-            }
-        }
-        Ok(None)
+        // N-API has no accessor for SharedArrayBuffer data; a byte view
+        // over it gives the same memory.
+        Ok(raw::shared_arraybuffer_bytes(env, v)?.map(|(data, len)| BufferSource { data, len }))
     };
     match inner() {
         Ok(Some(b)) => Ok(b),

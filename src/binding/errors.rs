@@ -45,12 +45,45 @@ pub fn or_throw<T>(env: napi_env, r: crate::error::Result<T>) -> napi::Result<T>
     r.map_err(|e| throw(env, e))
 }
 
-/// A promise already rejected with `e` (for the promise-returning methods,
-/// which report argument errors by rejection as the spec says).
+/// Takes the exception pending in `env`, if any: one that the caller's
+/// code threw (a getter, a Proxy trap) while an argument was read.
+pub fn take_exception(env: napi_env) -> Option<napi_value> {
+    let mut pending = false;
+    unsafe { sys::napi_is_exception_pending(env, &mut pending) };
+    if !pending {
+        return None;
+    }
+    let mut v = ptr::null_mut();
+    let status = unsafe { sys::napi_get_and_clear_last_exception(env, &mut v) };
+    (status == sys::Status::napi_ok && !v.is_null()).then_some(v)
+}
+
+/// A promise already rejected (for the promise-returning methods, which
+/// report argument errors by rejection as WebIDL says): with the exception
+/// the caller's own code threw while its arguments were read, when there is
+/// one (WebIDL passes it on unchanged), else with `e`.
 pub fn rejected(env: napi_env, e: &Error) -> napi::Result<napi_value> {
+    let reason = match take_exception(env) {
+        Some(v) => v,
+        None => js_error(env, e)?,
+    };
     let (d, p) = raw::create_promise(env)?;
-    raw::reject(env, d, js_error(env, e)?)?;
+    raw::reject(env, d, reason)?;
     Ok(p)
+}
+
+/// Runs the body of a promise-returning method: whatever fails in it (a
+/// core error, a failed N-API call, an exception the caller's getter threw)
+/// becomes a rejected promise. Such a method never throws.
+pub fn promise(
+    env: napi_env,
+    body: impl FnOnce() -> std::result::Result<napi_value, Error>,
+) -> napi::Result<super::raw::JsRaw> {
+    let p = match body() {
+        Ok(p) => p,
+        Err(e) => rejected(env, &e)?,
+    };
+    Ok(super::raw::JsRaw(p))
 }
 
 /// Converts napi failures (e.g. a failed N-API call) to a core UnknownError.

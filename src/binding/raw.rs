@@ -248,25 +248,74 @@ pub fn instance_of_global(env: napi_env, v: napi_value, ctor: &str) -> Result<bo
     Ok(b)
 }
 
-/// Whether `v` is a SharedArrayBuffer of any realm (`instanceof` would
-/// miss one from a vm context or jest's sandbox): asks the main realm's
-/// `Object.prototype.toString`, which reads the internal slot.
-pub fn is_shared_arraybuffer(env: napi_env, v: napi_value) -> Result<bool> {
+thread_local! {
+    /// This JS thread's `SharedArrayBuffer.prototype.byteLength` getter and
+    /// `Uint8Array` constructor, taken from the global object the first
+    /// time they are needed (index.js asks at load, before any caller's
+    /// code can replace them).
+    static SAB_INTRINSICS: std::cell::RefCell<Option<(StrongRef, StrongRef)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn sab_intrinsics(env: napi_env) -> Result<(napi_value, napi_value)> {
+    SAB_INTRINSICS.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        if slot.is_none() {
+            let g = global(env)?;
+            let proto = get(env, get(env, g, "SharedArrayBuffer")?, "prototype")?;
+            let object = get(env, g, "Object")?;
+            let describe = get(env, object, "getOwnPropertyDescriptor")?;
+            let key = string(env, "byteLength")?;
+            let mut d = ptr::null_mut();
+            call!(napi_call_function(
+                env,
+                object,
+                describe,
+                2,
+                [proto, key].as_ptr(),
+                &mut d
+            ))?;
+            let getter = get(env, d, "get")?;
+            let u8 = get(env, g, "Uint8Array")?;
+            *slot = Some((StrongRef::new(env, getter)?, StrongRef::new(env, u8)?));
+        }
+        let (getter, u8) = slot.as_ref().expect("filled above");
+        Ok((getter.get(env)?, u8.get(env)?))
+    })
+}
+
+/// Takes the intrinsics [`shared_arraybuffer_bytes`] needs, so that code
+/// run later (a caller's) cannot replace them.
+pub fn capture_intrinsics(env: napi_env) {
+    let _ = sab_intrinsics(env);
+}
+
+/// Data and length of `v` when it is a SharedArrayBuffer (of any realm),
+/// `None` otherwise. Runs none of the caller's code: the byteLength
+/// getter checks the internal slot and throws for anything else (a Proxy
+/// included, without consulting its traps), and a Uint8Array over a real
+/// SharedArrayBuffer reads nothing the caller can change.
+pub fn shared_arraybuffer_bytes(env: napi_env, v: napi_value) -> Result<Option<(*mut u8, usize)>> {
     if type_of(env, v)? != ValueType::Object || is_arraybuffer(env, v)? {
-        return Ok(false);
+        return Ok(None);
     }
-    let object = get(env, global(env)?, "Object")?;
-    let to_string = get(env, get(env, object, "prototype")?, "toString")?;
-    let mut tag = ptr::null_mut();
-    call!(napi_call_function(
-        env,
-        v,
-        to_string,
-        0,
-        ptr::null(),
-        &mut tag
-    ))?;
-    Ok(get_string(env, tag)? == "[object SharedArrayBuffer]")
+    let (getter, u8) = sab_intrinsics(env)?;
+    let mut len = ptr::null_mut();
+    let status = unsafe { sys::napi_call_function(env, v, getter, 0, ptr::null(), &mut len) };
+    if status != sys::Status::napi_ok {
+        // Not a SharedArrayBuffer: the getter's TypeError is ours to drop.
+        let mut e = ptr::null_mut();
+        unsafe { sys::napi_get_and_clear_last_exception(env, &mut e) };
+        return Ok(None);
+    }
+    let mut view = ptr::null_mut();
+    call!(napi_new_instance(env, u8, 1, [v].as_ptr(), &mut view))?;
+    Ok(view_info(env, view)?.map(|i| (i.data, i.byte_length)))
+}
+
+/// Whether `v` is a SharedArrayBuffer of any realm.
+pub fn is_shared_arraybuffer(env: napi_env, v: napi_value) -> Result<bool> {
+    Ok(shared_arraybuffer_bytes(env, v)?.is_some())
 }
 
 /// `new globalThis[ctor](...args)`.

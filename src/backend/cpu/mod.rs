@@ -381,6 +381,26 @@ fn prepack(
     Ok(packed)
 }
 
+/// The memory this process may use at most, where the system says (Linux):
+/// the machine's physical memory, or its control group's limit when lower.
+fn physical_memory() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    let total = kb.checked_mul(1024)?;
+    // cgroup v2: a number of bytes, or "max".
+    let group = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok());
+    Some(group.map_or(total, |g| g.min(total)))
+}
+
 /// A value during a run: borrowed (inputs, constants) or owned.
 enum Slot<'a> {
     Empty,
@@ -620,23 +640,27 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
         }
         free_dead(cg, n, &mut slots, &mut live);
     }
-    g.outputs
-        .iter()
-        .map(
-            |(_, id)| match std::mem::replace(&mut slots[*id], Slot::Empty) {
-                // Graph outputs are plain NCHW.
-                Slot::Owned(b) if cg.nchwc.as_ref().is_some_and(|pl| pl.is_blocked(*id)) => {
-                    let plain = nchwc::to_nchw(&b, &g.operands[*id]);
-                    b.recycle();
-                    plain
-                }
-                Slot::Owned(b) => Ok(b),
-                Slot::Borrowed(b) => Ok(b.clone()),
-                // The same operand bound to two output names.
-                Slot::Empty => Err(Error::operation("an output was consumed twice")),
+    // One operand may be bound to several output names: the first takes its
+    // buffer, the others copy that result.
+    let mut results: Vec<Buf> = Vec::with_capacity(g.outputs.len());
+    for (k, (_, id)) in g.outputs.iter().enumerate() {
+        let out = match std::mem::replace(&mut slots[*id], Slot::Empty) {
+            // Graph outputs are plain NCHW.
+            Slot::Owned(b) if cg.nchwc.as_ref().is_some_and(|pl| pl.is_blocked(*id)) => {
+                let plain = nchwc::to_nchw(&b, &g.operands[*id]);
+                b.recycle();
+                plain?
+            }
+            Slot::Owned(b) => b,
+            Slot::Borrowed(b) => b.clone(),
+            Slot::Empty => match g.outputs[..k].iter().position(|(_, o)| o == id) {
+                Some(first) => results[first].pooled_clone(),
+                None => return Err(Error::operation("an output was never computed")),
             },
-        )
-        .collect()
+        };
+        results.push(out);
+    }
+    Ok(results)
 }
 
 impl Backend for CpuBackend {
@@ -646,6 +670,13 @@ impl Backend for CpuBackend {
 
     fn accelerated(&self) -> bool {
         false
+    }
+
+    /// No more than the machine holds: a tensor is one allocation in its
+    /// memory.
+    fn max_tensor_byte_length(&self) -> usize {
+        let max = crate::types::MAX_TENSOR_BYTE_LENGTH;
+        physical_memory().map_or(max, |m| m.min(max))
     }
 
     fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()> {
@@ -897,6 +928,41 @@ mod tests {
         });
         rx.recv_timeout(std::time::Duration::from_secs(120))
             .expect("3000 dispatches did not finish in 120 s: a deadlock");
+    }
+
+    /// One operand bound to two output names: both get its values, through
+    /// compute and through dispatch (twice: the first run must not use the
+    /// result up).
+    #[test]
+    fn one_operand_under_two_output_names() {
+        use crate::graph::args::Val;
+        let mut b = crate::graph::GraphBuilder::new();
+        let x = b.input("x", f32_desc(&[4])).unwrap();
+        let builder = b.id;
+        let op = |id| Val::Operand { builder, id };
+        let y = b.call("relu", &[op(x)]).unwrap()[0];
+        let z = b.call("neg", &[op(y)]).unwrap()[0];
+        let g = Arc::new(
+            b.build(vec![("a".into(), y), ("b".into(), y), ("c".into(), z)])
+                .unwrap(),
+        );
+        let mut cpu = CpuBackend::new();
+        cpu.compile(1, g.clone()).unwrap();
+        let input = Buf::F32(vec![-1.0, 2.0, -3.0, 4.0]);
+        let relu = Buf::F32(vec![0.0, 2.0, 0.0, 4.0]);
+        let neg = Buf::F32(vec![-0.0, -2.0, -0.0, -4.0]);
+        let out = cpu.compute(1, &g, vec![input.clone()]).unwrap();
+        assert_eq!(out, vec![relu.clone(), relu.clone(), neg.clone()]);
+        cpu.create_tensor(10, &f32_desc(&[4])).unwrap();
+        cpu.write_tensor(10, input).unwrap();
+        for t in 11..14 {
+            cpu.create_tensor(t, &f32_desc(&[4])).unwrap();
+        }
+        for _ in 0..2 {
+            cpu.dispatch(1, &[10], &[11, 12, 13]).unwrap();
+            let read: Vec<Buf> = (11..14).map(|t| cpu.read_tensor(t).unwrap()).collect();
+            assert_eq!(read, vec![relu.clone(), relu.clone(), neg.clone()]);
+        }
     }
 
     /// matmul and gemm (B transposed) with constant B: compile packs B,

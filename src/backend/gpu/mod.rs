@@ -646,6 +646,14 @@ impl GpuBackend {
         }
     }
 
+    /// Submits the writes queued so far and lets wgpu free what finished
+    /// work no longer needs (staging memory, dropped buffers), without
+    /// waiting for the device.
+    fn release_staged(&self) {
+        self.gpu.queue.submit([]);
+        let _ = self.gpu.device.poll(wgpu::PollType::Poll);
+    }
+
     /// Checks that every node is supported before anything is allocated
     /// (each family refuses finer combinations when it builds its steps).
     fn check_supported(graph: &Graph) -> Result<()> {
@@ -1046,13 +1054,20 @@ impl Backend for GpuBackend {
     }
 
     fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()> {
-        let compiled = self.build(&graph)?;
-        self.graphs.insert(id, compiled);
+        let compiled = self.build(&graph);
+        // The constant and parameter uploads wait in wgpu's queue for the
+        // next submission, holding their staging memory (and the buffers
+        // they write) until then: with no dispatch between builds, every
+        // graph built, even destroyed, stayed in memory. Submit them now.
+        self.release_staged();
+        self.graphs.insert(id, compiled?);
         Ok(())
     }
 
     fn destroy_graph(&mut self, id: GraphId) {
         self.graphs.remove(&id);
+        // wgpu frees dropped resources when the device is maintained.
+        self.release_staged();
     }
 
     fn dispatch(

@@ -438,6 +438,8 @@ pub struct GpuBackend {
     lost: Arc<Mutex<Option<String>>>,
     gpu: Gpu,
     accelerated: bool,
+    /// What the device was opened for (it goes back to the pool as such).
+    power_preference: wgpu::PowerPreference,
     tensors: HashMap<TensorId, GpuTensor>,
     graphs: HashMap<GraphId, CompiledGraph>,
     /// Finishes asynchronous reads (declared last: dropped, and joined,
@@ -541,31 +543,98 @@ fn finish_read(
     out
 }
 
+/// An opened GPU: what [`DEVICES`] keeps between contexts.
+struct OpenDevice {
+    power_preference: wgpu::PowerPreference,
+    accelerated: bool,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+}
+
+/// Devices of destroyed contexts, reused by later ones and never destroyed.
+/// NVIDIA's Vulkan driver (580, H100) crashes the process in the teardown
+/// of a device (a destroyed context, or the exit hook's release of a live
+/// one), while a device still open at exit is harmless; reusing also
+/// saves the seconds that opening a device takes.
+static DEVICES: Mutex<Vec<OpenDevice>> = Mutex::new(Vec::new());
+
+/// Opens a device for `power_preference`, or takes back a pooled one.
+fn open_device(power_preference: wgpu::PowerPreference) -> Result<OpenDevice> {
+    {
+        let mut pool = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = pool
+            .iter()
+            .position(|d| d.power_preference == power_preference)
+        {
+            return Ok(pool.swap_remove(i));
+        }
+    }
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::VULKAN;
+    let instance = wgpu::Instance::new(desc);
+    let adapter = block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference,
+        ..Default::default()
+    }))
+    .map_err(|e| Error::not_supported(format!("no GPU adapter is available ({e})")))?;
+    let info = adapter.get_info();
+    // The adapter's own limits: WebNN tensors easily exceed WebGPU's
+    // conservative defaults (128 MiB storage bindings).
+    let limits = adapter.limits();
+    let (device, queue) = block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("webnn"),
+        required_limits: limits,
+        ..Default::default()
+    }))
+    .map_err(|e| Error::not_supported(format!("cannot open the GPU {:?}: {e}", info.name)))?;
+    Ok(OpenDevice {
+        power_preference,
+        accelerated: info.device_type != wgpu::DeviceType::Cpu,
+        device,
+        queue,
+    })
+}
+
+impl Drop for GpuBackend {
+    fn drop(&mut self) {
+        // Release this context's resources, let the GPU finish, and pool
+        // the device unless it was lost.
+        self.tensors.clear();
+        self.graphs.clear();
+        self.gpu.pipelines.clear();
+        let _ = self.gpu.device.poll(wgpu::PollType::wait_indefinitely());
+        if self
+            .lost
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+        {
+            DEVICES
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(OpenDevice {
+                    power_preference: self.power_preference,
+                    accelerated: self.accelerated,
+                    device: self.gpu.device.clone(),
+                    queue: self.gpu.queue.clone(),
+                });
+        }
+    }
+}
+
 impl GpuBackend {
     fn new(power_preference: &str) -> Result<Self> {
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        desc.backends = wgpu::Backends::VULKAN;
-        let instance = wgpu::Instance::new(desc);
         let power_preference = match power_preference {
             "high-performance" => wgpu::PowerPreference::HighPerformance,
             "low-power" => wgpu::PowerPreference::LowPower,
             _ => wgpu::PowerPreference::None,
         };
-        let adapter = block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
-            power_preference,
-            ..Default::default()
-        }))
-        .map_err(|e| Error::not_supported(format!("no GPU adapter is available ({e})")))?;
-        let info = adapter.get_info();
-        // The adapter's own limits: WebNN tensors easily exceed WebGPU's
-        // conservative defaults (128 MiB storage bindings).
-        let limits = adapter.limits();
-        let (device, queue) = block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("webnn"),
-            required_limits: limits.clone(),
-            ..Default::default()
-        }))
-        .map_err(|e| Error::not_supported(format!("cannot open the GPU {:?}: {e}", info.name)))?;
+        let OpenDevice {
+            accelerated,
+            device,
+            queue,
+            ..
+        } = open_device(power_preference)?;
         let uncaptured = Arc::new(Mutex::new(Vec::new()));
         let sink = uncaptured.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
@@ -593,7 +662,8 @@ impl GpuBackend {
                 pipelines: HashMap::new(),
                 uncaptured,
             },
-            accelerated: info.device_type != wgpu::DeviceType::Cpu,
+            accelerated,
+            power_preference,
             lost,
             tensors: HashMap::new(),
             graphs: HashMap::new(),
@@ -1125,6 +1195,30 @@ mod tests {
     use crate::error::ErrorKind;
     use crate::graph::args::Val;
     use crate::graph::GraphBuilder;
+
+    /// A destroyed context's device goes to the next context instead of
+    /// being torn down (which crashes NVIDIA's driver, see `DEVICES`).
+    /// "low-power": no other test opens devices for it, so the pool's
+    /// low-power entries are this test's own.
+    #[test]
+    fn a_dropped_backend_leaves_its_device_to_the_next() {
+        let first = match GpuBackend::new("low-power") {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("skipping the GPU test: {}", e.message);
+                return;
+            }
+        };
+        let device = first.gpu.device.clone();
+        drop(first);
+        let second = GpuBackend::new("low-power").expect("the pooled device");
+        assert!(second.gpu.device == device);
+        assert!(DEVICES
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|d| d.power_preference != wgpu::PowerPreference::LowPower));
+    }
 
     #[test]
     fn device_identity() {

@@ -1,0 +1,318 @@
+//! The direct (groups 1) blocked convolution: tiles of output pixels
+//! by output channel blocks, and its epilogue (bias, bounds, residual).
+
+use std::arch::x86_64::*;
+
+use rayon::prelude::*;
+
+use super::par::{for_units, Out, PAR_WORK};
+use super::{Panel, L};
+use crate::graph::op::Conv2dParams;
+
+/// Bytes of input a direct convolution's task reads (kept in L2 while
+/// each filter panel passes over it).
+const CHUNK_BYTES: usize = 160 << 10;
+/// Output pixels per tile of the direct kernel for a panel of 2
+/// blocks (12 accumulators); a single block takes twice as many, so
+/// that it too has 12 independent chains of multiply-adds (with 6 it
+/// waits on their latency: 144 -> 24 channels on 56x56, 418 -> 382 us).
+const MR: usize = 6;
+
+fn tile_pixels(nb: usize) -> usize {
+    if nb == 1 {
+        2 * MR
+    } else {
+        MR
+    }
+}
+
+/// What every tile of one direct convolution shares.
+struct Geometry<'a> {
+    /// Floats between the tile's pixels in the input (stride * 8).
+    px: usize,
+    /// Offsets of the kernel taps from a pixel's first tap.
+    taps: &'a [usize],
+    /// Floats between input channel blocks.
+    ibs: usize,
+    icb: usize,
+    /// Plain input: its channels (one block) and the floats between
+    /// their planes.
+    cl: usize,
+    cs: usize,
+    /// Floats between output channel blocks.
+    obs: usize,
+    lo: f32,
+    hi: f32,
+}
+
+/// One tile: `MR` output pixels (consecutive in a row) by `NB` output
+/// channel blocks, summed over every input block and tap, then the
+/// bias, the bounds and the residual (see [`Ends`]).
+///
+/// # Safety
+/// AVX2 and FMA; `x` is the tile's first pixel's first tap in input
+/// block 0, and every tap of every pixel in every block lies inside
+/// the input; `w` is the panel; `out` the tile's first pixel in output
+/// block `ob0`, and the tile's cells of the `NB` blocks are the
+/// caller's.
+/// With `PLAIN`, the input is NCHW: one block of `g.cl` channels
+/// `g.cs` floats apart.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile<const M: usize, const NB: usize, const PLAIN: bool>(
+    g: &Geometry,
+    x: *const f32,
+    w: *const f32,
+    Ends { bias, sum }: Ends,
+    out: *mut f32,
+) {
+    let mut acc = [[_mm256_setzero_ps(); NB]; M];
+    let mut wp = w;
+    // SAFETY: see the contract; the panel is icb * taps * 8 rows of
+    // NB * 8 floats, read in order.
+    unsafe {
+        for ib in 0..g.icb {
+            let xb = x.add(ib * g.ibs);
+            for &t in g.taps {
+                let a = xb.add(t);
+                // One input channel: a row of the panel times each
+                // pixel's value.
+                let mut step = |c: *const f32| {
+                    let mut bv = [_mm256_setzero_ps(); NB];
+                    for (v, b) in bv.iter_mut().enumerate() {
+                        *b = _mm256_loadu_ps(wp.add(v * L));
+                    }
+                    wp = wp.add(NB * L);
+                    for (r, row) in acc.iter_mut().enumerate() {
+                        let av = _mm256_broadcast_ss(&*c.add(r * g.px));
+                        for (y, &b) in row.iter_mut().zip(&bv) {
+                            *y = _mm256_fmadd_ps(av, b, *y);
+                        }
+                    }
+                };
+                if PLAIN {
+                    for ci in 0..g.cl {
+                        step(a.add(ci * g.cs));
+                    }
+                } else {
+                    for ci in 0..L {
+                        step(a.add(ci));
+                    }
+                }
+            }
+        }
+        let (lo, hi) = (_mm256_set1_ps(g.lo), _mm256_set1_ps(g.hi));
+        for v in 0..NB {
+            let b = if bias.is_null() {
+                _mm256_set1_ps(-0.0)
+            } else {
+                _mm256_loadu_ps(bias.add(v * L))
+            };
+            for (r, row) in acc.iter().enumerate() {
+                // Second operands win on NaN and equal zeros: the
+                // clamp operator's results.
+                let mut y = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_add_ps(row[v], b)));
+                if !sum.is_null() {
+                    y = _mm256_add_ps(y, _mm256_loadu_ps(sum.add(v * g.obs + r * L)));
+                }
+                _mm256_storeu_ps(out.add(v * g.obs + r * L), y);
+            }
+        }
+    }
+}
+
+/// What a tile adds to its products: the panel's bias (`NB * 8`
+/// values, or null) and, after the bounds, a residual laid out as the
+/// output (the tile's first cell, or null).
+#[derive(Clone, Copy)]
+struct Ends {
+    bias: *const f32,
+    sum: *const f32,
+}
+
+/// [`tile`] for a run-time pixel count (1..=MR) and block count.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_n<const PLAIN: bool>(
+    m: usize,
+    nb: usize,
+    g: &Geometry,
+    x: *const f32,
+    w: *const f32,
+    ends: Ends,
+    out: *mut f32,
+) {
+    macro_rules! go {
+        ($($nb:literal: $($m:literal)*);*) => {
+            match (m, nb) {
+                $($(($m, $nb) => tile::<$m, $nb, PLAIN>(g, x, w, ends, out),)*)*
+                _ => unreachable!("tile of {m} pixels by {nb} blocks"),
+            }
+        };
+    }
+    // SAFETY: the caller's contract is tile's.
+    unsafe { go!(2: 1 2 3 4 5 6; 1: 1 2 3 4 5 6 7 8 9 10 11 12) }
+}
+
+/// The input planes with their padding (zeros) around: `[planes, hp,
+/// wp, lanes]` (lanes: 8 for blocks, 1 for NCHW planes).
+fn pad(
+    x: &[f32],
+    planes: usize,
+    (h, w): (usize, usize),
+    pad: [usize; 4],
+    lanes: usize,
+) -> Vec<f32> {
+    let [pt, pb, pl, pr] = pad;
+    let (hp, wp) = (h + pt + pb, w + pl + pr);
+    let mut out = crate::tensor::Buf::f32_for_overwrite(planes * hp * wp * lanes);
+    let fill = |(b, dst): (usize, &mut [f32])| {
+        let src = &x[b * h * w * lanes..(b + 1) * h * w * lanes];
+        dst[..pt * wp * lanes].fill(0.0);
+        dst[(pt + h) * wp * lanes..].fill(0.0);
+        for y in 0..h {
+            let row = &mut dst[(pt + y) * wp * lanes..(pt + y + 1) * wp * lanes];
+            row[..pl * lanes].fill(0.0);
+            row[(pl + w) * lanes..].fill(0.0);
+            row[pl * lanes..(pl + w) * lanes]
+                .copy_from_slice(&src[y * w * lanes..(y + 1) * w * lanes]);
+        }
+    };
+    if planes * hp * wp * lanes >= 1 << 16 {
+        out.par_chunks_mut(hp * wp * lanes)
+            .enumerate()
+            .for_each(fill);
+    } else {
+        out.chunks_mut(hp * wp * lanes).enumerate().for_each(fill);
+    }
+    out
+}
+
+/// A plain (groups 1) convolution of blocked `x` into blocked `res`.
+///
+/// # Safety
+/// AVX2 and FMA; the sizes and the taps' reach match `p` (checked by
+/// `super::conv`).
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn direct(
+    w: &[f32],
+    panels: &[Panel],
+    plain: bool,
+    p: &Conv2dParams,
+    x: &[f32],
+    bias: Option<&[f32]>,
+    (lo, hi): (f32, f32),
+    sum: Option<&[f32]>,
+    res: &mut [f32],
+) {
+    let (n, ocb) = (p.batch, p.out_channels / L);
+    // Plain input: one block of all its channels, one float per pixel.
+    let (icb, lanes) = if plain {
+        (1, 1)
+    } else {
+        (p.in_channels / L, L)
+    };
+    let ic = p.in_channels;
+    let (kh, kw) = (p.kernel_h, p.kernel_w);
+    let [pt, pb, pl, pr] = p.padding;
+    // A 1x1 kernel at unit strides without padding: the planes are one
+    // long row, so tiles run across row ends.
+    let flat = kh == 1 && kw == 1 && p.strides == [1, 1] && p.padding == [0; 4];
+    let (hp, wp) = if flat {
+        (1, p.in_h * p.in_w)
+    } else {
+        (p.in_h + pt + pb, p.in_w + pl + pr)
+    };
+    let (oh, ow) = if flat {
+        (1, p.out_h * p.out_w)
+    } else {
+        (p.out_h, p.out_w)
+    };
+    let (sh, sw) = if flat {
+        (1, 1)
+    } else {
+        (p.strides[0], p.strides[1])
+    };
+    let planes = if plain { n * ic } else { n * icb };
+    let padded = (p.padding != [0; 4]).then(|| pad(x, planes, (p.in_h, p.in_w), p.padding, lanes));
+    let xp: &[f32] = padded.as_deref().unwrap_or(x);
+    let taps: Vec<usize> = (0..kh)
+        .flat_map(|ky| {
+            (0..kw).map(move |kx| (ky * p.dilations[0] * wp + kx * p.dilations[1]) * lanes)
+        })
+        .collect();
+    let g = Geometry {
+        px: sw * lanes,
+        taps: &taps,
+        ibs: hp * wp * lanes,
+        icb,
+        cl: ic,
+        cs: hp * wp,
+        obs: oh * ow * L,
+        lo,
+        hi,
+    };
+    let pixels = oh * ow;
+    // Pixels per task: their input (rows of the kernel's height) stays
+    // in L2 while each panel of the filter passes over it.
+    let per_px = ic * 4 * kh * sh.max(1);
+    let chunk = (CHUNK_BYTES / per_px.max(1)).clamp(MR, pixels.max(MR));
+    let work = n * pixels * ocb * L * ic * taps.len();
+    let par = work >= PAR_WORK;
+    let threads = rayon::current_num_threads();
+    // A whole number of chunks per thread (then a little smaller).
+    let mut chunks = pixels.div_ceil(chunk);
+    if par {
+        chunks = chunks.div_ceil(threads) * threads;
+    }
+    let chunk = pixels.div_ceil(chunks).max(1);
+    let chunks = pixels.div_ceil(chunk);
+    // Too few chunks to go round: split the panels too.
+    let groups = if par && n * chunks < 4 * threads {
+        (4 * threads).div_ceil(n * chunks).min(panels.len())
+    } else {
+        1
+    };
+    let (o, xs, ws) = (
+        Out(res.as_mut_ptr()),
+        xp.as_ptr() as usize,
+        w.as_ptr() as usize,
+    );
+    let bs = bias.map(|b| b.as_ptr() as usize);
+    let ss = sum.map(|r| r.as_ptr() as usize);
+    let g = &g;
+    for_units(n * chunks * groups, par, move |u| {
+        let _ = &o;
+        let (b, c, gi) = (u / (chunks * groups), (u / groups) % chunks, u % groups);
+        let (p0, p1) = (c * chunk, ((c + 1) * chunk).min(pixels));
+        let mine = &panels[gi * panels.len() / groups..(gi + 1) * panels.len() / groups];
+        for pn in mine {
+            let mr = tile_pixels(pn.nb);
+            let mut q = p0;
+            while q < p1 {
+                let (oy, ox) = (q / ow, q % ow);
+                let m = mr.min(ow - ox).min(p1 - q);
+                // SAFETY: tile's contract: the pixel's taps lie in the
+                // (padded) input by the reach check; the tile's output
+                // cells belong to this unit (its pixels, its panels).
+                unsafe {
+                    let xq =
+                        (xs as *const f32).add(b * ic * hp * wp + (oy * sh * wp + ox * sw) * lanes);
+                    let at = (b * ocb + pn.ob0) * g.obs + q * L;
+                    let oq = o.0.add(at);
+                    let sq = ss.map_or(std::ptr::null(), |sp| (sp as *const f32).add(at));
+                    let bq = bs.map_or(std::ptr::null(), |bp| (bp as *const f32).add(pn.ob0 * L));
+                    let wq = (ws as *const f32).add(pn.off);
+                    let ends = Ends { bias: bq, sum: sq };
+                    if plain {
+                        tile_n::<true>(m, pn.nb, g, xq, wq, ends, oq);
+                    } else {
+                        tile_n::<false>(m, pn.nb, g, xq, wq, ends, oq);
+                    }
+                }
+                q += m;
+            }
+        }
+    });
+    if let Some(v) = padded {
+        crate::tensor::Buf::F32(v).recycle();
+    }
+}

@@ -1,8 +1,7 @@
 //! The depthwise blocked convolution.
 
-use std::arch::x86_64::*;
-
 use super::par::{for_units, Out, PAR_WORK};
+use super::simd::Vf;
 use super::L;
 use crate::graph::op::Conv2dParams;
 
@@ -11,9 +10,13 @@ use crate::graph::op::Conv2dParams;
 /// multiply-add per further tap (padding taps read zeros), then the
 /// bias and bounds, as the NCHW kernels compute it.
 ///
+/// Runs of pixels at unit stride run on `V` (whose vectors hold `W / 8`
+/// neighbouring pixels), the rest on `N` (8 lanes, one pixel).
+///
 /// # Safety
-/// AVX2 and FMA; sizes as `p` says (checked by `super::conv`).
-pub(super) unsafe fn depthwise(
+/// The CPU has `V`'s features, which include `N`'s; sizes as `p` says
+/// (checked by `super::conv`).
+pub(super) unsafe fn depthwise<V: Vf, N: Vf>(
     w: &[f32],
     p: &Conv2dParams,
     x: &[f32],
@@ -43,7 +46,12 @@ pub(super) unsafe fn depthwise(
             std::slice::from_raw_parts_mut(o.0.add((plane * oh + y0) * ow * L), (y1 - y0) * ow * L)
         };
         // SAFETY: the caller's features.
-        unsafe { depthwise_rows(xs, ws, bv, bounds, p, y0..y1, dst) };
+        unsafe {
+            V::with(
+                #[inline(always)]
+                || depthwise_rows::<V, N>(xs, ws, bv, bounds, p, y0..y1, dst),
+            )
+        };
     });
 }
 
@@ -55,8 +63,11 @@ pub(super) unsafe fn depthwise(
 /// at the top and bottom. Either way eight pixels at a time, across
 /// row ends, so that a narrow plane (7x7) still has eight independent
 /// chains of multiply-adds.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn depthwise_rows(
+///
+/// # Safety
+/// Runs with `V`'s features.
+#[inline(always)]
+unsafe fn depthwise_rows<V: Vf, N: Vf>(
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
@@ -73,19 +84,15 @@ unsafe fn depthwise_rows(
     if kh * kw == 0 || ys.is_empty() {
         return;
     }
-    let bv = match bias {
-        // SAFETY: 8 floats.
-        Some(b) => unsafe { _mm256_loadu_ps(b[..L].as_ptr()) },
-        None => _mm256_set1_ps(-0.0),
-    };
-    let (lov, hiv) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
     let k = Kernel {
         w,
         kh,
         kw,
         dh,
         dw,
-        fin: (bv, lov, hiv),
+        bias: bias.map_or(std::ptr::null(), |b| b[..L].as_ptr()),
+        lo,
+        hi,
     };
     // Rows whose taps all lie inside the input, [ia, ib), and columns
     // whose taps all lie inside a row, [ox_lo, ox_hi).
@@ -108,12 +115,16 @@ unsafe fn depthwise_rows(
             let c = (ox * sw) as isize - pl as isize - c0;
             (r as usize * cols + c as usize) * L
         };
+        let at = |oy: usize, ox: usize| out.wrapping_add(((oy - y0) * ow + ox) * L);
         // SAFETY: every tap of these pixels lies inside `src` (the
-        // callers' regions), and (oy, ox) is a pixel of `dst`.
+        // callers' regions), and (oy, ox) is a pixel of `dst`; the
+        // caller's features. (A closure does not inherit them: `with`
+        // compiles the kernel with them wherever this one lands.)
         unsafe {
-            k.rect(src, cols, sw * L, rows, oxs, first, |oy, ox| {
-                out.add(((oy - y0) * ow + ox) * L)
-            })
+            V::with(
+                #[inline(always)]
+                || k.rect::<V, N>(src, cols, sw * L, rows, oxs, first, at),
+            )
         };
     };
     let (ra, rb) = (ia.clamp(y0, y1), ib.clamp(y0, y1));
@@ -128,22 +139,21 @@ unsafe fn depthwise_rows(
         let c0 = (oxs.start * sw) as isize - pl as isize;
         let c1 = ((oxs.end - 1) * sw + span_w) as isize - pl as isize + 1;
         let cols = (c1 - c0) as usize;
-        PADDED.with(|cell| {
-            let mut buf = cell.borrow_mut();
-            buf.clear();
-            buf.resize((r1 - r0) as usize * cols * L, 0.0);
-            for r in r0.max(0)..r1.min(h as isize) {
-                let (a, b) = (c0.max(0), c1.min(wi as isize));
-                if a >= b {
-                    continue;
-                }
-                let from = (r as usize * wi + a as usize) * L;
-                let to = ((r - r0) as usize * cols + (a - c0) as usize) * L;
-                let n = (b - a) as usize * L;
-                buf[to..to + n].copy_from_slice(&x[from..from + n]);
+        let mut buf = PADDED.take();
+        buf.clear();
+        buf.resize((r1 - r0) as usize * cols * L, 0.0);
+        for r in r0.max(0)..r1.min(h as isize) {
+            let (a, b) = (c0.max(0), c1.min(wi as isize));
+            if a >= b {
+                continue;
             }
-            region(buf.as_ptr(), r0, c0, cols, rows, oxs);
-        });
+            let from = (r as usize * wi + a as usize) * L;
+            let to = ((r - r0) as usize * cols + (a - c0) as usize) * L;
+            let n = (b - a) as usize * L;
+            buf[to..to + n].copy_from_slice(&x[from..from + n]);
+        }
+        region(buf.as_ptr(), r0, c0, cols, rows, oxs);
+        PADDED.set(buf);
     };
     // A small plane (7x7, 14x14) is copied whole with its padding: one
     // region, so that few groups run short; otherwise the pixels of
@@ -195,30 +205,48 @@ struct Kernel<'a> {
     kw: usize,
     dh: usize,
     dw: usize,
-    /// Bias, lower and upper bound.
-    fin: (__m256, __m256, __m256),
+    /// The block's 8 biases, or null.
+    bias: *const f32,
+    lo: f32,
+    hi: f32,
 }
 
-/// Pixels per group: eight independent chains of multiply-adds keep
+/// Vectors per group: eight independent chains of multiply-adds keep
 /// both FMA pipes busy.
 const P: usize = 8;
 /// A pixel step of stride 2.
 const S2: usize = 2 * L;
 
 impl Kernel<'_> {
+    /// Bias (in every group of 8 lanes), lower and upper bound.
+    ///
+    /// # Safety
+    /// `U`'s features.
+    #[inline(always)]
+    unsafe fn fin<U: Vf>(&self) -> (U, U, U) {
+        let b = match self.bias.is_null() {
+            true => U::splat(-0.0),
+            // SAFETY: 8 floats.
+            false => unsafe { U::load8_dup(self.bias) },
+        };
+        (b, U::splat(self.lo), U::splat(self.hi))
+    }
+
     /// Output pixels `rows` x `oxs` of a source `src` whose rows have
     /// `cols` pixels; `first(oy, ox)` is the offset of a pixel's first
     /// tap (the next pixel's is `step` further), `at(oy, ox)` where it
-    /// goes. Eight pixels of a row at a time; the few left at a row's
-    /// end join those of the next rows, so a narrow plane still runs
-    /// in groups of eight.
+    /// goes. At unit stride, runs of `P` vectors of `V` (`P * W / 8`
+    /// pixels) and then vectors of `V` gathered from the rows' ends into
+    /// groups of `P`; otherwise eight pixels of a row at a time. The
+    /// pixels left at a row's end join those of the next rows (one per
+    /// vector of `N`), so a narrow plane still runs in groups of eight.
     ///
     /// # Safety
-    /// AVX2 and FMA; every tap of every pixel inside `src`, every
-    /// output pixel writable.
-    #[target_feature(enable = "avx2,fma")]
+    /// `V`'s features, which include `N`'s; every tap of every pixel
+    /// inside `src`, every output pixel writable.
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn rect(
+    unsafe fn rect<V: Vf, N: Vf>(
         &self,
         src: *const f32,
         cols: usize,
@@ -228,9 +256,10 @@ impl Kernel<'_> {
         first: impl Fn(usize, usize) -> usize,
         at: impl Fn(usize, usize) -> *mut f32,
     ) {
-        let mut pend_in = [src; P];
-        let mut pend_out = [std::ptr::null_mut(); P];
-        let mut n = 0;
+        // Pixels per vector of V.
+        let k = if step == L { V::W / L } else { 1 };
+        let mut wide = Pending::<V>::new(src);
+        let mut narrow = Pending::<N>::new(src);
         for oy in rows {
             if oxs.is_empty() {
                 break;
@@ -238,111 +267,170 @@ impl Kernel<'_> {
             // SAFETY (all): the caller's bounds.
             let (mut inp, mut o) = unsafe { (src.add(first(oy, oxs.start)), at(oy, oxs.start)) };
             let mut left = oxs.len();
-            while left >= P {
-                unsafe {
-                    match step {
-                        L => self.run8::<1>(cols, inp, o),
-                        S2 => self.run8::<2>(cols, inp, o),
-                        _ => self.group(
-                            cols,
-                            std::array::from_fn(|j| inp.add(j * step)),
-                            std::array::from_fn(|j| o.add(j * L)),
-                        ),
+            unsafe {
+                if k > 1 {
+                    while left >= P * k {
+                        self.run::<V, 1>(cols, inp, o);
+                        (inp, o) = (inp.add(P * k * L), o.add(P * k * L));
+                        left -= P * k;
                     }
-                    (inp, o) = (inp.add(P * step), o.add(P * L));
-                };
-                left -= P;
-            }
-            for _ in 0..left {
-                pend_in[n] = inp;
-                pend_out[n] = o;
-                n += 1;
-                if n == P {
-                    unsafe { self.group(cols, pend_in, pend_out) };
-                    n = 0;
+                    while left >= k {
+                        wide.push(self, cols, inp, o);
+                        (inp, o) = (inp.add(k * L), o.add(k * L));
+                        left -= k;
+                    }
+                } else {
+                    while left >= P {
+                        match step {
+                            L => self.run::<N, 1>(cols, inp, o),
+                            S2 => self.run::<N, 2>(cols, inp, o),
+                            _ => self.group::<N>(
+                                cols,
+                                std::array::from_fn(|j| inp.add(j * step)),
+                                std::array::from_fn(|j| o.add(j * L)),
+                            ),
+                        }
+                        (inp, o) = (inp.add(P * step), o.add(P * L));
+                        left -= P;
+                    }
                 }
-                unsafe { (inp, o) = (inp.add(step), o.add(L)) };
+                for _ in 0..left {
+                    narrow.push(self, cols, inp, o);
+                    (inp, o) = (inp.add(step), o.add(L));
+                }
             }
         }
-        if n > 0 {
-            // A short last group repeats its last pixel: the same
-            // value stored twice.
-            for j in n..P {
-                pend_in[j] = pend_in[n - 1];
-                pend_out[j] = pend_out[n - 1];
-            }
-            unsafe { self.group(cols, pend_in, pend_out) };
+        // SAFETY: as above.
+        unsafe {
+            wide.flush(self, cols);
+            narrow.flush(self, cols);
         }
     }
 
-    /// Eight consecutive output pixels of a row at stride `SW`, as
-    /// [`Self::group`] computes them: with the stride known, every
+    /// `P` consecutive vectors of output pixels of a row at stride `SW`,
+    /// as [`Self::group`] computes them: with the stride known, every
     /// load addresses one base pointer plus a constant.
     ///
     /// # Safety
-    /// As for [`Self::group`] with `ins[j] = src + j * SW * 8` and
-    /// `outs[j] = out + j * 8`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn run8<const SW: usize>(&self, cols: usize, src: *const f32, out: *mut f32) {
-        let (bv, lov, hiv) = self.fin;
+    /// As for [`Self::group`] with `ins[j] = src + j * SW * W` and
+    /// `outs[j] = out + j * W` (`SW` is 1 where `W` is over 8).
+    #[inline(always)]
+    unsafe fn run<U: Vf, const SW: usize>(&self, cols: usize, src: *const f32, out: *mut f32) {
         // SAFETY: the caller's bounds.
         unsafe {
-            let w0 = _mm256_loadu_ps(self.w.as_ptr());
-            let mut acc: [__m256; P] =
-                std::array::from_fn(|j| _mm256_mul_ps(w0, _mm256_loadu_ps(src.add(j * SW * L))));
+            let (bv, lov, hiv) = self.fin::<U>();
+            let w0 = U::load8_dup(self.w.as_ptr());
+            let mut acc = [w0; P];
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = U::mul(w0, U::load(src.add(j * SW * U::W)));
+            }
             let mut wt = self.w.as_ptr();
             for ky in 0..self.kh {
                 let row = src.add(ky * self.dh * cols * L);
                 for kx in usize::from(ky == 0)..self.kw {
                     wt = wt.add(L);
-                    let wv = _mm256_loadu_ps(wt);
+                    let wv = U::load8_dup(wt);
                     let at = row.add(kx * self.dw * L);
                     for (j, a) in acc.iter_mut().enumerate() {
-                        *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(at.add(j * SW * L)), *a);
+                        *a = U::fma(wv, U::load(at.add(j * SW * U::W)), *a);
                     }
                 }
             }
             for (j, a) in acc.iter().enumerate() {
-                let v = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(*a, bv)));
-                _mm256_storeu_ps(out.add(j * L), v);
+                U::min(hiv, U::max(lov, U::add(*a, bv))).store(out.add(j * U::W));
             }
         }
     }
 
-    /// Eight output pixels, each its first tap times the filter, then
-    /// one multiply-add per further tap, then `clamp(acc + bias, lo,
-    /// hi)` (max and min return their second operand for NaN and for
-    /// equal zeros), as the NCHW kernels compute it.
+    /// `P` vectors of output pixels (each `W / 8` neighbouring pixels of
+    /// a row, unit stride when more than one), each pixel its first tap
+    /// times the filter, then one multiply-add per further tap, then
+    /// `clamp(acc + bias, lo, hi)` (max and min return their second
+    /// operand for NaN and for equal zeros), as the NCHW kernels compute
+    /// it.
     ///
     /// # Safety
-    /// AVX2 and FMA; every tap of each pixel (first tap at `ins[j]`,
-    /// rows of `cols` pixels) readable, `outs[j]` 8 writable floats.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn group(&self, cols: usize, ins: [*const f32; P], outs: [*mut f32; P]) {
-        let (bv, lov, hiv) = self.fin;
+    /// `U`'s features; every tap of each pixel (first tap at `ins[j]`,
+    /// rows of `cols` pixels) readable, `outs[j]` `W` writable floats.
+    #[inline(always)]
+    unsafe fn group<U: Vf>(&self, cols: usize, ins: [*const f32; P], outs: [*mut f32; P]) {
         // SAFETY: the caller's bounds.
         unsafe {
-            let w0 = _mm256_loadu_ps(self.w.as_ptr());
-            let mut acc: [__m256; P] =
-                std::array::from_fn(|j| _mm256_mul_ps(w0, _mm256_loadu_ps(ins[j])));
+            let (bv, lov, hiv) = self.fin::<U>();
+            let w0 = U::load8_dup(self.w.as_ptr());
+            let mut acc = [w0; P];
+            for (a, ptr) in acc.iter_mut().zip(&ins) {
+                *a = U::mul(w0, U::load(*ptr));
+            }
             let mut wt = self.w.as_ptr();
             for ky in 0..self.kh {
                 let row = ky * self.dh * cols * L;
                 for kx in usize::from(ky == 0)..self.kw {
                     wt = wt.add(L);
-                    let wv = _mm256_loadu_ps(wt);
+                    let wv = U::load8_dup(wt);
                     let off = row + kx * self.dw * L;
                     for (a, ptr) in acc.iter_mut().zip(&ins) {
-                        *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(ptr.add(off)), *a);
+                        *a = U::fma(wv, U::load(ptr.add(off)), *a);
                     }
                 }
             }
             for (a, o) in acc.iter().zip(&outs) {
-                let v = _mm256_min_ps(hiv, _mm256_max_ps(lov, _mm256_add_ps(*a, bv)));
-                _mm256_storeu_ps(*o, v);
+                U::min(hiv, U::max(lov, U::add(*a, bv))).store(*o);
             }
+        }
+    }
+}
+
+/// Vectors of pixels from rows' ends waiting for a group of `P`.
+struct Pending<U> {
+    ins: [*const f32; P],
+    outs: [*mut f32; P],
+    n: usize,
+    _u: std::marker::PhantomData<U>,
+}
+
+impl<U: Vf> Pending<U> {
+    fn new(src: *const f32) -> Self {
+        Pending {
+            ins: [src; P],
+            outs: [std::ptr::null_mut(); P],
+            n: 0,
+            _u: std::marker::PhantomData,
+        }
+    }
+
+    /// Adds a vector's first tap and output; a full group runs.
+    ///
+    /// # Safety
+    /// [`Kernel::group`]'s, for this vector.
+    #[inline(always)]
+    unsafe fn push(&mut self, k: &Kernel, cols: usize, inp: *const f32, o: *mut f32) {
+        self.ins[self.n] = inp;
+        self.outs[self.n] = o;
+        self.n += 1;
+        if self.n == P {
+            // SAFETY: the callers' bounds for each vector.
+            unsafe { k.group::<U>(cols, self.ins, self.outs) };
+            self.n = 0;
+        }
+    }
+
+    /// Runs a short last group, which repeats its last vector: the same
+    /// values stored twice.
+    ///
+    /// # Safety
+    /// As for [`Self::push`].
+    #[inline(always)]
+    unsafe fn flush(&mut self, k: &Kernel, cols: usize) {
+        let n = self.n;
+        if n > 0 {
+            for j in n..P {
+                self.ins[j] = self.ins[n - 1];
+                self.outs[j] = self.outs[n - 1];
+            }
+            // SAFETY: as for push.
+            unsafe { k.group::<U>(cols, self.ins, self.outs) };
+            self.n = 0;
         }
     }
 }

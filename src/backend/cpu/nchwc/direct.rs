@@ -1,28 +1,27 @@
 //! The direct (groups 1) blocked convolution: tiles of output pixels
 //! by output channel blocks, and its epilogue (bias, bounds, residual).
 
-use std::arch::x86_64::*;
-
 use rayon::prelude::*;
 
 use super::par::{for_units, Out, PAR_WORK};
+use super::simd::Vf;
 use super::{Panel, L};
 use crate::graph::op::Conv2dParams;
 
 /// Bytes of input a direct convolution's task reads (kept in L2 while
 /// each filter panel passes over it).
 const CHUNK_BYTES: usize = 160 << 10;
-/// Output pixels per tile of the direct kernel for a panel of 2
-/// blocks (12 accumulators); a single block takes twice as many, so
-/// that it too has 12 independent chains of multiply-adds (with 6 it
-/// waits on their latency: 144 -> 24 channels on 56x56, 418 -> 382 us).
-const MR: usize = 6;
-
-fn tile_pixels(nb: usize) -> usize {
-    if nb == 1 {
-        2 * MR
-    } else {
-        MR
+/// Fewest output pixels per task.
+const MIN_CHUNK: usize = 6;
+/// Output pixels per tile for `nv` vectors of `w` lanes per pixel: on
+/// AVX2 12 accumulators of the 16 ymm registers (12 independent chains
+/// of multiply-adds keep both FMA pipes busy; with 6 a single block
+/// waited on their latency: 144 -> 24 channels on 56x56, 418 -> 382
+/// us), on AVX-512 24 of the 32 zmm registers.
+fn tile_pixels(w: usize, nv: usize) -> usize {
+    match w {
+        8 => 12 / nv,
+        _ => 24 / nv,
     }
 }
 
@@ -35,8 +34,8 @@ struct Geometry<'a> {
     /// Floats between input channel blocks.
     ibs: usize,
     icb: usize,
-    /// Plain input: its channels (one block) and the floats between
-    /// their planes.
+    /// Channels of an input block and the floats between them (plain
+    /// input: all its channels, one block, a plane apart).
     cl: usize,
     cs: usize,
     /// Floats between output channel blocks.
@@ -45,82 +44,88 @@ struct Geometry<'a> {
     hi: f32,
 }
 
-/// One tile: `MR` output pixels (consecutive in a row) by `NB` output
-/// channel blocks, summed over every input block and tap, then the
-/// bias, the bounds and the residual (see [`Ends`]).
+/// One tile: `M` output pixels (consecutive in a row) by `NV` vectors
+/// of output channels (`NV * W / 8` blocks), summed over every input
+/// block and tap, then the bias, the bounds and the residual (see
+/// [`Ends`]). Each output sums its terms in the same order whatever the
+/// vector width, so every [`Vf`] gives the same bits.
 ///
 /// # Safety
-/// AVX2 and FMA; `x` is the tile's first pixel's first tap in input
-/// block 0, and every tap of every pixel in every block lies inside
-/// the input; `w` is the panel; `out` the tile's first pixel in output
-/// block `ob0`, and the tile's cells of the `NB` blocks are the
-/// caller's.
-/// With `PLAIN`, the input is NCHW: one block of `g.cl` channels
-/// `g.cs` floats apart.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn tile<const M: usize, const NB: usize, const PLAIN: bool>(
+/// `V`'s features (run it inside [`Vf::with`]); `x` is the tile's first
+/// pixel's first tap in input block 0, and every tap of every pixel in
+/// every block lies inside the input; `w` is the panel; `out` the
+/// tile's first pixel in output block `ob0`, and the tile's cells of
+/// its blocks are the caller's.
+/// Each input block is `g.cl` channels `g.cs` floats apart: 8 and 1 for
+/// a blocked input, all of them and a plane for an NCHW one (`plain`).
+#[inline(always)]
+unsafe fn tile<V: Vf, const M: usize, const NV: usize>(
     g: &Geometry,
     x: *const f32,
     w: *const f32,
     Ends { bias, sum }: Ends,
     out: *mut f32,
 ) {
-    let mut acc = [[_mm256_setzero_ps(); NB]; M];
+    let mut acc = [[V::splat(0.0); NV]; M];
     let mut wp = w;
+    // Floats between the output blocks of one vector's lane groups, and
+    // between vectors.
+    let (obs, vs) = (g.obs, V::W / L * g.obs);
     // SAFETY: see the contract; the panel is icb * taps * 8 rows of
-    // NB * 8 floats, read in order.
+    // NV * W floats, read in order.
     unsafe {
         for ib in 0..g.icb {
             let xb = x.add(ib * g.ibs);
             for &t in g.taps {
                 let a = xb.add(t);
                 // One input channel: a row of the panel times each
-                // pixel's value.
-                let mut step = |c: *const f32| {
-                    let mut bv = [_mm256_setzero_ps(); NB];
-                    for (v, b) in bv.iter_mut().enumerate() {
-                        *b = _mm256_loadu_ps(wp.add(v * L));
-                    }
-                    wp = wp.add(NB * L);
-                    for (r, row) in acc.iter_mut().enumerate() {
-                        let av = _mm256_broadcast_ss(&*c.add(r * g.px));
-                        for (y, &b) in row.iter_mut().zip(&bv) {
-                            *y = _mm256_fmadd_ps(av, b, *y);
+                // pixel's value. (A macro, not a closure: a closure
+                // would not inherit `V`'s features if not inlined.)
+                macro_rules! step {
+                    ($c:expr) => {{
+                        let c: *const f32 = $c;
+                        let mut bv = [V::splat(0.0); NV];
+                        for (v, b) in bv.iter_mut().enumerate() {
+                            *b = V::load(wp.add(v * V::W));
                         }
-                    }
-                };
-                if PLAIN {
-                    for ci in 0..g.cl {
-                        step(a.add(ci * g.cs));
-                    }
-                } else {
-                    for ci in 0..L {
-                        step(a.add(ci));
-                    }
+                        wp = wp.add(NV * V::W);
+                        for (r, row) in acc.iter_mut().enumerate() {
+                            let av = V::splat(*c.add(r * g.px));
+                            for (y, &b) in row.iter_mut().zip(&bv) {
+                                *y = V::fma(av, b, *y);
+                            }
+                        }
+                    }};
+                }
+                // A loop, not unrolled 8 times: unrolled, the
+                // compiler hoisted loads and spilled accumulators (12
+                // pixels by 2 zmm vectors).
+                for ci in 0..g.cl {
+                    step!(a.add(ci * g.cs));
                 }
             }
         }
-        let (lo, hi) = (_mm256_set1_ps(g.lo), _mm256_set1_ps(g.hi));
-        for v in 0..NB {
+        let (lo, hi) = (V::splat(g.lo), V::splat(g.hi));
+        for v in 0..NV {
             let b = if bias.is_null() {
-                _mm256_set1_ps(-0.0)
+                V::splat(-0.0)
             } else {
-                _mm256_loadu_ps(bias.add(v * L))
+                V::load(bias.add(v * V::W))
             };
             for (r, row) in acc.iter().enumerate() {
                 // Second operands win on NaN and equal zeros: the
                 // clamp operator's results.
-                let mut y = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_add_ps(row[v], b)));
+                let mut y = V::min(hi, V::max(lo, V::add(row[v], b)));
                 if !sum.is_null() {
-                    y = _mm256_add_ps(y, _mm256_loadu_ps(sum.add(v * g.obs + r * L)));
+                    y = V::add(y, V::load_split(sum.add(v * vs + r * L), obs));
                 }
-                _mm256_storeu_ps(out.add(v * g.obs + r * L), y);
+                y.store_split(out.add(v * vs + r * L), obs);
             }
         }
     }
 }
 
-/// What a tile adds to its products: the panel's bias (`NB * 8`
+/// What a tile adds to its products: the panel's bias (its channels'
 /// values, or null) and, after the bounds, a residual laid out as the
 /// output (the tile's first cell, or null).
 #[derive(Clone, Copy)]
@@ -129,11 +134,15 @@ struct Ends {
     sum: *const f32,
 }
 
-/// [`tile`] for a run-time pixel count (1..=MR) and block count.
+/// [`tile`] for a run-time pixel count (1..=[`tile_pixels`]) and vector
+/// count (1 or 2), compiled with `V`'s features.
+///
+/// # Safety
+/// The CPU has `V`'s features; the rest is [`tile`]'s contract.
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_n<const PLAIN: bool>(
+unsafe fn tile_n<V: Vf>(
     m: usize,
-    nb: usize,
+    nv: usize,
     g: &Geometry,
     x: *const f32,
     w: *const f32,
@@ -141,15 +150,24 @@ unsafe fn tile_n<const PLAIN: bool>(
     out: *mut f32,
 ) {
     macro_rules! go {
-        ($($nb:literal: $($m:literal)*);*) => {
-            match (m, nb) {
-                $($(($m, $nb) => tile::<$m, $nb, PLAIN>(g, x, w, ends, out),)*)*
-                _ => unreachable!("tile of {m} pixels by {nb} blocks"),
+        ($($nv:literal: $($m:literal)*);*) => {
+            match (m, nv) {
+                $($(($m, $nv) => V::with(
+                    #[inline(always)]
+                    || tile::<V, $m, $nv>(g, x, w, ends, out),
+                ),)*)*
+                _ => unreachable!("tile of {m} pixels by {nv} vectors"),
             }
         };
     }
     // SAFETY: the caller's contract is tile's.
-    unsafe { go!(2: 1 2 3 4 5 6; 1: 1 2 3 4 5 6 7 8 9 10 11 12) }
+    unsafe {
+        if V::W == 8 {
+            go!(2: 1 2 3 4 5 6; 1: 1 2 3 4 5 6 7 8 9 10 11 12)
+        } else {
+            go!(2: 1 2 3 4 5 6 7 8 9 10 11 12)
+        }
+    }
 }
 
 /// The input planes with their padding (zeros) around: `[planes, hp,
@@ -188,11 +206,14 @@ fn pad(
 
 /// A plain (groups 1) convolution of blocked `x` into blocked `res`.
 ///
+/// Panels whose channels fill whole `V` vectors run on `V`, the others
+/// (a single block) on `N`, of 8 lanes.
+///
 /// # Safety
-/// AVX2 and FMA; the sizes and the taps' reach match `p` (checked by
-/// `super::conv`).
+/// The CPU has `V`'s and `N`'s features; the sizes and the taps' reach
+/// match `p` (checked by `super::conv`).
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn direct(
+pub(super) unsafe fn direct<V: Vf, N: Vf>(
     w: &[f32],
     panels: &[Panel],
     plain: bool,
@@ -244,8 +265,8 @@ pub(super) unsafe fn direct(
         taps: &taps,
         ibs: hp * wp * lanes,
         icb,
-        cl: ic,
-        cs: hp * wp,
+        cl: if plain { ic } else { L },
+        cs: if plain { hp * wp } else { 1 },
         obs: oh * ow * L,
         lo,
         hi,
@@ -254,7 +275,7 @@ pub(super) unsafe fn direct(
     // Pixels per task: their input (rows of the kernel's height) stays
     // in L2 while each panel of the filter passes over it.
     let per_px = ic * 4 * kh * sh.max(1);
-    let chunk = (CHUNK_BYTES / per_px.max(1)).clamp(MR, pixels.max(MR));
+    let chunk = (CHUNK_BYTES / per_px.max(1)).clamp(MIN_CHUNK, pixels.max(MIN_CHUNK));
     let work = n * pixels * ocb * L * ic * taps.len();
     let par = work >= PAR_WORK;
     let threads = rayon::current_num_threads();
@@ -285,7 +306,16 @@ pub(super) unsafe fn direct(
         let (p0, p1) = (c * chunk, ((c + 1) * chunk).min(pixels));
         let mine = &panels[gi * panels.len() / groups..(gi + 1) * panels.len() / groups];
         for pn in mine {
-            let mr = tile_pixels(pn.nb);
+            // `V` for panels of 2 or more of its vectors; a panel of one
+            // (2 blocks on AVX-512) measured slower in a tile of 16
+            // pixels by 1 zmm vector than in 6 by 2 ymm vectors (24
+            // channels on 56x56 from 144: 340 against 264 us).
+            let wide = (pn.nb * L).is_multiple_of(V::W) && pn.nb * L >= 2 * V::W;
+            let (vw, nv) = match wide {
+                true => (V::W, pn.nb * L / V::W),
+                false => (N::W, pn.nb),
+            };
+            let mr = tile_pixels(vw, nv);
             let mut q = p0;
             while q < p1 {
                 let (oy, ox) = (q / ow, q % ow);
@@ -302,10 +332,9 @@ pub(super) unsafe fn direct(
                     let bq = bs.map_or(std::ptr::null(), |bp| (bp as *const f32).add(pn.ob0 * L));
                     let wq = (ws as *const f32).add(pn.off);
                     let ends = Ends { bias: bq, sum: sq };
-                    if plain {
-                        tile_n::<true>(m, pn.nb, g, xq, wq, ends, oq);
-                    } else {
-                        tile_n::<false>(m, pn.nb, g, xq, wq, ends, oq);
+                    match wide {
+                        true => tile_n::<V>(m, nv, g, xq, wq, ends, oq),
+                        false => tile_n::<N>(m, nv, g, xq, wq, ends, oq),
                     }
                 }
                 q += m;

@@ -22,6 +22,15 @@
 //! converted copy (`to_blocked`, `to_nchw`); graph outputs are always
 //! NCHW. Only on x86-64 with AVX2 and FMA; elsewhere the plan is empty
 //! and every convolution runs in `conv.rs`.
+//!
+//! The kernels are written once over a vector type (`simd::Vf`) and run
+//! on AVX-512 where the CPU has it (chosen at build, [`Isa`]), with the
+//! same 8-channel blocks: a zmm vector holds one pixel of two blocks in
+//! the direct kernel (panels of 4 blocks, tiles of 12 pixels) and two
+//! neighbouring pixels of one block in the depthwise kernel at unit
+//! stride; the rest runs on ymm vectors as on AVX2. Every output is
+//! computed in the same order whatever the width, so the forms agree bit
+//! for bit, and the tests run a portable 16-lane form on any machine.
 
 use std::collections::HashMap;
 
@@ -39,6 +48,8 @@ mod direct;
 mod par;
 #[cfg(target_arch = "x86_64")]
 mod relayout;
+#[cfg(target_arch = "x86_64")]
+pub(super) mod simd;
 #[cfg(test)]
 mod tests;
 
@@ -76,10 +87,19 @@ pub(super) enum Conv {
         w: Vec<f32>,
         panels: Vec<Panel>,
         plain: bool,
+        isa: Isa,
     },
     /// groups = channels: `w` is `[c / 8][kh * kw][8]`.
-    Depthwise { w: Vec<f32> },
+    Depthwise { w: Vec<f32>, isa: Isa },
 }
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use simd::Isa;
+
+/// Elsewhere no kernel runs blocked.
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Isa {}
 
 /// A panel of a direct convolution's filter: output channel block `ob0`
 /// and the next `nb - 1`, at `off` in the packed filter.
@@ -97,14 +117,20 @@ fn disabled() -> bool {
 }
 
 /// Whether this CPU runs the blocked kernels.
+#[cfg(test)]
 pub(super) fn available() -> bool {
+    best().is_some()
+}
+
+/// The vectors the blocked kernels run on here (see [`Isa::best`]).
+pub(super) fn best() -> Option<Isa> {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        Isa::best()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        false
+        None
     }
 }
 
@@ -114,12 +140,13 @@ fn is_f32_4d(d: &OperandDescriptor) -> bool {
 
 /// The blocked form of a conv2d node, when it has one: float32 NCHW, a
 /// constant float32 filter, channel counts multiples of 8, and plain
-/// (groups 1) or depthwise.
+/// (groups 1) or depthwise; packed for the kernels of `isa`.
 fn blocked_conv(
     graph: &Graph,
     node: &crate::graph::Node,
     p: &Conv2dParams,
     constants: &HashMap<usize, Buf>,
+    isa: Isa,
 ) -> Option<Conv> {
     let (x, f) = (*node.inputs.first()?, *node.inputs.get(1)?);
     let out = *node.outputs.first()?;
@@ -163,17 +190,22 @@ fn blocked_conv(
                 }
             }
         }
-        return Some(Conv::Depthwise { w });
+        return Some(Conv::Depthwise { w, isa });
     }
     let (ic, ocb) = (p.in_channels, p.out_channels / L);
     let mut w = Vec::with_capacity(p.out_channels * ic * khw);
     let mut panels = Vec::new();
     let mut ob0 = 0;
+    let widest = panel_blocks(isa);
     while ob0 < ocb {
-        // Panels of 2 blocks, an odd count's last of 1. (Panels of 3
-        // blocks by 4 pixels measured slower: 144 -> 24 channels on 56x56,
-        // 496 against 672 us.)
-        let nb = (ocb - ob0).min(2);
+        // Panels of 2 blocks (AVX2; AVX-512: 4, see `panel_blocks`), then
+        // 2, an odd count's last of 1. (On AVX2, panels of 3 blocks by 4
+        // pixels measured slower: 144 -> 24 channels on 56x56, 496
+        // against 672 us.)
+        let nb = match ocb - ob0 {
+            r if r >= widest => widest,
+            r => r.min(2),
+        };
         panels.push(Panel {
             ob0,
             nb,
@@ -194,13 +226,33 @@ fn blocked_conv(
         }
         ob0 += nb;
     }
-    Some(Conv::Direct { w, panels, plain })
+    Some(Conv::Direct {
+        w,
+        panels,
+        plain,
+        isa,
+    })
+}
+
+/// Output channel blocks per panel of a direct convolution: 2 (a tile
+/// of 6 pixels by 2 ymm vectors) on AVX2; on AVX-512 4, a tile of 12
+/// pixels by 2 zmm vectors, each vector two blocks of one pixel (the
+/// blocks stay 8 channels wide, so the layout and the plan are the same
+/// on both; 16-channel blocks would not divide MobileNetV2's 24).
+fn panel_blocks(isa: Isa) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Avx2 {
+        return 4;
+    }
+    let _ = isa;
+    2
 }
 
 /// Decides the layout of every operand of `graph` (see the module
 /// comment); `None` when nothing would run blocked.
 pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Plan> {
-    if !available() || disabled() {
+    let isa = best()?;
+    if disabled() {
         return None;
     }
     let mut blocked = vec![false; graph.operands.len()];
@@ -209,7 +261,7 @@ pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Pla
         let [out] = node.outputs[..] else { continue };
         match &node.op {
             Op::Conv2d(p) => {
-                if let Some(c) = blocked_conv(graph, node, p, constants) {
+                if let Some(c) = blocked_conv(graph, node, p, constants, isa) {
                     convs.insert(ni, c);
                     blocked[out] = true;
                 }
@@ -407,21 +459,53 @@ pub(super) fn conv(
     }
     let mut res = Buf::f32_for_overwrite(n * oc * oh * ow);
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: a plan (which made `c`) exists only where `available()`;
-    // the sizes and the reach of every tap were checked above.
+    // SAFETY: `c` was made for an `Isa` this CPU runs (a plan's from
+    // `best()`, a test's checked); the sizes and the reach of every tap
+    // were checked above.
     unsafe {
+        #[cfg(test)]
+        use simd::Lanes;
+        use std::arch::x86_64::{__m256, __m512};
         match c {
-            Conv::Direct { w, panels, plain } => {
+            Conv::Direct {
+                w,
+                panels,
+                plain,
+                isa,
+            } => {
                 if w.len() != oc * ic * p.kernel_h * p.kernel_w {
                     return Err(bad());
                 }
-                direct::direct(w, panels, *plain, p, x, bias, bounds, sum, &mut res)
+                let plain = *plain;
+                match isa {
+                    Isa::Avx2 => direct::direct::<__m256, __m256>(
+                        w, panels, plain, p, x, bias, bounds, sum, &mut res,
+                    ),
+                    Isa::Avx512 => direct::direct::<__m512, __m256>(
+                        w, panels, plain, p, x, bias, bounds, sum, &mut res,
+                    ),
+                    #[cfg(test)]
+                    Isa::Portable => direct::direct::<Lanes<16>, Lanes<8>>(
+                        w, panels, plain, p, x, bias, bounds, sum, &mut res,
+                    ),
+                }
             }
-            Conv::Depthwise { w } => {
+            Conv::Depthwise { w, isa } => {
                 if w.len() != oc * p.kernel_h * p.kernel_w || ic != oc {
                     return Err(bad());
                 }
-                depthwise::depthwise(w, p, x, bias, bounds, &mut res)
+                match isa {
+                    Isa::Avx2 => {
+                        depthwise::depthwise::<__m256, __m256>(w, p, x, bias, bounds, &mut res)
+                    }
+                    Isa::Avx512 => {
+                        depthwise::depthwise::<__m512, __m256>(w, p, x, bias, bounds, &mut res)
+                    }
+                    #[cfg(test)]
+                    Isa::Portable => {
+                        depthwise::depthwise::<Lanes<16>, Lanes<8>>(w, p, x, bias, bounds, &mut res)
+                    }
+                }
             }
         }
     }

@@ -52,9 +52,48 @@ fn bytes(v: &[f32]) -> Arc<Vec<u8>> {
     Arc::new(v.iter().flat_map(|x| x.to_le_bytes()).collect())
 }
 
+/// The kernels' forms this machine runs: the portable one (16-lane
+/// vectors in scalar code) everywhere, AVX2 and AVX-512 where the CPU
+/// has them. All give the same bits.
+fn isas() -> Vec<Isa> {
+    let mut v = vec![Isa::Portable];
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        v.push(Isa::Avx2);
+        if is_x86_feature_detected!("avx512f") {
+            v.push(Isa::Avx512);
+        } else {
+            eprintln!("nchwc tests: no AVX-512 here, its form not run");
+        }
+    }
+    v
+}
+
+/// NCHW `x` of shape `[n, c, h, w]` (`c` whole blocks) in the blocked
+/// layout, written with plain indexing (the layout's definition).
+fn block(x: &[f32], (_, c, h, w): (usize, usize, usize, usize)) -> Vec<f32> {
+    let hw = h * w;
+    let mut out = vec![0.0; x.len()];
+    for (i, &v) in x.iter().enumerate() {
+        let (b, ci, q) = (i / (c * hw), (i / hw) % c, i % hw);
+        out[((b * c / L + ci / L) * hw + q) * L + ci % L] = v;
+    }
+    out
+}
+
+/// The inverse of [`block`].
+fn unblock(x: &[f32], (_, c, h, w): (usize, usize, usize, usize)) -> Vec<f32> {
+    let hw = h * w;
+    let mut out = vec![0.0; x.len()];
+    for (i, v) in out.iter_mut().enumerate() {
+        let (b, ci, q) = (i / (c * hw), (i / hw) % c, i % hw);
+        *v = x[((b * c / L + ci / L) * hw + q) * L + ci % L];
+    }
+    out
+}
+
 /// A one-node conv2d graph (input, filter, bias constants) and its
-/// blocked form.
-fn one_conv(p: &Conv2dParams, f: &[f32]) -> (Graph, Conv) {
+/// blocked form for the kernels of `isa`.
+fn one_conv(p: &Conv2dParams, f: &[f32], isa: Isa) -> (Graph, Conv) {
     let x = [p.batch, p.in_channels, p.in_h, p.in_w];
     let fd = [
         p.out_channels,
@@ -85,7 +124,7 @@ fn one_conv(p: &Conv2dParams, f: &[f32]) -> (Graph, Conv) {
         outputs: vec![("y".into(), 3)],
     };
     let constants = HashMap::from([(1, Buf::F32(f.to_vec()))]);
-    let c = blocked_conv(&g, &g.nodes[0], p, &constants).expect("a blocked form");
+    let c = blocked_conv(&g, &g.nodes[0], p, &constants, isa).expect("a blocked form");
     (g, c)
 }
 
@@ -111,12 +150,10 @@ fn layout_changes_place_each_element_and_invert() {
 /// Plain blocked convolutions agree with the NCHW kernels (to the
 /// rounding of a different summation order) over kernel sizes,
 /// strides, dilations, uneven padding, batches, rows shorter and
-/// longer than a tile, odd output block counts, bias and bounds.
+/// longer than a tile, odd output block counts, bias and bounds; each
+/// form of the kernels ([`isas`]) gives the same bits.
 #[test]
 fn direct_matches_the_nchw_kernels() {
-    if !available() {
-        return;
-    }
     let cases = [
         // (n, c, h, w), (o, kh, kw), padding, stride, dilation
         ((1, 8, 7, 7), (8, 1, 1), [0; 4], 1, 1),
@@ -128,6 +165,9 @@ fn direct_matches_the_nchw_kernels() {
         ((1, 32, 6, 6), (16, 1, 1), [0; 4], 2, 1),
         ((1, 64, 20, 20), (64, 3, 3), [1, 1, 1, 1], 1, 1),
         ((1, 16, 5, 30), (8, 3, 3), [1, 1, 1, 1], 1, 1),
+        // 7 blocks (panels of 4, 2 and 1 on AVX-512), rows over 24.
+        ((1, 16, 9, 31), (56, 1, 1), [0; 4], 1, 1),
+        ((1, 8, 4, 29), (48, 3, 3), [1, 1, 1, 1], 1, 1),
         // Plain input (channels not whole blocks), read in NCHW.
         ((1, 3, 15, 15), (32, 3, 3), [0, 1, 0, 1], 2, 1),
         ((2, 5, 7, 9), (8, 3, 3), [1, 1, 1, 1], 1, 1),
@@ -141,67 +181,80 @@ fn direct_matches_the_nchw_kernels() {
             i as u64 + 40,
         );
         let bias = random(p.out_channels, i as u64 + 80);
-        let (g, c) = one_conv(&p, &f);
-        let out = &g.operands[3];
+        let dims = |d: &OperandDescriptor| (d.shape[0], d.shape[1], d.shape[2], d.shape[3]);
         for bounds in [None, Some([-0.25f32, 0.5])] {
-            let (xb, fb, bb) = (
-                Buf::F32(xs.clone()),
-                Buf::F32(f.clone()),
-                Buf::F32(bias.clone()),
-            );
-            let lim = bounds.map(|b| Buf::F32(b.to_vec()));
-            let mut ins = vec![&xb, &fb, &bb];
-            ins.extend(lim.as_ref());
-            let want = crate::backend::cpu::conv::conv2d(&p, &ins, out)
-                .unwrap()
-                .to_f32_vec();
-            let xblk = match p.in_channels % L {
-                0 => to_blocked(&xb, &g.operands[0]).unwrap(),
-                _ => xb.clone(),
-            };
-            ins[0] = &xblk;
-            let got_blocked = conv(&c, &p, &ins, None, out).unwrap();
-            let got = to_nchw(&got_blocked, out).unwrap().to_f32_vec();
-            assert_eq!(got.len(), want.len());
-            // With a residual: the same products, then the sum, as
-            // the add node would compute it (bit for bit).
-            let r = random(got.len(), i as u64 + 120);
-            let rb = to_blocked(&Buf::F32(r.clone()), out).unwrap();
-            let with = conv(&c, &p, &ins, Some(&rb), out).unwrap();
-            let with = to_nchw(&with, out).unwrap().to_f32_vec();
-            for (k, (a, b)) in with.iter().zip(&got).enumerate() {
-                assert_eq!(a.to_bits(), (b + r[k]).to_bits(), "case {i} sum at {k}");
-            }
-            // Two orders of the same k + 1 terms differ by at most
-            // (k + 1) * eps times the sum of their magnitudes (the
-            // same convolution of the absolute values).
-            let abs = |v: &[f32]| Buf::F32(v.iter().map(|x| x.abs()).collect());
-            let (xa, fa, ba) = (abs(&xs), abs(&f), abs(&bias));
-            let mag = crate::backend::cpu::conv::conv2d(&p, &[&xa, &fa, &ba], out)
-                .unwrap()
-                .to_f32_vec();
-            let terms = (p.in_channels * p.kernel_h * p.kernel_w + 1) as f32;
-            for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-                let tol = terms * f32::EPSILON * mag[k];
-                assert!((a - b).abs() <= tol, "case {i} at {k}: {a} vs {b}");
-            }
-            if bounds.is_some() {
-                assert!(
-                    got.contains(&0.5) && got.contains(&-0.25),
-                    "case {i}: bounds unused"
+            let mut first: Option<Vec<f32>> = None;
+            for isa in isas() {
+                let (g, c) = one_conv(&p, &f, isa);
+                let out = &g.operands[3];
+                let (xb, fb, bb) = (
+                    Buf::F32(xs.clone()),
+                    Buf::F32(f.clone()),
+                    Buf::F32(bias.clone()),
                 );
+                let lim = bounds.map(|b| Buf::F32(b.to_vec()));
+                let mut ins = vec![&xb, &fb, &bb];
+                ins.extend(lim.as_ref());
+                let want = crate::backend::cpu::conv::conv2d(&p, &ins, out)
+                    .unwrap()
+                    .to_f32_vec();
+                let xblk = match p.in_channels % L {
+                    0 => Buf::F32(block(&xs, dims(&g.operands[0]))),
+                    _ => xb.clone(),
+                };
+                ins[0] = &xblk;
+                let got = conv(&c, &p, &ins, None, out).unwrap().to_f32_vec();
+                let got = unblock(&got, dims(out));
+                assert_eq!(got.len(), want.len());
+                // With a residual: the same products, then the sum, as
+                // the add node would compute it (bit for bit).
+                let r = random(got.len(), i as u64 + 120);
+                let rb = Buf::F32(block(&r, dims(out)));
+                let with = conv(&c, &p, &ins, Some(&rb), out).unwrap().to_f32_vec();
+                let with = unblock(&with, dims(out));
+                for (k, (a, b)) in with.iter().zip(&got).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        (b + r[k]).to_bits(),
+                        "case {i} {isa:?} sum at {k}"
+                    );
+                }
+                // Two orders of the same k + 1 terms differ by at most
+                // (k + 1) * eps times the sum of their magnitudes (the
+                // same convolution of the absolute values).
+                let abs = |v: &[f32]| Buf::F32(v.iter().map(|x| x.abs()).collect());
+                let (xa, fa, ba) = (abs(&xs), abs(&f), abs(&bias));
+                let mag = crate::backend::cpu::conv::conv2d(&p, &[&xa, &fa, &ba], out)
+                    .unwrap()
+                    .to_f32_vec();
+                let terms = (p.in_channels * p.kernel_h * p.kernel_w + 1) as f32;
+                for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                    let tol = terms * f32::EPSILON * mag[k];
+                    assert!((a - b).abs() <= tol, "case {i} at {k}: {a} vs {b}");
+                }
+                if bounds.is_some() {
+                    assert!(
+                        got.contains(&0.5) && got.contains(&-0.25),
+                        "case {i}: bounds unused"
+                    );
+                }
+                match &first {
+                    None => first = Some(got),
+                    Some(f0) => assert!(
+                        f0.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "case {i}: {isa:?} differs from the portable form"
+                    ),
+                }
             }
         }
     }
 }
 
 /// Depthwise blocked convolutions give the NCHW kernel's values bit
-/// for bit (same order of operations), NaN inputs included.
+/// for bit (same order of operations), NaN inputs included, in every
+/// form of the kernels ([`isas`]).
 #[test]
 fn depthwise_matches_the_nchw_kernel_bitwise() {
-    if !available() {
-        return;
-    }
     let cases = [
         ((1, 8, 7, 7), (3, 3), [1, 1, 1, 1], 1, 1),
         ((2, 16, 14, 13), (3, 3), [0, 1, 0, 1], 2, 1),
@@ -213,6 +266,9 @@ fn depthwise_matches_the_nchw_kernel_bitwise() {
         ((1, 8, 40, 37), (3, 3), [0, 1, 2, 1], 2, 1),
         ((1, 8, 33, 35), (5, 3), [2, 1, 1, 2], 1, 2),
         ((1, 8, 64, 64), (3, 3), [1, 1, 1, 1], 1, 1),
+        // Rows of odd lengths at unit stride: pairs and single pixels.
+        ((1, 16, 11, 45), (3, 3), [1, 1, 1, 1], 1, 1),
+        ((1, 8, 70, 67), (3, 3), [1, 1, 1, 1], 1, 1),
     ];
     for (i, &(x, (kh, kw), pad, s, d)) in cases.iter().enumerate() {
         let c = x.1;
@@ -221,28 +277,27 @@ fn depthwise_matches_the_nchw_kernel_bitwise() {
         xs[3] = f32::NAN;
         let f = random(c * kh * kw, i as u64 + 40);
         let bias = random(c, i as u64 + 80);
-        let (g, conv_b) = one_conv(&p, &f);
-        let out = &g.operands[3];
+        let dims = (p.batch, c, p.in_h, p.in_w);
+        let odims = (p.batch, c, p.out_h, p.out_w);
         for bounds in [None, Some((-0.25f32, 0.5f32))] {
-            let mut want = vec![7.0f32; out.element_count()];
+            let mut want = vec![7.0f32; p.batch * c * p.out_h * p.out_w];
             crate::backend::cpu::conv::depthwise_nchw(&xs, &f, Some(&bias), bounds, &p, &mut want);
-            let (xb, fb, bb) = (
-                Buf::F32(xs.clone()),
-                Buf::F32(f.clone()),
-                Buf::F32(bias.clone()),
-            );
-            let lim = bounds.map(|(lo, hi)| Buf::F32(vec![lo, hi]));
-            let xblk = to_blocked(&xb, &g.operands[0]).unwrap();
-            let mut ins = vec![&xblk, &fb, &bb];
-            ins.extend(lim.as_ref());
-            let got = to_nchw(&conv(&conv_b, &p, &ins, None, out).unwrap(), out)
-                .unwrap()
-                .to_f32_vec();
-            let same = got
-                .iter()
-                .zip(&want)
-                .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
-            assert!(same, "case {i} bounds {bounds:?}");
+            for isa in isas() {
+                let (g, conv_b) = one_conv(&p, &f, isa);
+                let out = &g.operands[3];
+                let (fb, bb) = (Buf::F32(f.clone()), Buf::F32(bias.clone()));
+                let lim = bounds.map(|(lo, hi)| Buf::F32(vec![lo, hi]));
+                let xblk = Buf::F32(block(&xs, dims));
+                let mut ins = vec![&xblk, &fb, &bb];
+                ins.extend(lim.as_ref());
+                let got = conv(&conv_b, &p, &ins, None, out).unwrap().to_f32_vec();
+                let got = unblock(&got, odims);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+                assert!(same, "case {i} {isa:?} bounds {bounds:?}");
+            }
         }
     }
 }

@@ -171,13 +171,17 @@ unsafe fn tile_n<V: Vf>(
 }
 
 /// The input planes with their padding (zeros) around: `[planes, hp,
-/// wp, lanes]` (lanes: 8 for blocks, 1 for NCHW planes).
+/// wp, lanes]` (lanes: 8 for blocks, 1 for NCHW planes). With
+/// `from_nchw` (lanes 8) `x` is NCHW and each block's 8 planes are
+/// interleaved as they are copied: one pass instead of a layout change
+/// and then the padded copy.
 fn pad(
     x: &[f32],
     planes: usize,
     (h, w): (usize, usize),
     pad: [usize; 4],
     lanes: usize,
+    from_nchw: bool,
 ) -> Vec<f32> {
     let [pt, pb, pl, pr] = pad;
     let (hp, wp) = (h + pt + pb, w + pl + pr);
@@ -190,8 +194,12 @@ fn pad(
             let row = &mut dst[(pt + y) * wp * lanes..(pt + y + 1) * wp * lanes];
             row[..pl * lanes].fill(0.0);
             row[(pl + w) * lanes..].fill(0.0);
-            row[pl * lanes..(pl + w) * lanes]
-                .copy_from_slice(&src[y * w * lanes..(y + 1) * w * lanes]);
+            let row = &mut row[pl * lanes..(pl + w) * lanes];
+            if from_nchw {
+                interleave_row(src, h * w, y * w, row);
+            } else {
+                row.copy_from_slice(&src[y * w * lanes..(y + 1) * w * lanes]);
+            }
         }
     };
     if planes * hp * wp * lanes >= 1 << 16 {
@@ -204,7 +212,53 @@ fn pad(
     out
 }
 
-/// A plain (groups 1) convolution of blocked `x` into blocked `res`.
+/// `row[q * 8 + k] = src[k * hw + at + q]`: one row of 8 NCHW planes
+/// (`hw` floats apart) as blocked pixels.
+fn interleave_row(src: &[f32], hw: usize, at: usize, row: &mut [f32]) {
+    let w = row.len() / L;
+    assert!(src.len() >= (L - 1) * hw + at + w);
+    let mut q = 0;
+    if is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2; 8 pixels of 8 planes at a time, all
+        // inside `src` (asserted) and `row`.
+        unsafe { q = interleave8(src.as_ptr().add(at), hw, row.as_mut_ptr(), w) };
+    }
+    for q in q..w {
+        for k in 0..L {
+            row[q * L + k] = src[k * hw + at + q];
+        }
+    }
+}
+
+/// The whole groups of 8 pixels of [`interleave_row`]; returns how many
+/// pixels it wrote.
+///
+/// # Safety
+/// AVX2; `x + k * hw + q` readable and `out + q * 8 + k` writable for
+/// `k < 8`, `q < w`.
+#[target_feature(enable = "avx2")]
+unsafe fn interleave8(x: *const f32, hw: usize, out: *mut f32, w: usize) -> usize {
+    use std::arch::x86_64::*;
+    let mut q = 0;
+    // SAFETY: the caller's bounds.
+    unsafe {
+        while q + L <= w {
+            let mut v = [_mm256_setzero_ps(); L];
+            for (k, vk) in v.iter_mut().enumerate() {
+                *vk = _mm256_loadu_ps(x.add(k * hw + q));
+            }
+            let t = crate::backend::cpu::depthwise::transpose(v);
+            for (j, tj) in t.iter().enumerate() {
+                _mm256_storeu_ps(out.add((q + j) * L), *tj);
+            }
+            q += L;
+        }
+    }
+    q
+}
+
+/// A plain (groups 1) convolution of blocked `x` (NCHW with `nchw_in`,
+/// which only a padded one takes) into blocked `res`.
 ///
 /// Panels whose channels fill whole `V` vectors run on `V`, the others
 /// (a single block) on `N`, of 8 lanes.
@@ -217,6 +271,7 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
     w: &[f32],
     panels: &[Panel],
     plain: bool,
+    nchw_in: bool,
     p: &Conv2dParams,
     x: &[f32],
     bias: Option<&[f32]>,
@@ -253,7 +308,16 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
         (p.strides[0], p.strides[1])
     };
     let planes = if plain { n * ic } else { n * icb };
-    let padded = (p.padding != [0; 4]).then(|| pad(x, planes, (p.in_h, p.in_w), p.padding, lanes));
+    let padded = (p.padding != [0; 4]).then(|| {
+        pad(
+            x,
+            planes,
+            (p.in_h, p.in_w),
+            p.padding,
+            lanes,
+            nchw_in && !plain,
+        )
+    });
     let xp: &[f32] = padded.as_deref().unwrap_or(x);
     let taps: Vec<usize> = (0..kh)
         .flat_map(|ky| {

@@ -87,6 +87,10 @@ pub(super) enum Conv {
         w: Vec<f32>,
         panels: Vec<Panel>,
         plain: bool,
+        /// Blocked input channels, padding, and an input that is not
+        /// stored blocked (a graph input): read in NCHW and blocked as it
+        /// is padded, in one pass.
+        nchw_in: bool,
         isa: Isa,
     },
     /// groups = channels: `w` is `[c / 8][kh * kw][8]`.
@@ -230,6 +234,7 @@ fn blocked_conv(
         w,
         panels,
         plain,
+        nchw_in: false,
         isa,
     })
 }
@@ -261,7 +266,15 @@ pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Pla
         let [out] = node.outputs[..] else { continue };
         match &node.op {
             Op::Conv2d(p) => {
-                if let Some(c) = blocked_conv(graph, node, p, constants, isa) {
+                if let Some(mut c) = blocked_conv(graph, node, p, constants, isa) {
+                    if let Conv::Direct {
+                        plain: false,
+                        nchw_in,
+                        ..
+                    } = &mut c
+                    {
+                        *nchw_in = p.padding != [0; 4] && !blocked[node.inputs[0]];
+                    }
                     convs.insert(ni, c);
                     blocked[out] = true;
                 }
@@ -349,7 +362,9 @@ impl Plan {
     /// Whether node `n` reads its input `index` in the blocked layout.
     pub(super) fn wants_blocked(&self, graph: &Graph, n: usize, index: usize) -> bool {
         if let Some(c) = self.convs.get(&n) {
-            return index == 0 && !matches!(c, Conv::Direct { plain: true, .. });
+            let nchw = matches!(c, Conv::Direct { plain: true, .. })
+                || matches!(c, Conv::Direct { nchw_in: true, .. });
+            return index == 0 && !nchw;
         }
         let node = &graph.nodes[n];
         matches!(node.op, Op::Binary(_)) && node.outputs.first().is_some_and(|&o| self.blocked[o])
@@ -416,8 +431,9 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool) -> Result<Buf> {
 }
 
 /// Runs the blocked convolution `c` of parameters `p` on `inputs` (input
-/// blocked, filter, bias when `p.has_bias`, fused bounds `[lo, hi]` when
-/// present, as `conv::conv2d` takes them); the output is blocked.
+/// blocked, or NCHW for a `plain` or `nchw_in` one, filter, bias when
+/// `p.has_bias`, fused bounds `[lo, hi]` when present, as `conv::conv2d`
+/// takes them); the output is blocked.
 /// Runs blocked convolution `c`; with `sum` (a direct convolution's
 /// residual, blocked, of the output's shape) adds it to the result.
 pub(super) fn conv(
@@ -471,22 +487,23 @@ pub(super) fn conv(
                 w,
                 panels,
                 plain,
+                nchw_in,
                 isa,
             } => {
                 if w.len() != oc * ic * p.kernel_h * p.kernel_w {
                     return Err(bad());
                 }
-                let plain = *plain;
+                let (plain, nchw_in) = (*plain, *nchw_in);
                 match isa {
                     Isa::Avx2 => direct::direct::<__m256, __m256>(
-                        w, panels, plain, p, x, bias, bounds, sum, &mut res,
+                        w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
                     ),
                     Isa::Avx512 => direct::direct::<__m512, __m256>(
-                        w, panels, plain, p, x, bias, bounds, sum, &mut res,
+                        w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
                     ),
                     #[cfg(test)]
                     Isa::Portable => direct::direct::<Lanes<16>, Lanes<8>>(
-                        w, panels, plain, p, x, bias, bounds, sum, &mut res,
+                        w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
                     ),
                 }
             }

@@ -204,6 +204,36 @@ fn direct_matches_the_nchw_kernels() {
                 };
                 ins[0] = &xblk;
                 let got = conv(&c, &p, &ins, None, out).unwrap().to_f32_vec();
+                // A padded one reading its input in NCHW (blocking it as
+                // it pads): the same bits.
+                if p.padding != [0; 4] && p.in_channels % L == 0 {
+                    let Conv::Direct {
+                        w,
+                        panels,
+                        plain,
+                        isa,
+                        ..
+                    } = &c
+                    else {
+                        unreachable!()
+                    };
+                    let c2 = Conv::Direct {
+                        w: w.clone(),
+                        panels: panels.clone(),
+                        plain: *plain,
+                        nchw_in: true,
+                        isa: *isa,
+                    };
+                    let mut ins2 = ins.clone();
+                    ins2[0] = &xb;
+                    let got2 = conv(&c2, &p, &ins2, None, out).unwrap().to_f32_vec();
+                    assert!(
+                        got.iter()
+                            .zip(&got2)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "case {i} {isa:?}: NCHW input differs"
+                    );
+                }
                 let got = unblock(&got, dims(out));
                 assert_eq!(got.len(), want.len());
                 // With a residual: the same products, then the sum, as
@@ -365,6 +395,13 @@ fn a_chain_runs_blocked_and_matches_the_plain_graph() {
     let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
     let blocked: Vec<bool> = (5..10).map(|i| plan.is_blocked(i)).collect();
     assert_eq!(blocked, [true, true, true, true, false]);
+    // The first convolution pads the graph's input (NCHW) as it blocks
+    // it, in one pass; the depthwise one reads its blocked input.
+    assert!(matches!(
+        plan.conv(0),
+        Some(Conv::Direct { nchw_in: true, .. })
+    ));
+    assert!(!plan.wants_blocked(&graph, 0, 0) && plan.wants_blocked(&graph, 1, 0));
     cpu.graphs.get_mut(&2).unwrap().nchwc = None;
     let x = random(16 * 81, 1);
     let got = cpu.compute(1, &graph, vec![Buf::F32(x.clone())]).unwrap();

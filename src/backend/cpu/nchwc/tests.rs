@@ -206,7 +206,7 @@ fn direct_matches_the_nchw_kernels() {
                 let got = conv(&c, &p, &ins, None, out).unwrap().to_f32_vec();
                 // A padded one reading its input in NCHW (blocking it as
                 // it pads): the same bits.
-                if p.padding != [0; 4] && p.in_channels % L == 0 {
+                if p.padding != [0; 4] && p.in_channels.is_multiple_of(L) {
                     let Conv::Direct {
                         w,
                         panels,

@@ -59,7 +59,7 @@ struct Geometry<'a> {
 /// Each input block is `g.cl` channels `g.cs` floats apart: 8 and 1 for
 /// a blocked input, all of them and a plane for an NCHW one (`plain`).
 #[inline(always)]
-unsafe fn tile<V: Vf, const M: usize, const NV: usize>(
+unsafe fn tile<V: Vf, const M: usize, const NV: usize, const PX: usize>(
     g: &Geometry,
     x: *const f32,
     w: *const f32,
@@ -67,6 +67,11 @@ unsafe fn tile<V: Vf, const M: usize, const NV: usize>(
     out: *mut f32,
 ) {
     let mut acc = [[V::splat(0.0); NV]; M];
+    // Floats between the tile's pixels in the input: known at compile
+    // time for a blocked input at unit stride (`PX` = 8), so that every
+    // pixel's value is one base pointer plus a constant (otherwise the
+    // compiler kept a pointer per pixel and stepped each one).
+    let px = if PX == 0 { g.px } else { PX };
     let mut wp = w;
     // Floats between the output blocks of one vector's lane groups, and
     // between vectors.
@@ -90,7 +95,7 @@ unsafe fn tile<V: Vf, const M: usize, const NV: usize>(
                         }
                         wp = wp.add(NV * V::W);
                         for (r, row) in acc.iter_mut().enumerate() {
-                            let av = V::splat(*c.add(r * g.px));
+                            let av = V::splat(*c.add(r * px));
                             for (y, &b) in row.iter_mut().zip(&bv) {
                                 *y = V::fma(av, b, *y);
                             }
@@ -135,12 +140,13 @@ struct Ends {
 }
 
 /// [`tile`] for a run-time pixel count (1..=[`tile_pixels`]) and vector
-/// count (1 or 2), compiled with `V`'s features.
+/// count (1 or 2), compiled with `V`'s features; `PX` is `g.px` when
+/// not 0.
 ///
 /// # Safety
 /// The CPU has `V`'s features; the rest is [`tile`]'s contract.
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_n<V: Vf>(
+unsafe fn tile_n<V: Vf, const PX: usize>(
     m: usize,
     nv: usize,
     g: &Geometry,
@@ -154,7 +160,7 @@ unsafe fn tile_n<V: Vf>(
             match (m, nv) {
                 $($(($m, $nv) => V::with(
                     #[inline(always)]
-                    || tile::<V, $m, $nv>(g, x, w, ends, out),
+                    || tile::<V, $m, $nv, PX>(g, x, w, ends, out),
                 ),)*)*
                 _ => unreachable!("tile of {m} pixels by {nv} vectors"),
             }
@@ -396,9 +402,11 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
                     let bq = bs.map_or(std::ptr::null(), |bp| (bp as *const f32).add(pn.ob0 * L));
                     let wq = (ws as *const f32).add(pn.off);
                     let ends = Ends { bias: bq, sum: sq };
-                    match wide {
-                        true => tile_n::<V>(m, nv, g, xq, wq, ends, oq),
-                        false => tile_n::<N>(m, nv, g, xq, wq, ends, oq),
+                    match (wide, g.px == L) {
+                        (true, true) => tile_n::<V, L>(m, nv, g, xq, wq, ends, oq),
+                        (true, false) => tile_n::<V, 0>(m, nv, g, xq, wq, ends, oq),
+                        (false, true) => tile_n::<N, L>(m, nv, g, xq, wq, ends, oq),
+                        (false, false) => tile_n::<N, 0>(m, nv, g, xq, wq, ends, oq),
                     }
                 }
                 q += m;

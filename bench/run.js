@@ -286,6 +286,43 @@ function printResults(rows) {
   printTable(header, lines);
 }
 
+// The x86 vector extensions the CPU reports (Linux: /proc/cpuinfo's
+// flags); null where that file is missing.
+function cpuFlags() {
+  try {
+    const line = fs.readFileSync('/proc/cpuinfo', 'utf8').split('\n').find((l) => /^flags\s*:/.test(l));
+    return line ? new Set(line.split(':')[1].trim().split(/\s+/)) : null;
+  } catch {
+    return null;
+  }
+}
+
+// The instruction set each side uses. Ours: the choice our CPU backend
+// makes at run time (AVX-512F kernels where the CPU has avx512f; else
+// AVX2+FMA; else portable code), derived here from the same flags by the
+// same rule (the addon does not report it). onnxruntime-node does not
+// report MLAS's choice either; its line says what the CPU offers.
+function instructionSets() {
+  const flags = cpuFlags();
+  if (process.arch !== 'x64' || !flags) {
+    return { ours: `portable or ${process.arch} SIMD (flags not readable)`, ort: 'not reported' };
+  }
+  let ours = 'portable (no AVX2+FMA)';
+  if (flags.has('avx2') && flags.has('fma')) ours = 'avx2+fma';
+  if (flags.has('avx512f')) {
+    // sgemm.rs picks AVX-512 whenever the CPU has it; WEBNN_CPU_ISA=avx2
+    // keeps only the blocked convolutions on AVX2.
+    ours =
+      process.env.WEBNN_CPU_ISA === 'avx2'
+        ? 'avx512f GEMM, avx2+fma blocked convolutions (WEBNN_CPU_ISA=avx2) and element-wise'
+        : 'avx512f (GEMM, blocked convolutions), avx2+fma element-wise';
+  }
+  const offered = ['avx2', 'fma', 'avx512f', 'avx512bw', 'avx512dq', 'avx512vl', 'avx512_vnni', 'avx512_bf16'].filter((f) =>
+    flags.has(f),
+  );
+  return { ours, ort: `not reported by onnxruntime-node; MLAS picks at run time from what the CPU offers: ${offered.join(' ') || 'none of avx2/avx512'}` };
+}
+
 async function main(opts) {
   const loadStart = loadavg();
   const selected = WORKLOADS.filter(
@@ -296,6 +333,9 @@ async function main(opts) {
   const cpus = os.cpus();
   console.log(`webnn-node vs onnxruntime-node ${ortVersion}, CPU, float32, batch 1`);
   console.log(`machine: ${cpus.length} x ${cpus[0] ? cpus[0].model : 'unknown CPU'}, node ${process.version}`);
+  const isa = instructionSets();
+  console.log(`instruction set, ours: ${isa.ours}`);
+  console.log(`instruction set, ORT:  ${isa.ort}`);
   console.log(`load average at start: ${loadStart}`);
   console.log(
     `timing: median of runs alternating in blocks (each block after a ${SETTLE_MS} ms pause and one untimed run), after ${opts.quick ? 1 : WARMUP} warm-up runs each${opts.quick ? ' (--quick)' : ''}; ` +
@@ -349,6 +389,8 @@ async function main(opts) {
     bench: 'webnn-node vs onnxruntime-node',
     ort_version: ortVersion,
     cpus: cpus.length,
+    isa_ours: isa.ours,
+    isa_ort: isa.ort,
     quick: opts.quick,
     load_start: loadStart,
     load_end: loadEnd,

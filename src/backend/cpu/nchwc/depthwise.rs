@@ -1,0 +1,436 @@
+//! The depthwise blocked convolution.
+
+use super::par::{for_units, Out, PAR_WORK};
+use super::simd::Vf;
+use super::L;
+use crate::graph::op::Conv2dParams;
+
+/// A depthwise convolution of blocked `x` into blocked `res`: each
+/// output pixel is its first tap times the filter, then one
+/// multiply-add per further tap (padding taps read zeros), then the
+/// bias and bounds, as the NCHW kernels compute it.
+///
+/// Runs of pixels at unit stride run on `V` (whose vectors hold `W / 8`
+/// neighbouring pixels), the rest on `N` (8 lanes, one pixel).
+///
+/// # Safety
+/// The CPU has `V`'s features, which include `N`'s; sizes as `p` says
+/// (checked by `super::conv`).
+pub(super) unsafe fn depthwise<V: Vf, N: Vf>(
+    w: &[f32],
+    p: &Conv2dParams,
+    x: &[f32],
+    bias: Option<&[f32]>,
+    bounds: (f32, f32),
+    res: &mut [f32],
+) {
+    let (n, cb) = (p.batch, p.in_channels / L);
+    let (h, wi, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+    let khw = p.kernel_h * p.kernel_w;
+    // Rows per task: a few thousand multiply-adds at least.
+    let rows = (8192 / (ow * khw).max(1)).clamp(1, oh);
+    let row_chunks = oh.div_ceil(rows);
+    let work = n * cb * oh * ow * L * khw;
+    let o = Out(res.as_mut_ptr());
+    for_units(n * cb * row_chunks, work >= PAR_WORK, move |u| {
+        let _ = &o;
+        let (plane, rc) = (u / row_chunks, u % row_chunks);
+        let blk = plane % cb;
+        let xs = &x[plane * h * wi * L..(plane + 1) * h * wi * L];
+        let ws = &w[blk * khw * L..(blk + 1) * khw * L];
+        let bv = bias.map(|b| &b[blk * L..(blk + 1) * L]);
+        let y0 = rc * rows;
+        let y1 = (y0 + rows).min(oh);
+        // SAFETY: rows y0..y1 of this plane are this unit's.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(o.0.add((plane * oh + y0) * ow * L), (y1 - y0) * ow * L)
+        };
+        // SAFETY: the caller's features.
+        unsafe {
+            V::with(
+                #[inline(always)]
+                || depthwise_rows::<V, N>(xs, ws, bv, bounds, p, y0..y1, dst),
+            )
+        };
+    });
+}
+
+/// Output rows `ys` of one blocked plane `x` of a depthwise
+/// convolution into `dst`. Pixels whose taps all lie inside the input
+/// read it where it is; the others (near the padding) read a small
+/// zero-padded copy of the input around them: a strip of columns at
+/// each side for the rows in between, whole padded rows for the rows
+/// at the top and bottom. Either way eight pixels at a time, across
+/// row ends, so that a narrow plane (7x7) still has eight independent
+/// chains of multiply-adds.
+///
+/// # Safety
+/// Runs with `V`'s features.
+#[inline(always)]
+unsafe fn depthwise_rows<V: Vf, N: Vf>(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    (lo, hi): (f32, f32),
+    p: &Conv2dParams,
+    ys: std::ops::Range<usize>,
+    dst: &mut [f32],
+) {
+    let (h, wi, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+    let (kh, kw) = (p.kernel_h, p.kernel_w);
+    let (sh, sw) = (p.strides[0], p.strides[1]);
+    let (dh, dw) = (p.dilations[0], p.dilations[1]);
+    let (pt, pl) = (p.padding[0], p.padding[2]);
+    if kh * kw == 0 || ys.is_empty() {
+        return;
+    }
+    let k = Kernel {
+        w,
+        kh,
+        kw,
+        dh,
+        dw,
+        bias: bias.map_or(std::ptr::null(), |b| b[..L].as_ptr()),
+        lo,
+        hi,
+    };
+    // Rows whose taps all lie inside the input, [ia, ib), and columns
+    // whose taps all lie inside a row, [ox_lo, ox_hi).
+    let (span_h, span_w) = ((kh - 1) * dh, (kw - 1) * dw);
+    let (ia, ib) = inside(pt, h, span_h, sh, oh);
+    let (ox_lo, ox_hi) = inside(pl, wi, span_w, sw, ow);
+    let out = dst.as_mut_ptr();
+    let (y0, y1) = (ys.start, ys.end);
+    // Offsets are in floats; a pixel (oy, ox) of a region reads its
+    // first tap at row oy * sh - pt - r0, column ox * sw - pl - c0 of
+    // a source whose first row and column are r0 and c0.
+    let region = |src: *const f32,
+                  r0: isize,
+                  c0: isize,
+                  cols: usize,
+                  rows: std::ops::Range<usize>,
+                  oxs: std::ops::Range<usize>| {
+        let first = |oy: usize, ox: usize| {
+            let r = (oy * sh) as isize - pt as isize - r0;
+            let c = (ox * sw) as isize - pl as isize - c0;
+            (r as usize * cols + c as usize) * L
+        };
+        let at = |oy: usize, ox: usize| out.wrapping_add(((oy - y0) * ow + ox) * L);
+        // SAFETY: every tap of these pixels lies inside `src` (the
+        // callers' regions), and (oy, ox) is a pixel of `dst`; the
+        // caller's features. (A closure does not inherit them: `with`
+        // compiles the kernel with them wherever this one lands.)
+        unsafe {
+            V::with(
+                #[inline(always)]
+                || k.rect::<V, N>(src, cols, sw * L, rows, oxs, first, at),
+            )
+        };
+    };
+    let (ra, rb) = (ia.clamp(y0, y1), ib.clamp(y0, y1));
+    // The padded copies: input rows r0.. and columns c0.., zeros
+    // outside the plane.
+    let copy = |rows: std::ops::Range<usize>, oxs: std::ops::Range<usize>| {
+        if rows.is_empty() || oxs.is_empty() {
+            return;
+        }
+        let r0 = (rows.start * sh) as isize - pt as isize;
+        let r1 = ((rows.end - 1) * sh + span_h) as isize - pt as isize + 1;
+        let c0 = (oxs.start * sw) as isize - pl as isize;
+        let c1 = ((oxs.end - 1) * sw + span_w) as isize - pl as isize + 1;
+        let cols = (c1 - c0) as usize;
+        let mut buf = PADDED.take();
+        buf.clear();
+        buf.resize((r1 - r0) as usize * cols * L, 0.0);
+        for r in r0.max(0)..r1.min(h as isize) {
+            let (a, b) = (c0.max(0), c1.min(wi as isize));
+            if a >= b {
+                continue;
+            }
+            let from = (r as usize * wi + a as usize) * L;
+            let to = ((r - r0) as usize * cols + (a - c0) as usize) * L;
+            let n = (b - a) as usize * L;
+            buf[to..to + n].copy_from_slice(&x[from..from + n]);
+        }
+        region(buf.as_ptr(), r0, c0, cols, rows, oxs);
+        PADDED.set(buf);
+    };
+    // A small plane (7x7, 14x14) is copied whole with its padding: one
+    // region, so that few groups run short; otherwise the pixels of
+    // the inside rows and columns read the input in place, strips at
+    // the sides of those rows and the top and bottom rows whole are
+    // copied.
+    let window = ((y1 - y0 - 1) * sh + span_h + 1) * ((ow - 1) * sw + span_w + 1) * L;
+    if window <= SMALL_WINDOW {
+        copy(y0..y1, 0..ow);
+        return;
+    }
+    if ra < rb {
+        region(x.as_ptr(), 0, 0, wi, ra..rb, ox_lo..ox_hi);
+    }
+    copy(ra..rb, 0..ox_lo);
+    copy(ra..rb, ox_hi..ow);
+    copy(y0..ra.max(y0), 0..ow);
+    copy(rb.max(ra).max(y0)..y1, 0..ow);
+}
+
+/// The outputs `[a, b)` of `n_out` along one axis whose taps all lie
+/// inside the `n_in` inputs: output `o` reads `o * stride - pad` to
+/// `o * stride - pad + span`.
+fn inside(pad: usize, n_in: usize, span: usize, stride: usize, n_out: usize) -> (usize, usize) {
+    let a = pad.div_ceil(stride).min(n_out);
+    let b = if n_in + pad > span {
+        ((n_in + pad - span - 1) / stride + 1).clamp(a, n_out)
+    } else {
+        a
+    };
+    (a, b)
+}
+
+/// Floats of padded input (16 KB) up to which a depthwise task copies
+/// all it reads.
+const SMALL_WINDOW: usize = 4096;
+
+thread_local! {
+    /// The zero-padded input around a depthwise task's edge pixels.
+    static PADDED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A depthwise filter block and its epilogue.
+#[derive(Clone, Copy)]
+struct Kernel<'a> {
+    /// `[kh * kw][8]`.
+    w: &'a [f32],
+    kh: usize,
+    kw: usize,
+    dh: usize,
+    dw: usize,
+    /// The block's 8 biases, or null.
+    bias: *const f32,
+    lo: f32,
+    hi: f32,
+}
+
+/// Vectors per group: eight independent chains of multiply-adds keep
+/// both FMA pipes busy.
+const P: usize = 8;
+/// A pixel step of stride 2.
+const S2: usize = 2 * L;
+
+impl Kernel<'_> {
+    /// Bias (in every group of 8 lanes), lower and upper bound.
+    ///
+    /// # Safety
+    /// `U`'s features.
+    #[inline(always)]
+    unsafe fn fin<U: Vf>(&self) -> (U, U, U) {
+        let b = match self.bias.is_null() {
+            true => U::splat(-0.0),
+            // SAFETY: 8 floats.
+            false => unsafe { U::load8_dup(self.bias) },
+        };
+        (b, U::splat(self.lo), U::splat(self.hi))
+    }
+
+    /// Output pixels `rows` x `oxs` of a source `src` whose rows have
+    /// `cols` pixels; `first(oy, ox)` is the offset of a pixel's first
+    /// tap (the next pixel's is `step` further), `at(oy, ox)` where it
+    /// goes. At unit stride, runs of `P` vectors of `V` (`P * W / 8`
+    /// pixels) and then vectors of `V` gathered from the rows' ends into
+    /// groups of `P`; otherwise eight pixels of a row at a time. The
+    /// pixels left at a row's end join those of the next rows (one per
+    /// vector of `N`), so a narrow plane still runs in groups of eight.
+    ///
+    /// # Safety
+    /// `V`'s features, which include `N`'s; every tap of every pixel
+    /// inside `src`, every output pixel writable.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rect<V: Vf, N: Vf>(
+        &self,
+        src: *const f32,
+        cols: usize,
+        step: usize,
+        rows: std::ops::Range<usize>,
+        oxs: std::ops::Range<usize>,
+        first: impl Fn(usize, usize) -> usize,
+        at: impl Fn(usize, usize) -> *mut f32,
+    ) {
+        // Pixels per vector of V.
+        let k = if step == L { V::W / L } else { 1 };
+        let mut wide = Pending::<V>::new(src);
+        let mut narrow = Pending::<N>::new(src);
+        for oy in rows {
+            if oxs.is_empty() {
+                break;
+            }
+            // SAFETY (all): the caller's bounds.
+            let (mut inp, mut o) = unsafe { (src.add(first(oy, oxs.start)), at(oy, oxs.start)) };
+            let mut left = oxs.len();
+            unsafe {
+                if k > 1 {
+                    while left >= P * k {
+                        self.run::<V, 1>(cols, inp, o);
+                        (inp, o) = (inp.add(P * k * L), o.add(P * k * L));
+                        left -= P * k;
+                    }
+                    while left >= k {
+                        wide.push(self, cols, inp, o);
+                        (inp, o) = (inp.add(k * L), o.add(k * L));
+                        left -= k;
+                    }
+                } else {
+                    while left >= P {
+                        match step {
+                            L => self.run::<N, 1>(cols, inp, o),
+                            S2 => self.run::<N, 2>(cols, inp, o),
+                            _ => self.group::<N>(
+                                cols,
+                                std::array::from_fn(|j| inp.add(j * step)),
+                                std::array::from_fn(|j| o.add(j * L)),
+                            ),
+                        }
+                        (inp, o) = (inp.add(P * step), o.add(P * L));
+                        left -= P;
+                    }
+                }
+                for _ in 0..left {
+                    narrow.push(self, cols, inp, o);
+                    (inp, o) = (inp.add(step), o.add(L));
+                }
+            }
+        }
+        // SAFETY: as above.
+        unsafe {
+            wide.flush(self, cols);
+            narrow.flush(self, cols);
+        }
+    }
+
+    /// `P` consecutive vectors of output pixels of a row at stride `SW`,
+    /// as [`Self::group`] computes them: with the stride known, every
+    /// load addresses one base pointer plus a constant.
+    ///
+    /// # Safety
+    /// As for [`Self::group`] with `ins[j] = src + j * SW * W` and
+    /// `outs[j] = out + j * W` (`SW` is 1 where `W` is over 8).
+    #[inline(always)]
+    unsafe fn run<U: Vf, const SW: usize>(&self, cols: usize, src: *const f32, out: *mut f32) {
+        // SAFETY: the caller's bounds.
+        unsafe {
+            let (bv, lov, hiv) = self.fin::<U>();
+            let w0 = U::load8_dup(self.w.as_ptr());
+            let mut acc = [w0; P];
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = U::mul(w0, U::load(src.add(j * SW * U::W)));
+            }
+            let mut wt = self.w.as_ptr();
+            for ky in 0..self.kh {
+                let row = src.add(ky * self.dh * cols * L);
+                for kx in usize::from(ky == 0)..self.kw {
+                    wt = wt.add(L);
+                    let wv = U::load8_dup(wt);
+                    let at = row.add(kx * self.dw * L);
+                    for (j, a) in acc.iter_mut().enumerate() {
+                        *a = U::fma(wv, U::load(at.add(j * SW * U::W)), *a);
+                    }
+                }
+            }
+            for (j, a) in acc.iter().enumerate() {
+                U::min(hiv, U::max(lov, U::add(*a, bv))).store(out.add(j * U::W));
+            }
+        }
+    }
+
+    /// `P` vectors of output pixels (each `W / 8` neighbouring pixels of
+    /// a row, unit stride when more than one), each pixel its first tap
+    /// times the filter, then one multiply-add per further tap, then
+    /// `clamp(acc + bias, lo, hi)` (max and min return their second
+    /// operand for NaN and for equal zeros), as the NCHW kernels compute
+    /// it.
+    ///
+    /// # Safety
+    /// `U`'s features; every tap of each pixel (first tap at `ins[j]`,
+    /// rows of `cols` pixels) readable, `outs[j]` `W` writable floats.
+    #[inline(always)]
+    unsafe fn group<U: Vf>(&self, cols: usize, ins: [*const f32; P], outs: [*mut f32; P]) {
+        // SAFETY: the caller's bounds.
+        unsafe {
+            let (bv, lov, hiv) = self.fin::<U>();
+            let w0 = U::load8_dup(self.w.as_ptr());
+            let mut acc = [w0; P];
+            for (a, ptr) in acc.iter_mut().zip(&ins) {
+                *a = U::mul(w0, U::load(*ptr));
+            }
+            let mut wt = self.w.as_ptr();
+            for ky in 0..self.kh {
+                let row = ky * self.dh * cols * L;
+                for kx in usize::from(ky == 0)..self.kw {
+                    wt = wt.add(L);
+                    let wv = U::load8_dup(wt);
+                    let off = row + kx * self.dw * L;
+                    for (a, ptr) in acc.iter_mut().zip(&ins) {
+                        *a = U::fma(wv, U::load(ptr.add(off)), *a);
+                    }
+                }
+            }
+            for (a, o) in acc.iter().zip(&outs) {
+                U::min(hiv, U::max(lov, U::add(*a, bv))).store(*o);
+            }
+        }
+    }
+}
+
+/// Vectors of pixels from rows' ends waiting for a group of `P`.
+struct Pending<U> {
+    ins: [*const f32; P],
+    outs: [*mut f32; P],
+    n: usize,
+    _u: std::marker::PhantomData<U>,
+}
+
+impl<U: Vf> Pending<U> {
+    fn new(src: *const f32) -> Self {
+        Pending {
+            ins: [src; P],
+            outs: [std::ptr::null_mut(); P],
+            n: 0,
+            _u: std::marker::PhantomData,
+        }
+    }
+
+    /// Adds a vector's first tap and output; a full group runs.
+    ///
+    /// # Safety
+    /// [`Kernel::group`]'s, for this vector.
+    #[inline(always)]
+    unsafe fn push(&mut self, k: &Kernel, cols: usize, inp: *const f32, o: *mut f32) {
+        self.ins[self.n] = inp;
+        self.outs[self.n] = o;
+        self.n += 1;
+        if self.n == P {
+            // SAFETY: the callers' bounds for each vector.
+            unsafe { k.group::<U>(cols, self.ins, self.outs) };
+            self.n = 0;
+        }
+    }
+
+    /// Runs a short last group, which repeats its last vector: the same
+    /// values stored twice.
+    ///
+    /// # Safety
+    /// As for [`Self::push`].
+    #[inline(always)]
+    unsafe fn flush(&mut self, k: &Kernel, cols: usize) {
+        let n = self.n;
+        if n > 0 {
+            for j in n..P {
+                self.ins[j] = self.ins[n - 1];
+                self.outs[j] = self.outs[n - 1];
+            }
+            // SAFETY: as for push.
+            unsafe { k.group::<U>(cols, self.ins, self.outs) };
+            self.n = 0;
+        }
+    }
+}

@@ -1,0 +1,419 @@
+//! The direct (groups 1) blocked convolution: tiles of output pixels
+//! by output channel blocks, and its epilogue (bias, bounds, residual).
+
+use rayon::prelude::*;
+
+use super::par::{for_units, Out, PAR_WORK};
+use super::simd::Vf;
+use super::{Panel, L};
+use crate::graph::op::Conv2dParams;
+
+/// Bytes of input a direct convolution's task reads (kept in L2 while
+/// each filter panel passes over it).
+const CHUNK_BYTES: usize = 160 << 10;
+/// Fewest output pixels per task.
+const MIN_CHUNK: usize = 6;
+/// Output pixels per tile for `nv` vectors of `w` lanes per pixel: on
+/// AVX2 12 accumulators of the 16 ymm registers (12 independent chains
+/// of multiply-adds keep both FMA pipes busy; with 6 a single block
+/// waited on their latency: 144 -> 24 channels on 56x56, 418 -> 382
+/// us), on AVX-512 24 of the 32 zmm registers.
+fn tile_pixels(w: usize, nv: usize) -> usize {
+    match w {
+        8 => 12 / nv,
+        _ => 24 / nv,
+    }
+}
+
+/// What every tile of one direct convolution shares.
+struct Geometry<'a> {
+    /// Floats between the tile's pixels in the input (stride * 8).
+    px: usize,
+    /// Offsets of the kernel taps from a pixel's first tap.
+    taps: &'a [usize],
+    /// Floats between input channel blocks.
+    ibs: usize,
+    icb: usize,
+    /// Channels of an input block and the floats between them (plain
+    /// input: all its channels, one block, a plane apart).
+    cl: usize,
+    cs: usize,
+    /// Floats between output channel blocks.
+    obs: usize,
+    lo: f32,
+    hi: f32,
+}
+
+/// One tile: `M` output pixels (consecutive in a row) by `NV` vectors
+/// of output channels (`NV * W / 8` blocks), summed over every input
+/// block and tap, then the bias, the bounds and the residual (see
+/// [`Ends`]). Each output sums its terms in the same order whatever the
+/// vector width, so every [`Vf`] gives the same bits.
+///
+/// # Safety
+/// `V`'s features (run it inside [`Vf::with`]); `x` is the tile's first
+/// pixel's first tap in input block 0, and every tap of every pixel in
+/// every block lies inside the input; `w` is the panel; `out` the
+/// tile's first pixel in output block `ob0`, and the tile's cells of
+/// its blocks are the caller's.
+/// Each input block is `g.cl` channels `g.cs` floats apart: 8 and 1 for
+/// a blocked input, all of them and a plane for an NCHW one (`plain`).
+#[inline(always)]
+unsafe fn tile<V: Vf, const M: usize, const NV: usize, const PX: usize>(
+    g: &Geometry,
+    x: *const f32,
+    w: *const f32,
+    Ends { bias, sum }: Ends,
+    out: *mut f32,
+) {
+    let mut acc = [[V::splat(0.0); NV]; M];
+    // Floats between the tile's pixels in the input: known at compile
+    // time for a blocked input at unit stride (`PX` = 8), so that every
+    // pixel's value is one base pointer plus a constant (otherwise the
+    // compiler kept a pointer per pixel and stepped each one).
+    let px = if PX == 0 { g.px } else { PX };
+    let mut wp = w;
+    // Floats between the output blocks of one vector's lane groups, and
+    // between vectors.
+    let (obs, vs) = (g.obs, V::W / L * g.obs);
+    // SAFETY: see the contract; the panel is icb * taps * 8 rows of
+    // NV * W floats, read in order.
+    unsafe {
+        for ib in 0..g.icb {
+            let xb = x.add(ib * g.ibs);
+            for &t in g.taps {
+                let a = xb.add(t);
+                // One input channel: a row of the panel times each
+                // pixel's value. (A macro, not a closure: a closure
+                // would not inherit `V`'s features if not inlined.)
+                macro_rules! step {
+                    ($c:expr) => {{
+                        let c: *const f32 = $c;
+                        let mut bv = [V::splat(0.0); NV];
+                        for (v, b) in bv.iter_mut().enumerate() {
+                            *b = V::load(wp.add(v * V::W));
+                        }
+                        wp = wp.add(NV * V::W);
+                        for (r, row) in acc.iter_mut().enumerate() {
+                            let av = V::splat(*c.add(r * px));
+                            for (y, &b) in row.iter_mut().zip(&bv) {
+                                *y = V::fma(av, b, *y);
+                            }
+                        }
+                    }};
+                }
+                // A loop, not unrolled 8 times: unrolled, the
+                // compiler hoisted loads and spilled accumulators (12
+                // pixels by 2 zmm vectors).
+                for ci in 0..g.cl {
+                    step!(a.add(ci * g.cs));
+                }
+            }
+        }
+        let (lo, hi) = (V::splat(g.lo), V::splat(g.hi));
+        for v in 0..NV {
+            let b = if bias.is_null() {
+                V::splat(-0.0)
+            } else {
+                V::load(bias.add(v * V::W))
+            };
+            for (r, row) in acc.iter().enumerate() {
+                // Second operands win on NaN and equal zeros: the
+                // clamp operator's results.
+                let mut y = V::min(hi, V::max(lo, V::add(row[v], b)));
+                if !sum.is_null() {
+                    y = V::add(y, V::load_split(sum.add(v * vs + r * L), obs));
+                }
+                y.store_split(out.add(v * vs + r * L), obs);
+            }
+        }
+    }
+}
+
+/// What a tile adds to its products: the panel's bias (its channels'
+/// values, or null) and, after the bounds, a residual laid out as the
+/// output (the tile's first cell, or null).
+#[derive(Clone, Copy)]
+struct Ends {
+    bias: *const f32,
+    sum: *const f32,
+}
+
+/// [`tile`] for a run-time pixel count (1..=[`tile_pixels`]) and vector
+/// count (1 or 2), compiled with `V`'s features; `PX` is `g.px` when
+/// not 0.
+///
+/// # Safety
+/// The CPU has `V`'s features; the rest is [`tile`]'s contract.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_n<V: Vf, const PX: usize>(
+    m: usize,
+    nv: usize,
+    g: &Geometry,
+    x: *const f32,
+    w: *const f32,
+    ends: Ends,
+    out: *mut f32,
+) {
+    macro_rules! go {
+        ($($nv:literal: $($m:literal)*);*) => {
+            match (m, nv) {
+                $($(($m, $nv) => V::with(
+                    #[inline(always)]
+                    || tile::<V, $m, $nv, PX>(g, x, w, ends, out),
+                ),)*)*
+                _ => unreachable!("tile of {m} pixels by {nv} vectors"),
+            }
+        };
+    }
+    // SAFETY: the caller's contract is tile's.
+    unsafe {
+        if V::W == 8 {
+            go!(2: 1 2 3 4 5 6; 1: 1 2 3 4 5 6 7 8 9 10 11 12)
+        } else {
+            go!(2: 1 2 3 4 5 6 7 8 9 10 11 12)
+        }
+    }
+}
+
+/// The input planes with their padding (zeros) around: `[planes, hp,
+/// wp, lanes]` (lanes: 8 for blocks, 1 for NCHW planes). With
+/// `from_nchw` (lanes 8) `x` is NCHW and each block's 8 planes are
+/// interleaved as they are copied: one pass instead of a layout change
+/// and then the padded copy.
+fn pad(
+    x: &[f32],
+    planes: usize,
+    (h, w): (usize, usize),
+    pad: [usize; 4],
+    lanes: usize,
+    from_nchw: bool,
+) -> Vec<f32> {
+    let [pt, pb, pl, pr] = pad;
+    let (hp, wp) = (h + pt + pb, w + pl + pr);
+    let mut out = crate::tensor::Buf::f32_for_overwrite(planes * hp * wp * lanes);
+    let fill = |(b, dst): (usize, &mut [f32])| {
+        let src = &x[b * h * w * lanes..(b + 1) * h * w * lanes];
+        dst[..pt * wp * lanes].fill(0.0);
+        dst[(pt + h) * wp * lanes..].fill(0.0);
+        for y in 0..h {
+            let row = &mut dst[(pt + y) * wp * lanes..(pt + y + 1) * wp * lanes];
+            row[..pl * lanes].fill(0.0);
+            row[(pl + w) * lanes..].fill(0.0);
+            let row = &mut row[pl * lanes..(pl + w) * lanes];
+            if from_nchw {
+                interleave_row(src, h * w, y * w, row);
+            } else {
+                row.copy_from_slice(&src[y * w * lanes..(y + 1) * w * lanes]);
+            }
+        }
+    };
+    if planes * hp * wp * lanes >= 1 << 16 {
+        out.par_chunks_mut(hp * wp * lanes)
+            .enumerate()
+            .for_each(fill);
+    } else {
+        out.chunks_mut(hp * wp * lanes).enumerate().for_each(fill);
+    }
+    out
+}
+
+/// `row[q * 8 + k] = src[k * hw + at + q]`: one row of 8 NCHW planes
+/// (`hw` floats apart) as blocked pixels.
+fn interleave_row(src: &[f32], hw: usize, at: usize, row: &mut [f32]) {
+    let w = row.len() / L;
+    assert!(src.len() >= (L - 1) * hw + at + w);
+    let mut q = 0;
+    if is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2; 8 pixels of 8 planes at a time, all
+        // inside `src` (asserted) and `row`.
+        unsafe { q = interleave8(src.as_ptr().add(at), hw, row.as_mut_ptr(), w) };
+    }
+    for q in q..w {
+        for k in 0..L {
+            row[q * L + k] = src[k * hw + at + q];
+        }
+    }
+}
+
+/// The whole groups of 8 pixels of [`interleave_row`]; returns how many
+/// pixels it wrote.
+///
+/// # Safety
+/// AVX2; `x + k * hw + q` readable and `out + q * 8 + k` writable for
+/// `k < 8`, `q < w`.
+#[target_feature(enable = "avx2")]
+unsafe fn interleave8(x: *const f32, hw: usize, out: *mut f32, w: usize) -> usize {
+    use std::arch::x86_64::*;
+    let mut q = 0;
+    // SAFETY: the caller's bounds.
+    unsafe {
+        while q + L <= w {
+            let mut v = [_mm256_setzero_ps(); L];
+            for (k, vk) in v.iter_mut().enumerate() {
+                *vk = _mm256_loadu_ps(x.add(k * hw + q));
+            }
+            let t = crate::backend::cpu::depthwise::transpose(v);
+            for (j, tj) in t.iter().enumerate() {
+                _mm256_storeu_ps(out.add((q + j) * L), *tj);
+            }
+            q += L;
+        }
+    }
+    q
+}
+
+/// A plain (groups 1) convolution of blocked `x` (NCHW with `nchw_in`,
+/// which only a padded one takes) into blocked `res`.
+///
+/// Panels whose channels fill whole `V` vectors run on `V`, the others
+/// (a single block) on `N`, of 8 lanes.
+///
+/// # Safety
+/// The CPU has `V`'s and `N`'s features; the sizes and the taps' reach
+/// match `p` (checked by `super::conv`).
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn direct<V: Vf, N: Vf>(
+    w: &[f32],
+    panels: &[Panel],
+    plain: bool,
+    nchw_in: bool,
+    p: &Conv2dParams,
+    x: &[f32],
+    bias: Option<&[f32]>,
+    (lo, hi): (f32, f32),
+    sum: Option<&[f32]>,
+    res: &mut [f32],
+) {
+    let (n, ocb) = (p.batch, p.out_channels / L);
+    // Plain input: one block of all its channels, one float per pixel.
+    let (icb, lanes) = if plain {
+        (1, 1)
+    } else {
+        (p.in_channels / L, L)
+    };
+    let ic = p.in_channels;
+    let (kh, kw) = (p.kernel_h, p.kernel_w);
+    let [pt, pb, pl, pr] = p.padding;
+    // A 1x1 kernel at unit strides without padding: the planes are one
+    // long row, so tiles run across row ends.
+    let flat = kh == 1 && kw == 1 && p.strides == [1, 1] && p.padding == [0; 4];
+    let (hp, wp) = if flat {
+        (1, p.in_h * p.in_w)
+    } else {
+        (p.in_h + pt + pb, p.in_w + pl + pr)
+    };
+    let (oh, ow) = if flat {
+        (1, p.out_h * p.out_w)
+    } else {
+        (p.out_h, p.out_w)
+    };
+    let (sh, sw) = if flat {
+        (1, 1)
+    } else {
+        (p.strides[0], p.strides[1])
+    };
+    let planes = if plain { n * ic } else { n * icb };
+    let padded = (p.padding != [0; 4]).then(|| {
+        pad(
+            x,
+            planes,
+            (p.in_h, p.in_w),
+            p.padding,
+            lanes,
+            nchw_in && !plain,
+        )
+    });
+    let xp: &[f32] = padded.as_deref().unwrap_or(x);
+    let taps: Vec<usize> = (0..kh)
+        .flat_map(|ky| {
+            (0..kw).map(move |kx| (ky * p.dilations[0] * wp + kx * p.dilations[1]) * lanes)
+        })
+        .collect();
+    let g = Geometry {
+        px: sw * lanes,
+        taps: &taps,
+        ibs: hp * wp * lanes,
+        icb,
+        cl: if plain { ic } else { L },
+        cs: if plain { hp * wp } else { 1 },
+        obs: oh * ow * L,
+        lo,
+        hi,
+    };
+    let pixels = oh * ow;
+    // Pixels per task: their input (rows of the kernel's height) stays
+    // in L2 while each panel of the filter passes over it.
+    let per_px = ic * 4 * kh * sh.max(1);
+    let chunk = (CHUNK_BYTES / per_px.max(1)).clamp(MIN_CHUNK, pixels.max(MIN_CHUNK));
+    let work = n * pixels * ocb * L * ic * taps.len();
+    let par = work >= PAR_WORK;
+    let threads = rayon::current_num_threads();
+    // A whole number of chunks per thread (then a little smaller).
+    let mut chunks = pixels.div_ceil(chunk);
+    if par {
+        chunks = chunks.div_ceil(threads) * threads;
+    }
+    let chunk = pixels.div_ceil(chunks).max(1);
+    let chunks = pixels.div_ceil(chunk);
+    // Too few chunks to go round: split the panels too.
+    let groups = if par && n * chunks < 4 * threads {
+        (4 * threads).div_ceil(n * chunks).min(panels.len())
+    } else {
+        1
+    };
+    let (o, xs, ws) = (
+        Out(res.as_mut_ptr()),
+        xp.as_ptr() as usize,
+        w.as_ptr() as usize,
+    );
+    let bs = bias.map(|b| b.as_ptr() as usize);
+    let ss = sum.map(|r| r.as_ptr() as usize);
+    let g = &g;
+    for_units(n * chunks * groups, par, move |u| {
+        let _ = &o;
+        let (b, c, gi) = (u / (chunks * groups), (u / groups) % chunks, u % groups);
+        let (p0, p1) = (c * chunk, ((c + 1) * chunk).min(pixels));
+        let mine = &panels[gi * panels.len() / groups..(gi + 1) * panels.len() / groups];
+        for pn in mine {
+            // `V` for panels of 2 or more of its vectors; a panel of one
+            // (2 blocks on AVX-512) measured slower in a tile of 16
+            // pixels by 1 zmm vector than in 6 by 2 ymm vectors (24
+            // channels on 56x56 from 144: 340 against 264 us).
+            let wide = (pn.nb * L).is_multiple_of(V::W) && pn.nb * L >= 2 * V::W;
+            let (vw, nv) = match wide {
+                true => (V::W, pn.nb * L / V::W),
+                false => (N::W, pn.nb),
+            };
+            let mr = tile_pixels(vw, nv);
+            let mut q = p0;
+            while q < p1 {
+                let (oy, ox) = (q / ow, q % ow);
+                let m = mr.min(ow - ox).min(p1 - q);
+                // SAFETY: tile's contract: the pixel's taps lie in the
+                // (padded) input by the reach check; the tile's output
+                // cells belong to this unit (its pixels, its panels).
+                unsafe {
+                    let xq =
+                        (xs as *const f32).add(b * ic * hp * wp + (oy * sh * wp + ox * sw) * lanes);
+                    let at = (b * ocb + pn.ob0) * g.obs + q * L;
+                    let oq = o.0.add(at);
+                    let sq = ss.map_or(std::ptr::null(), |sp| (sp as *const f32).add(at));
+                    let bq = bs.map_or(std::ptr::null(), |bp| (bp as *const f32).add(pn.ob0 * L));
+                    let wq = (ws as *const f32).add(pn.off);
+                    let ends = Ends { bias: bq, sum: sq };
+                    match (wide, g.px == L) {
+                        (true, true) => tile_n::<V, L>(m, nv, g, xq, wq, ends, oq),
+                        (true, false) => tile_n::<V, 0>(m, nv, g, xq, wq, ends, oq),
+                        (false, true) => tile_n::<N, L>(m, nv, g, xq, wq, ends, oq),
+                        (false, false) => tile_n::<N, 0>(m, nv, g, xq, wq, ends, oq),
+                    }
+                }
+                q += m;
+            }
+        }
+    });
+    if let Some(v) = padded {
+        crate::tensor::Buf::F32(v).recycle();
+    }
+}

@@ -1,0 +1,532 @@
+//! Convolution chains in a channel-blocked layout ("NCHW8c").
+//!
+//! In NCHW every convolution has to bring its input into a shape the
+//! vector unit likes: the products pack panels of B out of the input
+//! planes (one read and one write of the whole input per layer) and the
+//! depthwise kernel interleaves eight planes and splits them again. In the
+//! blocked layout a tensor `[n, c, h, w]` is stored as
+//! `[n, c / 8, h, w, 8]`: one 8-lane vector holds one pixel of eight
+//! channels. A convolution then reads its input where it lies: a row of
+//! output pixels times 16 output channels is a tile of broadcast inputs
+//! and filter vectors (the filter packed once at build), and a depthwise
+//! tap is one load and one multiply-add per pixel. Its output is blocked
+//! again, so a chain of convolutions (and the element-wise adds between
+//! them, which do not care about the layout) pays the layout change only
+//! at its ends.
+//!
+//! [`plan`] decides at build which operands are stored blocked: the
+//! outputs of the float32 NCHW convolutions whose channel counts are
+//! multiples of 8 (plain or depthwise, constant filter), and of
+//! element-wise binary nodes whose two inputs are blocked operands of
+//! their own shape. A node that wants an input in the other layout gets a
+//! converted copy (`to_blocked`, `to_nchw`); graph outputs are always
+//! NCHW. Only on x86-64 with AVX2 and FMA; elsewhere the plan is empty
+//! and every convolution runs in `conv.rs`.
+//!
+//! The kernels are written once over a vector type (`simd::Vf`) and run
+//! on AVX-512 where the CPU has it (chosen at build, [`Isa`]), with the
+//! same 8-channel blocks: a zmm vector holds one pixel of two blocks in
+//! the direct kernel (panels of 4 blocks, tiles of 12 pixels) and two
+//! neighbouring pixels of one block in the depthwise kernel at unit
+//! stride; the rest runs on ymm vectors as on AVX2. Every output is
+//! computed in the same order whatever the width, so the forms agree bit
+//! for bit, and the tests run a portable 16-lane form on any machine.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::graph::op::{BinaryKind, Conv2dParams, Op};
+use crate::graph::Graph;
+use crate::tensor::Buf;
+use crate::types::{DataType, OperandDescriptor};
+
+#[cfg(target_arch = "x86_64")]
+mod depthwise;
+#[cfg(target_arch = "x86_64")]
+mod direct;
+#[cfg(target_arch = "x86_64")]
+mod par;
+#[cfg(target_arch = "x86_64")]
+mod relayout;
+#[cfg(target_arch = "x86_64")]
+pub(super) mod simd;
+#[cfg(test)]
+mod tests;
+
+/// Channels per block: the lanes of an AVX2 float vector.
+pub(super) const L: usize = 8;
+
+/// Which operands of a compiled graph are stored blocked, and the
+/// filters of the convolutions that run blocked.
+pub(super) struct Plan {
+    blocked: Vec<bool>,
+    convs: HashMap<usize, Conv>,
+    /// Direct convolutions (by node) that add a residual in their
+    /// epilogue and write the sum: the add node runs no more.
+    sums: HashMap<usize, Sum>,
+    /// Add nodes whose sum a convolution writes.
+    fused: Vec<bool>,
+}
+
+/// A residual add folded into the convolution before it: `out =
+/// conv(...) + residual`, where the add read the convolution's output
+/// (read by nothing else) and `residual`, an operand computed before the
+/// convolution. The same two roundings as the two nodes.
+pub(super) struct Sum {
+    pub residual: usize,
+    pub out: usize,
+}
+
+/// A convolution that runs in the blocked layout, its filter packed.
+pub(super) enum Conv {
+    /// groups = 1: `w` holds one panel per 16 output channels (8 for an
+    /// odd last block), each `[ic / 8][kh * kw][8 input][nb * 8 output]`,
+    /// or with `plain` (the input read in NCHW: the few input channels of
+    /// a network's first layer) `[kh * kw][ic][nb * 8]`.
+    Direct {
+        w: Vec<f32>,
+        panels: Vec<Panel>,
+        plain: bool,
+        /// Blocked input channels, padding, and an input that is not
+        /// stored blocked (a graph input): read in NCHW and blocked as it
+        /// is padded, in one pass.
+        nchw_in: bool,
+        isa: Isa,
+    },
+    /// groups = channels: `w` is `[c / 8][kh * kw][8]`.
+    Depthwise { w: Vec<f32>, isa: Isa },
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use simd::Isa;
+
+/// Elsewhere no kernel runs blocked.
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Isa {}
+
+/// A panel of a direct convolution's filter: output channel block `ob0`
+/// and the next `nb - 1`, at `off` in the packed filter.
+#[derive(Clone, Copy)]
+pub(super) struct Panel {
+    ob0: usize,
+    nb: usize,
+    off: usize,
+}
+
+/// Whether `WEBNN_CPU_NCHWC=0` turns the blocked layout off (read at each
+/// build, so one process can compare both ways).
+fn disabled() -> bool {
+    std::env::var("WEBNN_CPU_NCHWC").is_ok_and(|v| v == "0")
+}
+
+/// Whether this CPU runs the blocked kernels.
+#[cfg(test)]
+pub(super) fn available() -> bool {
+    best().is_some()
+}
+
+/// The vectors the blocked kernels run on here (see [`Isa::best`]).
+pub(super) fn best() -> Option<Isa> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        Isa::best()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+fn is_f32_4d(d: &OperandDescriptor) -> bool {
+    d.data_type == DataType::Float32 && d.rank() == 4
+}
+
+/// The blocked form of a conv2d node, when it has one: float32 NCHW, a
+/// constant float32 filter, channel counts multiples of 8, and plain
+/// (groups 1) or depthwise; packed for the kernels of `isa`.
+fn blocked_conv(
+    graph: &Graph,
+    node: &crate::graph::Node,
+    p: &Conv2dParams,
+    constants: &HashMap<usize, Buf>,
+    isa: Isa,
+) -> Option<Conv> {
+    let (x, f) = (*node.inputs.first()?, *node.inputs.get(1)?);
+    let out = *node.outputs.first()?;
+    // Input channels that are not whole blocks are read in NCHW, for a
+    // plain convolution of at most 8 of them (an image's 3 or 4).
+    let plain = !p.in_channels.is_multiple_of(L);
+    if p.nhwc
+        || !is_f32_4d(&graph.operands[x])
+        || !is_f32_4d(&graph.operands[out])
+        || (plain && (p.groups != 1 || p.in_channels > L))
+        || !p.out_channels.is_multiple_of(L)
+        || p.kernel_h == 0
+        || p.kernel_w == 0
+        || p.out_h == 0
+        || p.out_w == 0
+        || p.strides.contains(&0)
+        || p.dilations.contains(&0)
+    {
+        return None;
+    }
+    let Buf::F32(f) = constants.get(&f)? else {
+        return None;
+    };
+    let khw = p.kernel_h * p.kernel_w;
+    let depthwise = p.groups == p.in_channels && p.groups == p.out_channels;
+    if !depthwise && p.groups != 1 {
+        return None;
+    }
+    let cg = p.in_channels / p.groups;
+    if f.len() != p.out_channels * cg * khw {
+        return None;
+    }
+    let f = super::conv::filter_oihw(f, p);
+    if depthwise {
+        let c = p.in_channels;
+        let mut w = vec![0.0f32; c * khw];
+        for cb in 0..c / L {
+            for t in 0..khw {
+                for l in 0..L {
+                    w[(cb * khw + t) * L + l] = f[(cb * L + l) * khw + t];
+                }
+            }
+        }
+        return Some(Conv::Depthwise { w, isa });
+    }
+    let (ic, ocb) = (p.in_channels, p.out_channels / L);
+    let mut w = Vec::with_capacity(p.out_channels * ic * khw);
+    let mut panels = Vec::new();
+    let mut ob0 = 0;
+    let widest = panel_blocks(isa);
+    while ob0 < ocb {
+        // Panels of 2 blocks (AVX2; AVX-512: 4, see `panel_blocks`), then
+        // 2, an odd count's last of 1. (On AVX2, panels of 3 blocks by 4
+        // pixels measured slower: 144 -> 24 channels on 56x56, 496
+        // against 672 us.)
+        let nb = match ocb - ob0 {
+            r if r >= widest => widest,
+            r => r.min(2),
+        };
+        panels.push(Panel {
+            ob0,
+            nb,
+            off: w.len(),
+        });
+        // Input channels in the order the kernel reads them: blocks of 8,
+        // within them taps, within those channels (plain: one block of
+        // all ic).
+        let (blocks, per) = if plain { (1, ic) } else { (ic / L, L) };
+        for ib in 0..blocks {
+            for t in 0..khw {
+                for ci in ib * per..(ib + 1) * per {
+                    for o in ob0 * L..(ob0 + nb) * L {
+                        w.push(f[(o * ic + ci) * khw + t]);
+                    }
+                }
+            }
+        }
+        ob0 += nb;
+    }
+    Some(Conv::Direct {
+        w,
+        panels,
+        plain,
+        nchw_in: false,
+        isa,
+    })
+}
+
+/// Output channel blocks per panel of a direct convolution: 2 (a tile
+/// of 6 pixels by 2 ymm vectors) on AVX2; on AVX-512 4, a tile of 12
+/// pixels by 2 zmm vectors, each vector two blocks of one pixel (the
+/// blocks stay 8 channels wide, so the layout and the plan are the same
+/// on both; 16-channel blocks would not divide MobileNetV2's 24).
+fn panel_blocks(isa: Isa) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Avx2 {
+        return 4;
+    }
+    let _ = isa;
+    2
+}
+
+/// Decides the layout of every operand of `graph` (see the module
+/// comment); `None` when nothing would run blocked.
+pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Plan> {
+    let isa = best()?;
+    if disabled() {
+        return None;
+    }
+    let mut blocked = vec![false; graph.operands.len()];
+    let mut convs = HashMap::new();
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        let [out] = node.outputs[..] else { continue };
+        match &node.op {
+            Op::Conv2d(p) => {
+                if let Some(mut c) = blocked_conv(graph, node, p, constants, isa) {
+                    if let Conv::Direct {
+                        plain: false,
+                        nchw_in,
+                        ..
+                    } = &mut c
+                    {
+                        *nchw_in = p.padding != [0; 4] && !blocked[node.inputs[0]];
+                    }
+                    convs.insert(ni, c);
+                    blocked[out] = true;
+                }
+            }
+            Op::Binary(_) => {
+                let d = &graph.operands[out];
+                if let [a, b] = node.inputs[..] {
+                    blocked[out] = blocked[a]
+                        && blocked[b]
+                        && is_f32_4d(d)
+                        && graph.operands[a].shape == d.shape
+                        && graph.operands[b].shape == d.shape;
+                }
+            }
+            _ => {}
+        }
+    }
+    let (sums, fused) = residual_sums(graph, &blocked, &convs);
+    (!convs.is_empty()).then_some(Plan {
+        blocked,
+        convs,
+        sums,
+        fused,
+    })
+}
+
+/// The blocked element-wise adds that the direct convolution producing
+/// one of their inputs can do in its epilogue (see [`Sum`]).
+fn residual_sums(
+    graph: &Graph,
+    blocked: &[bool],
+    convs: &HashMap<usize, Conv>,
+) -> (HashMap<usize, Sum>, Vec<bool>) {
+    let mut producer = vec![usize::MAX; graph.operands.len()];
+    let mut readers = vec![0usize; graph.operands.len()];
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        for &o in &node.outputs {
+            producer[o] = ni;
+        }
+        for &i in &node.inputs {
+            readers[i] += 1;
+        }
+    }
+    for (_, o) in &graph.outputs {
+        readers[*o] += 1;
+    }
+    let mut sums = HashMap::new();
+    let mut fused = vec![false; graph.nodes.len()];
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        let (Op::Binary(BinaryKind::Add), [a, b], [out]) =
+            (&node.op, &node.inputs[..], &node.outputs[..])
+        else {
+            continue;
+        };
+        if !blocked[*out] || a == b {
+            continue;
+        }
+        for (c, r) in [(*a, *b), (*b, *a)] {
+            let ci = producer[c];
+            let direct = matches!(convs.get(&ci), Some(Conv::Direct { .. }));
+            // The residual exists when the convolution runs; the
+            // convolution's output has no other reader.
+            if direct && readers[c] == 1 && producer[r] < ci && !sums.contains_key(&ci) {
+                sums.insert(
+                    ci,
+                    Sum {
+                        residual: r,
+                        out: *out,
+                    },
+                );
+                fused[ni] = true;
+                break;
+            }
+        }
+    }
+    (sums, fused)
+}
+
+impl Plan {
+    /// Whether operand `i` is stored blocked.
+    pub(super) fn is_blocked(&self, i: usize) -> bool {
+        self.blocked[i]
+    }
+
+    /// Whether node `n` reads its input `index` in the blocked layout.
+    pub(super) fn wants_blocked(&self, graph: &Graph, n: usize, index: usize) -> bool {
+        if let Some(c) = self.convs.get(&n) {
+            let nchw = matches!(c, Conv::Direct { plain: true, .. })
+                || matches!(c, Conv::Direct { nchw_in: true, .. });
+            return index == 0 && !nchw;
+        }
+        let node = &graph.nodes[n];
+        matches!(node.op, Op::Binary(_)) && node.outputs.first().is_some_and(|&o| self.blocked[o])
+    }
+
+    /// The blocked convolution of node `n`, when it runs blocked.
+    pub(super) fn conv(&self, n: usize) -> Option<&Conv> {
+        self.convs.get(&n)
+    }
+
+    /// The residual add that convolution node `n` does, when it does one.
+    pub(super) fn sum(&self, n: usize) -> Option<&Sum> {
+        self.sums.get(&n)
+    }
+
+    /// Whether add node `n` is done by the convolution before it.
+    pub(super) fn is_fused(&self, n: usize) -> bool {
+        self.fused.get(n).copied().unwrap_or(false)
+    }
+}
+
+/// `(n, c, h * w)` of a 4-D operand whose channels are whole blocks.
+fn dims(d: &OperandDescriptor) -> Result<(usize, usize, usize)> {
+    match d.shape[..] {
+        [n, c, h, w] if c.is_multiple_of(L) => Ok((n, c, h * w)),
+        _ => Err(Error::operation(
+            "blocked layout: not a 4-D operand of whole channel blocks",
+        )),
+    }
+}
+
+fn f32s(b: &Buf) -> Result<&[f32]> {
+    match b {
+        Buf::F32(v) => Ok(v),
+        _ => Err(Error::operation("blocked layout: not a float32 operand")),
+    }
+}
+
+/// An NCHW operand `x` of descriptor `d` in the blocked layout.
+pub(super) fn to_blocked(x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
+    relayout(x, d, true)
+}
+
+/// A blocked operand `x` of descriptor `d` back in NCHW.
+pub(super) fn to_nchw(x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
+    relayout(x, d, false)
+}
+
+/// `x` into the blocked layout (`into`) or out of it.
+fn relayout(x: &Buf, d: &OperandDescriptor, into: bool) -> Result<Buf> {
+    let (n, c, hw) = dims(d)?;
+    let x = f32s(x)?;
+    if x.len() != n * c * hw {
+        return Err(Error::operation("blocked layout: operand size mismatch"));
+    }
+    let mut out = Buf::f32_for_overwrite(x.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the plan (the only caller's source) exists only where
+        // `available()`; sizes checked above.
+        unsafe { relayout::reorder(x, &mut out, n * c / L, hw, into) };
+    }
+    Ok(Buf::F32(out))
+}
+
+/// Runs the blocked convolution `c` of parameters `p` on `inputs` (input
+/// blocked, or NCHW for a `plain` or `nchw_in` one, filter, bias when
+/// `p.has_bias`, fused bounds `[lo, hi]` when present, as `conv::conv2d`
+/// takes them); the output is blocked.
+/// Runs blocked convolution `c`; with `sum` (a direct convolution's
+/// residual, blocked, of the output's shape) adds it to the result.
+pub(super) fn conv(
+    c: &Conv,
+    p: &Conv2dParams,
+    inputs: &[&Buf],
+    sum: Option<&Buf>,
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    let bad = || Error::operation("conv2d: the operands do not match the parameters");
+    let x = f32s(inputs.first().ok_or_else(bad)?)?;
+    let bias = match p.has_bias {
+        true => Some(f32s(inputs.get(2).ok_or_else(bad)?)?),
+        false => None,
+    };
+    let bounds = match inputs.get(2 + usize::from(p.has_bias)) {
+        None => (f32::NEG_INFINITY, f32::INFINITY),
+        Some(b) => match *f32s(b)? {
+            [lo, hi] => (lo, hi),
+            _ => return Err(Error::operation("conv2d: bad activation bounds")),
+        },
+    };
+    let (n, ic, oc) = (p.batch, p.in_channels, p.out_channels);
+    let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+    let reach = |o: usize, k: usize, s: usize, d: usize| (o - 1) * s + (k - 1) * d;
+    let fits = oh > 0
+        && ow > 0
+        && reach(oh, p.kernel_h, p.strides[0], p.dilations[0]) < h + p.padding[0] + p.padding[1]
+        && reach(ow, p.kernel_w, p.strides[1], p.dilations[1]) < w + p.padding[2] + p.padding[3];
+    let sum = sum.map(f32s).transpose()?;
+    if x.len() != n * ic * h * w
+        || bias.is_some_and(|b| b.len() != oc)
+        || sum.is_some_and(|r| r.len() != n * oc * oh * ow)
+        || (sum.is_some() && matches!(c, Conv::Depthwise { .. }))
+        || out.element_count() != n * oc * oh * ow
+        || !fits
+    {
+        return Err(bad());
+    }
+    let mut res = Buf::f32_for_overwrite(n * oc * oh * ow);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `c` was made for an `Isa` this CPU runs (a plan's from
+    // `best()`, a test's checked); the sizes and the reach of every tap
+    // were checked above.
+    unsafe {
+        #[cfg(test)]
+        use simd::Lanes;
+        use std::arch::x86_64::{__m256, __m512};
+        match c {
+            Conv::Direct {
+                w,
+                panels,
+                plain,
+                nchw_in,
+                isa,
+            } => {
+                if w.len() != oc * ic * p.kernel_h * p.kernel_w {
+                    return Err(bad());
+                }
+                let (plain, nchw_in) = (*plain, *nchw_in);
+                match isa {
+                    Isa::Avx2 => direct::direct::<__m256, __m256>(
+                        w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
+                    ),
+                    Isa::Avx512 => direct::direct::<__m512, __m256>(
+                        w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
+                    ),
+                    #[cfg(test)]
+                    Isa::Portable => direct::direct::<Lanes<16>, Lanes<8>>(
+                        w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
+                    ),
+                }
+            }
+            Conv::Depthwise { w, isa } => {
+                if w.len() != oc * p.kernel_h * p.kernel_w || ic != oc {
+                    return Err(bad());
+                }
+                match isa {
+                    Isa::Avx2 => {
+                        depthwise::depthwise::<__m256, __m256>(w, p, x, bias, bounds, &mut res)
+                    }
+                    Isa::Avx512 => {
+                        depthwise::depthwise::<__m512, __m256>(w, p, x, bias, bounds, &mut res)
+                    }
+                    #[cfg(test)]
+                    Isa::Portable => {
+                        depthwise::depthwise::<Lanes<16>, Lanes<8>>(w, p, x, bias, bounds, &mut res)
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (c, bias, bounds, sum);
+    Ok(Buf::F32(res))
+}

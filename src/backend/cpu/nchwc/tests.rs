@@ -1,0 +1,478 @@
+use std::sync::Arc;
+
+use super::*;
+use crate::backend::gpu::testing::random;
+use crate::graph::op::{BinaryKind, UnaryKind};
+use crate::graph::{Node, Source};
+
+/// conv.rs's test parameters, square strides and dilations, with a
+/// bias.
+fn params(
+    x: (usize, usize, usize, usize),
+    o: (usize, usize, usize),
+    padding: [usize; 4],
+    s: usize,
+    d: usize,
+    groups: usize,
+) -> Conv2dParams {
+    Conv2dParams {
+        has_bias: true,
+        ..crate::backend::cpu::conv::tests::params(x, o, padding, [s, s], [d, d], groups)
+    }
+}
+
+fn f32d(shape: &[usize]) -> OperandDescriptor {
+    OperandDescriptor {
+        data_type: DataType::Float32,
+        shape: shape.to_vec(),
+    }
+}
+
+/// A node of one output.
+fn node(op: Op, inputs: Vec<usize>, out: usize) -> Node {
+    Node {
+        op,
+        inputs,
+        outputs: vec![out],
+        label: String::new(),
+    }
+}
+
+/// A small graph's result against the plain kernels': convolutions
+/// of up to 145 terms each, summed in other orders, differ by a few
+/// units in the 5th digit.
+fn assert_near(got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len());
+    for (a, b) in got.iter().zip(want) {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+}
+
+fn bytes(v: &[f32]) -> Arc<Vec<u8>> {
+    Arc::new(v.iter().flat_map(|x| x.to_le_bytes()).collect())
+}
+
+/// The kernels' forms this machine runs: the portable one (16-lane
+/// vectors in scalar code) everywhere, AVX2 and AVX-512 where the CPU
+/// has them. All give the same bits.
+fn isas() -> Vec<Isa> {
+    let mut v = vec![Isa::Portable];
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        v.push(Isa::Avx2);
+        if is_x86_feature_detected!("avx512f") {
+            v.push(Isa::Avx512);
+        } else {
+            eprintln!("nchwc tests: no AVX-512 here, its form not run");
+        }
+    }
+    v
+}
+
+/// NCHW `x` of shape `[n, c, h, w]` (`c` whole blocks) in the blocked
+/// layout, written with plain indexing (the layout's definition).
+fn block(x: &[f32], (_, c, h, w): (usize, usize, usize, usize)) -> Vec<f32> {
+    let hw = h * w;
+    let mut out = vec![0.0; x.len()];
+    for (i, &v) in x.iter().enumerate() {
+        let (b, ci, q) = (i / (c * hw), (i / hw) % c, i % hw);
+        out[((b * c / L + ci / L) * hw + q) * L + ci % L] = v;
+    }
+    out
+}
+
+/// The inverse of [`block`].
+fn unblock(x: &[f32], (_, c, h, w): (usize, usize, usize, usize)) -> Vec<f32> {
+    let hw = h * w;
+    let mut out = vec![0.0; x.len()];
+    for (i, v) in out.iter_mut().enumerate() {
+        let (b, ci, q) = (i / (c * hw), (i / hw) % c, i % hw);
+        *v = x[((b * c / L + ci / L) * hw + q) * L + ci % L];
+    }
+    out
+}
+
+/// A one-node conv2d graph (input, filter, bias constants) and its
+/// blocked form for the kernels of `isa`.
+fn one_conv(p: &Conv2dParams, f: &[f32], isa: Isa) -> (Graph, Conv) {
+    let x = [p.batch, p.in_channels, p.in_h, p.in_w];
+    let fd = [
+        p.out_channels,
+        p.in_channels / p.groups,
+        p.kernel_h,
+        p.kernel_w,
+    ];
+    let g = Graph {
+        operands: vec![
+            f32d(&x),
+            f32d(&fd),
+            f32d(&[p.out_channels]),
+            f32d(&[p.batch, p.out_channels, p.out_h, p.out_w]),
+        ],
+        sources: vec![
+            Source::Input("x".into()),
+            Source::Constant(bytes(f)),
+            Source::Constant(bytes(&vec![0.0; p.out_channels])),
+            Source::Node { node: 0, index: 0 },
+        ],
+        nodes: vec![Node {
+            op: Op::Conv2d(p.clone()),
+            inputs: vec![0, 1, 2],
+            outputs: vec![3],
+            label: String::new(),
+        }],
+        inputs: vec![("x".into(), 0)],
+        outputs: vec![("y".into(), 3)],
+    };
+    let constants = HashMap::from([(1, Buf::F32(f.to_vec()))]);
+    let c = blocked_conv(&g, &g.nodes[0], p, &constants, isa).expect("a blocked form");
+    (g, c)
+}
+
+#[test]
+fn layout_changes_place_each_element_and_invert() {
+    if !available() {
+        return;
+    }
+    let (n, c, h, w) = (2, 16, 3, 5);
+    let d = f32d(&[n, c, h, w]);
+    let x: Vec<f32> = (0..n * c * h * w).map(|i| i as f32).collect();
+    let b = to_blocked(&Buf::F32(x.clone()), &d).unwrap();
+    let Buf::F32(bv) = &b else { unreachable!() };
+    for (i, &v) in x.iter().enumerate() {
+        let (bi, ci, p) = (i / (c * h * w), (i / (h * w)) % c, i % (h * w));
+        assert_eq!(bv[((bi * c / L + ci / L) * h * w + p) * L + ci % L], v);
+    }
+    assert_eq!(to_nchw(&b, &d).unwrap().to_f32_vec(), x);
+    // Not whole channel blocks: an error, not a wrong answer.
+    assert!(to_blocked(&Buf::F32(vec![0.0; 12]), &f32d(&[1, 12, 1, 1])).is_err());
+}
+
+/// Plain blocked convolutions agree with the NCHW kernels (to the
+/// rounding of a different summation order) over kernel sizes,
+/// strides, dilations, uneven padding, batches, rows shorter and
+/// longer than a tile, odd output block counts, bias and bounds; each
+/// form of the kernels ([`isas`]) gives the same bits.
+#[test]
+fn direct_matches_the_nchw_kernels() {
+    let cases = [
+        // (n, c, h, w), (o, kh, kw), padding, stride, dilation
+        ((1, 8, 7, 7), (8, 1, 1), [0; 4], 1, 1),
+        ((1, 16, 13, 11), (24, 1, 1), [0; 4], 1, 1),
+        ((2, 8, 9, 10), (16, 3, 3), [1, 1, 1, 1], 1, 1),
+        ((1, 24, 12, 12), (40, 3, 3), [0, 1, 0, 1], 2, 1),
+        ((1, 16, 10, 9), (8, 3, 2), [2, 1, 0, 2], 1, 2),
+        ((1, 8, 4, 3), (16, 5, 5), [2, 2, 2, 2], 1, 1),
+        ((1, 32, 6, 6), (16, 1, 1), [0; 4], 2, 1),
+        ((1, 64, 20, 20), (64, 3, 3), [1, 1, 1, 1], 1, 1),
+        ((1, 16, 5, 30), (8, 3, 3), [1, 1, 1, 1], 1, 1),
+        // 7 blocks (panels of 4, 2 and 1 on AVX-512), rows over 24.
+        ((1, 16, 9, 31), (56, 1, 1), [0; 4], 1, 1),
+        ((1, 8, 4, 29), (48, 3, 3), [1, 1, 1, 1], 1, 1),
+        // Plain input (channels not whole blocks), read in NCHW.
+        ((1, 3, 15, 15), (32, 3, 3), [0, 1, 0, 1], 2, 1),
+        ((2, 5, 7, 9), (8, 3, 3), [1, 1, 1, 1], 1, 1),
+        ((1, 4, 6, 6), (24, 1, 1), [0; 4], 1, 1),
+    ];
+    for (i, &(x, o, pad, s, d)) in cases.iter().enumerate() {
+        let p = params(x, o, pad, s, d, 1);
+        let xs = random(p.batch * p.in_channels * p.in_h * p.in_w, i as u64 + 1);
+        let f = random(
+            p.out_channels * p.in_channels * p.kernel_h * p.kernel_w,
+            i as u64 + 40,
+        );
+        let bias = random(p.out_channels, i as u64 + 80);
+        let dims = |d: &OperandDescriptor| (d.shape[0], d.shape[1], d.shape[2], d.shape[3]);
+        for bounds in [None, Some([-0.25f32, 0.5])] {
+            let mut first: Option<Vec<f32>> = None;
+            for isa in isas() {
+                let (g, c) = one_conv(&p, &f, isa);
+                let out = &g.operands[3];
+                let (xb, fb, bb) = (
+                    Buf::F32(xs.clone()),
+                    Buf::F32(f.clone()),
+                    Buf::F32(bias.clone()),
+                );
+                let lim = bounds.map(|b| Buf::F32(b.to_vec()));
+                let mut ins = vec![&xb, &fb, &bb];
+                ins.extend(lim.as_ref());
+                let want = crate::backend::cpu::conv::conv2d(&p, &ins, out)
+                    .unwrap()
+                    .to_f32_vec();
+                let xblk = match p.in_channels % L {
+                    0 => Buf::F32(block(&xs, dims(&g.operands[0]))),
+                    _ => xb.clone(),
+                };
+                ins[0] = &xblk;
+                let got = conv(&c, &p, &ins, None, out).unwrap().to_f32_vec();
+                // A padded one reading its input in NCHW (blocking it as
+                // it pads): the same bits.
+                if p.padding != [0; 4] && p.in_channels.is_multiple_of(L) {
+                    let Conv::Direct {
+                        w,
+                        panels,
+                        plain,
+                        isa,
+                        ..
+                    } = &c
+                    else {
+                        unreachable!()
+                    };
+                    let c2 = Conv::Direct {
+                        w: w.clone(),
+                        panels: panels.clone(),
+                        plain: *plain,
+                        nchw_in: true,
+                        isa: *isa,
+                    };
+                    let mut ins2 = ins.clone();
+                    ins2[0] = &xb;
+                    let got2 = conv(&c2, &p, &ins2, None, out).unwrap().to_f32_vec();
+                    assert!(
+                        got.iter()
+                            .zip(&got2)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "case {i} {isa:?}: NCHW input differs"
+                    );
+                }
+                let got = unblock(&got, dims(out));
+                assert_eq!(got.len(), want.len());
+                // With a residual: the same products, then the sum, as
+                // the add node would compute it (bit for bit).
+                let r = random(got.len(), i as u64 + 120);
+                let rb = Buf::F32(block(&r, dims(out)));
+                let with = conv(&c, &p, &ins, Some(&rb), out).unwrap().to_f32_vec();
+                let with = unblock(&with, dims(out));
+                for (k, (a, b)) in with.iter().zip(&got).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        (b + r[k]).to_bits(),
+                        "case {i} {isa:?} sum at {k}"
+                    );
+                }
+                // Two orders of the same k + 1 terms differ by at most
+                // (k + 1) * eps times the sum of their magnitudes (the
+                // same convolution of the absolute values).
+                let abs = |v: &[f32]| Buf::F32(v.iter().map(|x| x.abs()).collect());
+                let (xa, fa, ba) = (abs(&xs), abs(&f), abs(&bias));
+                let mag = crate::backend::cpu::conv::conv2d(&p, &[&xa, &fa, &ba], out)
+                    .unwrap()
+                    .to_f32_vec();
+                let terms = (p.in_channels * p.kernel_h * p.kernel_w + 1) as f32;
+                for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                    let tol = terms * f32::EPSILON * mag[k];
+                    assert!((a - b).abs() <= tol, "case {i} at {k}: {a} vs {b}");
+                }
+                if bounds.is_some() {
+                    assert!(
+                        got.contains(&0.5) && got.contains(&-0.25),
+                        "case {i}: bounds unused"
+                    );
+                }
+                match &first {
+                    None => first = Some(got),
+                    Some(f0) => assert!(
+                        f0.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "case {i}: {isa:?} differs from the portable form"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// Depthwise blocked convolutions give the NCHW kernel's values bit
+/// for bit (same order of operations), NaN inputs included, in every
+/// form of the kernels ([`isas`]).
+#[test]
+fn depthwise_matches_the_nchw_kernel_bitwise() {
+    let cases = [
+        ((1, 8, 7, 7), (3, 3), [1, 1, 1, 1], 1, 1),
+        ((2, 16, 14, 13), (3, 3), [0, 1, 0, 1], 2, 1),
+        ((1, 24, 9, 20), (5, 3), [2, 2, 1, 1], 1, 2),
+        ((1, 8, 1, 1), (3, 3), [1, 1, 1, 1], 1, 1),
+        ((1, 16, 30, 29), (3, 3), [1, 1, 1, 1], 1, 1),
+        ((1, 8, 5, 9), (1, 1), [0; 4], 1, 1),
+        // Planes too large to copy whole: in place, with strips.
+        ((1, 8, 40, 37), (3, 3), [0, 1, 2, 1], 2, 1),
+        ((1, 8, 33, 35), (5, 3), [2, 1, 1, 2], 1, 2),
+        ((1, 8, 64, 64), (3, 3), [1, 1, 1, 1], 1, 1),
+        // Rows of odd lengths at unit stride: pairs and single pixels.
+        ((1, 16, 11, 45), (3, 3), [1, 1, 1, 1], 1, 1),
+        ((1, 8, 70, 67), (3, 3), [1, 1, 1, 1], 1, 1),
+    ];
+    for (i, &(x, (kh, kw), pad, s, d)) in cases.iter().enumerate() {
+        let c = x.1;
+        let p = params(x, (c, kh, kw), pad, s, d, c);
+        let mut xs = random(p.batch * c * p.in_h * p.in_w, i as u64 + 1);
+        xs[3] = f32::NAN;
+        let f = random(c * kh * kw, i as u64 + 40);
+        let bias = random(c, i as u64 + 80);
+        let dims = (p.batch, c, p.in_h, p.in_w);
+        let odims = (p.batch, c, p.out_h, p.out_w);
+        for bounds in [None, Some((-0.25f32, 0.5f32))] {
+            let mut want = vec![7.0f32; p.batch * c * p.out_h * p.out_w];
+            crate::backend::cpu::conv::depthwise_nchw(&xs, &f, Some(&bias), bounds, &p, &mut want);
+            for isa in isas() {
+                let (g, conv_b) = one_conv(&p, &f, isa);
+                let out = &g.operands[3];
+                let (fb, bb) = (Buf::F32(f.clone()), Buf::F32(bias.clone()));
+                let lim = bounds.map(|(lo, hi)| Buf::F32(vec![lo, hi]));
+                let xblk = Buf::F32(block(&xs, dims));
+                let mut ins = vec![&xblk, &fb, &bb];
+                ins.extend(lim.as_ref());
+                let got = conv(&conv_b, &p, &ins, None, out).unwrap().to_f32_vec();
+                let got = unblock(&got, odims);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+                assert!(same, "case {i} {isa:?} bounds {bounds:?}");
+            }
+        }
+    }
+}
+
+/// A graph: conv -> depthwise -> add of the two -> 1x1 conv (output),
+/// and a relu of the sum (output). The convolutions and the add run
+/// blocked, the relu reads the sum converted back, the outputs come
+/// out in NCHW; the results agree with the same graph run plain.
+#[test]
+fn a_chain_runs_blocked_and_matches_the_plain_graph() {
+    use crate::backend::Backend;
+    if !available() {
+        return;
+    }
+    let p1 = params((1, 16, 9, 9), (16, 3, 3), [1, 1, 1, 1], 1, 1, 1);
+    let p2 = params((1, 16, 9, 9), (16, 3, 3), [1, 1, 1, 1], 1, 1, 16);
+    let p3 = params((1, 16, 9, 9), (24, 1, 1), [0; 4], 1, 1, 1);
+    let conv = |p: &Conv2dParams, inputs, out| node(Op::Conv2d(p.clone()), inputs, out);
+    let a = [1, 16, 9, 9];
+    let graph = Arc::new(Graph {
+        operands: vec![
+            f32d(&a),
+            f32d(&[16, 16, 3, 3]),
+            f32d(&[16]),
+            f32d(&[16, 1, 3, 3]),
+            f32d(&[24, 16, 1, 1]),
+            f32d(&a),
+            f32d(&a),
+            f32d(&a),
+            f32d(&[1, 24, 9, 9]),
+            f32d(&a),
+        ],
+        sources: vec![
+            Source::Input("x".into()),
+            Source::Constant(bytes(&random(16 * 16 * 9, 2))),
+            Source::Constant(bytes(&random(16, 3))),
+            Source::Constant(bytes(&random(16 * 9, 4))),
+            Source::Constant(bytes(&random(24 * 16, 5))),
+            Source::Node { node: 0, index: 0 },
+            Source::Node { node: 1, index: 0 },
+            Source::Node { node: 2, index: 0 },
+            Source::Node { node: 3, index: 0 },
+            Source::Node { node: 4, index: 0 },
+        ],
+        nodes: vec![
+            conv(&p1, vec![0, 1, 2], 5),
+            conv(&p2, vec![5, 3, 2], 6),
+            node(Op::Binary(BinaryKind::Add), vec![5, 6], 7),
+            conv(
+                &Conv2dParams {
+                    has_bias: false,
+                    ..p3
+                },
+                vec![7, 4],
+                8,
+            ),
+            node(Op::Unary(UnaryKind::Relu), vec![7], 9),
+        ],
+        inputs: vec![("x".into(), 0)],
+        outputs: vec![("y".into(), 8), ("r".into(), 9)],
+    });
+    let mut cpu = crate::backend::cpu::CpuBackend::new();
+    cpu.compile(1, graph.clone()).unwrap();
+    cpu.compile(2, graph.clone()).unwrap();
+    let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
+    let blocked: Vec<bool> = (5..10).map(|i| plan.is_blocked(i)).collect();
+    assert_eq!(blocked, [true, true, true, true, false]);
+    // The first convolution pads the graph's input (NCHW) as it blocks
+    // it, in one pass; the depthwise one reads its blocked input.
+    assert!(matches!(
+        plan.conv(0),
+        Some(Conv::Direct { nchw_in: true, .. })
+    ));
+    assert!(!plan.wants_blocked(&graph, 0, 0) && plan.wants_blocked(&graph, 1, 0));
+    cpu.graphs.get_mut(&2).unwrap().nchwc = None;
+    let x = random(16 * 81, 1);
+    let got = cpu.compute(1, &graph, vec![Buf::F32(x.clone())]).unwrap();
+    let want = cpu.compute(2, &graph, vec![Buf::F32(x)]).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert_near(&g.to_f32_vec(), &w.to_f32_vec());
+    }
+}
+
+/// conv -> 1x1 conv -> add of the two (the output): the 1x1
+/// convolution does the add in its epilogue; the result is bit for
+/// bit that of the two nodes run blocked, and agrees with the plain
+/// graph.
+#[test]
+fn a_residual_add_runs_in_the_convolution_before_it() {
+    use crate::backend::Backend;
+    if !available() {
+        return;
+    }
+    let p1 = params((1, 16, 9, 9), (16, 3, 3), [1, 1, 1, 1], 1, 1, 1);
+    let p2 = params((1, 16, 9, 9), (16, 1, 1), [0; 4], 1, 1, 1);
+    let conv = |p: &Conv2dParams, inputs, out| node(Op::Conv2d(p.clone()), inputs, out);
+    let a = [1, 16, 9, 9];
+    let graph = Arc::new(Graph {
+        operands: vec![
+            f32d(&a),
+            f32d(&[16, 16, 3, 3]),
+            f32d(&[16]),
+            f32d(&[16, 16, 1, 1]),
+            f32d(&a),
+            f32d(&a),
+            f32d(&a),
+        ],
+        sources: vec![
+            Source::Input("x".into()),
+            Source::Constant(bytes(&random(16 * 16 * 9, 2))),
+            Source::Constant(bytes(&random(16, 3))),
+            Source::Constant(bytes(&random(16 * 16, 4))),
+            Source::Node { node: 0, index: 0 },
+            Source::Node { node: 1, index: 0 },
+            Source::Node { node: 2, index: 0 },
+        ],
+        nodes: vec![
+            conv(&p1, vec![0, 1, 2], 4),
+            conv(&p2, vec![4, 3, 2], 5),
+            node(Op::Binary(BinaryKind::Add), vec![5, 4], 6),
+        ],
+        inputs: vec![("x".into(), 0)],
+        outputs: vec![("y".into(), 6)],
+    });
+    let mut cpu = crate::backend::cpu::CpuBackend::new();
+    for id in 1..=3 {
+        cpu.compile(id, graph.clone()).unwrap();
+    }
+    let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
+    let s = plan.sum(1).expect("the 1x1 convolution does the add");
+    assert_eq!((s.residual, s.out), (4, 6));
+    assert!(plan.is_fused(2) && plan.sum(0).is_none());
+    // Graph 2: blocked, the add a node of its own; graph 3: plain.
+    let g2 = cpu.graphs.get_mut(&2).unwrap().nchwc.as_mut().unwrap();
+    g2.sums.clear();
+    g2.fused.iter_mut().for_each(|f| *f = false);
+    cpu.graphs.get_mut(&3).unwrap().nchwc = None;
+    let x = random(16 * 81, 1);
+    let run = |cpu: &mut crate::backend::cpu::CpuBackend, id| {
+        cpu.compute(id, &graph, vec![Buf::F32(x.clone())]).unwrap()[0].to_f32_vec()
+    };
+    let (fused, apart, plain) = (run(&mut cpu, 1), run(&mut cpu, 2), run(&mut cpu, 3));
+    assert!(fused
+        .iter()
+        .zip(&apart)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert_near(&fused, &plain);
+}

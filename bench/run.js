@@ -328,7 +328,12 @@ async function main(opts) {
   const selected = WORKLOADS.filter(
     (w) => !opts.only || opts.only.some((id) => w.id === id || (id === 'a' && w.id.startsWith('a'))),
   );
-  if (!selected.length) throw new Error(`--only ${opts.only}: no such workload (a, a1, a2, b, c, d, e, f)`);
+  // g: all-MiniLM-L6-v2 sentences per second (bench/minilm.js), when its
+  // files are in the cache (node scripts/fetch-minilm.js).
+  const wantMinilm = !opts.only || opts.only.includes('g');
+  if (!selected.length && !wantMinilm) {
+    throw new Error(`--only ${opts.only}: no such workload (a, a1, a2, b, c, d, e, f, g)`);
+  }
   const ortVersion = require('onnxruntime-node/package.json').version;
   const cpus = os.cpus();
   console.log(`webnn-node vs onnxruntime-node ${ortVersion}, CPU, float32, batch 1`);
@@ -367,6 +372,23 @@ async function main(opts) {
     console.log(`${r.title} @${r.threads} threads: round trip ${r.ours_us.toFixed(1)} us ours, ${r.ort_us.toFixed(1)} us ORT`);
   }
 
+  let minilm;
+  let minilmFailed = false;
+  if (wantMinilm) {
+    const { benchMinilm, printRows } = require('./minilm');
+    const r = await benchMinilm({ threads: opts.threads, runs: opts.runs, quick: opts.quick });
+    console.log('');
+    if (r.unavailable) {
+      console.log(`g all-MiniLM-L6-v2: not measured, ${r.unavailable}`);
+      minilm = { unavailable: r.unavailable };
+    } else {
+      console.log('g all-MiniLM-L6-v2 sentence embeddings, sequence length 128:');
+      printRows(r.rows);
+      minilm = r.rows;
+      minilmFailed = r.rows.some((row) => row.status !== 'ok');
+    }
+  }
+
   let mobilenetRss;
   if (selected.some((w) => w.id === 'c')) {
     const threads = Math.max(...opts.threads);
@@ -402,9 +424,10 @@ async function main(opts) {
     }),
     max_rss_mb: round(maxRssMb),
     mobilenet_rss_mb: mobilenetRss,
+    minilm,
   };
   console.log(JSON.stringify(report));
-  return rows.some((r) => r.failed) ? 1 : 0;
+  return rows.some((r) => r.failed) || minilmFailed ? 1 : 0;
 }
 
 if (require.main === module) {

@@ -1,4 +1,11 @@
 'use strict';
+
+// Detaches an ArrayBuffer, resizable ones too: Node 22's structuredClone
+// cannot transfer those (DataCloneError), ArrayBuffer.prototype.transfer can.
+function detach(ab) {
+  if (typeof ab.transfer === 'function') ab.transfer();
+  else structuredClone(ab, { transfer: [ab] });
+}
 // The fuzzer: random builder, tensor and dispatch sequences over every
 // operator, with valid and hostile arguments, on one backend.
 //
@@ -319,7 +326,7 @@ class Run {
       case 'detachedView': {
         const ab = new ArrayBuffer(24);
         const view = new Float32Array(ab);
-        structuredClone(ab, { transfer: [ab] });
+        detach(ab);
         return view;
       }
       case 'resizableView':
@@ -672,7 +679,7 @@ class Run {
         Object.defineProperty(hostileOuts, key, { enumerable: true,
           get() {
             if (!victim) return outs[key];
-            if (kind === 'getterDetach') structuredClone(victim.buffer, { transfer: [victim.buffer] });
+            if (kind === 'getterDetach') detach(victim.buffer);
             else victim.buffer.resize(0);
             return outs[key];
           } });

@@ -256,7 +256,7 @@ pub(super) fn unary(
         UnaryKind::RoundEven if float => "round(v)",
         UnaryKind::Sin if float => "sin(v)",
         UnaryKind::Sign if float || t == "i32" => "sign(v)",
-        UnaryKind::Tan if float => "tan(v)",
+        UnaryKind::Tan if float => "tan_reduced(v)",
         _ => {
             return Err(Error::not_supported(format!(
                 "{} on {} is not supported on the GPU backend",

@@ -70,7 +70,7 @@
 // arguments. On a software adapter the figures only prove the path works.
 
 const os = require('os');
-const { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable } = require('./report');
+const { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs: parseBenchArgs } = require('./report');
 const { WORKLOADS, WEIGHT_SEED, INPUT_SEED, makeRandom, WebnnEmitter } = require('./workloads');
 const { REL_FLOOR, RMS_FRACTION, maxRelativeError } = require('./check');
 
@@ -130,36 +130,27 @@ const GPU_WORKLOADS = [
 ];
 
 function parseArgs(argv) {
-  const opts = { runs: null, chain: null, only: null, quick: false, maxRunS: MAX_RUN_S };
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i];
-    const value = () => {
-      if (i + 1 >= argv.length) throw new Error(`${arg} needs a value`);
-      return argv[++i];
-    };
-    if (arg === '--runs') {
-      opts.runs = Number(value());
-      if (!Number.isInteger(opts.runs) || opts.runs < 1) throw new Error('--runs: a positive integer');
-    } else if (arg === '--chain') {
-      opts.chain = Number(value());
-      if (!Number.isInteger(opts.chain) || opts.chain < 1) throw new Error('--chain: a positive integer');
-    } else if (arg === '--only') {
-      opts.only = value().split(',');
-      const known = ['a', ...GPU_WORKLOADS.map((e) => e.workload.id)];
-      const unknown = opts.only.filter((id) => !known.includes(id));
-      if (unknown.length) throw new Error(`--only: no workload ${unknown.join(', ')} (known: ${known.join(', ')})`);
-    } else if (arg === '--max-run-s') {
-      opts.maxRunS = Number(value());
-      if (!(opts.maxRunS > 0)) throw new Error('--max-run-s: a positive number of seconds');
-    } else if (arg === '--quick') {
-      opts.quick = true;
-    } else if (arg === '--gpu') {
+  return parseBenchArgs(
+    argv,
+    { runs: null, chain: null, only: null, quick: false, maxRunS: MAX_RUN_S },
+    {
+      '--chain': (value, opts, positiveInt) => {
+        opts.chain = positiveInt();
+      },
+      '--only': (value, opts) => {
+        opts.only = value().split(',');
+        const known = ['a', ...GPU_WORKLOADS.map((e) => e.workload.id)];
+        const unknown = opts.only.filter((id) => !known.includes(id));
+        if (unknown.length) throw new Error(`--only: no workload ${unknown.join(', ')} (known: ${known.join(', ')})`);
+      },
+      '--max-run-s': (value, opts) => {
+        opts.maxRunS = Number(value());
+        if (!(opts.maxRunS > 0)) throw new Error('--max-run-s: a positive number of seconds');
+      },
       // Accepted so that `npm run bench -- --gpu` may pass it through.
-    } else {
-      throw new Error(`unknown argument ${arg}`);
-    }
-  }
-  return opts;
+      '--gpu': () => {},
+    },
+  );
 }
 
 // The operators a description uses, found by running it against a builder

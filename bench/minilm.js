@@ -21,7 +21,7 @@
 // As a module: `require('./minilm').benchMinilm(opts)` resolves to the rows
 // (or to { unavailable }) and prints nothing; `printRows(rows)` prints them.
 
-const { now, median, loadavg, fmtMs, printTable } = require('./report');
+const { now, median, loadavg, fmtMs, printTable, parseArgs: parseBenchArgs } = require('./report');
 
 const SEQ_LENGTH = 128;
 const BATCHES = [1, 8];
@@ -44,28 +44,15 @@ const SENTENCES = [
 ];
 
 function parseArgs(argv) {
-  const opts = { threads: [1, 2], runs: null, quick: false, model: null };
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i];
-    const value = () => {
-      if (i + 1 >= argv.length) throw new Error(`${arg} needs a value`);
-      return argv[++i];
-    };
-    if (arg === '--threads') {
-      opts.threads = value().split(',').map(Number);
-      if (!opts.threads.every((n) => Number.isInteger(n) && n > 0)) throw new Error('--threads: positive integers');
-    } else if (arg === '--runs') {
-      opts.runs = Number(value());
-      if (!Number.isInteger(opts.runs) || opts.runs < 1) throw new Error('--runs: a positive integer');
-    } else if (arg === '--quick') {
-      opts.quick = true;
-    } else if (arg === '--model') {
-      opts.model = value();
-    } else {
-      throw new Error(`unknown argument ${arg}`);
-    }
-  }
-  return opts;
+  return parseBenchArgs(
+    argv,
+    { threads: [1, 2], runs: null, quick: false, model: null },
+    {
+      '--model': (value, opts) => {
+        opts.model = value();
+      },
+    },
+  );
 }
 
 async function buildOrt(model, batch, threads) {

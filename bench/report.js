@@ -50,4 +50,40 @@ function printTable(header, lines) {
   lines.forEach(print);
 }
 
-module.exports = { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable };
+/**
+ * Parses a benchmark's command line into a copy of `defaults`. --threads
+ * (when `defaults` has threads), --runs and --quick are common;
+ * `handlers[arg](value, opts, positiveInt)` handles a script's own flags,
+ * where value() takes the next argument and positiveInt() takes it as a
+ * positive integer.
+ */
+function parseArgs(argv, defaults, handlers = {}) {
+  const opts = { ...defaults };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    const value = () => {
+      if (i + 1 >= argv.length) throw new Error(`${arg} needs a value`);
+      return argv[++i];
+    };
+    const positiveInt = () => {
+      const n = Number(value());
+      if (!Number.isInteger(n) || n < 1) throw new Error(`${arg}: a positive integer`);
+      return n;
+    };
+    if (Object.prototype.hasOwnProperty.call(handlers, arg)) {
+      handlers[arg](value, opts, positiveInt);
+    } else if (arg === '--threads' && 'threads' in defaults) {
+      opts.threads = value().split(',').map(Number);
+      if (!opts.threads.every((n) => Number.isInteger(n) && n > 0)) throw new Error('--threads: positive integers');
+    } else if (arg === '--runs') {
+      opts.runs = positiveInt();
+    } else if (arg === '--quick') {
+      opts.quick = true;
+    } else {
+      throw new Error(`unknown argument ${arg}`);
+    }
+  }
+  return opts;
+}
+
+module.exports = { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs };

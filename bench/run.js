@@ -18,7 +18,7 @@ if (process.argv.includes('--gpu')) {
 
 const fs = require('fs');
 const os = require('os');
-const { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable } = require('./report');
+const { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs: parseBenchArgs } = require('./report');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const { WORKLOADS, WEIGHT_SEED, INPUT_SEED, makeRandom, WebnnEmitter, NullEmitter } = require('./workloads');
@@ -34,32 +34,21 @@ const webnn = () => require('..');
 const ort = () => require('onnxruntime-node');
 
 function parseArgs(argv) {
-  const opts = { threads: [1, 2], runs: null, only: null, quick: false, saveModels: false, rssChild: null };
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i];
-    const value = () => {
-      if (i + 1 >= argv.length) throw new Error(`${arg} needs a value`);
-      return argv[++i];
-    };
-    if (arg === '--threads') {
-      opts.threads = value().split(',').map(Number);
-      if (!opts.threads.every((n) => Number.isInteger(n) && n > 0)) throw new Error('--threads: positive integers');
-    } else if (arg === '--runs') {
-      opts.runs = Number(value());
-      if (!Number.isInteger(opts.runs) || opts.runs < 1) throw new Error('--runs: a positive integer');
-    } else if (arg === '--only') {
-      opts.only = value().split(',');
-    } else if (arg === '--quick') {
-      opts.quick = true;
-    } else if (arg === '--save-models') {
-      opts.saveModels = true;
-    } else if (arg === '--rss-child') {
-      opts.rssChild = { workload: value(), side: value() };
-    } else {
-      throw new Error(`unknown argument ${arg}`);
-    }
-  }
-  return opts;
+  return parseBenchArgs(
+    argv,
+    { threads: [1, 2], runs: null, only: null, quick: false, saveModels: false, rssChild: null },
+    {
+      '--only': (value, opts) => {
+        opts.only = value().split(',');
+      },
+      '--save-models': (value, opts) => {
+        opts.saveModels = true;
+      },
+      '--rss-child': (value, opts) => {
+        opts.rssChild = { workload: value(), side: value() };
+      },
+    },
+  );
 }
 
 // --- the two sides, each behind the same three calls: build, run, release ---

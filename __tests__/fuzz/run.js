@@ -222,6 +222,11 @@ function classifyError(method, e) {
   return `failure:${name}`;
 }
 
+/** With WEBNN_FUZZ_TRACE set, every exception of a call goes to stderr (to read a replayed run). */
+function trace(method, e) {
+  if (process.env.WEBNN_FUZZ_TRACE) process.stderr.write(`${method}: ${e === HOSTILE ? 'hostile caller' : `${e && e.name}: ${e && e.message}`}\n`);
+}
+
 /** Calls `fn` as `method`; returns its value, or undefined on an exception. */
 async function call(method, fn) {
   calls++;
@@ -229,6 +234,7 @@ async function call(method, fn) {
   try {
     v = fn();
   } catch (e) {
+    trace(method, e);
     const outcome = PROMISING.has(method) ? 'failure:threw' : classifyError(method, e);
     if (PROMISING.has(method)) fail(method, `threw synchronously instead of rejecting: ${e && e.name}: ${e && e.message}`);
     counts[outcome] = (counts[outcome] || 0) + 1;
@@ -243,6 +249,7 @@ async function call(method, fn) {
     try {
       v = await within(v, method);
     } catch (e) {
+      trace(method, e);
       const outcome = classifyError(method, e);
       counts[outcome] = (counts[outcome] || 0) + 1;
       return undefined;
@@ -448,7 +455,14 @@ class Run {
     }
     const b = this.builder;
     const v = await call('op', () => b[cmd.name](...args));
-    if (v !== undefined) this.addOperand(v, reference(cmd.name, args, this.refs), args);
+    if (v === undefined) return;
+    // An operator with a reference reads only its operand arguments (one,
+    // or two when binary); the graph's inputs are those they depend on.
+    // Otherwise any operand among the arguments may be read, and a run of
+    // a graph whose inputs were over-counted fails with a TypeError, which
+    // is right but not checked.
+    const ref = reference(cmd.name, args, this.refs);
+    this.addOperand(v, ref, ref ? args.slice(0, BINARY[cmd.name] ? 2 : 1) : args);
   }
 
   /** An operator with a reference, on operands that have one. */
@@ -799,6 +813,7 @@ async function main() {
         const run = new Run(env);
         try {
           for (const cmd of cmds) {
+            if (process.env.WEBNN_FUZZ_TRACE) process.stderr.write(`step ${JSON.stringify(cmd)}\n`);
             run.current = cmd;
             await run.step(cmd);
           }

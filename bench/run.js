@@ -286,26 +286,16 @@ function cpuFlags() {
   }
 }
 
-// The instruction set each side uses. Ours: the choice our CPU backend
-// makes at run time (AVX-512F kernels where the CPU has avx512f; else
-// AVX2+FMA; else portable code), derived here from the same flags by the
-// same rule (the addon does not report it). onnxruntime-node does not
-// report MLAS's choice either; its line says what the CPU offers.
+// The instruction set each side uses. Ours: what our CPU backend chose
+// at run time for its matrix products, blocked convolutions and
+// element-wise loops, as the addon reports it (cpuIsa, not public API).
+// onnxruntime-node does not report MLAS's choice; its line says what the
+// CPU offers, which MLAS picks from.
 function instructionSets() {
+  const native = require('../binding.js').load();
+  const ours = typeof native.cpuIsa === 'function' ? native.cpuIsa() : 'not reported by this build';
   const flags = cpuFlags();
-  if (process.arch !== 'x64' || !flags) {
-    return { ours: `portable or ${process.arch} SIMD (flags not readable)`, ort: 'not reported' };
-  }
-  let ours = 'portable (no AVX2+FMA)';
-  if (flags.has('avx2') && flags.has('fma')) ours = 'avx2+fma';
-  if (flags.has('avx512f')) {
-    // sgemm.rs picks AVX-512 whenever the CPU has it; WEBNN_CPU_ISA=avx2
-    // keeps only the blocked convolutions on AVX2.
-    ours =
-      process.env.WEBNN_CPU_ISA === 'avx2'
-        ? 'avx512f GEMM, avx2+fma blocked convolutions (WEBNN_CPU_ISA=avx2) and element-wise'
-        : 'avx512f (GEMM, blocked convolutions), avx2+fma element-wise';
-  }
+  if (process.arch !== 'x64' || !flags) return { ours, ort: 'not reported' };
   const offered = ['avx2', 'fma', 'avx512f', 'avx512bw', 'avx512dq', 'avx512vl', 'avx512_vnni', 'avx512_bf16'].filter((f) =>
     flags.has(f),
   );

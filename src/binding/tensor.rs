@@ -272,3 +272,10 @@ impl Drop for MLGraph {
 pub fn external_memory(env: napi::Env) -> napi::Result<i64> {
     env.adjust_external_memory(0)
 }
+
+/// The vectors the CPU backend's kernels run on in this process (not
+/// public API: the bench prints it).
+#[napi(js_name = "cpuIsa")]
+pub fn cpu_isa() -> String {
+    crate::backend::cpu::isa_report()
+}

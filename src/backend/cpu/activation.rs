@@ -610,4 +610,47 @@ mod tests {
         )
         .is_err());
     }
+
+    /// gelu gives the same bits at every vector width this CPU has.
+    #[test]
+    fn gelu_same_bits_at_every_width() {
+        use super::super::elementwise::{detected_level, with_simd_at, SimdLevel};
+        let x: Vec<f32> = (0..5003)
+            .map(|i| (i as f32 - 2500.0) * 0.0123)
+            .chain([
+                0.0,
+                -0.0,
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                -25.0,
+                1e-40,
+            ])
+            .collect();
+        let run = |level: SimdLevel| {
+            let mut v = x.clone();
+            // SAFETY: `level` is at most the detected one.
+            unsafe {
+                with_simd_at(
+                    level,
+                    #[inline(always)]
+                    || gelu_slice(&mut v),
+                )
+            };
+            v
+        };
+        let base = run(SimdLevel::Baseline);
+        for l in [SimdLevel::Avx2, SimdLevel::Avx512] {
+            if l <= detected_level() {
+                let got = run(l);
+                for (i, (a, b)) in got.iter().zip(&base).enumerate() {
+                    assert!(
+                        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                        "gelu({}) at {l:?}: {a} against {b}",
+                        x[i]
+                    );
+                }
+            }
+        }
+    }
 }

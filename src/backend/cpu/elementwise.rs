@@ -58,23 +58,98 @@ where
     v
 }
 
-/// Runs `f`, compiled for AVX2 and FMA when the CPU has them (the
-/// closures of the element-wise loops inline into it, so their loops use
-/// 8-wide vectors), else for the baseline target.
+/// Runs `f`, compiled for the widest vectors this CPU has: AVX-512
+/// (F, BW, DQ, VL) where it has it, else AVX2 and FMA, else the baseline
+/// target. The closures of the element-wise loops inline into it, so
+/// their loops use 16- or 8-wide vectors. The loops are plain scalar code
+/// that the compiler vectorises without reordering any arithmetic, so a
+/// lane's result is the same at every width. `WEBNN_CPU_ISA=avx2` in the
+/// environment (read once) keeps an AVX-512 machine on AVX2, for
+/// comparisons.
 #[inline(always)]
 pub(super) fn with_simd<R, F: FnOnce() -> R>(f: F) -> R {
+    // SAFETY: `simd_level` detected the features.
+    unsafe { with_simd_at(simd_level(), f) }
+}
+
+/// Runs `f` compiled for `level` (the tests run each level the CPU has).
+///
+/// # Safety
+/// The CPU has `level`'s features (it is at most [`detected_level`]).
+#[inline(always)]
+pub(super) unsafe fn with_simd_at<R, F: FnOnce() -> R>(level: SimdLevel, f: F) -> R {
     #[cfg(target_arch = "x86_64")]
     {
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+        unsafe fn avx512<R, F: FnOnce() -> R>(f: F) -> R {
+            f()
+        }
         #[target_feature(enable = "avx2,fma")]
         unsafe fn avx2<R, F: FnOnce() -> R>(f: F) -> R {
             f()
         }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports the features just detected.
-            return unsafe { avx2(f) };
+        match level {
+            // SAFETY: the caller's contract.
+            SimdLevel::Avx512 => return unsafe { avx512(f) },
+            // SAFETY: as above.
+            SimdLevel::Avx2 => return unsafe { avx2(f) },
+            SimdLevel::Baseline => {}
         }
     }
+    let _ = level;
     f()
+}
+
+/// The vectors [`with_simd`] compiles for.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub(super) enum SimdLevel {
+    Baseline,
+    Avx2,
+    Avx512,
+}
+
+impl SimdLevel {
+    /// What the bench prints.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Baseline => "baseline",
+            SimdLevel::Avx2 => "avx2+fma",
+            SimdLevel::Avx512 => "avx512f",
+        }
+    }
+}
+
+/// The level the element-wise loops run at in this process: the widest
+/// the CPU has, or AVX2 with `WEBNN_CPU_ISA=avx2` (read once).
+pub(super) fn simd_level() -> SimdLevel {
+    static LEVEL: std::sync::OnceLock<SimdLevel> = std::sync::OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        let narrow = std::env::var("WEBNN_CPU_ISA").is_ok_and(|v| v == "avx2");
+        match detected_level() {
+            SimdLevel::Avx512 if narrow => SimdLevel::Avx2,
+            l => l,
+        }
+    })
+}
+
+/// The widest level this CPU has.
+pub(super) fn detected_level() -> SimdLevel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+        {
+            return SimdLevel::Avx512;
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            return SimdLevel::Avx2;
+        }
+    }
+    SimdLevel::Baseline
 }
 
 /// `e^x` in f32 within about 1 ulp over the whole range (subnormal results
@@ -1768,5 +1843,133 @@ mod tests {
         assert!(w[1] == 0.0 && w[1].is_sign_negative() && w[2].is_nan());
         assert_eq!(cast1(h.clone(), Float16, Float16), h);
         assert_eq!(cast1(Buf::U8(vec![]), Uint8, Int64), Buf::I64(vec![]));
+    }
+
+    /// Inputs for the width test: a spread of magnitudes of both signs,
+    /// and the special values.
+    fn spread(n: usize) -> Vec<f32> {
+        let mut state = 0x9e37_79b9u32;
+        let mut v: Vec<f32> = (0..n)
+            .map(|i| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                let m = (state >> 8) as f32 / (1u32 << 24) as f32;
+                let e = (i % 23) as i32 - 11;
+                let s = if state & 1 == 0 { 1.0 } else { -1.0 };
+                s * m * 2f32.powi(e)
+            })
+            .collect();
+        v.extend([
+            0.0,
+            -0.0,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MIN_POSITIVE,
+            1e-40,
+            -1e-40,
+            88.7,
+            -103.9,
+            1e30,
+            -1e30,
+        ]);
+        v
+    }
+
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    }
+
+    /// The element-wise loops give the same bits at every vector width
+    /// this CPU has (16 lanes on AVX-512, 8 on AVX2, the baseline target):
+    /// the unary operators, the exponential, softmax rows and the lane
+    /// sums, and the binary arithmetic.
+    #[test]
+    fn every_width_gives_the_same_bits() {
+        let levels: Vec<SimdLevel> = [SimdLevel::Baseline, SimdLevel::Avx2, SimdLevel::Avx512]
+            .into_iter()
+            .filter(|&l| l <= detected_level())
+            .collect();
+        eprintln!("element-wise widths compared: {levels:?}");
+        let x = spread(4099);
+        let y: Vec<f32> = x.iter().rev().copied().collect();
+        let run = |level: SimdLevel| {
+            let mut outs: Vec<Vec<f32>> = Vec::new();
+            let kinds = [
+                UnaryKind::Abs,
+                UnaryKind::Neg,
+                UnaryKind::Exp,
+                UnaryKind::Log,
+                UnaryKind::Sqrt,
+                UnaryKind::Relu,
+                UnaryKind::Sigmoid,
+                UnaryKind::Tanh,
+                UnaryKind::Ceil,
+                UnaryKind::Cos,
+                UnaryKind::Erf,
+                UnaryKind::Floor,
+                UnaryKind::Identity,
+                UnaryKind::Reciprocal,
+                UnaryKind::RoundEven,
+                UnaryKind::Sin,
+                UnaryKind::Sign,
+                UnaryKind::Tan,
+            ];
+            for k in kinds {
+                outs.push(with_float_unary!(k, f => {
+                    let mut o = vec![0.0f32; x.len()];
+                    // SAFETY: `level` is at most the detected one.
+                    unsafe {
+                        with_simd_at(
+                            level,
+                            #[inline(always)]
+                            || {
+                                for (d, &v) in o.iter_mut().zip(&x) {
+                                    *d = f(v);
+                                }
+                            },
+                        )
+                    };
+                    o
+                }));
+            }
+            // SAFETY: as above.
+            unsafe {
+                with_simd_at(
+                    level,
+                    #[inline(always)]
+                    || {
+                        outs.push(x.iter().map(|&v| exp_f32(v)).collect());
+                        let mut rows = x.clone();
+                        for r in rows.chunks_mut(37) {
+                            softmax_row(r);
+                        }
+                        outs.push(rows);
+                        outs.push(x.chunks(61).map(sum_lanes).collect());
+                        outs.push(x.iter().zip(&y).map(|(&a, &b)| a + b).collect());
+                        outs.push(x.iter().zip(&y).map(|(&a, &b)| a * b).collect());
+                        outs.push(x.iter().zip(&y).map(|(&a, &b)| a / b).collect());
+                        outs.push(x.iter().zip(&y).map(|(&a, &b)| fmax(a, b)).collect());
+                        outs.push(x.iter().zip(&y).map(|(&a, &b)| fmin(a, b)).collect());
+                    },
+                )
+            };
+            outs
+        };
+        let base = run(levels[0]);
+        for &l in &levels[1..] {
+            let got = run(l);
+            for (i, (a, b)) in got.iter().zip(&base).enumerate() {
+                assert!(
+                    same_bits(a, b),
+                    "kernel {i} differs between {l:?} and {:?}",
+                    levels[0]
+                );
+            }
+        }
     }
 }

@@ -293,6 +293,19 @@ fn take_work_while(busy: &AtomicBool, caller: std::thread::ThreadId) {
     }
 }
 
+/// The vectors each kind of CPU kernel runs on in this process, as the
+/// bench prints them: the matrix products, the blocked convolutions and
+/// the element-wise loops.
+pub fn isa_report() -> String {
+    let conv = nchwc::best().map_or("off (no AVX2+FMA)", |i| i.name());
+    format!(
+        "gemm {}, blocked convolutions {}, element-wise {}",
+        sgemm::best_kernel().name(),
+        conv,
+        elementwise::simd_level().name()
+    )
+}
+
 /// Runs one operator on the CPU. `inputs` are the node's input operands in
 /// the order the variant documents; returns one buffer per output.
 /// `prepacked`: the node's constant B operand packed at compile

@@ -486,6 +486,13 @@ pub fn available_kernels() -> Vec<&'static Kernel> {
     v
 }
 
+impl Kernel {
+    /// The instruction set it is written for.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
 /// The kernel of this process, chosen on first use.
 pub fn best_kernel() -> &'static Kernel {
     static BEST: OnceLock<&'static Kernel> = OnceLock::new();

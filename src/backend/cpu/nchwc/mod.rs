@@ -105,6 +105,13 @@ pub(super) use simd::Isa;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Isa {}
 
+#[cfg(not(target_arch = "x86_64"))]
+impl Isa {
+    pub(super) fn name(self) -> &'static str {
+        match self {}
+    }
+}
+
 /// A panel of a direct convolution's filter: output channel block `ob0`
 /// and the next `nb - 1`, at `off` in the packed filter.
 #[derive(Clone, Copy)]

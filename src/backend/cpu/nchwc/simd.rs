@@ -284,7 +284,6 @@ impl Isa {
     }
 
     /// What the bench and the profile print.
-    #[allow(dead_code)]
     pub(in crate::backend::cpu) fn name(self) -> &'static str {
         match self {
             Isa::Avx2 => "avx2+fma",

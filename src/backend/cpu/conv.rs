@@ -832,7 +832,7 @@ fn pool_window(x: &[f32], p: &Pool2dParams, y: usize, xo: usize) -> f32 {
 }
 
 /// Where a window's reduction starts.
-fn pool_identity(kind: PoolKind) -> f32 {
+pub(super) fn pool_identity(kind: PoolKind) -> f32 {
     match kind {
         PoolKind::Max => f32::NEG_INFINITY,
         _ => 0.0,
@@ -841,7 +841,7 @@ fn pool_identity(kind: PoolKind) -> f32 {
 
 /// One element into a window's reduction.
 #[inline(always)]
-fn pool_step(kind: PoolKind, acc: f32, v: f32) -> f32 {
+pub(super) fn pool_step(kind: PoolKind, acc: f32, v: f32) -> f32 {
     match kind {
         // NaN propagates: once acc is NaN, nothing replaces it.
         PoolKind::Max => {
@@ -857,7 +857,7 @@ fn pool_step(kind: PoolKind, acc: f32, v: f32) -> f32 {
 }
 
 /// A window's result from its reduction over `count` input elements.
-fn pool_finish(kind: PoolKind, acc: f32, count: usize) -> f32 {
+pub(super) fn pool_finish(kind: PoolKind, acc: f32, count: usize) -> f32 {
     // Padding is not part of any reduction: the average divides by the
     // number of input elements in the window. A window wholly in the
     // padding (possible with ceil rounding or large padding) reduces

@@ -46,6 +46,7 @@ mod depthwise;
 mod direct;
 #[cfg(target_arch = "x86_64")]
 mod par;
+mod pool;
 #[cfg(target_arch = "x86_64")]
 mod relayout;
 #[cfg(target_arch = "x86_64")]
@@ -66,6 +67,9 @@ pub(super) struct Plan {
     sums: HashMap<usize, Sum>,
     /// Add nodes whose sum a convolution writes.
     fused: Vec<bool>,
+    /// Global pooling nodes (by node) that read their blocked input
+    /// where it lies (`pool::global`).
+    pools: Vec<bool>,
 }
 
 /// A residual add folded into the convolution before it: `out =
@@ -269,9 +273,17 @@ pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Pla
     }
     let mut blocked = vec![false; graph.operands.len()];
     let mut convs = HashMap::new();
+    let mut pools = vec![false; graph.nodes.len()];
     for (ni, node) in graph.nodes.iter().enumerate() {
         let [out] = node.outputs[..] else { continue };
         match &node.op {
+            Op::Pool2d(p) => {
+                // Its output (1x1 planes) is the same in both layouts and
+                // stays NCHW.
+                pools[ni] = node.inputs.first().is_some_and(|&x| blocked[x])
+                    && is_f32_4d(&graph.operands[out])
+                    && pool::is_global(p);
+            }
             Op::Conv2d(p) => {
                 if let Some(mut c) = blocked_conv(graph, node, p, constants, isa) {
                     if let Conv::Direct {
@@ -305,6 +317,7 @@ pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Pla
         convs,
         sums,
         fused,
+        pools,
     })
 }
 
@@ -373,8 +386,17 @@ impl Plan {
                 || matches!(c, Conv::Direct { nchw_in: true, .. });
             return index == 0 && !nchw;
         }
+        if self.is_pool(n) {
+            return index == 0;
+        }
         let node = &graph.nodes[n];
         matches!(node.op, Op::Binary(_)) && node.outputs.first().is_some_and(|&o| self.blocked[o])
+    }
+
+    /// Whether pooling node `n` reads its blocked input where it lies
+    /// (run it with [`global_pool`]).
+    pub(super) fn is_pool(&self, n: usize) -> bool {
+        self.pools.get(n).copied().unwrap_or(false)
     }
 
     /// The blocked convolution of node `n`, when it runs blocked.
@@ -408,6 +430,12 @@ fn f32s(b: &Buf) -> Result<&[f32]> {
         Buf::F32(v) => Ok(v),
         _ => Err(Error::operation("blocked layout: not a float32 operand")),
     }
+}
+
+/// Global pooling `p` of blocked `x`, into NCHW `[n, c, 1, 1]` (a node
+/// that [`Plan::is_pool`] names).
+pub(super) fn global_pool(p: &crate::graph::op::Pool2dParams, x: &Buf) -> Result<Buf> {
+    pool::global(p, f32s(x)?).map(Buf::F32)
 }
 
 /// An NCHW operand `x` of descriptor `d` in the blocked layout.

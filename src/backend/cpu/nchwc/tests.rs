@@ -476,3 +476,89 @@ fn a_residual_add_runs_in_the_convolution_before_it() {
         .all(|(a, b)| a.to_bits() == b.to_bits()));
     assert_near(&fused, &plain);
 }
+
+/// conv -> global average, max and l2 pooling: the pools read the
+/// blocked output where it lies, with the bits of the NCHW kernel run
+/// on a converted copy (and near the plain graph's).
+#[test]
+fn global_pools_read_the_blocked_layout() {
+    use crate::backend::Backend;
+    use crate::graph::op::{Pool2dParams, PoolKind};
+    if !available() {
+        return;
+    }
+    let p1 = params((1, 16, 7, 7), (24, 3, 3), [1, 1, 1, 1], 1, 1, 1);
+    let pool = |kind| Pool2dParams {
+        kind,
+        nhwc: false,
+        window: [7, 7],
+        padding: [0; 4],
+        strides: [1, 1],
+        dilations: [1, 1],
+        batch: 1,
+        channels: 24,
+        in_h: 7,
+        in_w: 7,
+        out_h: 1,
+        out_w: 1,
+    };
+    let kinds = [PoolKind::Average, PoolKind::Max, PoolKind::L2];
+    let mut operands = vec![
+        f32d(&[1, 16, 7, 7]),
+        f32d(&[24, 16, 3, 3]),
+        f32d(&[24]),
+        f32d(&[1, 24, 7, 7]),
+    ];
+    let mut sources = vec![
+        Source::Input("x".into()),
+        Source::Constant(bytes(&random(24 * 16 * 9, 2))),
+        Source::Constant(bytes(&random(24, 3))),
+        Source::Node { node: 0, index: 0 },
+    ];
+    let mut nodes = vec![node(Op::Conv2d(p1), vec![0, 1, 2], 3)];
+    let mut outputs = Vec::new();
+    for (k, kind) in kinds.into_iter().enumerate() {
+        operands.push(f32d(&[1, 24, 1, 1]));
+        sources.push(Source::Node {
+            node: k + 1,
+            index: 0,
+        });
+        nodes.push(node(Op::Pool2d(pool(kind)), vec![3], 4 + k));
+        outputs.push((format!("y{k}"), 4 + k));
+    }
+    let graph = Arc::new(Graph {
+        operands,
+        sources,
+        nodes,
+        inputs: vec![("x".into(), 0)],
+        outputs,
+    });
+    let mut cpu = crate::backend::cpu::CpuBackend::new();
+    for id in 1..=3 {
+        cpu.compile(id, graph.clone()).unwrap();
+    }
+    let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
+    assert!((1..=3).all(|n| plan.is_pool(n) && plan.wants_blocked(&graph, n, 0)));
+    assert!((4..=6).all(|i| !plan.is_blocked(i)));
+    // Graph 2: the pools read an NCHW copy; graph 3: plain.
+    let g2 = cpu.graphs.get_mut(&2).unwrap().nchwc.as_mut().unwrap();
+    g2.pools.iter_mut().for_each(|f| *f = false);
+    cpu.graphs.get_mut(&3).unwrap().nchwc = None;
+    let x = random(16 * 49, 1);
+    let run = |cpu: &mut crate::backend::cpu::CpuBackend, id| -> Vec<Vec<f32>> {
+        cpu.compute(id, &graph, vec![Buf::F32(x.clone())])
+            .unwrap()
+            .iter()
+            .map(|b| b.to_f32_vec())
+            .collect()
+    };
+    let (blocked, copied, plain) = (run(&mut cpu, 1), run(&mut cpu, 2), run(&mut cpu, 3));
+    for k in 0..3 {
+        assert_eq!(blocked[k].len(), 24);
+        assert!(blocked[k]
+            .iter()
+            .zip(&copied[k])
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        assert_near(&blocked[k], &plain[k]);
+    }
+}

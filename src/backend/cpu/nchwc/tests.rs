@@ -299,6 +299,10 @@ fn depthwise_matches_the_nchw_kernel_bitwise() {
         // Rows of odd lengths at unit stride: pairs and single pixels.
         ((1, 16, 11, 45), (3, 3), [1, 1, 1, 1], 1, 1),
         ((1, 8, 70, 67), (3, 3), [1, 1, 1, 1], 1, 1),
+        // Stride 2 on rows long enough for runs of wide vectors (two
+        // output pixels per AVX-512 vector), with dilation too.
+        ((1, 16, 112, 112), (3, 3), [0, 1, 0, 1], 2, 1),
+        ((1, 8, 50, 71), (3, 3), [1, 1, 1, 1], 2, 2),
     ];
     for (i, &(x, (kh, kw), pad, s, d)) in cases.iter().enumerate() {
         let c = x.1;

@@ -260,6 +260,9 @@ fn resolve_value(
             Payload::Tensor(buf),
         ) => {
             let r = views::copy_into_view(env, &view, &buf, data_type);
+            // The memory goes back to the pool for the next read of
+            // this size.
+            buf.recycle();
             view.delete(env);
             r?;
             raw::undefined(env).map_err(n)

@@ -21,7 +21,7 @@
 // As a module: `require('./minilm').benchMinilm(opts)` resolves to the rows
 // (or to { unavailable }) and prints nothing; `printRows(rows)` prints them.
 
-const { now, median, loadavg, fmtMs, printTable, parseArgs: parseBenchArgs } = require('./report');
+const { now, median, loadavg, fmtMs, printTable, parseArgs: parseBenchArgs, ortSessionOptions } = require('./report');
 
 const SEQ_LENGTH = 128;
 const BATCHES = [1, 8];
@@ -61,12 +61,7 @@ async function buildOrt(model, batch, threads) {
   const { describe } = require('../examples/lib/sentence-bert');
   const emitter = new OnnxEmitter('all-MiniLM-L6-v2');
   describe(emitter, model, { batch, seqLength: SEQ_LENGTH });
-  const session = await InferenceSession.create(emitter.encode(), {
-    intraOpNumThreads: threads,
-    interOpNumThreads: 1,
-    graphOptimizationLevel: 'all',
-    executionMode: 'sequential',
-  });
+  const session = await InferenceSession.create(emitter.encode(), ortSessionOptions(threads));
   let feeds = null;
   return {
     async run(tokens) {

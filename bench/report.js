@@ -86,4 +86,17 @@ function parseArgs(argv, defaults, handlers = {}) {
   return opts;
 }
 
-module.exports = { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs };
+/**
+ * onnxruntime-node's session options for every bench comparison: one place,
+ * so that each workload measures ORT configured the same way.
+ */
+function ortSessionOptions(threads) {
+  return {
+    intraOpNumThreads: threads,
+    interOpNumThreads: 1,
+    graphOptimizationLevel: 'all',
+    executionMode: 'sequential',
+  };
+}
+
+module.exports = { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs, ortSessionOptions };

@@ -18,7 +18,7 @@ if (process.argv.includes('--gpu')) {
 
 const fs = require('fs');
 const os = require('os');
-const { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs: parseBenchArgs } = require('./report');
+const { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs: parseBenchArgs, ortSessionOptions } = require('./report');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const { WORKLOADS, WEIGHT_SEED, INPUT_SEED, makeRandom, WebnnEmitter, NullEmitter } = require('./workloads');
@@ -97,12 +97,7 @@ function onnxModel(workload) {
 
 async function buildOrt(workload, threads) {
   const { InferenceSession, Tensor } = ort();
-  const session = await InferenceSession.create(onnxModel(workload), {
-    intraOpNumThreads: threads,
-    interOpNumThreads: 1,
-    graphOptimizationLevel: 'all',
-    executionMode: 'sequential',
-  });
+  const session = await InferenceSession.create(onnxModel(workload), ortSessionOptions(threads));
   let feeds = null;
   return {
     async run(data) {

@@ -927,6 +927,17 @@ fn max_pool_ints<T: Copy + PartialOrd + Send + Sync>(
     Ok(out)
 }
 
+/// Whether pooling `p` reduces each whole plane to one value: one window
+/// over the plane, no padding, no dilation.
+pub(super) fn is_global_pool(p: &Pool2dParams) -> bool {
+    p.out_h == 1
+        && p.out_w == 1
+        && p.window == [p.in_h, p.in_w]
+        && p.padding == [0; 4]
+        && p.dilations == [1, 1]
+        && p.in_h * p.in_w > 0
+}
+
 pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
     let (n, c, h, w) = (p.batch, p.channels, p.in_h, p.in_w);
     let (oh, ow) = (p.out_h, p.out_w);
@@ -965,12 +976,7 @@ pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf>
     // most image classifiers): each plane reduced front to back (the
     // window's own order, so the same bits), many planes per task rather
     // than a task and two index computations per element.
-    let global = plane == 1
-        && p.window == [h, w]
-        && p.padding == [0; 4]
-        && p.dilations == [1, 1]
-        && in_plane > 0;
-    if global {
+    if is_global_pool(p) {
         let per = (1usize << 14).div_ceil(in_plane).max(1);
         let run = |(i, dst): (usize, &mut [f32])| {
             let src = &xv[i * per * in_plane..];

@@ -124,7 +124,7 @@ impl SimdLevel {
 pub(super) fn simd_level() -> SimdLevel {
     static LEVEL: std::sync::OnceLock<SimdLevel> = std::sync::OnceLock::new();
     *LEVEL.get_or_init(|| {
-        let narrow = std::env::var("WEBNN_CPU_ISA").is_ok_and(|v| v == "avx2");
+        let narrow = crate::backend::cpu::avx2_requested();
         match detected_level() {
             SimdLevel::Avx512 if narrow => SimdLevel::Avx2,
             l => l,

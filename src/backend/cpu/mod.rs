@@ -293,6 +293,12 @@ fn take_work_while(busy: &AtomicBool, caller: std::thread::ThreadId) {
     }
 }
 
+/// Whether `WEBNN_CPU_ISA=avx2` asks an AVX-512 machine to run its
+/// convolutions and element-wise loops on AVX2 (for comparisons).
+fn avx2_requested() -> bool {
+    std::env::var("WEBNN_CPU_ISA").is_ok_and(|v| v == "avx2")
+}
+
 /// The vectors each kind of CPU kernel runs on in this process, as the
 /// bench prints them: the matrix products, the blocked convolutions and
 /// the element-wise loops.

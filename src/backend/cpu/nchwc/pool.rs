@@ -11,21 +11,14 @@
 use rayon::prelude::*;
 
 use super::L;
-use crate::backend::cpu::conv::{pool_finish, pool_identity, pool_step};
+use crate::backend::cpu::conv::{is_global_pool, pool_finish, pool_identity, pool_step};
 use crate::error::{Error, Result};
 use crate::graph::op::Pool2dParams;
 
 /// Whether pooling `p` of a float32 NCHW operand reduces each whole
 /// plane to one value, over whole channel blocks.
 pub(super) fn is_global(p: &Pool2dParams) -> bool {
-    !p.nhwc
-        && p.out_h == 1
-        && p.out_w == 1
-        && p.window == [p.in_h, p.in_w]
-        && p.padding == [0; 4]
-        && p.dilations == [1, 1]
-        && p.in_h * p.in_w > 0
-        && p.channels.is_multiple_of(L)
+    !p.nhwc && is_global_pool(p) && p.channels.is_multiple_of(L)
 }
 
 /// Global pooling of blocked `x` (`[n, c / 8, h, w, 8]`) into NCHW

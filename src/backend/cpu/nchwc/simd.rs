@@ -276,7 +276,7 @@ impl Isa {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
             return None;
         }
-        let narrow = std::env::var("WEBNN_CPU_ISA").is_ok_and(|v| v == "avx2");
+        let narrow = crate::backend::cpu::avx2_requested();
         Some(match is_x86_feature_detected!("avx512f") && !narrow {
             true => Isa::Avx512,
             false => Isa::Avx2,

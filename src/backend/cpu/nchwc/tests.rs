@@ -48,6 +48,25 @@ fn assert_near(got: &[f32], want: &[f32]) {
     }
 }
 
+/// The outputs of compiled graph `id` (of `graph`, one input) for `x`.
+fn run_graph(
+    cpu: &mut crate::backend::cpu::CpuBackend,
+    id: u64,
+    graph: &Graph,
+    x: &[f32],
+) -> Vec<Vec<f32>> {
+    use crate::backend::Backend;
+    cpu.compute(id, graph, vec![Buf::F32(x.to_vec())])
+        .unwrap()
+        .iter()
+        .map(|b| b.to_f32_vec())
+        .collect()
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 fn bytes(v: &[f32]) -> Arc<Vec<u8>> {
     Arc::new(v.iter().flat_map(|x| x.to_le_bytes()).collect())
 }
@@ -408,10 +427,13 @@ fn a_chain_runs_blocked_and_matches_the_plain_graph() {
     assert!(!plan.wants_blocked(&graph, 0, 0) && plan.wants_blocked(&graph, 1, 0));
     cpu.graphs.get_mut(&2).unwrap().nchwc = None;
     let x = random(16 * 81, 1);
-    let got = cpu.compute(1, &graph, vec![Buf::F32(x.clone())]).unwrap();
-    let want = cpu.compute(2, &graph, vec![Buf::F32(x)]).unwrap();
+    let (got, want) = (
+        run_graph(&mut cpu, 1, &graph, &x),
+        run_graph(&mut cpu, 2, &graph, &x),
+    );
+    assert_eq!(got.len(), 2);
     for (g, w) in got.iter().zip(&want) {
-        assert_near(&g.to_f32_vec(), &w.to_f32_vec());
+        assert_near(g, w);
     }
 }
 
@@ -470,14 +492,9 @@ fn a_residual_add_runs_in_the_convolution_before_it() {
     g2.fused.iter_mut().for_each(|f| *f = false);
     cpu.graphs.get_mut(&3).unwrap().nchwc = None;
     let x = random(16 * 81, 1);
-    let run = |cpu: &mut crate::backend::cpu::CpuBackend, id| {
-        cpu.compute(id, &graph, vec![Buf::F32(x.clone())]).unwrap()[0].to_f32_vec()
-    };
-    let (fused, apart, plain) = (run(&mut cpu, 1), run(&mut cpu, 2), run(&mut cpu, 3));
-    assert!(fused
-        .iter()
-        .zip(&apart)
-        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    let mut run = |id| run_graph(&mut cpu, id, &graph, &x).remove(0);
+    let (fused, apart, plain) = (run(1), run(2), run(3));
+    assert!(same_bits(&fused, &apart));
     assert_near(&fused, &plain);
 }
 
@@ -549,20 +566,12 @@ fn global_pools_read_the_blocked_layout() {
     g2.pools.iter_mut().for_each(|f| *f = false);
     cpu.graphs.get_mut(&3).unwrap().nchwc = None;
     let x = random(16 * 49, 1);
-    let run = |cpu: &mut crate::backend::cpu::CpuBackend, id| -> Vec<Vec<f32>> {
-        cpu.compute(id, &graph, vec![Buf::F32(x.clone())])
-            .unwrap()
-            .iter()
-            .map(|b| b.to_f32_vec())
-            .collect()
-    };
-    let (blocked, copied, plain) = (run(&mut cpu, 1), run(&mut cpu, 2), run(&mut cpu, 3));
+    let mut run = |id| run_graph(&mut cpu, id, &graph, &x);
+    let (blocked, copied, plain) = (run(1), run(2), run(3));
+    assert_eq!(blocked.len(), 3);
     for k in 0..3 {
         assert_eq!(blocked[k].len(), 24);
-        assert!(blocked[k]
-            .iter()
-            .zip(&copied[k])
-            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        assert!(same_bits(&blocked[k], &copied[k]));
         assert_near(&blocked[k], &plain[k]);
     }
 }

@@ -31,6 +31,10 @@
 //! stride; the rest runs on ymm vectors as on AVX2. Every output is
 //! computed in the same order whatever the width, so the forms agree bit
 //! for bit, and the tests run a portable 16-lane form on any machine.
+//! The layout changes (`relayout.rs`) move 16 pixels at a time on
+//! AVX-512 where the planes are large (a 16 x 8 transpose in three
+//! stages of two-source permutes, whose tables the tests check on any
+//! machine), 8 at a time otherwise.
 
 use std::collections::HashMap;
 
@@ -459,8 +463,10 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool) -> Result<Buf> {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: the plan (the only caller's source) exists only where
-        // `available()`; sizes checked above.
-        unsafe { relayout::reorder(x, &mut out, n * c / L, hw, into) };
+        // `available()`, and AVX-512 only where `best()` says; sizes
+        // checked above.
+        let wide = best() == Some(Isa::Avx512);
+        unsafe { relayout::reorder(x, &mut out, n * c / L, hw, into, wide) };
     }
     Ok(Buf::F32(out))
 }

@@ -332,6 +332,12 @@ impl Kernel<'_> {
     /// `outs[j] = out + j * W` (`SW` is 1 where `W` is over 8).
     #[inline(always)]
     unsafe fn run<U: Vf, const SW: usize>(&self, cols: usize, src: *const f32, out: *mut f32) {
+        if self.is_3x3() {
+            // SAFETY: the caller's.
+            return unsafe {
+                self.group_3x3::<U>(cols, |j| src.add(j * SW * U::W), |j| out.add(j * U::W))
+            };
+        }
         // SAFETY: the caller's bounds.
         unsafe {
             let (bv, lov, hiv) = self.fin::<U>();
@@ -370,6 +376,10 @@ impl Kernel<'_> {
     /// rows of `cols` pixels) readable, `outs[j]` `W` writable floats.
     #[inline(always)]
     unsafe fn group<U: Vf>(&self, cols: usize, ins: [*const f32; P], outs: [*mut f32; P]) {
+        if self.is_3x3() {
+            // SAFETY: the caller's.
+            return unsafe { self.group_3x3::<U>(cols, |j| ins[j], |j| outs[j]) };
+        }
         // SAFETY: the caller's bounds.
         unsafe {
             let (bv, lov, hiv) = self.fin::<U>();
@@ -392,6 +402,52 @@ impl Kernel<'_> {
             }
             for (a, o) in acc.iter().zip(&outs) {
                 U::min(hiv, U::max(lov, U::add(*a, bv))).store(*o);
+            }
+        }
+    }
+}
+
+impl Kernel<'_> {
+    /// A 3 x 3 filter without dilation: nearly every depthwise layer.
+    #[inline(always)]
+    fn is_3x3(&self) -> bool {
+        self.kh == 3 && self.kw == 3 && self.dh == 1 && self.dw == 1
+    }
+
+    /// [`Self::group`] for a 3 x 3 filter without dilation, vector `j`'s
+    /// first tap at `ins(j)` and its output at `outs(j)`: with the taps'
+    /// offsets known at compile time the loops unroll, and where `ins`
+    /// is one base plus a constant (a run at a known stride) the loads
+    /// that neighbouring pixels share are made once (the compiler sees
+    /// the same address). The same operations in the same order, so the
+    /// same bits.
+    ///
+    /// # Safety
+    /// As for [`Self::group`].
+    #[inline(always)]
+    unsafe fn group_3x3<U: Vf>(
+        &self,
+        cols: usize,
+        ins: impl Fn(usize) -> *const f32,
+        outs: impl Fn(usize) -> *mut f32,
+    ) {
+        // SAFETY: the caller's bounds (9 filter rows of 8).
+        unsafe {
+            let (bv, lov, hiv) = self.fin::<U>();
+            let w0 = U::load8_dup(self.w.as_ptr());
+            let mut acc = [w0; P];
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = U::mul(w0, U::load(ins(j)));
+            }
+            for t in 1..9 {
+                let wv = U::load8_dup(self.w.as_ptr().add(t * L));
+                let off = (t / 3) * cols * L + (t % 3) * L;
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a = U::fma(wv, U::load(ins(j).add(off)), *a);
+                }
+            }
+            for (j, a) in acc.iter().enumerate() {
+                U::min(hiv, U::max(lov, U::add(*a, bv))).store(outs(j));
             }
         }
     }

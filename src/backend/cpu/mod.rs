@@ -372,7 +372,7 @@ fn avx2_requested() -> bool {
 /// bench prints them: the matrix products, the blocked convolutions and
 /// the element-wise loops.
 pub fn isa_report() -> String {
-    let conv = nchwc::best().map_or("off (no AVX2+FMA)", |i| i.name());
+    let conv = nchwc::isa_name();
     format!(
         "gemm {}, blocked convolutions {}, element-wise {}",
         sgemm::best_kernel().name(),

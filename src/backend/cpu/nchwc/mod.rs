@@ -141,6 +141,25 @@ pub(super) fn available() -> bool {
     best().is_some()
 }
 
+/// The blocked kernels' vectors as the bench prints them: the depthwise
+/// form where it differs (see [`depthwise::preferred`]).
+pub(super) fn isa_name() -> String {
+    match best() {
+        None => "off (no AVX2+FMA)".into(),
+        #[cfg(target_arch = "x86_64")]
+        Some(isa) => match depthwise::preferred(isa) {
+            d if d == isa => isa.name().into(),
+            d => format!(
+                "{} (depthwise {}, measured faster here)",
+                isa.name(),
+                d.name()
+            ),
+        },
+        #[cfg(not(target_arch = "x86_64"))]
+        Some(isa) => match isa {},
+    }
+}
+
 /// The vectors the blocked kernels run on here (see [`Isa::best`]).
 pub(super) fn best() -> Option<Isa> {
     #[cfg(target_arch = "x86_64")]
@@ -290,13 +309,17 @@ pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Pla
             }
             Op::Conv2d(p) => {
                 if let Some(mut c) = blocked_conv(graph, node, p, constants, isa) {
-                    if let Conv::Direct {
-                        plain: false,
-                        nchw_in,
-                        ..
-                    } = &mut c
-                    {
-                        *nchw_in = p.padding != [0; 4] && !blocked[node.inputs[0]];
+                    match &mut c {
+                        Conv::Direct {
+                            plain: false,
+                            nchw_in,
+                            ..
+                        } => *nchw_in = p.padding != [0; 4] && !blocked[node.inputs[0]],
+                        // The form measured faster on this CPU (the same
+                        // bits either way).
+                        #[cfg(target_arch = "x86_64")]
+                        Conv::Depthwise { isa, .. } => *isa = depthwise::preferred(*isa),
+                        _ => {}
                     }
                     convs.insert(ni, c);
                     blocked[out] = true;

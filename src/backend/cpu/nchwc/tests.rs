@@ -575,3 +575,18 @@ fn global_pools_read_the_blocked_layout() {
         assert_near(&blocked[k], &plain[k]);
     }
 }
+
+/// The depthwise form is AVX2's on AVX2, and on AVX-512 one of the two,
+/// measured once and kept (both give the same bits: see
+/// `depthwise_matches_the_nchw_kernel_bitwise`).
+#[test]
+fn the_depthwise_form_is_measured_once_and_kept() {
+    assert_eq!(depthwise::preferred(Isa::Avx2), Isa::Avx2);
+    if is_x86_feature_detected!("avx512f") {
+        let first = depthwise::preferred(Isa::Avx512);
+        assert!(matches!(first, Isa::Avx2 | Isa::Avx512));
+        for _ in 0..3 {
+            assert_eq!(depthwise::preferred(Isa::Avx512), first);
+        }
+    }
+}

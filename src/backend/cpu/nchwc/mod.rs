@@ -28,7 +28,8 @@
 //! same 8-channel blocks: a zmm vector holds one pixel of two blocks in
 //! the direct kernel (panels of 4 blocks, tiles of 12 pixels) and two
 //! neighbouring pixels of one block in the depthwise kernel at unit
-//! stride; the rest runs on ymm vectors as on AVX2. Every output is
+//! stride (where that form measures faster than AVX2's on this CPU:
+//! `depthwise::preferred`); the rest runs on ymm vectors as on AVX2. Every output is
 //! computed in the same order whatever the width, so the forms agree bit
 //! for bit, and the tests run a portable 16-lane form on any machine.
 //! The layout changes (`relayout.rs`) move 16 pixels at a time on

@@ -261,7 +261,11 @@ describe('native memory', () => {
       encoding: 'utf8',
       timeout: 110000,
     });
-    expect(r.status).toBe(0);
+    // On failure, say how the child ended (a signal, the timeout) and
+    // what it printed last.
+    expect({ status: r.status, signal: r.signal, stderr: (r.stderr || '').slice(-2000) }).toMatchObject({
+      status: 0,
+    });
     const { before, after } = JSON.parse(r.stdout.trim().split('\n').pop());
     // Each cycle allocates 256 KiB of tensor memory, 2.5 GiB over the loop;
     // what stays must be a small fraction of one per cent of that.

@@ -988,9 +988,10 @@ mod tests {
         .unwrap();
     }
 
-    /// After a hot dispatch one thread spins for the set time, does the
-    /// work of dispatches that come meanwhile, and then stops; with no
-    /// time set, none spins.
+    /// After a hot dispatch one thread spins for the set time, dispatches
+    /// that come meanwhile get their results (its spinning takes pool
+    /// work, so it never holds theirs up), and then it stops; after a
+    /// small graph or with no time set, none spins.
     #[test]
     fn a_thread_spins_after_a_hot_dispatch_then_stops() {
         use rayon::prelude::*;
@@ -1002,7 +1003,7 @@ mod tests {
                 |b: &CpuBackend| b.run_hot(true, || (0..1000u64).into_par_iter().sum::<u64>());
             assert_eq!(sum(&b), 499_500);
             assert!(b.spinning.load(Ordering::Acquire));
-            // Dispatches while it spins: right results, and it still spins.
+            // Dispatches while it spins: right results, and it goes on.
             for _ in 0..50 {
                 assert_eq!(sum(&b), 499_500);
             }

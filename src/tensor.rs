@@ -153,8 +153,7 @@ impl Buf {
                         Buf::$variant(v) => v,
                         _ => Vec::new(),
                     };
-                    if let Some(mut v) = take::<$t, U>(Buf::$variant(Vec::new()), n, unwrap) {
-                        v.clear();
+                    if let Some(v) = take::<$t, U>(Buf::$variant(Vec::new()), n, unwrap) {
                         return v;
                     }
                     return Vec::with_capacity(n);
@@ -210,10 +209,7 @@ impl Buf {
             ($t:ty, $variant:ident) => {{
                 let len = n * std::mem::size_of::<$t>();
                 let mut v: Vec<$t> = match pool::take_room(&Buf::$variant(Vec::new()), n) {
-                    Some(Buf::$variant(mut v)) => {
-                        v.clear();
-                        v
-                    }
+                    Some(Buf::$variant(v)) => v,
                     _ => Vec::new(),
                 };
                 v.try_reserve_exact(n)
@@ -329,8 +325,9 @@ impl Buf {
 /// request and at most half as much again. So a graph's intermediates of
 /// many sizes share fewer buffers than one per size, and a run touches
 /// less memory: MobileNetV2's intermediates went from 27 buffers (17 MB)
-/// to 18 (about 10 MB), and its run at one thread from 8.3-9.6 ms to
-/// 8.1-8.7 (A/B in one process, AVX-512 Zen 5). The slack bounds what a
+/// to 18 (about 10 MB), and its run at one thread from 8.3-8.5 ms to
+/// 8.2-8.4 (A/B in one process, AVX-512 Zen 5, 5 of 6 rounds faster:
+/// a gain of 1-4%). The slack bounds what a
 /// buffer holds beyond its length to half of it. Small buffers are not
 /// worth it and the pool is bounded.
 mod pool {
@@ -361,8 +358,8 @@ mod pool {
     }
 
     /// Takes the most recently given buffer of the same variant as `kind`
-    /// with room for `n` elements and at most twice that; its length is
-    /// unspecified (at most its room).
+    /// with room for `n` elements and at most half as much again; its
+    /// length is unspecified (at most its room).
     fn take_any(kind: &Buf, n: usize) -> Option<Buf> {
         let mut p = POOL.lock().unwrap_or_else(|e| e.into_inner());
         let i = p.bufs.iter().rposition(|b| {

@@ -18,7 +18,7 @@ const MIN_CHUNK: usize = 6;
 /// of multiply-adds keep both FMA pipes busy; with 6 a single block
 /// waited on their latency: 144 -> 24 channels on 56x56, 418 -> 382
 /// us), on AVX-512 24 of the 32 zmm registers.
-fn tile_pixels(w: usize, nv: usize) -> usize {
+pub(super) fn tile_pixels(w: usize, nv: usize) -> usize {
     match w {
         8 => 12 / nv,
         _ => 24 / nv,
@@ -26,22 +26,22 @@ fn tile_pixels(w: usize, nv: usize) -> usize {
 }
 
 /// What every tile of one direct convolution shares.
-struct Geometry<'a> {
+pub(super) struct Geometry<'a> {
     /// Floats between the tile's pixels in the input (stride * 8).
-    px: usize,
+    pub px: usize,
     /// Offsets of the kernel taps from a pixel's first tap.
-    taps: &'a [usize],
+    pub taps: &'a [usize],
     /// Floats between input channel blocks.
-    ibs: usize,
-    icb: usize,
+    pub ibs: usize,
+    pub icb: usize,
     /// Channels of an input block and the floats between them (plain
     /// input: all its channels, one block, a plane apart).
-    cl: usize,
-    cs: usize,
+    pub cl: usize,
+    pub cs: usize,
     /// Floats between output channel blocks.
-    obs: usize,
-    lo: f32,
-    hi: f32,
+    pub obs: usize,
+    pub lo: f32,
+    pub hi: f32,
 }
 
 /// One tile: `M` output pixels (consecutive in a row) by `NV` vectors
@@ -134,9 +134,9 @@ unsafe fn tile<V: Vf, const M: usize, const NV: usize, const PX: usize>(
 /// values, or null) and, after the bounds, a residual laid out as the
 /// output (the tile's first cell, or null).
 #[derive(Clone, Copy)]
-struct Ends {
-    bias: *const f32,
-    sum: *const f32,
+pub(super) struct Ends {
+    pub bias: *const f32,
+    pub sum: *const f32,
 }
 
 /// [`tile`] for a run-time pixel count (1..=[`tile_pixels`]) and vector
@@ -146,7 +146,7 @@ struct Ends {
 /// # Safety
 /// The CPU has `V`'s features; the rest is [`tile`]'s contract.
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_n<V: Vf, const PX: usize>(
+pub(super) unsafe fn tile_n<V: Vf, const PX: usize>(
     m: usize,
     nv: usize,
     g: &Geometry,

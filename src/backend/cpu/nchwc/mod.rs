@@ -58,6 +58,8 @@ mod relayout;
 pub(super) mod simd;
 #[cfg(test)]
 mod tests;
+#[cfg(target_arch = "x86_64")]
+mod winograd;
 
 /// Channels per block: the lanes of an AVX2 float vector.
 pub(super) const L: usize = 8;
@@ -104,6 +106,15 @@ pub(super) enum Conv {
     },
     /// groups = channels: `w` is `[c / 8][kh * kw][8]`.
     Depthwise { w: Vec<f32>, isa: Isa },
+    /// groups = 1, 3x3, unit strides and dilations, by Winograd's
+    /// F(2x2, 3x3) (`winograd.rs`): `u` is the transformed filter, 16
+    /// slabs (one per position) of `panels` as a 1x1 direct
+    /// convolution's.
+    Winograd {
+        u: Vec<f32>,
+        panels: Vec<Panel>,
+        isa: Isa,
+    },
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -231,25 +242,10 @@ fn blocked_conv(
         }
         return Some(Conv::Depthwise { w, isa });
     }
-    let (ic, ocb) = (p.in_channels, p.out_channels / L);
+    let ic = p.in_channels;
     let mut w = Vec::with_capacity(p.out_channels * ic * khw);
-    let mut panels = Vec::new();
-    let mut ob0 = 0;
-    let widest = panel_blocks(isa);
-    while ob0 < ocb {
-        // Panels of 2 blocks (AVX2; AVX-512: 4, see `panel_blocks`), then
-        // 2, an odd count's last of 1. (On AVX2, panels of 3 blocks by 4
-        // pixels measured slower: 144 -> 24 channels on 56x56, 496
-        // against 672 us.)
-        let nb = match ocb - ob0 {
-            r if r >= widest => widest,
-            r => r.min(2),
-        };
-        panels.push(Panel {
-            ob0,
-            nb,
-            off: w.len(),
-        });
+    let panels = panel_list(p.out_channels / L, isa, ic * khw);
+    for &Panel { ob0, nb, .. } in &panels {
         // Input channels in the order the kernel reads them: blocks of 8,
         // within them taps, within those channels (plain: one block of
         // all ic).
@@ -263,7 +259,6 @@ fn blocked_conv(
                 }
             }
         }
-        ob0 += nb;
     }
     Some(Conv::Direct {
         w,
@@ -272,6 +267,71 @@ fn blocked_conv(
         nchw_in: false,
         isa,
     })
+}
+
+/// The panels of a direct convolution's filter for `ocb` output blocks,
+/// each output channel `per` floats (input channels times taps): panels
+/// of 2 blocks (AVX2; AVX-512: 4, see `panel_blocks`), then 2, an odd
+/// count's last of 1. (On AVX2, panels of 3 blocks by 4 pixels measured
+/// slower: 144 -> 24 channels on 56x56, 496 against 672 us.)
+fn panel_list(ocb: usize, isa: Isa, per: usize) -> Vec<Panel> {
+    let widest = panel_blocks(isa);
+    let (mut panels, mut ob0, mut off) = (Vec::new(), 0, 0);
+    while ob0 < ocb {
+        let nb = match ocb - ob0 {
+            r if r >= widest => widest,
+            r => r.min(2),
+        };
+        panels.push(Panel { ob0, nb, off });
+        off += nb * L * per;
+        ob0 += nb;
+    }
+    panels
+}
+
+/// The Winograd form of a conv2d node (see [`Conv::Winograd`]), where
+/// it has one and is worth it: a constant filter, enough channels that
+/// the products dominate the transforms.
+#[cfg(target_arch = "x86_64")]
+fn winograd_conv(
+    node: &crate::graph::Node,
+    p: &Conv2dParams,
+    constants: &HashMap<usize, Buf>,
+    isa: Isa,
+) -> Option<Conv> {
+    if winograd_disabled() || !winograd::fits(p) || p.in_channels < WINOGRAD_MIN_CHANNELS {
+        return None;
+    }
+    let Buf::F32(f) = constants.get(node.inputs.get(1)?)? else {
+        return None;
+    };
+    let (ic, oc) = (p.in_channels, p.out_channels);
+    if f.len() != oc * ic * 9 {
+        return None;
+    }
+    let f = super::conv::filter_oihw(f, p);
+    let panels = panel_list(oc / L, isa, ic);
+    let u = winograd::pack(&f, ic, oc, &panels);
+    Some(Conv::Winograd { u, panels, isa })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn winograd_conv(
+    _: &crate::graph::Node,
+    _: &Conv2dParams,
+    _: &HashMap<usize, Buf>,
+    _: Isa,
+) -> Option<Conv> {
+    None
+}
+
+/// Input channels from which a 3x3 convolution runs by Winograd.
+const WINOGRAD_MIN_CHANNELS: usize = 16;
+
+/// Whether `WEBNN_CPU_WINOGRAD=0` keeps 3x3 convolutions on the direct
+/// kernel (read at each build, so one process can compare both ways).
+fn winograd_disabled() -> bool {
+    std::env::var("WEBNN_CPU_WINOGRAD").is_ok_and(|v| v == "0")
 }
 
 /// Output channel blocks per panel of a direct convolution: 2 (a tile
@@ -309,7 +369,14 @@ pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Pla
                     && pool::is_global(p);
             }
             Op::Conv2d(p) => {
-                if let Some(mut c) = blocked_conv(graph, node, p, constants, isa) {
+                // Winograd reads its input blocked, unpadded: a graph
+                // input pays a layout change (which the direct kernel
+                // folds into its padded copy), still far less than the
+                // products it saves.
+                let winograd = winograd_conv(node, p, constants, isa);
+                if let Some(mut c) =
+                    winograd.or_else(|| blocked_conv(graph, node, p, constants, isa))
+                {
                     match &mut c {
                         Conv::Direct {
                             plain: false,
@@ -382,7 +449,10 @@ fn residual_sums(
         }
         for (c, r) in [(*a, *b), (*b, *a)] {
             let ci = producer[c];
-            let direct = matches!(convs.get(&ci), Some(Conv::Direct { .. }));
+            let direct = matches!(
+                convs.get(&ci),
+                Some(Conv::Direct { .. } | Conv::Winograd { .. })
+            );
             // The residual exists when the convolution runs; the
             // convolution's output has no other reader.
             if direct && readers[c] == 1 && producer[r] < ci && !sums.contains_key(&ci) {
@@ -569,6 +639,23 @@ pub(super) fn conv(
                     #[cfg(test)]
                     Isa::Portable => direct::direct::<Lanes<16>, Lanes<8>>(
                         w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
+                    ),
+                }
+            }
+            Conv::Winograd { u, panels, isa } => {
+                if u.len() != winograd::POS * oc * ic || !winograd::fits(p) {
+                    return Err(bad());
+                }
+                match isa {
+                    Isa::Avx2 => winograd::winograd::<__m256, __m256>(
+                        u, panels, p, x, bias, bounds, sum, &mut res,
+                    ),
+                    Isa::Avx512 => winograd::winograd::<__m512, __m256>(
+                        u, panels, p, x, bias, bounds, sum, &mut res,
+                    ),
+                    #[cfg(test)]
+                    Isa::Portable => winograd::winograd::<Lanes<16>, Lanes<8>>(
+                        u, panels, p, x, bias, bounds, sum, &mut res,
                     ),
                 }
             }

@@ -45,6 +45,7 @@ pub(super) trait Vf: Copy {
     fn fma(a: Self, b: Self, c: Self) -> Self;
     fn mul(a: Self, b: Self) -> Self;
     fn add(a: Self, b: Self) -> Self;
+    fn sub(a: Self, b: Self) -> Self;
     /// `a > b ? a : b` (so `b` for NaN and equal zeros).
     fn max(a: Self, b: Self) -> Self;
     /// `a < b ? a : b`.
@@ -109,6 +110,10 @@ impl<const W: usize> Vf for Lanes<W> {
     #[inline(always)]
     fn add(a: Self, b: Self) -> Self {
         Lanes(std::array::from_fn(|i| a.0[i] + b.0[i]))
+    }
+    #[inline(always)]
+    fn sub(a: Self, b: Self) -> Self {
+        Lanes(std::array::from_fn(|i| a.0[i] - b.0[i]))
     }
     #[inline(always)]
     fn max(a: Self, b: Self) -> Self {
@@ -187,6 +192,10 @@ impl Vf for __m256 {
         unsafe { _mm256_add_ps(a, b) }
     }
     #[inline(always)]
+    fn sub(a: Self, b: Self) -> Self {
+        unsafe { _mm256_sub_ps(a, b) }
+    }
+    #[inline(always)]
     fn max(a: Self, b: Self) -> Self {
         unsafe { _mm256_max_ps(a, b) }
     }
@@ -245,6 +254,10 @@ impl Vf for __m512 {
     #[inline(always)]
     fn add(a: Self, b: Self) -> Self {
         unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    fn sub(a: Self, b: Self) -> Self {
+        unsafe { _mm512_sub_ps(a, b) }
     }
     #[inline(always)]
     fn max(a: Self, b: Self) -> Self {

@@ -1,0 +1,423 @@
+//! Winograd's minimal filtering, F(2x2, 3x3), for plain 3x3
+//! convolutions at unit stride and dilation.
+//!
+//! A 2x2 block of output pixels ("a tile") of a 3x3 convolution needs a
+//! 4x4 patch of its input. Winograd's transforms turn the 36 products
+//! per channel pair that the direct form does for it into 16: the
+//! patch becomes `V = Bt d B`, the filter `U = G g Gt` (once, at build),
+//! each of the 16 positions multiplies them and sums over the input
+//! channels, and `Y = At M A` brings the sums back to the tile's 4
+//! outputs. The sums over input channels are 16 matrix products, one per
+//! position, of tiles by input channels times input by output channels;
+//! they run on the direct kernel's tile (`direct::tile_n`, as a 1x1
+//! convolution whose "pixels" are tiles), so they keep its register
+//! blocking and its AVX-512 form. The transforms are additions and
+//! subtractions of 8-channel vectors (the filter's halves are exact).
+//!
+//! The work is split into groups of tiles whose transformed input and
+//! products (16 positions each) stay in L2: one group transforms its
+//! patches, runs the 16 products, and transforms the sums back into the
+//! blocked output with the bias, the bounds and a residual.
+//!
+//! The results differ from the direct form's by rounding only: the
+//! transforms add a few roundings per term, well inside the bound the
+//! tests hold both forms to.
+
+use super::direct::{tile_n, tile_pixels, Ends, Geometry};
+use super::par::{for_units, Out, PAR_WORK};
+use super::simd::Vf;
+use super::{Panel, L};
+use crate::graph::op::Conv2dParams;
+
+/// Positions of a transformed tile: 4 x 4.
+pub(super) const POS: usize = 16;
+
+/// Bytes of one group's transformed input and products.
+const GROUP_BYTES: usize = 256 << 10;
+
+/// `U = G g Gt` of every filter (`f` in OIHW, 3x3), packed for
+/// `direct::tile_n` as one 1x1 convolution per position: position `k`'s
+/// slab (`oc * ic` floats, at `k * oc * ic`) holds `panels` in order,
+/// each `[ic][nb * 8]`. Computed in double precision and rounded once.
+pub(super) fn pack(f: &[f32], ic: usize, oc: usize, panels: &[Panel]) -> Vec<f32> {
+    // G g Gt for one 3x3 filter, row-major 4x4.
+    let transform = |g: &[f32]| -> [f32; POS] {
+        let g: Vec<f64> = g.iter().map(|&v| f64::from(v)).collect();
+        // Gg: the rows of g combined (4 x 3).
+        let mut gg = [[0.0f64; 3]; 4];
+        for c in 0..3 {
+            let (a, b, d) = (g[c], g[3 + c], g[6 + c]);
+            gg[0][c] = a;
+            gg[1][c] = (a + b + d) / 2.0;
+            gg[2][c] = (a - b + d) / 2.0;
+            gg[3][c] = d;
+        }
+        let mut u = [0.0f32; POS];
+        for (r, row) in gg.iter().enumerate() {
+            let [a, b, d] = *row;
+            let v = [a, (a + b + d) / 2.0, (a - b + d) / 2.0, d];
+            for (c, x) in v.into_iter().enumerate() {
+                u[r * 4 + c] = x as f32;
+            }
+        }
+        u
+    };
+    let mut u = vec![[0.0f32; POS]; oc * ic];
+    for (o, row) in u.chunks_mut(ic).enumerate() {
+        for (i, t) in row.iter_mut().enumerate() {
+            let at = (o * ic + i) * 9;
+            *t = transform(&f[at..at + 9]);
+        }
+    }
+    let mut w = Vec::with_capacity(POS * oc * ic);
+    for k in 0..POS {
+        for pn in panels {
+            for i in 0..ic {
+                let rows = &u[pn.ob0 * L * ic..(pn.ob0 + pn.nb) * L * ic];
+                w.extend(rows.iter().skip(i).step_by(ic).map(|t| t[k]));
+            }
+        }
+    }
+    w
+}
+
+/// Whether a conv2d of `p` can run here: plain, 3x3, unit strides and
+/// dilations, whole blocks of 8 channels in and out.
+pub(super) fn fits(p: &Conv2dParams) -> bool {
+    p.groups == 1
+        && !p.nhwc
+        && p.kernel_h == 3
+        && p.kernel_w == 3
+        && p.strides == [1, 1]
+        && p.dilations == [1, 1]
+        && p.in_channels.is_multiple_of(L)
+        && p.out_channels.is_multiple_of(L)
+        && p.in_channels > 0
+        && p.out_channels > 0
+        && p.out_h > 0
+        && p.out_w > 0
+        // The output is what a 3x3 window over the padded input gives.
+        && p.out_h + 2 == p.in_h + p.padding[0] + p.padding[1]
+        && p.out_w + 2 == p.in_w + p.padding[2] + p.padding[3]
+}
+
+/// The tiles of one convolution and where they come from.
+struct Tiles {
+    /// Tiles per row and per image.
+    tw: usize,
+    per_image: usize,
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    pt: usize,
+    pl: usize,
+    icb: usize,
+    ocb: usize,
+}
+
+impl Tiles {
+    /// Image, first output row and column of tile `t`.
+    fn at(&self, t: usize) -> (usize, usize, usize) {
+        let (b, r) = (t / self.per_image, t % self.per_image);
+        (b, 2 * (r / self.tw), 2 * (r % self.tw))
+    }
+}
+
+/// `Bt d B` of the 4x4 patch of input block `xb` (a plane of `h * w`
+/// pixels of 8 channels) whose top left is at row `y0`, column `x0` (the
+/// padding's offsets applied: either may be negative), zeros outside
+/// the plane; position `k` stored at `dst + k * ps`.
+///
+/// # Safety
+/// `N`'s features; `xb` is a whole plane, `dst + k * ps` writable for 8
+/// floats.
+#[inline(always)]
+unsafe fn input_tile<N: Vf>(
+    xb: *const f32,
+    (h, w): (usize, usize),
+    (y0, x0): (isize, isize),
+    dst: *mut f32,
+    ps: usize,
+) {
+    let inside = y0 >= 0 && x0 >= 0 && y0 as usize + 4 <= h && x0 as usize + 4 <= w;
+    let mut d = [[N::splat(0.0); 4]; 4];
+    // SAFETY: every load is of a pixel inside the plane (checked per
+    // patch, or per pixel at the edges).
+    unsafe {
+        if inside {
+            let base = xb.add((y0 as usize * w + x0 as usize) * L);
+            for (i, row) in d.iter_mut().enumerate() {
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = N::load(base.add((i * w + j) * L));
+                }
+            }
+        } else {
+            for (i, row) in d.iter_mut().enumerate() {
+                let y = y0 + i as isize;
+                if y < 0 || y as usize >= h {
+                    continue;
+                }
+                for (j, v) in row.iter_mut().enumerate() {
+                    let x = x0 + j as isize;
+                    if x >= 0 && (x as usize) < w {
+                        *v = N::load(xb.add((y as usize * w + x as usize) * L));
+                    }
+                }
+            }
+        }
+        // Bt on the rows, then B on the columns.
+        let mut s = [[N::splat(0.0); 4]; 4];
+        for j in 0..4 {
+            s[0][j] = N::sub(d[0][j], d[2][j]);
+            s[1][j] = N::add(d[1][j], d[2][j]);
+            s[2][j] = N::sub(d[2][j], d[1][j]);
+            s[3][j] = N::sub(d[1][j], d[3][j]);
+        }
+        for (r, row) in s.iter().enumerate() {
+            let v = [
+                N::sub(row[0], row[2]),
+                N::add(row[1], row[2]),
+                N::sub(row[2], row[1]),
+                N::sub(row[1], row[3]),
+            ];
+            for (c, x) in v.into_iter().enumerate() {
+                x.store(dst.add((r * 4 + c) * ps));
+            }
+        }
+    }
+}
+
+/// `At m A` of one tile's 16 sums (position `k` at `m + k * ps`, 8
+/// channels), then the bias, the bounds and the residual as the direct
+/// kernel's epilogue does them, into the pixels of output plane `ob`
+/// (at `out`, `ow` wide) that lie inside it (`rows`, `cols`: 1 or 2).
+///
+/// # Safety
+/// `N`'s features; `m`'s 16 vectors readable; `out` (and `sum`, when
+/// not null) hold the tile's pixels.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn output_tile<N: Vf>(
+    m: *const f32,
+    ps: usize,
+    bias: N,
+    (lo, hi): (N, N),
+    out: *mut f32,
+    sum: *const f32,
+    ow: usize,
+    (rows, cols): (usize, usize),
+) {
+    // SAFETY: the contract.
+    unsafe {
+        let v = |k: usize| N::load(m.add(k * ps));
+        let mut t = [[N::splat(0.0); 4]; 2];
+        // An index loop, not closures (`from_fn`): a closure that is not
+        // inlined loses `N`'s features.
+        #[allow(clippy::needless_range_loop)]
+        for c in 0..4 {
+            let (a, b, d, e) = (v(c), v(4 + c), v(8 + c), v(12 + c));
+            t[0][c] = N::add(N::add(a, b), d);
+            t[1][c] = N::sub(N::sub(b, d), e);
+        }
+        for (r, row) in t.iter().enumerate().take(rows) {
+            let y = [
+                N::add(N::add(row[0], row[1]), row[2]),
+                N::sub(N::sub(row[1], row[2]), row[3]),
+            ];
+            for (c, &yc) in y.iter().enumerate().take(cols) {
+                let at = (r * ow + c) * L;
+                let mut z = N::min(hi, N::max(lo, N::add(yc, bias)));
+                if !sum.is_null() {
+                    z = N::add(z, N::load(sum.add(at)));
+                }
+                z.store(out.add(at));
+            }
+        }
+    }
+}
+
+/// Runs the convolution `p` (which [`fits`]) of blocked `x` with the
+/// filter `u` packed by [`pack`] for `panels`, into blocked `res`: the
+/// bias, bounds `(lo, hi)` and residual `sum` as `direct::direct` takes
+/// them. Panels whose channels fill whole `V` vectors run their products
+/// on `V`, the others on `N` (8 lanes); the transforms run on `N`.
+///
+/// # Safety
+/// The CPU has `V`'s and `N`'s features; the sizes match `p` (checked by
+/// `super::conv`).
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn winograd<V: Vf, N: Vf>(
+    u: &[f32],
+    panels: &[Panel],
+    p: &Conv2dParams,
+    x: &[f32],
+    bias: Option<&[f32]>,
+    (lo, hi): (f32, f32),
+    sum: Option<&[f32]>,
+    res: &mut [f32],
+) {
+    let (ic, oc) = (p.in_channels, p.out_channels);
+    let (th, tw) = (p.out_h.div_ceil(2), p.out_w.div_ceil(2));
+    let tiles = Tiles {
+        tw,
+        per_image: th * tw,
+        h: p.in_h,
+        w: p.in_w,
+        oh: p.out_h,
+        ow: p.out_w,
+        pt: p.padding[0],
+        pl: p.padding[2],
+        icb: ic / L,
+        ocb: oc / L,
+    };
+    let count = p.batch * th * tw;
+    // Tiles per group: a whole number of the products' rows (the widest
+    // tile's), as many as keep the group's scratch in L2.
+    let mr = tile_pixels(V::W, 2).max(tile_pixels(N::W, 2));
+    let per_tile = POS * (ic + oc) * 4;
+    let group = ((GROUP_BYTES / per_tile / mr).max(1) * mr).min(count);
+    let groups = count.div_ceil(group);
+    let work = count * POS * ic * oc;
+    let par = work >= PAR_WORK;
+    let tasks = match par {
+        true => groups.min(2 * rayon::current_num_threads()),
+        false => 1,
+    };
+    let o = Out(res.as_mut_ptr());
+    let (xs, us) = (x.as_ptr() as usize, u.as_ptr() as usize);
+    let bs = bias.map(|b| b.as_ptr() as usize);
+    let ss = sum.map(|r| r.as_ptr() as usize);
+    let tiles = &tiles;
+    for_units(tasks, par, move |task| {
+        let _ = &o;
+        let mut scratch = crate::tensor::Buf::f32_for_overwrite(POS * group * (ic + oc));
+        let (vs, ms) = scratch.split_at_mut(POS * group * ic);
+        for gi in task * groups / tasks..(task + 1) * groups / tasks {
+            let t0 = gi * group;
+            let n = group.min(count - t0);
+            // SAFETY: the group's contract below; `run_group` writes
+            // only its tiles' output pixels.
+            unsafe {
+                V::with(
+                    #[inline(always)]
+                    || {
+                        run_group::<V, N>(
+                            tiles,
+                            (t0, n),
+                            xs as *const f32,
+                            (us as *const f32, panels),
+                            (bs, ss),
+                            (lo, hi),
+                            (vs.as_mut_ptr(), ms.as_mut_ptr()),
+                            o.0,
+                        )
+                    },
+                )
+            };
+        }
+        crate::tensor::Buf::F32(scratch).recycle();
+    });
+}
+
+/// One group: tiles `t0..t0 + n`. `vs` holds `[16][icb][n][8]` (the
+/// transformed patches), `ms` `[16][ocb][n][8]` (their products).
+///
+/// # Safety
+/// `V`'s and `N`'s features; the sizes as [`winograd`] checks them, the
+/// scratch of a whole group.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_group<V: Vf, N: Vf>(
+    tl: &Tiles,
+    (t0, n): (usize, usize),
+    x: *const f32,
+    (u, panels): (*const f32, &[Panel]),
+    (bias, sum): (Option<usize>, Option<usize>),
+    (lo, hi): (f32, f32),
+    (vs, ms): (*mut f32, *mut f32),
+    out: *mut f32,
+) {
+    let (icb, ocb) = (tl.icb, tl.ocb);
+    let plane = tl.h * tl.w * L;
+    // SAFETY: the contract; every pointer below stays inside x, u, the
+    // scratch and the output.
+    unsafe {
+        // Input transform: block by block, tile by tile along the row.
+        let vps = icb * n * L;
+        for ib in 0..icb {
+            for i in 0..n {
+                let (b, oy, ox) = tl.at(t0 + i);
+                let xb = x.add((b * icb + ib) * plane);
+                let at = (oy as isize - tl.pt as isize, ox as isize - tl.pl as isize);
+                input_tile::<N>(xb, (tl.h, tl.w), at, vs.add((ib * n + i) * L), vps);
+            }
+        }
+        // The 16 products: tiles by input channels, times the position's
+        // filter slab, into tiles by output channels.
+        let mps = ocb * n * L;
+        let g = Geometry {
+            px: L,
+            taps: &[0],
+            ibs: n * L,
+            icb,
+            cl: L,
+            cs: 1,
+            obs: n * L,
+            lo: f32::NEG_INFINITY,
+            hi: f32::INFINITY,
+        };
+        let none = Ends {
+            bias: std::ptr::null(),
+            sum: std::ptr::null(),
+        };
+        let slab = icb * ocb * L * L;
+        for k in 0..POS {
+            let (vk, mk) = (vs.add(k * vps), ms.add(k * mps));
+            for pn in panels {
+                let wide = (pn.nb * L).is_multiple_of(V::W) && pn.nb * L >= 2 * V::W;
+                let (vw, nv) = match wide {
+                    true => (V::W, pn.nb * L / V::W),
+                    false => (N::W, pn.nb),
+                };
+                let mr = tile_pixels(vw, nv);
+                let w = u.add(k * slab + pn.off);
+                let mut r = 0;
+                while r < n {
+                    let m = mr.min(n - r);
+                    let (xr, or) = (vk.add(r * L), mk.add(pn.ob0 * n * L + r * L));
+                    match wide {
+                        true => tile_n::<V, L>(m, nv, &g, xr, w, none, or),
+                        false => tile_n::<N, L>(m, nv, &g, xr, w, none, or),
+                    }
+                    r += m;
+                }
+            }
+        }
+        // Output transform, with the epilogue.
+        let (lo, hi) = (N::splat(lo), N::splat(hi));
+        let opl = tl.oh * tl.ow * L;
+        for ob in 0..ocb {
+            let bv = match bias {
+                Some(bp) => N::load((bp as *const f32).add(ob * L)),
+                None => N::splat(-0.0),
+            };
+            for i in 0..n {
+                let (b, oy, ox) = tl.at(t0 + i);
+                let at = (b * ocb + ob) * opl + (oy * tl.ow + ox) * L;
+                let sp = sum.map_or(std::ptr::null(), |s| (s as *const f32).add(at));
+                let fit = ((tl.oh - oy).min(2), (tl.ow - ox).min(2));
+                output_tile::<N>(
+                    ms.add((ob * n + i) * L),
+                    mps,
+                    bv,
+                    (lo, hi),
+                    out.add(at),
+                    sp,
+                    tl.ow,
+                    fit,
+                );
+            }
+        }
+    }
+}

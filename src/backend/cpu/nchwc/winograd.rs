@@ -273,15 +273,31 @@ pub(super) unsafe fn winograd<V: Vf, N: Vf>(
     };
     let count = p.batch * th * tw;
     // Tiles per group: a whole number of the products' rows (the widest
-    // tile's), as many as keep the group's scratch in L2.
+    // tile's), as many as keep the group's scratch in L2, and at least
+    // two rows of them, since each group reads the whole filter (with
+    // 512 channels in and out 16 MB, for one row of 12 tiles: 512 to 512
+    // channels on 7x7, 2.06 ms against 2.51 for the direct form).
     let mr = tile_pixels(V::W, 2).max(tile_pixels(N::W, 2));
     let per_tile = POS * (ic + oc) * 4;
-    let group = ((GROUP_BYTES / per_tile / mr).max(1) * mr).min(count);
-    let groups = count.div_ceil(group);
+    let mut group = ((GROUP_BYTES / per_tile / mr).max(2) * mr).min(count);
     let work = count * POS * ic * oc;
     let par = work >= PAR_WORK;
+    let threads = rayon::current_num_threads();
+    if par {
+        // A whole number of groups per thread (then a little smaller).
+        group = count.div_ceil(count.div_ceil(group).next_multiple_of(threads));
+    }
+    let groups = count.div_ceil(group);
+    // Too few groups to go round: split the panels too (each part
+    // transforms the group's input again, a small cost beside the
+    // products of many channels).
+    let splits = match par && groups < 4 * threads {
+        true => (4 * threads).div_ceil(groups).min(panels.len()),
+        false => 1,
+    };
+    let units = groups * splits;
     let tasks = match par {
-        true => groups.min(2 * rayon::current_num_threads()),
+        true => units.min(2 * threads),
         false => 1,
     };
     let o = Out(res.as_mut_ptr());
@@ -293,20 +309,24 @@ pub(super) unsafe fn winograd<V: Vf, N: Vf>(
         let _ = &o;
         let mut scratch = crate::tensor::Buf::f32_for_overwrite(POS * group * (ic + oc));
         let (vs, ms) = scratch.split_at_mut(POS * group * ic);
-        for gi in task * groups / tasks..(task + 1) * groups / tasks {
+        let mut last = usize::MAX;
+        for unit in task * units / tasks..(task + 1) * units / tasks {
+            let (gi, si) = (unit / splits, unit % splits);
             let t0 = gi * group;
             let n = group.min(count - t0);
-            // SAFETY: the group's contract below; `run_group` writes
-            // only its tiles' output pixels.
+            let mine = &panels[si * panels.len() / splits..(si + 1) * panels.len() / splits];
+            // SAFETY: run_group's contract: the scratch holds a group,
+            // the sizes were checked by the caller; it writes only its
+            // tiles' output pixels of its panels' channels.
             unsafe {
                 V::with(
                     #[inline(always)]
                     || {
                         run_group::<V, N>(
                             tiles,
-                            (t0, n),
+                            (t0, n, last != gi),
                             xs as *const f32,
-                            (us as *const f32, panels),
+                            (us as *const f32, mine),
                             (bs, ss),
                             (lo, hi),
                             (vs.as_mut_ptr(), ms.as_mut_ptr()),
@@ -315,13 +335,16 @@ pub(super) unsafe fn winograd<V: Vf, N: Vf>(
                     },
                 )
             };
+            last = gi;
         }
         crate::tensor::Buf::F32(scratch).recycle();
     });
 }
 
-/// One group: tiles `t0..t0 + n`. `vs` holds `[16][icb][n][8]` (the
-/// transformed patches), `ms` `[16][ocb][n][8]` (their products).
+/// One group: tiles `t0..t0 + n`, the output channels of `panels`.
+/// `vs` holds `[16][icb][n][8]` (the transformed patches, made when
+/// `fresh`, else those of the same group's last call), `ms`
+/// `[16][ocb][n][8]` (their products).
 ///
 /// # Safety
 /// `V`'s and `N`'s features; the sizes as [`winograd`] checks them, the
@@ -330,7 +353,7 @@ pub(super) unsafe fn winograd<V: Vf, N: Vf>(
 #[allow(clippy::too_many_arguments)]
 unsafe fn run_group<V: Vf, N: Vf>(
     tl: &Tiles,
-    (t0, n): (usize, usize),
+    (t0, n, fresh): (usize, usize, bool),
     x: *const f32,
     (u, panels): (*const f32, &[Panel]),
     (bias, sum): (Option<usize>, Option<usize>),
@@ -345,7 +368,7 @@ unsafe fn run_group<V: Vf, N: Vf>(
     unsafe {
         // Input transform: block by block, tile by tile along the row.
         let vps = icb * n * L;
-        for ib in 0..icb {
+        for ib in (0..icb).filter(|_| fresh) {
             for i in 0..n {
                 let (b, oy, ox) = tl.at(t0 + i);
                 let xb = x.add((b * icb + ib) * plane);
@@ -397,7 +420,10 @@ unsafe fn run_group<V: Vf, N: Vf>(
         // Output transform, with the epilogue.
         let (lo, hi) = (N::splat(lo), N::splat(hi));
         let opl = tl.oh * tl.ow * L;
-        for ob in 0..ocb {
+        let (Some(first), Some(end)) = (panels.first(), panels.last()) else {
+            return;
+        };
+        for ob in first.ob0..end.ob0 + end.nb {
             let bv = match bias {
                 Some(bp) => N::load((bp as *const f32).add(ob * L)),
                 None => N::splat(-0.0),

@@ -622,6 +622,10 @@ fn winograd_matches_the_nchw_kernel() {
         ((1, 64, 20, 20), 64, [1, 1, 1, 1]),
         ((1, 16, 3, 3), 16, [3, 3, 3, 3]),
         ((2, 64, 30, 29), 32, [1, 1, 1, 1]),
+        // Few tiles, many channels: the panels split between tasks,
+        // which share a group's transformed input.
+        ((1, 128, 4, 4), 128, [1, 1, 1, 1]),
+        ((1, 64, 3, 3), 512, [1, 1, 1, 1]),
     ];
     let dims = |d: &OperandDescriptor| (d.shape[0], d.shape[1], d.shape[2], d.shape[3]);
     for (i, &(x, o, pad)) in cases.iter().enumerate() {
@@ -692,38 +696,38 @@ fn winograd_matches_the_nchw_kernel() {
     }
 }
 
-/// Special values: a NaN input reaches exactly the outputs whose
-/// windows hold it (the transforms' zero coefficients add nothing of
-/// it to the others), as in the direct form.
+/// Special values: a NaN or an infinite input reaches exactly the
+/// outputs whose windows hold it (the transforms' zero coefficients add
+/// nothing of it to the others), as in the direct form; there a NaN
+/// stays NaN, and an infinity gives an infinity or NaN (the direct form
+/// gives plus or minus infinity where no filter tap is 0).
 #[test]
-fn winograd_keeps_a_nan_inside_its_windows() {
+fn winograd_keeps_special_values_inside_their_windows() {
     let p = params((1, 8, 6, 6), (8, 3, 3), [1, 1, 1, 1], 1, 1, 1);
-    let mut xs = random(8 * 36, 7);
-    xs[2 * 36 + 2 * 6 + 3] = f32::NAN; // channel 2, row 2, column 3
     let f = random(8 * 8 * 9, 8);
     let out = f32d(&[1, 8, 6, 6]);
-    let (xb, fb, bb) = (
-        Buf::F32(xs.clone()),
-        Buf::F32(f.clone()),
-        Buf::F32(vec![0.0; 8]),
-    );
-    let want = crate::backend::cpu::conv::conv2d(&p, &[&xb, &fb, &bb], &out)
-        .unwrap()
-        .to_f32_vec();
-    let xblk = Buf::F32(block(&xs, (1, 8, 6, 6)));
-    for isa in isas() {
-        let c = winograd_form(&p, &f, isa);
-        let got = unblock(
-            &conv(&c, &p, &[&xblk, &fb, &bb], None, &out)
-                .unwrap()
-                .to_f32_vec(),
-            (1, 8, 6, 6),
-        );
-        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-            let (y, x) = ((k % 36) / 6, k % 6);
-            let inside = (1..=3).contains(&y) && (2..=4).contains(&x);
-            assert_eq!(a.is_nan(), inside, "{isa:?} at {k}");
-            assert_eq!(a.is_nan(), b.is_nan(), "{isa:?} at {k}");
+    let (fb, bb) = (Buf::F32(f.clone()), Buf::F32(vec![0.0; 8]));
+    for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut xs = random(8 * 36, 7);
+        xs[2 * 36 + 2 * 6 + 3] = special; // channel 2, row 2, column 3
+        let xb = Buf::F32(xs.clone());
+        let want = crate::backend::cpu::conv::conv2d(&p, &[&xb, &fb, &bb], &out)
+            .unwrap()
+            .to_f32_vec();
+        let xblk = Buf::F32(block(&xs, (1, 8, 6, 6)));
+        for isa in isas() {
+            let c = winograd_form(&p, &f, isa);
+            let got = conv(&c, &p, &[&xblk, &fb, &bb], None, &out).unwrap();
+            let got = unblock(&got.to_f32_vec(), (1, 8, 6, 6));
+            for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                let (y, x) = ((k % 36) / 6, k % 6);
+                let inside = (1..=3).contains(&y) && (2..=4).contains(&x);
+                assert_eq!(!a.is_finite(), inside, "{special} {isa:?} at {k}");
+                assert_eq!(!b.is_finite(), inside, "{special} {isa:?} at {k}");
+                if special.is_nan() {
+                    assert_eq!(a.is_nan(), inside, "{isa:?} at {k}");
+                }
+            }
         }
     }
 }

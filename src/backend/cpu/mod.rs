@@ -531,9 +531,9 @@ fn convert_inputs(
             .ok_or_else(|| Error::operation("an operand is missing"))?;
         let d = &g.operands[i];
         out.push(Some(if pl.is_blocked(i) {
-            nchwc::to_nchw(x, d)?
+            pl.to_nchw(x, d)?
         } else {
-            nchwc::to_blocked(x, d)?
+            pl.to_blocked(x, d)?
         }));
     }
     if let Some(t) = started {
@@ -737,12 +737,14 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
     for (k, (_, id)) in g.outputs.iter().enumerate() {
         let out = match std::mem::replace(&mut slots[*id], Slot::Empty) {
             // Graph outputs are plain NCHW.
-            Slot::Owned(b) if cg.nchwc.as_ref().is_some_and(|pl| pl.is_blocked(*id)) => {
-                let plain = nchwc::to_nchw(&b, &g.operands[*id]);
-                b.recycle();
-                plain?
-            }
-            Slot::Owned(b) => b,
+            Slot::Owned(b) => match cg.nchwc.as_ref().filter(|pl| pl.is_blocked(*id)) {
+                Some(pl) => {
+                    let plain = pl.to_nchw(&b, &g.operands[*id]);
+                    b.recycle();
+                    plain?
+                }
+                None => b,
+            },
             Slot::Borrowed(b) => b.clone(),
             Slot::Empty => match g.outputs[..k].iter().position(|(_, o)| o == id) {
                 Some(first) => results[first].pooled_clone(),

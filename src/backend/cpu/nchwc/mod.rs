@@ -19,7 +19,7 @@
 //! multiples of 8 (plain or depthwise, constant filter), and of
 //! element-wise binary nodes whose two inputs are blocked operands of
 //! their own shape. A node that wants an input in the other layout gets a
-//! converted copy (`to_blocked`, `to_nchw`); graph outputs are always
+//! converted copy (`Plan::to_blocked`, `Plan::to_nchw`); graph outputs are always
 //! NCHW. Only on x86-64 with AVX2 and FMA; elsewhere the plan is empty
 //! and every convolution runs in `conv.rs`.
 //!
@@ -77,6 +77,9 @@ pub(super) struct Plan {
     /// Global pooling nodes (by node) that read their blocked input
     /// where it lies (`pool::global`).
     pools: Vec<bool>,
+    /// The vectors the layout changes run on (the plan's choice, made
+    /// once at build).
+    isa: Isa,
 }
 
 /// A residual add folded into the convolution before it: `out =
@@ -413,6 +416,7 @@ pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Pla
         sums,
         fused,
         pools,
+        isa,
     })
 }
 
@@ -507,6 +511,16 @@ impl Plan {
         self.sums.get(&n)
     }
 
+    /// NCHW `x` of descriptor `d` in the blocked layout.
+    pub(super) fn to_blocked(&self, x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
+        to_blocked(x, d, self.isa)
+    }
+
+    /// Blocked `x` of descriptor `d` back in NCHW.
+    pub(super) fn to_nchw(&self, x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
+        to_nchw(x, d, self.isa)
+    }
+
     /// Whether add node `n` is done by the convolution before it.
     pub(super) fn is_fused(&self, n: usize) -> bool {
         self.fused.get(n).copied().unwrap_or(false)
@@ -536,18 +550,19 @@ pub(super) fn global_pool(p: &crate::graph::op::Pool2dParams, x: &Buf) -> Result
     pool::global(p, f32s(x)?).map(Buf::F32)
 }
 
-/// An NCHW operand `x` of descriptor `d` in the blocked layout.
-pub(super) fn to_blocked(x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
-    relayout(x, d, true)
+/// An NCHW operand `x` of descriptor `d` in the blocked layout, moved
+/// with `isa`'s vectors.
+fn to_blocked(x: &Buf, d: &OperandDescriptor, isa: Isa) -> Result<Buf> {
+    relayout(x, d, true, isa)
 }
 
 /// A blocked operand `x` of descriptor `d` back in NCHW.
-pub(super) fn to_nchw(x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
-    relayout(x, d, false)
+fn to_nchw(x: &Buf, d: &OperandDescriptor, isa: Isa) -> Result<Buf> {
+    relayout(x, d, false, isa)
 }
 
 /// `x` into the blocked layout (`into`) or out of it.
-fn relayout(x: &Buf, d: &OperandDescriptor, into: bool) -> Result<Buf> {
+fn relayout(x: &Buf, d: &OperandDescriptor, into: bool, isa: Isa) -> Result<Buf> {
     let (n, c, hw) = dims(d)?;
     let x = f32s(x)?;
     if x.len() != n * c * hw {
@@ -556,12 +571,13 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool) -> Result<Buf> {
     let mut out = Buf::f32_for_overwrite(x.len());
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: the plan (the only caller's source) exists only where
-        // `available()`, and AVX-512 only where `best()` says; sizes
-        // checked above.
-        let wide = best() == Some(Isa::Avx512);
+        // SAFETY: `isa` is a plan's (from `best()`, so this CPU runs
+        // it) or a test's checked one; sizes checked above.
+        let wide = isa == Isa::Avx512;
         unsafe { relayout::reorder(x, &mut out, n * c / L, hw, into, wide) };
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (into, isa);
     Ok(Buf::F32(out))
 }
 

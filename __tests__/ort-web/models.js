@@ -49,7 +49,7 @@ function halfBits(v) {
 // when the input has more than two dimensions).
 
 /**
- * A small image classifier: conv, relu, max pool, conv, average pool,
+ * A small image classifier: conv, relu, max pool, conv, conv, average pool,
  * global average pool, flatten, gemm, softmax. The input's name contains a
  * slash, as exported models' names often do; ORT passes it to WebNN as is.
  */
@@ -66,7 +66,11 @@ function convChain() {
   const b2 = w.constant('float32', [16], floats(rand, [16], -0.1, 0.1));
   const c2 = w.node('Conv', [p1, w2, b2], { pads: attr.ints([1, 1, 1, 1]), strides: attr.ints([1, 1]) });
   const r2 = w.node('Relu', [c2]);
-  const p2 = w.node('AveragePool', [r2], { kernel_shape: attr.ints([2, 2]), strides: attr.ints([2, 2]) });
+  // 16 channels in: the CPU backend runs this one by Winograd.
+  const w3 = w.constant('float32', [16, 16, 3, 3], floats(rand, [16, 16, 3, 3], -0.2, 0.2));
+  const b3 = w.constant('float32', [16], floats(rand, [16], -0.1, 0.1));
+  const r3 = w.node('Relu', [w.node('Conv', [r2, w3, b3], { pads: attr.ints([1, 1, 1, 1]) })]);
+  const p2 = w.node('AveragePool', [r3], { kernel_shape: attr.ints([2, 2]), strides: attr.ints([2, 2]) });
   const g = w.node('GlobalAveragePool', [p2]);
   const f = w.node('Flatten', [g], { axis: attr.int(1) });
   const wf = w.constant('float32', [10, 16], floats(rand, [10, 16]));
@@ -78,7 +82,7 @@ function convChain() {
     name: 'conv-chain',
     bytes: w.encode(),
     inputs: { 'gpu_0/data_0': { type: 'float32', dims: [1, 3, 16, 16], data: floats(rand, [1, 3, 16, 16]) } },
-    expect: { webnn: 10, cpu: 0, partitions: 1, cpuOps: {} },
+    expect: { webnn: 12, cpu: 0, partitions: 1, cpuOps: {} },
   };
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Both canonicalise to NCHW input (and OIHW filter) in f32, compute there,
 //! and convert the result back to the requested layout and type. conv2d
-//! runs each (batch, group) as a product on `sgemm.rs`, whose B panels are
+//! runs each (batch, group) as a product on `sgemm/`, whose B panels are
 //! made straight from the padded input (no im2col matrix); depthwise
 //! convolutions have a direct kernel.
 

@@ -1,5 +1,5 @@
 //! Matrix multiplication CPU kernels: `matmul` and `gemm`, on the f32
-//! sgemm of `sgemm.rs` (re-exported here for conv2d).
+//! sgemm of `sgemm/` (re-exported here for conv2d).
 //!
 //! float16 operands are widened to f32, multiplied in f32 and rounded once
 //! at the output.

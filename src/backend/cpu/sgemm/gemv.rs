@@ -1,0 +1,132 @@
+//! A row vector times B (`m == 1`), plain or packed.
+
+use super::*;
+
+/// A row vector times B (`m == 1`): no packing, B streamed once. Sums run
+/// over K in order, whatever the split.
+pub(super) fn gemv(n: usize, k: usize, a: &[f32], b: Mat, c: &mut [f32], threads: usize) {
+    let c = &mut c[..n];
+    let chunk = if threads > 1 {
+        n.div_ceil(threads).next_multiple_of(16)
+    } else {
+        n
+    }
+    .max(1);
+    let one = |(ci, dst): (usize, &mut [f32])| {
+        let j0 = ci * chunk;
+        if b.cs == 1 {
+            // Row-major B: axpy over contiguous rows (vectorises).
+            dst.fill(0.0);
+            for (p, &x) in a[..k].iter().enumerate() {
+                let row = &b.data[p * b.rs + j0..p * b.rs + j0 + dst.len()];
+                dst.iter_mut().zip(row).for_each(|(y, &bv)| *y += x * bv);
+            }
+        } else {
+            for (j, y) in dst.iter_mut().enumerate() {
+                let base = (j0 + j) * b.cs;
+                *y = (0..k).map(|p| a[p] * b.data[base + p * b.rs]).sum();
+            }
+        }
+    };
+    if threads > 1 && n > chunk {
+        c.par_chunks_mut(chunk).enumerate().for_each(one);
+    } else {
+        c.chunks_mut(chunk).enumerate().for_each(one);
+    }
+}
+
+/// One row times a packed B panel: `acc[j] += a[p] * panel[p][j]` for
+/// each p in order, with the multiply-add of the micro-kernel that packed
+/// the panel (fused for the SIMD kernels).
+pub(super) fn dot_panel<const NR: usize>(
+    fused: bool,
+    a: &[f32],
+    panel: &[f32],
+    acc: &mut [f32; NR],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if fused {
+        #[target_feature(enable = "avx2,fma")]
+        fn fma<const NR: usize>(a: &[f32], panel: &[f32], acc: &mut [f32; NR]) {
+            for (&x, row) in a.iter().zip(panel.chunks_exact(NR)) {
+                for (y, &bv) in acc.iter_mut().zip(row) {
+                    *y = x.mul_add(bv, *y);
+                }
+            }
+        }
+        // SAFETY: only the AVX2 and AVX-512 kernels (chosen when the CPU
+        // has AVX2 and FMA, or AVX-512F, which implies both here) are
+        // fused.
+        return unsafe { fma(a, panel, acc) };
+    }
+    let _ = fused;
+    for (&x, row) in a.iter().zip(panel.chunks_exact(NR)) {
+        for (y, &bv) in acc.iter_mut().zip(row) {
+            // As `kernel_portable` computes.
+            #[cfg(target_arch = "aarch64")]
+            {
+                *y = x.mul_add(bv, *y);
+            }
+            #[cfg(not(target_arch = "aarch64"))]
+            {
+                *y += x * bv;
+            }
+        }
+    }
+}
+
+/// `c = a * B` for one row `a` and B packed in advance (a classifier's
+/// final gemm): the blocked path would compute `mr` rows for this one, so
+/// instead each column panel is streamed once. Each KC block's sum starts
+/// from zero and is added to C, as the micro-kernels do, and the fused
+/// epilogue is [`Fuse::apply`]: the bits of the blocked path.
+pub(super) fn gemv_packed(
+    b: &PackedB,
+    a: &[f32],
+    c: &mut [f32],
+    threads: usize,
+    fuse: Option<&Fuse>,
+) {
+    fn run<const NR: usize>(
+        b: &PackedB,
+        a: &[f32],
+        c: &mut [f32],
+        threads: usize,
+        fuse: Option<&Fuse>,
+    ) {
+        let kern = b.kern;
+        let fused = kern.rows.is_some();
+        let (k, n) = (b.k, b.n);
+        let one = |(q, dst): (usize, &mut [f32])| {
+            let mut out = [0.0f32; NR];
+            let mut p0 = 0;
+            while p0 < k {
+                let kc = kern.kc.min(k - p0);
+                let panel = &b.block(p0, kc, q * NR)[..kc * NR];
+                let mut acc = [0.0f32; NR];
+                dot_panel(fused, &a[p0..p0 + kc], panel, &mut acc);
+                if p0 == 0 {
+                    out = acc;
+                } else {
+                    out.iter_mut().zip(&acc).for_each(|(o, &x)| *o += x);
+                }
+                p0 += kc;
+            }
+            dst.copy_from_slice(&out[..dst.len()]);
+            if let Some(f) = fuse {
+                f.apply(0, q * NR, dst);
+            }
+        };
+        let c = &mut c[..n];
+        if threads > 1 && n > NR {
+            c.par_chunks_mut(NR).enumerate().for_each(one);
+        } else {
+            c.chunks_mut(NR).enumerate().for_each(one);
+        }
+    }
+    match b.kern.nr {
+        16 => run::<16>(b, a, c, threads, fuse),
+        32 => run::<32>(b, a, c, threads, fuse),
+        _ => run::<PORTABLE_NR>(b, a, c, threads, fuse),
+    }
+}

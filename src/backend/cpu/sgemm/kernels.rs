@@ -1,0 +1,382 @@
+//! The micro-kernels (portable, AVX2, AVX-512) and the blocking that
+//! suits each.
+
+use super::*;
+
+/// Computes the `mr x nr` tile `C (=|+=) A_panel * B_panel`, where the A
+/// panel holds `kc` columns of `mr` values and the B panel `kc` rows of
+/// `nr` values. The sum starts from zero and is added to C at the end (when
+/// `accumulate`), so a tile computed into scratch and added by the caller
+/// rounds exactly like one written in place.
+///
+/// # Safety
+/// `a` must be readable for `kc * mr` floats, `b` for `kc * nr`, and `c`
+/// readable and writable for `mr` rows of `nr` floats, `ldc` apart; the CPU
+/// must have the kernel's target features.
+/// When `fuse` is not null, the kernel applies it to the finished tile
+/// before storing (see [`TileFuse`]).
+pub(super) type KernelFn = unsafe fn(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    fuse: *const TileFuse,
+);
+
+/// [`KernelFn`] with B read where it lies instead of from a packed
+/// panel: row `p` of the panel is the `nr` floats at
+/// `base + offs[p] + col`. Convolutions with unit strides and matrices
+/// with contiguous rows are such a B, so they need no packing pass.
+///
+/// # Safety
+/// As for [`KernelFn`], with `offs` readable for `kc` values and each
+/// `base + offs[p] + col` readable for `nr` floats.
+pub(super) type RowsKernelFn = unsafe fn(
+    kc: usize,
+    a: *const f32,
+    base: *const f32,
+    offs: *const usize,
+    col: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    fuse: *const TileFuse,
+);
+
+/// A micro-kernel and the blocking that suits it.
+#[derive(Debug)]
+pub struct Kernel {
+    pub(super) name: &'static str,
+    /// Tile rows (A panel height) and columns (B panel width).
+    pub(super) mr: usize,
+    pub(super) nr: usize,
+    /// Depth of a packed block: a KC x NR B panel should fill about half
+    /// of L1, leaving room for the A panel and C lines.
+    pub(super) kc: usize,
+    /// Rows of A packed at once (a multiple of `mr`): an MC x KC block of
+    /// A stays in L2 while every B panel of the block streams past it.
+    pub(super) mc: usize,
+    /// Columns of B packed at once (a multiple of `nr`): bounds the packed
+    /// B block (KC x NC) so that it stays in L3.
+    pub(super) nc: usize,
+    pub(super) func: KernelFn,
+    /// The same kernel reading B rows in place, where there is one.
+    pub(super) rows: Option<RowsKernelFn>,
+}
+
+/// Depths up to which a block is swept row panel by row panel (see
+/// `Task::tiles`).
+pub(super) const SHALLOW_KC: usize = 64;
+
+/// The largest `mr * nr` of any kernel (scratch tiles for the edges).
+pub(super) const MAX_TILE: usize = 12 * 32;
+
+/// Portable kernel: plain loops over fixed-size arrays, which LLVM keeps in
+/// vector registers. aarch64 has 32 NEON registers and fused multiply-add;
+/// baseline x86-64 has 16 SSE registers, hence the narrower tile there.
+pub(super) const PORTABLE_MR: usize = 4;
+#[cfg(target_arch = "aarch64")]
+pub(super) const PORTABLE_NR: usize = 16;
+#[cfg(not(target_arch = "aarch64"))]
+pub(super) const PORTABLE_NR: usize = 8;
+
+/// # Safety
+/// See [`KernelFn`].
+pub(super) unsafe fn kernel_portable(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    fuse: *const TileFuse,
+) {
+    const MR: usize = PORTABLE_MR;
+    const NR: usize = PORTABLE_NR;
+    // SAFETY: the caller guarantees kc * MR and kc * NR readable floats.
+    let (a, b) = unsafe {
+        (
+            std::slice::from_raw_parts(a, kc * MR),
+            std::slice::from_raw_parts(b, kc * NR),
+        )
+    };
+    let mut acc = [[0.0f32; NR]; MR];
+    for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+        for (row, &x) in acc.iter_mut().zip(ap) {
+            for (y, &bv) in row.iter_mut().zip(bp) {
+                // aarch64 always has a fused multiply-add instruction;
+                // elsewhere `mul_add` may be a slow library call.
+                #[cfg(target_arch = "aarch64")]
+                {
+                    *y = x.mul_add(bv, *y);
+                }
+                #[cfg(not(target_arch = "aarch64"))]
+                {
+                    *y += x * bv;
+                }
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        // SAFETY: row r of the tile is inside C (caller's contract) and
+        // nothing else references it during this call.
+        let dst = unsafe { std::slice::from_raw_parts_mut(c.add(r * ldc), NR) };
+        if accumulate {
+            dst.iter_mut().zip(row).for_each(|(d, &v)| *d += v);
+        } else {
+            dst.copy_from_slice(row);
+        }
+        // SAFETY: a non-null `fuse` covers this tile (caller's contract).
+        if let Some(f) = unsafe { fuse.as_ref() } {
+            for (j, y) in dst.iter_mut().enumerate() {
+                let mut v = *y;
+                if !f.rb.is_null() {
+                    v += unsafe { *f.rb.add(r) };
+                }
+                if !f.cb.is_null() {
+                    v += unsafe { *f.cb.add(j) };
+                }
+                if f.clamp {
+                    v = clamp(v, f.lo, f.hi);
+                }
+                *y = v;
+            }
+        }
+    }
+}
+
+/// Defines an x86 SIMD micro-kernel of `$mr` rows by `$nv` vectors of
+/// `$w` lanes, in two forms: `$name` reads a packed B panel, `$rows` reads
+/// B rows where they lie (see [`RowsKernelFn`]). Both x86 kernels come
+/// from this one template, so the AVX-512 kernel (which the development
+/// machine cannot run) shares the code that the AVX2 kernel's tests
+/// exercise.
+#[cfg(target_arch = "x86_64")]
+macro_rules! simd_kernel {
+    ($name:ident, $rows:ident, $feat:literal, $mr:expr, $nv:expr, $w:expr, $vt:ty,
+     $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident,
+     $max:ident, $min:ident) => {
+        /// # Safety
+        /// See [`KernelFn`]; the CPU must support the enabled features.
+        #[target_feature(enable = $feat)]
+        unsafe fn $name(
+            kc: usize,
+            a: *const f32,
+            b: *const f32,
+            c: *mut f32,
+            ldc: usize,
+            accumulate: bool,
+            fuse: *const TileFuse,
+        ) {
+            // SAFETY: p < kc: row p of the kc x NR panel the caller vouched
+            // for.
+            simd_kernel!(@body p => unsafe { b.add(p * $nv * $w) },
+                kc, a, c, ldc, accumulate, fuse, $mr, $nv, $w, $vt,
+                $zero, $load, $store, $set1, $fma, $add, $max, $min)
+        }
+
+        /// # Safety
+        /// See [`RowsKernelFn`]; the CPU must support the enabled features.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $feat)]
+        unsafe fn $rows(
+            kc: usize,
+            a: *const f32,
+            base: *const f32,
+            offs: *const usize,
+            col: usize,
+            c: *mut f32,
+            ldc: usize,
+            accumulate: bool,
+            fuse: *const TileFuse,
+        ) {
+            // SAFETY: p < kc: columns col..col + NR of row p, which the
+            // caller vouched for.
+            simd_kernel!(@body p => unsafe { base.add(*offs.add(p) + col) },
+                kc, a, c, ldc, accumulate, fuse, $mr, $nv, $w, $vt,
+                $zero, $load, $store, $set1, $fma, $add, $max, $min)
+        }
+    };
+    (@body $p:ident => $brow:expr, $kc:ident, $a:ident, $c:ident, $ldc:ident,
+     $accumulate:ident, $fuse:ident, $mr:expr, $nv:expr, $w:expr, $vt:ty,
+     $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident,
+     $max:ident, $min:ident) => {{
+        use std::arch::x86_64::*;
+        // The whole tile lives in registers: fixed-size arrays indexed
+        // by constants in fully unrolled loops are promoted to them.
+        let mut acc: [[$vt; $nv]; $mr] = [[$zero(); $nv]; $mr];
+        // Start fetching the C tile now, so that the loads of the final
+        // accumulation (C often comes from L3 or memory) overlap the
+        // FMAs. Prefetches never fault, so no bounds matter here.
+        for r in 0..$mr {
+            let row = $c.wrapping_add(r * $ldc);
+            _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add($nv * $w - 1).cast::<i8>());
+        }
+        for $p in 0..$kc {
+            let bp: *const f32 = $brow;
+            // SAFETY: p < kc: column p of the A panel (kc * MR floats).
+            let ap = unsafe { $a.add($p * $mr) };
+            let mut bv: [$vt; $nv] = [$zero(); $nv];
+            for (v, x) in bv.iter_mut().enumerate() {
+                // SAFETY: lane block v of row p of B (see above).
+                *x = unsafe { $load(bp.add(v * $w)) };
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                // SAFETY: element r of column p of the A panel.
+                let x = $set1(unsafe { *ap.add(r) });
+                for (y, &bx) in row.iter_mut().zip(&bv) {
+                    *y = $fma(x, bx, *y);
+                }
+            }
+        }
+        // SAFETY: a non-null `fuse` covers this tile (caller's
+        // contract).
+        let fuse = unsafe { $fuse.as_ref() };
+        for (r, row) in acc.iter().enumerate() {
+            // SAFETY: rb (when set) has a value for each tile row.
+            let rb = fuse
+                .filter(|f| !f.rb.is_null())
+                .map(|f| $set1(unsafe { *f.rb.add(r) }));
+            for (v, &x) in row.iter().enumerate() {
+                // SAFETY: (r, v) is inside the mr x nr tile of C that
+                // the caller owns; cb (when set) has nr values.
+                unsafe {
+                    let dst = $c.add(r * $ldc + v * $w);
+                    let mut val = if $accumulate { $add($load(dst), x) } else { x };
+                    if let Some(f) = fuse {
+                        if let Some(b) = rb {
+                            val = $add(val, b);
+                        }
+                        if !f.cb.is_null() {
+                            val = $add(val, $load(f.cb.add(v * $w)));
+                        }
+                        if f.clamp {
+                            // Second operands win on NaN and on equal
+                            // zeros: the clamp operator's results.
+                            val = $min($set1(f.hi), $max($set1(f.lo), val));
+                        }
+                    }
+                    $store(dst, val);
+                }
+            }
+        }
+    }};
+}
+
+#[cfg(target_arch = "x86_64")]
+simd_kernel!(
+    kernel_avx2,
+    kernel_avx2_rows,
+    "avx2,fma",
+    6,
+    2,
+    8,
+    __m256,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps,
+    _mm256_add_ps,
+    _mm256_max_ps,
+    _mm256_min_ps
+);
+
+#[cfg(target_arch = "x86_64")]
+simd_kernel!(
+    kernel_avx512,
+    kernel_avx512_rows,
+    "avx512f",
+    12,
+    2,
+    16,
+    __m512,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    _mm512_add_ps,
+    _mm512_max_ps,
+    _mm512_min_ps
+);
+
+pub(super) static PORTABLE: Kernel = Kernel {
+    name: "portable",
+    mr: PORTABLE_MR,
+    nr: PORTABLE_NR,
+    kc: 256,
+    mc: 128,
+    nc: 4096,
+    func: kernel_portable,
+    rows: None,
+};
+
+/// 6 x 16: 12 accumulators + 2 B vectors + 1 broadcast = 15 of the 16
+/// ymm registers; 12 FMAs per 2 loads and 6 broadcasts keep both FMA
+/// pipes busy. A 256 x 16 B panel is 16 KiB (half a 32 KiB L1d); the
+/// 144 x 256 A block is 144 KiB (L2 is 512 KiB or more).
+#[cfg(target_arch = "x86_64")]
+pub(super) static AVX2: Kernel = Kernel {
+    name: "avx2+fma",
+    mr: 6,
+    nr: 16,
+    kc: 256,
+    mc: 144,
+    nc: 4096,
+    func: kernel_avx2,
+    rows: Some(kernel_avx2_rows),
+};
+
+/// 12 x 32: 24 accumulators + 2 B vectors + 1 broadcast of the 32 zmm
+/// registers. KC = 384: the 48 KiB B panel no longer fits beside the A
+/// panel in a 48 KiB L1d, but the C tile is loaded and stored half as
+/// often, and L2 feeds the panel fast enough. Measured on an AVX-512
+/// Zen 5, matmul 1024^3 with B constant at one thread, two rounds:
+/// 21.5-22.1 ms against 22.7-24.7 at KC = 192 (512: 21.3; 768: 21.4);
+/// the transformer block 5.26-5.63 against 5.56-5.65. 384 is also the
+/// depth BLIS's AVX-512 kernels use. The 192 x 384 A block is 288 KiB.
+#[cfg(target_arch = "x86_64")]
+pub(super) static AVX512: Kernel = Kernel {
+    name: "avx512f",
+    mr: 12,
+    nr: 32,
+    kc: 384,
+    mc: 192,
+    nc: 4096,
+    func: kernel_avx512,
+    rows: Some(kernel_avx512_rows),
+};
+
+/// Every kernel this CPU can run, best first.
+pub fn available_kernels() -> Vec<&'static Kernel> {
+    #[allow(unused_mut)]
+    let mut v: Vec<&'static Kernel> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            v.push(&AVX512);
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            v.push(&AVX2);
+        }
+    }
+    v.push(&PORTABLE);
+    v
+}
+
+impl Kernel {
+    /// The instruction set it is written for.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// The kernel of this process, chosen on first use.
+pub fn best_kernel() -> &'static Kernel {
+    static BEST: OnceLock<&'static Kernel> = OnceLock::new();
+    BEST.get_or_init(|| available_kernels()[0])
+}

@@ -1,0 +1,386 @@
+use super::*;
+
+/// Equal bit for bit, any NaN matching any NaN.
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
+
+/// Deterministic pseudo-random values in [-1, 1).
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// f64 reference of `a' * b'` (transposes as in `sgemm_t`).
+#[allow(clippy::too_many_arguments)]
+fn naive(m: usize, n: usize, k: usize, a: &[f32], a_t: bool, b: &[f32], b_t: bool) -> Vec<f32> {
+    let mut c = vec![0.0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0.0f64;
+            for p in 0..k {
+                let x = if a_t { a[p * m + i] } else { a[i * k + p] };
+                let y = if b_t { b[j * k + p] } else { b[p * n + j] };
+                s += x as f64 * y as f64;
+            }
+            c[i * n + j] = s as f32;
+        }
+    }
+    c
+}
+
+/// Values in [-1, 1): the rounding error grows about like sqrt(K),
+/// bounded here by K ulps-ish of the largest partial sum.
+fn check(got: &[f32], want: &[f32], k: usize, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let tol = 1e-6 * (k as f32 + 1.0) * 4.0;
+    for (i, (x, y)) in got.iter().zip(want).enumerate() {
+        assert!((x - y).abs() <= tol, "{what}: element {i}: {x} vs {y}");
+    }
+}
+
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (1, 1000, 1),
+    (1, 1000, 37),
+    (1, 45, 600),
+    (1000, 1, 3),
+    (2, 3, 4),
+    (6, 16, 256),
+    (12, 32, 192),
+    (12, 32, 384),
+    (3, 40, 769),
+    (7, 17, 257),
+    (17, 33, 65),
+    (130, 257, 70),
+    (145, 31, 300),
+    (64, 300, 513),
+    (5, 4100, 9),
+    (0, 3, 4),
+    (3, 0, 4),
+    (3, 4, 0),
+];
+
+#[test]
+fn every_kernel_matches_naive() {
+    for kern in available_kernels() {
+        for &(m, n, k) in SHAPES {
+            for (a_t, b_t) in [(false, false), (true, false), (false, true), (true, true)] {
+                let a = data(m * k, 1 + m as u64);
+                let b = data(k * n, 2 + n as u64);
+                let want = naive(m, n, k, &a, a_t, &b, b_t);
+                let am = Mat::new(&a, m, k, a_t).unwrap();
+                let bm = Mat::new(&b, k, n, b_t).unwrap();
+                let what = format!("{} {m}x{n}x{k} a_t={a_t} b_t={b_t}", kern.name);
+                let mut c1 = vec![7.0f32; m * n];
+                gemm_blocked(kern, m, n, k, am, BSrc::Plain(bm), &mut c1, 1);
+                check(&c1, &want, k, &what);
+                // Any split gives bit-identical results.
+                for threads in [2, 3, 4] {
+                    let mut c2 = vec![-3.0f32; m * n];
+                    gemm_blocked(kern, m, n, k, am, BSrc::Plain(bm), &mut c2, threads);
+                    assert_eq!(c1, c2, "{what} threads={threads}");
+                }
+                let pb = PackedB::with_kernel(kern, &b, k, n, b_t).unwrap();
+                let mut c3 = vec![1.0f32; m * n];
+                gemm_blocked(kern, m, n, k, am, BSrc::Packed(&pb), &mut c3, 2);
+                assert_eq!(c1, c3, "{what} packed");
+                // One row: the packed panels streamed (same bits).
+                if m == 1 {
+                    for threads in [1, 2] {
+                        let mut c9 = vec![6.0f32; n];
+                        gemv_packed(&pb, &a[..k], &mut c9, threads, None);
+                        assert_eq!(c1, c9, "{what} gemv_packed threads={threads}");
+                    }
+                }
+                // Panels generated on demand: the same as packing B.
+                let gen =
+                    |p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]| {
+                        for (q, panel) in dst.chunks_mut(kc * nr).enumerate() {
+                            let j = j0 + q * nr;
+                            pack_b_panel(bm, p0, kc, j, nr.min(j0 + cols - j), nr, panel);
+                        }
+                    };
+                for threads in [1, 2] {
+                    let mut c4 = vec![5.0f32; m * n];
+                    gemm_blocked(kern, m, n, k, am, BSrc::Gen(&gen), &mut c4, threads);
+                    assert_eq!(c1, c4, "{what} generated");
+                }
+                // B's rows read in place (packed where the kernel has no
+                // rows form): scattered rows with gaps between them.
+                if !b_t {
+                    let (gap, start) = (3, 5);
+                    let mut spread = vec![f32::NAN; start + k * (n + gap)];
+                    let offs: Vec<usize> = (0..k).map(|p| start + p * (n + gap)).collect();
+                    for (p, &o) in offs.iter().enumerate() {
+                        spread[o..o + n].copy_from_slice(&b[p * n..(p + 1) * n]);
+                    }
+                    let rb = RowsB::new(&spread, &offs, n).unwrap();
+                    for threads in [1, 2, 3] {
+                        let mut c6 = vec![4.0f32; m * n];
+                        gemm_blocked(kern, m, n, k, am, BSrc::Rows(rb), &mut c6, threads);
+                        assert_eq!(c1, c6, "{what} rows in place threads={threads}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn public_entry_points() {
+    for &(m, n, k) in SHAPES {
+        let a = data(m * k, 3);
+        let b = data(k * n, 4);
+        let want = naive(m, n, k, &a, false, &b, false);
+        let mut c = vec![9.0f32; m * n];
+        sgemm(m, n, k, &a, &b, &mut c, true);
+        check(&c, &want, k, "sgemm");
+        let mut c2 = vec![9.0f32; m * n];
+        sgemm(m, n, k, &a, &b, &mut c2, false);
+        assert_eq!(c, c2);
+        // A packed in advance.
+        let pa = PackedA::new(&a, m, k).unwrap();
+        assert_eq!((pa.m(), pa.k()), (m, k));
+        let mut c3 = vec![9.0f32; m * n];
+        sgemm_packed_a(&pa, n, &b, &mut c3, true, &Fuse::default()).unwrap();
+        check(&c3, &want, k, "sgemm_packed_a");
+        // A fused bias and bounds give the bits of applying them
+        // afterwards, in full and edge tiles alike; NaN passes.
+        let mut rb = data(m, 5);
+        let cb = data(n, 6);
+        if m > 2 {
+            rb[2] = f32::NAN;
+        }
+        for fuse in [
+            Fuse {
+                row_bias: Some(&rb),
+                col_bias: None,
+                bounds: Some((-0.25, 0.5)),
+            },
+            Fuse {
+                row_bias: None,
+                col_bias: Some(&cb),
+                bounds: None,
+            },
+            Fuse {
+                row_bias: Some(&rb),
+                col_bias: Some(&cb),
+                bounds: Some((0.0, f32::INFINITY)),
+            },
+        ] {
+            let mut c5 = vec![9.0f32; m * n];
+            sgemm_packed_a(&pa, n, &b, &mut c5, true, &fuse).unwrap();
+            let mut want5 = c3.clone();
+            for (i, row) in want5.chunks_exact_mut(n.max(1)).enumerate() {
+                fuse.apply(i, 0, row);
+            }
+            let same = same_bits(&c5, &want5);
+            assert!(same, "fused {fuse:?} {m}x{n}x{k}");
+            // The scalar form clamps as the clamp operator does.
+            if let Some((lo, hi)) = fuse.bounds {
+                assert!(c5.iter().all(|x| x.is_nan() || (lo..=hi).contains(x)));
+            }
+        }
+        let short = Fuse {
+            row_bias: Some(&rb[..m.saturating_sub(1)]),
+            ..Fuse::default()
+        };
+        if m > 0 {
+            assert!(sgemm_packed_a(&pa, n, &b, &mut c3.clone(), true, &short).is_err());
+        }
+        let gen = |p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]| {
+            for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
+                for (p, row) in panel.chunks_exact_mut(nr).enumerate() {
+                    for (j, x) in row.iter_mut().enumerate() {
+                        let col = j0 + q * nr + j;
+                        *x = if col < j0 + cols {
+                            b[(p0 + p) * n + col]
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+            }
+        };
+        let mut c4 = vec![9.0f32; m * n];
+        sgemm_gen_packed_a(&pa, n, &gen, &mut c4, true, &Fuse::default()).unwrap();
+        assert_eq!(c3, c4, "sgemm_gen_packed_a {m}x{n}x{k}");
+        // B's rows read in place, with a fused epilogue: the bits of
+        // the packed path (the same sums in the same order).
+        let offs: Vec<usize> = (0..k).map(|p| p * n).collect();
+        let rows = RowsB::new(&b, &offs, n).unwrap();
+        let fuse = Fuse {
+            row_bias: Some(&rb),
+            col_bias: Some(&cb),
+            bounds: Some((-0.25, 0.5)),
+        };
+        for parallel in [true, false] {
+            let mut c7 = vec![9.0f32; m * n];
+            sgemm_rows_packed_a(&pa, rows, &mut c7, parallel, &Fuse::default()).unwrap();
+            assert_eq!(c3, c7, "sgemm_rows_packed_a {m}x{n}x{k}");
+            let (mut c8, mut want8) = (vec![9.0f32; m * n], vec![9.0f32; m * n]);
+            sgemm_rows_packed_a(&pa, rows, &mut c8, parallel, &fuse).unwrap();
+            sgemm_packed_a(&pa, n, &b, &mut want8, parallel, &fuse).unwrap();
+            let same = same_bits(&c8, &want8);
+            assert!(same, "sgemm_rows_packed_a fused {m}x{n}x{k}");
+        }
+        // Rows must lie inside the buffer; one row per K.
+        if k > 0 && n > 0 {
+            let past = vec![b.len() - n + 1; k];
+            assert!(RowsB::new(&b, &past, n).is_err());
+            let few = RowsB::new(&b, &offs[..k - 1], n).unwrap();
+            assert!(sgemm_rows_packed_a(&pa, few, &mut c3.clone(), true, &fuse).is_err());
+        }
+        for (a_t, b_t) in [(true, false), (false, true), (true, true)] {
+            let want = naive(m, n, k, &a, a_t, &b, b_t);
+            let mut c = vec![9.0f32; m * n];
+            sgemm_t(m, n, k, &a, a_t, &b, b_t, &mut c, true).unwrap();
+            check(&c, &want, k, "sgemm_t");
+            let pb = PackedB::new(&b, k, n, b_t).unwrap();
+            assert_eq!((pb.k(), pb.n()), (k, n));
+            let mut c = vec![9.0f32; m * n];
+            sgemm_packed(m, &a, a_t, &pb, &mut c, true, &Fuse::default()).unwrap();
+            check(&c, &want, k, "sgemm_packed");
+            // With a fused epilogue: the bits of applying it after.
+            let fuse = Fuse {
+                row_bias: Some(&rb),
+                col_bias: Some(&cb),
+                bounds: Some((-0.25, 0.5)),
+            };
+            let mut cf = vec![9.0f32; m * n];
+            sgemm_packed(m, &a, a_t, &pb, &mut cf, true, &fuse).unwrap();
+            for (i, row) in c.chunks_exact_mut(n.max(1)).enumerate() {
+                fuse.apply(i, 0, row);
+            }
+            let same = same_bits(&cf, &c);
+            assert!(same, "sgemm_packed fused {m}x{n}x{k} a_t={a_t} b_t={b_t}");
+        }
+    }
+}
+
+#[test]
+fn inside_a_pool_and_with_big_strides() {
+    // Larger than one NC block and several KC blocks, on 2 threads.
+    let (m, n, k) = (37, 4096 + 40, 600);
+    let a = data(m * k, 5);
+    let b = data(k * n, 6);
+    let want = naive(m, n, k, &a, false, &b, false);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let mut c = vec![0.0f32; m * n];
+    pool.install(|| sgemm(m, n, k, &a, &b, &mut c, true));
+    check(&c, &want, k, "pool");
+}
+
+#[test]
+fn short_buffers_are_errors() {
+    let mut c = vec![0.0f32; 4];
+    assert!(sgemm_t(2, 2, 2, &[1.0; 3], false, &[1.0; 4], false, &mut c, false).is_err());
+    assert!(sgemm_t(2, 2, 2, &[1.0; 4], false, &[1.0; 3], true, &mut c, false).is_err());
+    assert!(sgemm_t(
+        2,
+        2,
+        2,
+        &[1.0; 4],
+        false,
+        &[1.0; 4],
+        true,
+        &mut c[..3],
+        false
+    )
+    .is_err());
+    assert!(PackedB::new(&[1.0; 5], 2, 3, false).is_err());
+    let pb = PackedB::new(&[1.0; 6], 2, 3, false).unwrap();
+    let mut c = vec![0.0f32; 6];
+    assert!(sgemm_packed(2, &[1.0; 3], false, &pb, &mut c, false, &Fuse::default()).is_err());
+    sgemm_packed(2, &[1.0; 4], false, &pb, &mut c, false, &Fuse::default()).unwrap();
+    assert_eq!(c, vec![2.0; 6]);
+}
+
+/// This process's user + system CPU time (Linux; 0 elsewhere), to
+/// tell whether the threads ran at once on a loaded machine.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime
+    // are the 14th and 15th fields overall, in clock ticks (100 Hz).
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    f.iter().sum::<f64>() / 100.0
+}
+
+/// `cargo test --release --lib sgemm_bench -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn sgemm_bench() {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load: {}", load.trim());
+    println!("kernel: {}", best_kernel().name);
+    let reps: usize = std::env::var("SGEMM_REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(15);
+    let shapes: &[(usize, usize, usize)] = &[(1024, 1024, 1024), (64, 3136, 576), (256, 256, 256)];
+    for &(m, n, k) in shapes {
+        let a = data(m * k, 1);
+        let b = data(k * n, 2);
+        let pb = PackedB::new(&b, k, n, false).unwrap();
+        let mut c = vec![0.0f32; m * n];
+        let flops = 2.0 * (m * n * k) as f64;
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for packed in [false, true] {
+                let mut best = f64::MAX;
+                let mut times = Vec::new();
+                let cpu0 = cpu_seconds();
+                for _ in 0..reps {
+                    let t = std::time::Instant::now();
+                    pool.install(|| {
+                        if packed {
+                            sgemm_packed(m, &a, false, &pb, &mut c, true, &Fuse::default()).unwrap()
+                        } else {
+                            sgemm(m, n, k, &a, &b, &mut c, true)
+                        }
+                    });
+                    let dt = t.elapsed().as_secs_f64();
+                    times.push(dt);
+                    best = best.min(dt);
+                }
+                let cpu = cpu_seconds() - cpu0;
+                let wall: f64 = times.iter().sum();
+                times.sort_by(f64::total_cmp);
+                let med = times[times.len() / 2];
+                println!(
+                    "{m}x{n}x{k} threads={threads} packed={packed}: min {:.3} ms ({:.1} GFLOP/s), median {:.3} ms ({:.1} GFLOP/s), cpu/wall {:.2}",
+                    best * 1e3,
+                    flops / best / 1e9,
+                    med * 1e3,
+                    flops / med / 1e9,
+                    cpu / wall
+                );
+            }
+        }
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load after: {}", load.trim());
+}

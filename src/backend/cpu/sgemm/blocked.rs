@@ -119,6 +119,11 @@ impl Task<'_> {
             let i = r0 + ip * mr;
             let nrows = mr.min(r1 - i);
             let ap = &apack[ip * kc * mr..(ip + 1) * kc * mr];
+            // A kernel for this edge tile's rows, when there is one.
+            let edge_kernel = match nrows < mr && ncols == nr {
+                true => k.edges.iter().find(|e| e.rows == nrows),
+                false => None,
+            };
             // SAFETY: rows i..i+nrows and columns j0+jl..+ncols are inside
             // C (caller's contract) and belong to this task.
             let cp = unsafe { self.c.0.add(i * self.ldc + self.j0 + jl) };
@@ -128,13 +133,15 @@ impl Task<'_> {
                 (Some(rb), Some(rows_fn)) if ncols == nr => {
                     let col = self.j0 + jl;
                     let whole = nrows == mr;
-                    let tf = self.fuse.filter(|_| whole).map(|f| f.tile(i, col));
+                    let direct = whole || edge_kernel.is_some();
+                    let tf = self.fuse.filter(|_| direct).map(|f| f.tile(i, col));
                     let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
-                    let (dst, ldc, acc) = if whole {
+                    let (dst, ldc, acc) = if direct {
                         (cp, self.ldc, self.accumulate)
                     } else {
                         (scratch.as_mut_ptr(), nr, false)
                     };
+                    let rows_fn = edge_kernel.map_or(rows_fn, |e| e.rows_fn);
                     // SAFETY: RowsB::new checked that every row holds n
                     // floats from its offset, and col + nr <= n here; `dst`
                     // is a whole tile of C or the scratch tile; `tp` (when
@@ -152,7 +159,7 @@ impl Task<'_> {
                             tp,
                         )
                     };
-                    if whole {
+                    if direct {
                         continue;
                     }
                     None
@@ -165,12 +172,14 @@ impl Task<'_> {
                 (None, _) => Some(&self.bblock[q * kc * nr..(q + 1) * kc * nr]),
             };
             if let Some(bp) = panel {
-                if nrows == mr && ncols == nr {
+                if (nrows == mr || edge_kernel.is_some()) && ncols == nr {
                     let tf = self.fuse.map(|f| f.tile(i, self.j0 + jl));
                     let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
-                    // SAFETY: a whole tile of C, as above; `tp` covers it.
+                    let func = edge_kernel.map_or(k.func, |e| e.func);
+                    // SAFETY: a whole tile of C (or the edge kernel's rows
+                    // of it), as above; `tp` covers it.
                     unsafe {
-                        (k.func)(
+                        (func)(
                             kc,
                             ap.as_ptr(),
                             bp.as_ptr(),

@@ -65,6 +65,13 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (130, 257, 70),
     (145, 31, 300),
     (64, 300, 513),
+    // Edge row panels that have kernels of their own (AVX-512: 4 or 8
+    // rows left, AVX2: 2 or 4), over more than one KC block.
+    (8, 33, 65),
+    (20, 70, 300),
+    (26, 32, 500),
+    (100, 40, 30),
+    (128, 64, 400),
     (5, 4100, 9),
     (0, 3, 4),
     (3, 0, 4),
@@ -383,4 +390,120 @@ fn sgemm_bench() {
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load after: {}", load.trim());
+}
+
+/// The edge kernels give the bits of the path they replace (the full
+/// kernel into a scratch tile, copied, the bias and bounds applied in
+/// scalar form), with B packed, in place and generated, one KC block or
+/// several, a fused bias on rows or columns and bounds, on 1 and 2
+/// threads.
+#[test]
+fn edge_kernels_give_the_bits_of_the_scratch_path() {
+    for kern in available_kernels()
+        .into_iter()
+        .filter(|k| !k.edges.is_empty())
+    {
+        let plain: &'static Kernel = Box::leak(Box::new(Kernel {
+            edges: &[],
+            ..*kern
+        }));
+        for &(m, n, k) in &[
+            (8, 70, 400),
+            (20, 64, 100),
+            (26, 33, 300),
+            (100, 40, 30),
+            (4, 96, 800),
+            (2, 70, 7),
+        ] {
+            let a = data(m * k, 3 + m as u64);
+            let b = data(k * n, 4 + n as u64);
+            let (rbias, cbias) = (data(m, 5), data(n, 6));
+            let am = Mat::new(&a, m, k, false).unwrap();
+            let bm = Mat::new(&b, k, n, false).unwrap();
+            let offs: Vec<usize> = (0..k).map(|p| p * n).collect();
+            let rb = RowsB::new(&b, &offs, n).unwrap();
+            let fuses = [
+                None,
+                Some(Fuse {
+                    row_bias: Some(&rbias),
+                    col_bias: None,
+                    bounds: Some((-0.5, 0.5)),
+                }),
+                Some(Fuse {
+                    row_bias: None,
+                    col_bias: Some(&cbias),
+                    bounds: None,
+                }),
+            ];
+            for fuse in &fuses {
+                for threads in [1, 2] {
+                    let run = |kn: &'static Kernel, rows: bool| {
+                        let mut c = vec![2.0f32; m * n];
+                        let pb = PackedB::with_kernel(kn, &b, k, n, false).unwrap();
+                        let src = if rows {
+                            BSrc::Rows(rb)
+                        } else {
+                            BSrc::Packed(&pb)
+                        };
+                        gemm_blocked_a(
+                            kn,
+                            m,
+                            n,
+                            k,
+                            ASrc::Plain(am),
+                            src,
+                            &mut c,
+                            threads,
+                            fuse.as_ref(),
+                        );
+                        c
+                    };
+                    for rows in [false, true] {
+                        let what = format!(
+                            "{} {m}x{n}x{k} rows={rows} threads={threads} fuse={fuse:?}",
+                            kern.name
+                        );
+                        let (got, want) = (run(kern, rows), run(plain, rows));
+                        assert!(same_bits(&got, &want), "{what}");
+                        check(&got, &naive_fused(m, n, k, &a, &b, fuse.as_ref()), k, &what);
+                    }
+                    let mut c = vec![2.0f32; m * n];
+                    gemm_blocked_a(
+                        kern,
+                        m,
+                        n,
+                        k,
+                        ASrc::Plain(am),
+                        BSrc::Plain(bm),
+                        &mut c,
+                        threads,
+                        fuse.as_ref(),
+                    );
+                    assert!(
+                        same_bits(&c, &run(plain, false)),
+                        "{} {m}x{n}x{k} plain B",
+                        kern.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// [`naive`] with a fused bias and bounds applied after.
+fn naive_fused(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    fuse: Option<&Fuse>,
+) -> Vec<f32> {
+    let mut c = naive(m, n, k, a, false, b, false);
+    if let Some(f) = fuse {
+        for (i, row) in c.chunks_mut(n).enumerate() {
+            f.apply(i, 0, row);
+        }
+    }
+    c
 }

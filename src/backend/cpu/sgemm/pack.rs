@@ -91,11 +91,77 @@ pub(super) fn pack_a_full<const MR: usize>(
         let base = (i0 + r) * a.rs + p0;
         &a.data[base..base + kc]
     });
-    for (p, d) in dst[..kc * MR].chunks_exact_mut(MR).enumerate() {
+    let dst = &mut dst[..kc * MR];
+    #[cfg(target_arch = "x86_64")]
+    let done = transpose4(&rows, dst);
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
+    for (p, d) in dst.chunks_exact_mut(MR).enumerate().skip(done) {
         for (x, row) in d.iter_mut().zip(&rows) {
             *x = row[p];
         }
     }
+}
+
+/// The columns of `rows` (each as long as `dst` has columns of `MR`) in
+/// whole groups of 4, moved 4 x 4 at a time in SSE registers (x86-64's
+/// baseline): 4 loads, 8 shuffles and 4 stores for 16 floats, where the
+/// plain loop did 16 loads and 16 stores. Returns the columns it wrote.
+/// Packing A for 128 x 1536 times 1536 x 384 (the transformer block's
+/// second feed-forward product) took 75 us of the product's 1.45 ms on
+/// an AVX-512 Zen 5 the plain way.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn transpose4<const MR: usize>(rows: &[&[f32]; MR], dst: &mut [f32]) -> usize {
+    use std::arch::x86_64::*;
+    let kc = dst.len() / MR;
+    let whole = kc / 4 * 4;
+    if rows.iter().any(|r| r.len() < whole) {
+        return 0;
+    }
+    let d = dst.as_mut_ptr();
+    // SAFETY: SSE is part of x86-64; every row holds `whole` floats
+    // (checked) and `dst` `kc * MR`: the loads read columns p..p + 4 of
+    // rows r..r + 4 (or r + 2), the stores write floats r.. of columns
+    // p..p + 4, all below `whole`.
+    unsafe {
+        for p in (0..whole).step_by(4) {
+            let at = |j: usize, r: usize| d.add((p + j) * MR + r);
+            let mut r = 0;
+            while r + 4 <= MR {
+                let x: [__m128; 4] =
+                    std::array::from_fn(|q| _mm_loadu_ps(rows[r + q].as_ptr().add(p)));
+                let (t0, t1) = (_mm_unpacklo_ps(x[0], x[1]), _mm_unpacklo_ps(x[2], x[3]));
+                let (t2, t3) = (_mm_unpackhi_ps(x[0], x[1]), _mm_unpackhi_ps(x[2], x[3]));
+                _mm_storeu_ps(at(0, r), _mm_movelh_ps(t0, t1));
+                _mm_storeu_ps(at(1, r), _mm_movehl_ps(t1, t0));
+                _mm_storeu_ps(at(2, r), _mm_movelh_ps(t2, t3));
+                _mm_storeu_ps(at(3, r), _mm_movehl_ps(t3, t2));
+                r += 4;
+            }
+            if r + 2 <= MR {
+                let (x0, x1) = (
+                    _mm_loadu_ps(rows[r].as_ptr().add(p)),
+                    _mm_loadu_ps(rows[r + 1].as_ptr().add(p)),
+                );
+                let (lo, hi) = (_mm_unpacklo_ps(x0, x1), _mm_unpackhi_ps(x0, x1));
+                let pair = |v: __m128, j: usize| {
+                    _mm_storel_epi64(at(j, r) as *mut __m128i, _mm_castps_si128(v))
+                };
+                pair(lo, 0);
+                pair(_mm_movehl_ps(lo, lo), 1);
+                pair(hi, 2);
+                pair(_mm_movehl_ps(hi, hi), 3);
+                r += 2;
+            }
+            for (q, row) in rows.iter().enumerate().skip(r) {
+                for j in 0..4 {
+                    *at(j, q) = row[p + j];
+                }
+            }
+        }
+    }
+    whole
 }
 
 /// Packs rows `i0..i0 + rows` (rows <= mr), columns `p0..p0 + kc` of `a`

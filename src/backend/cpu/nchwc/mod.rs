@@ -302,7 +302,11 @@ fn winograd_conv(
     constants: &HashMap<usize, Buf>,
     isa: Isa,
 ) -> Option<Conv> {
-    if winograd_disabled() || !winograd::fits(p) || p.in_channels < WINOGRAD_MIN_CHANNELS {
+    if winograd_disabled()
+        || !winograd::fits(p)
+        || p.in_channels < WINOGRAD_MIN_CHANNELS
+        || p.in_channels * p.out_channels > WINOGRAD_MAX_PAIRS
+    {
         return None;
     }
     let Buf::F32(f) = constants.get(node.inputs.get(1)?)? else {
@@ -330,6 +334,12 @@ fn winograd_conv(
 
 /// Input channels from which a 3x3 convolution runs by Winograd.
 const WINOGRAD_MIN_CHANNELS: usize = 16;
+
+/// Channel pairs (in times out) up to which a 3x3 convolution runs by
+/// Winograd: its transformed filter holds 16 floats per pair where the
+/// filter holds 9, so 64 MiB at this bound (1024 channels in and out;
+/// 512 and 512, the widest in ResNets and VGG, take 16 MiB).
+const WINOGRAD_MAX_PAIRS: usize = 1 << 20;
 
 /// Whether `WEBNN_CPU_WINOGRAD=0` keeps 3x3 convolutions on the direct
 /// kernel (read at each build, so one process can compare both ways).

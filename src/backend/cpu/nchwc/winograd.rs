@@ -92,6 +92,7 @@ pub(super) fn fits(p: &Conv2dParams) -> bool {
         && p.dilations == [1, 1]
         && p.in_channels.is_multiple_of(L)
         && p.out_channels.is_multiple_of(L)
+        && p.batch > 0
         && p.in_channels > 0
         && p.out_channels > 0
         && p.out_h > 0

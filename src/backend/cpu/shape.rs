@@ -184,6 +184,22 @@ fn transpose_inner<T: Copy>(
             let i1 = (i0 + TILE).min(rows);
             for j0 in (0..cols).step_by(TILE) {
                 let j1 = (j0 + TILE).min(cols);
+                #[cfg(target_arch = "x86_64")]
+                if std::mem::size_of::<T>() == 4 && i1 - i0 == TILE && j1 - j0 == TILE {
+                    // SAFETY: T is 4 bytes (moved as bits); the tile's
+                    // reads `base + i + j * cs` for i < rows, j < cols are
+                    // inside `x` (as the scalar loop's), its writes inside
+                    // `block`.
+                    unsafe {
+                        tile16_4byte(
+                            x.as_ptr().add(base + i0 + j0 * cs).cast(),
+                            cs,
+                            block.as_mut_ptr().add(i0 * cols + j0).cast(),
+                            cols,
+                        )
+                    };
+                    continue;
+                }
                 for i in i0..i1 {
                     let drow = &mut block[i * cols + j0..i * cols + j1];
                     let s0 = base + i + j0 * cs;
@@ -208,6 +224,35 @@ fn transpose_inner<T: Copy>(
     // and the blocks cover the output.
     unsafe { out.set_len(total) };
     out
+}
+
+/// One 16 x 16 tile of [`transpose_inner`] for 4-byte elements, 4 x 4
+/// at a time in SSE registers (x86-64's baseline; the shuffles move bits,
+/// NaN payloads included): `dst[i * ld + j] = src[i + j * cs]`. The
+/// scalar loop took 46 us for the transformer block's [1, 128, 6, 64] ->
+/// [1, 6, 64, 128].
+///
+/// # Safety
+/// `src + i + j * cs` readable and `dst + i * ld + j` writable for
+/// `i, j < 16`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn tile16_4byte(src: *const f32, cs: usize, dst: *mut f32, ld: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY: the contract.
+    unsafe {
+        for j in (0..16).step_by(4) {
+            for i in (0..16).step_by(4) {
+                let x: [__m128; 4] =
+                    std::array::from_fn(|q| _mm_loadu_ps(src.add(i + (j + q) * cs)));
+                let (t0, t1) = (_mm_unpacklo_ps(x[0], x[1]), _mm_unpacklo_ps(x[2], x[3]));
+                let (t2, t3) = (_mm_unpackhi_ps(x[0], x[1]), _mm_unpackhi_ps(x[2], x[3]));
+                _mm_storeu_ps(dst.add(i * ld + j), _mm_movelh_ps(t0, t1));
+                _mm_storeu_ps(dst.add((i + 1) * ld + j), _mm_movehl_ps(t1, t0));
+                _mm_storeu_ps(dst.add((i + 2) * ld + j), _mm_movelh_ps(t2, t3));
+                _mm_storeu_ps(dst.add((i + 3) * ld + j), _mm_movehl_ps(t3, t2));
+            }
+        }
+    }
 }
 
 fn transpose_t<T: Elem>(x: &Buf, d: &OperandDescriptor, perm: &[usize]) -> Result<Buf> {
@@ -368,17 +413,15 @@ mod tests {
             (vec![7], vec![0]),
             (vec![], vec![]),
             (vec![3, 0, 2], vec![1, 2, 0]),
+            // Batches of 2-D transposes with whole 16 x 16 tiles and
+            // ragged ones (4-byte elements move 4 x 4 in registers).
+            (vec![1, 40, 3, 36], vec![0, 2, 3, 1]),
+            (vec![48, 35], vec![1, 0]),
+            (vec![2, 33, 17], vec![0, 2, 1]),
         ] {
             let n: usize = shape.iter().product();
             let x: Vec<i64> = (0..n as i64).map(|v| v * 3 - 7).collect();
             let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-            let r = transpose(
-                &Buf::I64(x.clone()),
-                &desc(DataType::Int64, &shape),
-                &perm,
-                &desc(DataType::Int64, &out_shape),
-            )
-            .unwrap();
             let mut expect = vec![0i64; n];
             for (i, e) in expect.iter_mut().enumerate() {
                 let o = unravel(i, &out_shape);
@@ -388,7 +431,20 @@ mod tests {
                 }
                 *e = x[ravel(&src, &shape)];
             }
-            assert_eq!(r, Buf::I64(expect), "{shape:?} {perm:?}");
+            let f32s = |v: &[i64]| Buf::F32(v.iter().map(|&a| a as f32).collect());
+            let i32s = |v: &[i64]| Buf::I32(v.iter().map(|&a| a as i32).collect());
+            for (xb, want, dt) in [
+                (
+                    Buf::I64(x.clone()),
+                    Buf::I64(expect.clone()),
+                    DataType::Int64,
+                ),
+                (f32s(&x), f32s(&expect), DataType::Float32),
+                (i32s(&x), i32s(&expect), DataType::Int32),
+            ] {
+                let r = transpose(&xb, &desc(dt, &shape), &perm, &desc(dt, &out_shape)).unwrap();
+                assert_eq!(r, want, "{shape:?} {perm:?} {dt:?}");
+            }
         }
     }
 

@@ -1,0 +1,819 @@
+use super::*;
+
+fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
+    OperandDescriptor {
+        data_type: dt,
+        shape: shape.to_vec(),
+    }
+}
+
+fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        idx[d] = i % shape[d];
+        i /= shape[d];
+    }
+    idx
+}
+
+/// Flat index in `shape` of output multi-index `o` (right-aligned,
+/// broadcast dimensions read at 0).
+fn bcast_index(o: &[usize], shape: &[usize]) -> usize {
+    let off = o.len() - shape.len();
+    shape.iter().enumerate().fold(0, |acc, (d, &s)| {
+        acc * s + if s == 1 { 0 } else { o[d + off] }
+    })
+}
+
+const KINDS: [BinaryKind; 7] = [
+    BinaryKind::Add,
+    BinaryKind::Sub,
+    BinaryKind::Mul,
+    BinaryKind::Div,
+    BinaryKind::Max,
+    BinaryKind::Min,
+    BinaryKind::Pow,
+];
+
+fn naive_f64(k: BinaryKind, x: f64, y: f64) -> f64 {
+    match k {
+        BinaryKind::Add => x + y,
+        BinaryKind::Sub => x - y,
+        BinaryKind::Mul => x * y,
+        BinaryKind::Div => x / y,
+        BinaryKind::Max => x.max(y),
+        BinaryKind::Min => x.min(y),
+        BinaryKind::Pow => x.powf(y),
+    }
+}
+
+#[test]
+fn binary_broadcast_matches_naive() {
+    let cases: &[(&[usize], &[usize], &[usize])] = &[
+        (&[2, 1, 3], &[4, 1], &[2, 4, 3]),
+        (&[5], &[3, 1], &[3, 5]),
+        (&[], &[2, 3], &[2, 3]),
+        (&[2, 3], &[], &[2, 3]),
+        (&[3, 4], &[3, 4], &[3, 4]),
+        (&[1, 4, 1], &[3, 1, 5], &[3, 4, 5]),
+        (&[2, 0, 3], &[1, 3], &[2, 0, 3]),
+        (&[300, 300], &[300, 1], &[300, 300]),
+    ];
+    for &(sa, sb, so) in cases {
+        let na: usize = sa.iter().product();
+        let nb: usize = sb.iter().product();
+        let a: Vec<f32> = (0..na).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+        let b: Vec<f32> = (0..nb).map(|i| 1.0 + (i % 5) as f32 * 0.5 - 1.5).collect();
+        for k in KINDS {
+            let r = binary(
+                k,
+                &Buf::F32(a.clone()),
+                &desc(DataType::Float32, sa),
+                &Buf::F32(b.clone()),
+                &desc(DataType::Float32, sb),
+                &desc(DataType::Float32, so),
+            )
+            .unwrap();
+            let total: usize = so.iter().product();
+            let expect: Vec<f32> = (0..total)
+                .map(|i| {
+                    let o = unravel(i, so);
+                    naive_f64(
+                        k,
+                        a[bcast_index(&o, sa)] as f64,
+                        b[bcast_index(&o, sb)] as f64,
+                    ) as f32
+                })
+                .collect();
+            let Buf::F32(r) = r else { panic!() };
+            assert_eq!(r.len(), expect.len());
+            for (x, y) in r.iter().zip(&expect) {
+                assert!(
+                    x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-6 * y.abs(),
+                    "{k:?} {sa:?} {sb:?}: {x} vs {y}"
+                );
+            }
+
+            // The same on int32 (no pow of negatives: checked below).
+            if k != BinaryKind::Pow {
+                let ai: Vec<i32> = (0..na as i32).map(|i| i * 3 - 7).collect();
+                let bi: Vec<i32> = (0..nb as i32).map(|i| i % 4 - 1).collect();
+                let r = binary(
+                    k,
+                    &Buf::I32(ai.clone()),
+                    &desc(DataType::Int32, sa),
+                    &Buf::I32(bi.clone()),
+                    &desc(DataType::Int32, sb),
+                    &desc(DataType::Int32, so),
+                )
+                .unwrap();
+                let expect: Vec<i32> = (0..total)
+                    .map(|i| {
+                        let o = unravel(i, so);
+                        let (x, y) = (ai[bcast_index(&o, sa)], bi[bcast_index(&o, sb)]);
+                        match k {
+                            BinaryKind::Add => x + y,
+                            BinaryKind::Sub => x - y,
+                            BinaryKind::Mul => x * y,
+                            BinaryKind::Div => {
+                                if y == 0 {
+                                    0
+                                } else {
+                                    x / y
+                                }
+                            }
+                            BinaryKind::Max => x.max(y),
+                            BinaryKind::Min => x.min(y),
+                            BinaryKind::Pow => unreachable!(),
+                        }
+                    })
+                    .collect();
+                assert_eq!(r, Buf::I32(expect), "{k:?} {sa:?} {sb:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn binary_float16_rounds_once() {
+    let a = Buf::f16_from_f32(&[1.0, 2.5, -3.0, 1000.0]);
+    let b = Buf::f16_from_f32(&[3.0]);
+    let r = binary(
+        BinaryKind::Div,
+        &a,
+        &desc(DataType::Float16, &[4]),
+        &b,
+        &desc(DataType::Float16, &[]),
+        &desc(DataType::Float16, &[4]),
+    )
+    .unwrap();
+    assert_eq!(
+        r,
+        Buf::f16_from_f32(&[1.0 / 3.0, 2.5 / 3.0, -1.0, 1000.0 / 3.0])
+    );
+    let r = binary(
+        BinaryKind::Mul,
+        &a,
+        &desc(DataType::Float16, &[4]),
+        &Buf::f16_from_f32(&[100.0]),
+        &desc(DataType::Float16, &[1]),
+        &desc(DataType::Float16, &[4]),
+    )
+    .unwrap();
+    // 1000 * 100 overflows float16.
+    assert_eq!(r, Buf::f16_from_f32(&[100.0, 250.0, -300.0, f32::INFINITY]));
+}
+
+fn bin<T: Clone>(
+    k: BinaryKind,
+    dt: DataType,
+    a: Vec<T>,
+    b: Vec<T>,
+    wrap: fn(Vec<T>) -> Buf,
+) -> Buf {
+    let n = a.len();
+    binary(
+        k,
+        &wrap(a),
+        &desc(dt, &[n]),
+        &wrap(b),
+        &desc(dt, &[n]),
+        &desc(dt, &[n]),
+    )
+    .unwrap()
+}
+
+#[test]
+fn integer_arithmetic_never_panics() {
+    use BinaryKind::*;
+    let i32s = |a: Vec<i32>, b: Vec<i32>, k| bin(k, DataType::Int32, a, b, Buf::I32);
+    assert_eq!(
+        i32s(vec![i32::MAX, i32::MIN], vec![1, 1], Add),
+        Buf::I32(vec![i32::MIN, i32::MIN + 1])
+    );
+    assert_eq!(
+        i32s(vec![i32::MIN, 5], vec![1, -7], Sub),
+        Buf::I32(vec![i32::MAX, 12])
+    );
+    assert_eq!(
+        i32s(vec![i32::MAX, -7], vec![2, 3], Mul),
+        Buf::I32(vec![-2, -21])
+    );
+    assert_eq!(
+        i32s(vec![7, i32::MIN, -7, 0], vec![0, -1, 2, 0], Div),
+        Buf::I32(vec![0, i32::MIN, -3, 0])
+    );
+    assert_eq!(
+        i32s(
+            vec![2, 1, -1, -1, 3, 0, -2, 2],
+            vec![-1, -5, -3, -2, 0, 0, 3, 31],
+            Pow
+        ),
+        Buf::I32(vec![0, 1, -1, 1, 1, 1, -8, i32::MIN])
+    );
+    assert_eq!(i32s(vec![2], vec![i32::MAX], Pow), Buf::I32(vec![0]));
+    assert_eq!(
+        bin(
+            Pow,
+            DataType::Uint8,
+            vec![3u8, 2, 0],
+            vec![5, 8, 0],
+            Buf::U8
+        ),
+        Buf::U8(vec![243, 0, 1])
+    );
+    assert_eq!(
+        bin(
+            Pow,
+            DataType::Int64,
+            vec![3i64, -1],
+            vec![i64::MAX, i64::MIN],
+            Buf::I64
+        ),
+        // 3 has order dividing 2^62 modulo 2^64, so 3^(2^63 - 1) is the
+        // inverse of 3, 0xAAAA_AAAA_AAAA_AAAB.
+        Buf::I64(vec![0xAAAA_AAAA_AAAA_AAABu64 as i64, 1])
+    );
+    assert_eq!(
+        bin(Div, DataType::Uint64, vec![9u64, 9], vec![0, 2], Buf::U64),
+        Buf::U64(vec![0, 4])
+    );
+    assert_eq!(
+        bin(Sub, DataType::Uint32, vec![0u32], vec![1], Buf::U32),
+        Buf::U32(vec![u32::MAX])
+    );
+    assert_eq!(
+        bin(Max, DataType::Int8, vec![-128i8, 5], vec![127, -5], Buf::I8),
+        Buf::I8(vec![127, 5])
+    );
+    assert_eq!(
+        bin(Min, DataType::Int8, vec![-128i8, 5], vec![127, -5], Buf::I8),
+        Buf::I8(vec![-128, -5])
+    );
+    // Mixed storage is an error, not a panic.
+    assert!(binary(
+        Add,
+        &Buf::I32(vec![1]),
+        &desc(DataType::Int32, &[1]),
+        &Buf::F32(vec![1.0]),
+        &desc(DataType::Float32, &[1]),
+        &desc(DataType::Int32, &[1])
+    )
+    .is_err());
+}
+
+#[test]
+fn float_max_min_propagate_nan() {
+    let r = bin(
+        BinaryKind::Max,
+        DataType::Float32,
+        vec![f32::NAN, 1.0],
+        vec![0.0, f32::NAN],
+        Buf::F32,
+    );
+    let Buf::F32(r) = r else { panic!() };
+    assert!(r[0].is_nan() && r[1].is_nan());
+}
+
+#[test]
+fn unary_ops() {
+    let x = vec![-2.0f32, -0.5, 0.0, 0.5, 3.0, f32::NAN];
+    let d = desc(DataType::Float32, &[6]);
+    type Reference = (UnaryKind, fn(f64) -> f64);
+    let refs: [Reference; 8] = [
+        (UnaryKind::Abs, f64::abs),
+        (UnaryKind::Neg, |v| -v),
+        (UnaryKind::Exp, f64::exp),
+        (UnaryKind::Log, f64::ln),
+        (UnaryKind::Sqrt, f64::sqrt),
+        (UnaryKind::Relu, |v| if v < 0.0 { 0.0 } else { v }),
+        (UnaryKind::Sigmoid, |v| 1.0 / (1.0 + (-v).exp())),
+        (UnaryKind::Tanh, f64::tanh),
+    ];
+    for (k, f) in refs {
+        let Buf::F32(r) = unary(k, &Buf::F32(x.clone()), &d).unwrap() else {
+            panic!()
+        };
+        for (a, &v) in r.iter().zip(&x) {
+            let e = f(v as f64) as f32;
+            assert!(
+                a == &e || (a.is_nan() && e.is_nan()) || (a - e).abs() <= 2e-7 * (1.0 + e.abs()),
+                "{k:?}({v}) = {a}, want {e}"
+            );
+        }
+        // float16: computed in f32, rounded once.
+        let h = Buf::f16_from_f32(&x);
+        let r = unary(k, &h, &desc(DataType::Float16, &[6])).unwrap();
+        let xw = h.to_f32_vec();
+        let Buf::F16(want) =
+            Buf::f16_from_f32(&xw.iter().map(|&v| float_unary(k)(v)).collect::<Vec<_>>())
+        else {
+            panic!()
+        };
+        let Buf::F16(got) = r else { panic!() };
+        assert_eq!(got, want, "{k:?}");
+    }
+    // Sigmoid saturates without NaN.
+    let Buf::F32(r) = unary(
+        UnaryKind::Sigmoid,
+        &Buf::F32(vec![-1000.0, 1000.0]),
+        &desc(DataType::Float32, &[2]),
+    )
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(r, vec![0.0, 1.0]);
+    let di = desc(DataType::Int32, &[3]);
+    let xi = Buf::I32(vec![i32::MIN, -3, 4]);
+    assert_eq!(
+        unary(UnaryKind::Abs, &xi, &di).unwrap(),
+        Buf::I32(vec![i32::MIN, 3, 4])
+    );
+    assert_eq!(
+        unary(UnaryKind::Neg, &xi, &di).unwrap(),
+        Buf::I32(vec![i32::MIN, 3, -4])
+    );
+    assert_eq!(
+        unary(UnaryKind::Relu, &xi, &di).unwrap(),
+        Buf::I32(vec![0, 0, 4])
+    );
+    assert_eq!(
+        unary(
+            UnaryKind::Relu,
+            &Buf::I8(vec![-8, 7]),
+            &desc(DataType::Int8, &[2])
+        )
+        .unwrap(),
+        Buf::I8(vec![0, 7])
+    );
+    assert!(unary(UnaryKind::Exp, &xi, &di).is_err());
+    assert_eq!(
+        unary(
+            UnaryKind::Exp,
+            &Buf::F32(vec![]),
+            &desc(DataType::Float32, &[0, 4])
+        )
+        .unwrap(),
+        Buf::F32(vec![])
+    );
+}
+
+#[test]
+fn new_unary_ops() {
+    let x = vec![-2.5f32, -1.5, -0.5, 0.5, 1.5, 2.5, 0.0, -3.7];
+    let d = desc(DataType::Float32, &[8]);
+    let go = |k| {
+        let Buf::F32(r) = unary(k, &Buf::F32(x.clone()), &d).unwrap() else {
+            panic!()
+        };
+        r
+    };
+    // Halfway cases round to the even neighbour.
+    assert_eq!(
+        go(UnaryKind::RoundEven),
+        vec![-2.0, -2.0, -0.0, 0.0, 2.0, 2.0, 0.0, -4.0]
+    );
+    assert_eq!(
+        go(UnaryKind::Ceil),
+        vec![-2.0, -1.0, -0.0, 1.0, 2.0, 3.0, 0.0, -3.0]
+    );
+    assert_eq!(
+        go(UnaryKind::Floor),
+        vec![-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 0.0, -4.0]
+    );
+    assert_eq!(
+        go(UnaryKind::Sign),
+        vec![-1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 0.0, -1.0]
+    );
+    assert_eq!(go(UnaryKind::Identity), x);
+    let r = go(UnaryKind::Reciprocal);
+    assert_eq!(r[0], -0.4);
+    assert_eq!(r[6], f32::INFINITY);
+    for (k, f) in [
+        (UnaryKind::Sin, f64::sin as fn(f64) -> f64),
+        (UnaryKind::Cos, f64::cos),
+        (UnaryKind::Tan, f64::tan),
+    ] {
+        for (a, &v) in go(k).iter().zip(&x) {
+            let e = f(v as f64);
+            assert!(
+                (*a as f64 - e).abs() <= 1e-6 * (1.0 + e.abs()),
+                "{k:?}({v})"
+            );
+        }
+    }
+    // erf against values from its definition (tabulated to 1e-10).
+    let table = [
+        (0.0, 0.0),
+        (0.1, 0.1124629160),
+        (0.5, 0.5204998778),
+        (1.0, 0.8427007929),
+        (2.0, 0.9953222650),
+        (3.0, 0.9999779095),
+        (-1.5, -0.9661051465),
+    ];
+    for (v, e) in table {
+        assert!((erf(v) - e).abs() < 1e-9, "erf({v}) = {}", erf(v));
+    }
+    assert_eq!(erf(7.0), 1.0);
+    assert_eq!(erf(-f64::INFINITY), -1.0);
+    assert!(erf(f64::NAN).is_nan());
+    // Small arguments keep full relative precision: erf(x) ~ 2x/sqrt(pi).
+    let tiny = 1e-30;
+    assert!((erf(tiny) / (tiny * std::f64::consts::FRAC_2_SQRT_PI) - 1.0).abs() < 1e-15);
+    // Integers: sign and identity.
+    let di = desc(DataType::Int64, &[3]);
+    assert_eq!(
+        unary(UnaryKind::Sign, &Buf::I64(vec![i64::MIN, 0, 9]), &di).unwrap(),
+        Buf::I64(vec![-1, 0, 1])
+    );
+    assert_eq!(
+        unary(
+            UnaryKind::Identity,
+            &Buf::U8(vec![3, 255]),
+            &desc(DataType::Uint8, &[2])
+        )
+        .unwrap(),
+        Buf::U8(vec![3, 255])
+    );
+    assert!(unary(UnaryKind::Erf, &Buf::I64(vec![1, 2, 3]), &di).is_err());
+}
+
+#[test]
+fn clamp_all_types() {
+    // The conformance vectors for int8/uint8 and the 64-bit types.
+    let r = clamp(
+        &Buf::I8(vec![-128, 127, -4, -2, 1, 0, 2, 4]),
+        -2.0,
+        125.0,
+        &desc(DataType::Int8, &[8]),
+    )
+    .unwrap();
+    assert_eq!(r, Buf::I8(vec![-2, 125, -2, -2, 1, 0, 2, 4]));
+    let r = clamp(
+        &Buf::U64(vec![5294967295, 127, 5, 0]),
+        5.0,
+        5294967290.0,
+        &desc(DataType::Uint64, &[4]),
+    )
+    .unwrap();
+    assert_eq!(r, Buf::U64(vec![5294967290, 127, 5, 5]));
+    // Bounds beyond the type saturate.
+    let r = clamp(
+        &Buf::I64(vec![i64::MIN, 0, i64::MAX]),
+        -1e30,
+        9.3e18,
+        &desc(DataType::Int64, &[3]),
+    )
+    .unwrap();
+    assert_eq!(r, Buf::I64(vec![i64::MIN, 0, i64::MAX]));
+    let r = clamp(
+        &Buf::U8(vec![0, 100, 255]),
+        f64::NEG_INFINITY,
+        1e9,
+        &desc(DataType::Uint8, &[3]),
+    )
+    .unwrap();
+    assert_eq!(r, Buf::U8(vec![0, 100, 255]));
+    let r = clamp(
+        &Buf::U32(vec![0, 100]),
+        -5.0,
+        50.0,
+        &desc(DataType::Uint32, &[2]),
+    )
+    .unwrap();
+    assert_eq!(r, Buf::U32(vec![0, 50]));
+    // Floats: NaN passes through; infinities clamp.
+    let Buf::F32(r) = clamp(
+        &Buf::F32(vec![f32::NAN, f32::NEG_INFINITY, 0.3, 9.0]),
+        0.0,
+        6.0,
+        &desc(DataType::Float32, &[4]),
+    )
+    .unwrap() else {
+        panic!()
+    };
+    assert!(r[0].is_nan());
+    assert_eq!(&r[1..], &[0.0, 0.3, 6.0]);
+    let r = clamp(
+        &Buf::f16_from_f32(&[-1.0, 0.25, 7.0]),
+        0.0,
+        6.0,
+        &desc(DataType::Float16, &[3]),
+    )
+    .unwrap();
+    assert_eq!(r, Buf::f16_from_f32(&[0.0, 0.25, 6.0]));
+}
+
+/// exp_f32 against the exact value rounded to f32, across the
+/// underflow: within an ulp down to the subnormals, exactly +0 from
+/// -104 down (the lanes that skip their arithmetic).
+#[test]
+fn exp_f32_is_close_through_the_underflow() {
+    let mut x = -120.0f32;
+    while x < 20.0 {
+        let got = exp_f32(x);
+        let want = (x as f64).exp() as f32;
+        if x <= -104.0 {
+            assert_eq!(got.to_bits(), 0, "e^{x}");
+        } else {
+            let ulp = f32::from_bits(want.to_bits() + 1) - want;
+            assert!((got - want).abs() <= ulp, "e^{x}: {got:e} vs {want:e}");
+        }
+        x += 0.013;
+    }
+    assert!(exp_f32(f32::NAN).is_nan());
+    assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+    assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+}
+
+#[test]
+fn softmax_matches_naive() {
+    let shape = [2, 3, 4];
+    let x: Vec<f32> = (0..24).map(|i| ((i * 7) % 11) as f32 * 0.3 - 1.0).collect();
+    for axis in 0..3 {
+        let Buf::F32(r) =
+            softmax(&Buf::F32(x.clone()), axis, &desc(DataType::Float32, &shape)).unwrap()
+        else {
+            panic!()
+        };
+        for i in 0..24 {
+            let o = unravel(i, &shape);
+            let mut sum = 0.0f64;
+            for j in 0..shape[axis] {
+                let mut q = o.clone();
+                q[axis] = j;
+                sum += (x[(q[0] * 3 + q[1]) * 4 + q[2]] as f64).exp();
+            }
+            let e = (x[i] as f64).exp() / sum;
+            assert!(
+                (r[i] as f64 - e).abs() < 1e-6,
+                "axis {axis} element {i}: {} vs {e}",
+                r[i]
+            );
+        }
+    }
+    // Large values do not overflow.
+    let Buf::F32(r) = softmax(
+        &Buf::F32(vec![1000.0, 1000.0, -1000.0]),
+        0,
+        &desc(DataType::Float32, &[3]),
+    )
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(r, vec![0.5, 0.5, 0.0]);
+    let r = softmax(
+        &Buf::f16_from_f32(&[0.0, 0.0, 0.0, 0.0]),
+        1,
+        &desc(DataType::Float16, &[1, 4]),
+    )
+    .unwrap();
+    assert_eq!(r, Buf::f16_from_f32(&[0.25; 4]));
+    assert_eq!(
+        softmax(&Buf::F32(vec![]), 1, &desc(DataType::Float32, &[2, 0])).unwrap(),
+        Buf::F32(vec![])
+    );
+}
+
+fn cast1(x: Buf, from: DataType, to: DataType) -> Buf {
+    let n = x.len();
+    let r = cast(&x, to, &desc(to, &[n])).unwrap();
+    let _ = from;
+    r
+}
+
+#[test]
+fn cast_follows_the_spec_table() {
+    use DataType::*;
+    // Integer to integer: the same value in range, else the low bits.
+    assert_eq!(
+        cast1(Buf::I8(vec![-1, 5]), Int8, Uint8),
+        Buf::U8(vec![255, 5])
+    );
+    assert_eq!(
+        cast1(Buf::I32(vec![300, -129, 127]), Int32, Int8),
+        Buf::I8(vec![44, 127, 127])
+    );
+    assert_eq!(
+        cast1(Buf::I64(vec![-1, 1 << 40]), Int64, Uint32),
+        Buf::U32(vec![u32::MAX, 0])
+    );
+    assert_eq!(
+        cast1(Buf::U64(vec![u64::MAX]), Uint64, Int64),
+        Buf::I64(vec![-1])
+    );
+    assert_eq!(
+        cast1(Buf::U32(vec![u32::MAX]), Uint32, Int64),
+        Buf::I64(vec![u32::MAX as i64])
+    );
+    assert_eq!(
+        cast1(Buf::I32(vec![-1, 9, 7, -8, 16]), Int32, Int4),
+        Buf::I8(vec![-1, -7, 7, -8, 0])
+    );
+    assert_eq!(
+        cast1(Buf::I32(vec![-1, 9, 17]), Int32, Uint4),
+        Buf::U8(vec![15, 9, 1])
+    );
+    assert_eq!(
+        cast1(Buf::I8(vec![-8, 7]), Int4, Uint8),
+        Buf::U8(vec![248, 7])
+    );
+    assert_eq!(cast1(Buf::U8(vec![15]), Uint4, Int4), Buf::I8(vec![-1]));
+    // Float to integer: truncation; out of range saturates; NaN is 0.
+    let f = Buf::F32(vec![
+        84.777,
+        -43.5,
+        -2.5,
+        300.7,
+        -1.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ]);
+    assert_eq!(
+        cast1(f.clone(), Float32, Int32),
+        Buf::I32(vec![84, -43, -2, 300, -1, 0, i32::MAX, i32::MIN])
+    );
+    assert_eq!(
+        cast1(f.clone(), Float32, Uint8),
+        Buf::U8(vec![84, 0, 0, 255, 0, 0, 255, 0])
+    );
+    assert_eq!(
+        cast1(f.clone(), Float32, Int4),
+        Buf::I8(vec![7, -8, -2, 7, -1, 0, 7, -8])
+    );
+    assert_eq!(
+        cast1(f.clone(), Float32, Uint64),
+        Buf::U64(vec![84, 0, 0, 300, 0, 0, u64::MAX, 0])
+    );
+    assert_eq!(
+        cast1(Buf::f16_from_f32(&[3.1, -3.9, 65504.0]), Float16, Int64),
+        Buf::I64(vec![3, -3, 65504])
+    );
+    // To float: nearest, ties to even; out of range +/-Infinity.
+    assert_eq!(
+        cast1(
+            Buf::F32(vec![1.0003, 65520.0, -1e6, 2049.0]),
+            Float32,
+            Float16
+        ),
+        Buf::f16_from_f32(&[1.0003, f32::INFINITY, f32::NEG_INFINITY, 2048.0])
+    );
+    assert_eq!(
+        cast1(
+            Buf::I32(vec![2049, 2051, 65519, 70000, -70000]),
+            Int32,
+            Float16
+        ),
+        Buf::f16_from_f32(&[2048.0, 2052.0, 65504.0, f32::INFINITY, f32::NEG_INFINITY])
+    );
+    assert_eq!(
+        cast1(Buf::I64(vec![i64::MAX, (1 << 24) + 1]), Int64, Float32),
+        Buf::F32(vec![9.223372e18, 16777216.0])
+    );
+    assert_eq!(
+        cast1(Buf::U64(vec![u64::MAX]), Uint64, Float16),
+        Buf::f16_from_f32(&[f32::INFINITY])
+    );
+    assert_eq!(
+        cast1(Buf::I8(vec![-8, 7]), Int4, Float32),
+        Buf::F32(vec![-8.0, 7.0])
+    );
+    let h = Buf::f16_from_f32(&[3.103_515_6, -0.0, f32::NAN]);
+    let Buf::F32(w) = cast1(h.clone(), Float16, Float32) else {
+        panic!()
+    };
+    assert_eq!(w[0], 3.103_515_6);
+    assert!(w[1] == 0.0 && w[1].is_sign_negative() && w[2].is_nan());
+    assert_eq!(cast1(h.clone(), Float16, Float16), h);
+    assert_eq!(cast1(Buf::U8(vec![]), Uint8, Int64), Buf::I64(vec![]));
+}
+
+/// Inputs for the width test: a spread of magnitudes of both signs,
+/// and the special values.
+fn spread(n: usize) -> Vec<f32> {
+    let mut state = 0x9e37_79b9u32;
+    let mut v: Vec<f32> = (0..n)
+        .map(|i| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            let m = (state >> 8) as f32 / (1u32 << 24) as f32;
+            let e = (i % 23) as i32 - 11;
+            let s = if state & 1 == 0 { 1.0 } else { -1.0 };
+            s * m * 2f32.powi(e)
+        })
+        .collect();
+    v.extend([
+        0.0,
+        -0.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MIN_POSITIVE,
+        1e-40,
+        -1e-40,
+        88.7,
+        -103.9,
+        1e30,
+        -1e30,
+    ]);
+    v
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
+
+/// The element-wise loops give the same bits at every vector width
+/// this CPU has (16 lanes on AVX-512, 8 on AVX2, the baseline target):
+/// the unary operators, the exponential, softmax rows and the lane
+/// sums, and the binary arithmetic.
+#[test]
+fn every_width_gives_the_same_bits() {
+    let levels: Vec<SimdLevel> = [SimdLevel::Baseline, SimdLevel::Avx2, SimdLevel::Avx512]
+        .into_iter()
+        .filter(|&l| l <= detected_level())
+        .collect();
+    eprintln!("element-wise widths compared: {levels:?}");
+    let x = spread(4099);
+    let y: Vec<f32> = x.iter().rev().copied().collect();
+    let run = |level: SimdLevel| {
+        let mut outs: Vec<Vec<f32>> = Vec::new();
+        let kinds = [
+            UnaryKind::Abs,
+            UnaryKind::Neg,
+            UnaryKind::Exp,
+            UnaryKind::Log,
+            UnaryKind::Sqrt,
+            UnaryKind::Relu,
+            UnaryKind::Sigmoid,
+            UnaryKind::Tanh,
+            UnaryKind::Ceil,
+            UnaryKind::Cos,
+            UnaryKind::Erf,
+            UnaryKind::Floor,
+            UnaryKind::Identity,
+            UnaryKind::Reciprocal,
+            UnaryKind::RoundEven,
+            UnaryKind::Sin,
+            UnaryKind::Sign,
+            UnaryKind::Tan,
+        ];
+        for k in kinds {
+            outs.push(with_float_unary!(k, f => {
+                let mut o = vec![0.0f32; x.len()];
+                // SAFETY: `level` is at most the detected one.
+                unsafe {
+                    with_simd_at(
+                        level,
+                        #[inline(always)]
+                        || {
+                            for (d, &v) in o.iter_mut().zip(&x) {
+                                *d = f(v);
+                            }
+                        },
+                    )
+                };
+                o
+            }));
+        }
+        // SAFETY: as above.
+        unsafe {
+            with_simd_at(
+                level,
+                #[inline(always)]
+                || {
+                    outs.push(x.iter().map(|&v| exp_f32(v)).collect());
+                    let mut rows = x.clone();
+                    for r in rows.chunks_mut(37) {
+                        softmax_row(r);
+                    }
+                    outs.push(rows);
+                    outs.push(x.chunks(61).map(sum_lanes).collect());
+                    outs.push(x.iter().zip(&y).map(|(&a, &b)| a + b).collect());
+                    outs.push(x.iter().zip(&y).map(|(&a, &b)| a * b).collect());
+                    outs.push(x.iter().zip(&y).map(|(&a, &b)| a / b).collect());
+                    outs.push(x.iter().zip(&y).map(|(&a, &b)| fmax(a, b)).collect());
+                    outs.push(x.iter().zip(&y).map(|(&a, &b)| fmin(a, b)).collect());
+                },
+            )
+        };
+        outs
+    };
+    let base = run(levels[0]);
+    for &l in &levels[1..] {
+        let got = run(l);
+        for (i, (a, b)) in got.iter().zip(&base).enumerate() {
+            assert!(
+                same_bits(a, b),
+                "kernel {i} differs between {l:?} and {:?}",
+                levels[0]
+            );
+        }
+    }
+}

@@ -32,6 +32,9 @@
 //! `depthwise::preferred`); the rest runs on ymm vectors as on AVX2. Every output is
 //! computed in the same order whatever the width, so the forms agree bit
 //! for bit, and the tests run a portable 16-lane form on any machine.
+//! Plain 3x3 convolutions at unit stride of 16 or more input channels
+//! run by Winograd's F(2x2, 3x3) instead (`winograd.rs`), their 16
+//! products per tile on the direct kernel's tile.
 //! The layout changes (`relayout.rs`) move 16 pixels at a time on
 //! AVX-512 where the planes are large (a 16 x 8 transpose in three
 //! stages of two-source permutes, whose tables the tests check on any

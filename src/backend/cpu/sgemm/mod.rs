@@ -16,7 +16,8 @@
 //! Packing makes the micro-kernel read both operands sequentially from
 //! aligned, zero-padded buffers, so it needs no edge cases: a tile that
 //! sticks out of C is computed whole into a scratch tile and only its valid
-//! part is copied. The micro-kernel (and with it MR, NR and the block sizes)
+//! part is copied, except where the kernel has an edge form for the rows
+//! left (`kernels::Edge`), which writes them in place. The micro-kernel (and with it MR, NR and the block sizes)
 //! is chosen once per process: AVX-512, else AVX2+FMA, else portable code.
 //!
 //! Every element of C is summed in the same order (K ascending, in KC

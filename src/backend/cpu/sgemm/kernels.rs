@@ -285,125 +285,71 @@ macro_rules! simd_kernel {
     }};
 }
 
+/// [`simd_kernel!`] on AVX2 and FMA: `$mr` rows of an A panel of 6, by 2
+/// ymm vectors.
 #[cfg(target_arch = "x86_64")]
-simd_kernel!(
-    kernel_avx2,
-    kernel_avx2_rows,
-    "avx2,fma",
-    6,
-    6,
-    2,
-    8,
-    __m256,
-    _mm256_setzero_ps,
-    _mm256_loadu_ps,
-    _mm256_storeu_ps,
-    _mm256_set1_ps,
-    _mm256_fmadd_ps,
-    _mm256_add_ps,
-    _mm256_max_ps,
-    _mm256_min_ps
-);
+macro_rules! avx2_kernel {
+    ($name:ident, $rows:ident, $mr:expr) => {
+        simd_kernel!(
+            $name,
+            $rows,
+            "avx2,fma",
+            $mr,
+            6,
+            2,
+            8,
+            __m256,
+            _mm256_setzero_ps,
+            _mm256_loadu_ps,
+            _mm256_storeu_ps,
+            _mm256_set1_ps,
+            _mm256_fmadd_ps,
+            _mm256_add_ps,
+            _mm256_max_ps,
+            _mm256_min_ps
+        );
+    };
+}
 
+/// [`simd_kernel!`] on AVX-512F: `$mr` rows of an A panel of 12, by 2 zmm
+/// vectors.
 #[cfg(target_arch = "x86_64")]
-simd_kernel!(
-    kernel_avx2_2rows,
-    kernel_avx2_2rows_rows,
-    "avx2,fma",
-    2,
-    6,
-    2,
-    8,
-    __m256,
-    _mm256_setzero_ps,
-    _mm256_loadu_ps,
-    _mm256_storeu_ps,
-    _mm256_set1_ps,
-    _mm256_fmadd_ps,
-    _mm256_add_ps,
-    _mm256_max_ps,
-    _mm256_min_ps
-);
+macro_rules! avx512_kernel {
+    ($name:ident, $rows:ident, $mr:expr) => {
+        simd_kernel!(
+            $name,
+            $rows,
+            "avx512f",
+            $mr,
+            12,
+            2,
+            16,
+            __m512,
+            _mm512_setzero_ps,
+            _mm512_loadu_ps,
+            _mm512_storeu_ps,
+            _mm512_set1_ps,
+            _mm512_fmadd_ps,
+            _mm512_add_ps,
+            _mm512_max_ps,
+            _mm512_min_ps
+        );
+    };
+}
 
+// The full kernels, and the edge kernels of [`Edge`].
 #[cfg(target_arch = "x86_64")]
-simd_kernel!(
-    kernel_avx2_4rows,
-    kernel_avx2_4rows_rows,
-    "avx2,fma",
-    4,
-    6,
-    2,
-    8,
-    __m256,
-    _mm256_setzero_ps,
-    _mm256_loadu_ps,
-    _mm256_storeu_ps,
-    _mm256_set1_ps,
-    _mm256_fmadd_ps,
-    _mm256_add_ps,
-    _mm256_max_ps,
-    _mm256_min_ps
-);
-
+avx2_kernel!(kernel_avx2, kernel_avx2_rows, 6);
 #[cfg(target_arch = "x86_64")]
-simd_kernel!(
-    kernel_avx512,
-    kernel_avx512_rows,
-    "avx512f",
-    12,
-    12,
-    2,
-    16,
-    __m512,
-    _mm512_setzero_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_add_ps,
-    _mm512_max_ps,
-    _mm512_min_ps
-);
-
+avx2_kernel!(kernel_avx2_2rows, kernel_avx2_2rows_rows, 2);
 #[cfg(target_arch = "x86_64")]
-simd_kernel!(
-    kernel_avx512_4rows,
-    kernel_avx512_4rows_rows,
-    "avx512f",
-    4,
-    12,
-    2,
-    16,
-    __m512,
-    _mm512_setzero_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_add_ps,
-    _mm512_max_ps,
-    _mm512_min_ps
-);
-
+avx2_kernel!(kernel_avx2_4rows, kernel_avx2_4rows_rows, 4);
 #[cfg(target_arch = "x86_64")]
-simd_kernel!(
-    kernel_avx512_8rows,
-    kernel_avx512_8rows_rows,
-    "avx512f",
-    8,
-    12,
-    2,
-    16,
-    __m512,
-    _mm512_setzero_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_add_ps,
-    _mm512_max_ps,
-    _mm512_min_ps
-);
+avx512_kernel!(kernel_avx512, kernel_avx512_rows, 12);
+#[cfg(target_arch = "x86_64")]
+avx512_kernel!(kernel_avx512_4rows, kernel_avx512_4rows_rows, 4);
+#[cfg(target_arch = "x86_64")]
+avx512_kernel!(kernel_avx512_8rows, kernel_avx512_8rows_rows, 8);
 
 pub(super) static PORTABLE: Kernel = Kernel {
     name: "portable",

@@ -244,12 +244,10 @@ unsafe fn tile16_4byte(src: *const f32, cs: usize, dst: *mut f32, ld: usize) {
             for i in (0..16).step_by(4) {
                 let x: [__m128; 4] =
                     std::array::from_fn(|q| _mm_loadu_ps(src.add(i + (j + q) * cs)));
-                let (t0, t1) = (_mm_unpacklo_ps(x[0], x[1]), _mm_unpacklo_ps(x[2], x[3]));
-                let (t2, t3) = (_mm_unpackhi_ps(x[0], x[1]), _mm_unpackhi_ps(x[2], x[3]));
-                _mm_storeu_ps(dst.add(i * ld + j), _mm_movelh_ps(t0, t1));
-                _mm_storeu_ps(dst.add((i + 1) * ld + j), _mm_movehl_ps(t1, t0));
-                _mm_storeu_ps(dst.add((i + 2) * ld + j), _mm_movelh_ps(t2, t3));
-                _mm_storeu_ps(dst.add((i + 3) * ld + j), _mm_movehl_ps(t3, t2));
+                let t = super::util::transpose4x4(x);
+                for (q, tq) in t.into_iter().enumerate() {
+                    _mm_storeu_ps(dst.add((i + q) * ld + j), tq);
+                }
             }
         }
     }

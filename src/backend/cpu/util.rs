@@ -52,3 +52,25 @@ pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
         })
         .collect()
 }
+
+/// The 4 x 4 transpose of four SSE vectors (x86-64's baseline): vector
+/// `r` of the result holds lane `r` of each input, in order. Shuffles
+/// only, so any 32-bit values move as bits.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(in crate::backend::cpu) fn transpose4x4(
+    x: [std::arch::x86_64::__m128; 4],
+) -> [std::arch::x86_64::__m128; 4] {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE is part of x86-64; no memory is touched.
+    unsafe {
+        let (t0, t1) = (_mm_unpacklo_ps(x[0], x[1]), _mm_unpacklo_ps(x[2], x[3]));
+        let (t2, t3) = (_mm_unpackhi_ps(x[0], x[1]), _mm_unpackhi_ps(x[2], x[3]));
+        [
+            _mm_movelh_ps(t0, t1),
+            _mm_movehl_ps(t1, t0),
+            _mm_movelh_ps(t2, t3),
+            _mm_movehl_ps(t3, t2),
+        ]
+    }
+}

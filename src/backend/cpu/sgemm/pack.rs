@@ -131,12 +131,10 @@ fn transpose4<const MR: usize>(rows: &[&[f32]; MR], dst: &mut [f32]) -> usize {
             while r + 4 <= MR {
                 let x: [__m128; 4] =
                     std::array::from_fn(|q| _mm_loadu_ps(rows[r + q].as_ptr().add(p)));
-                let (t0, t1) = (_mm_unpacklo_ps(x[0], x[1]), _mm_unpacklo_ps(x[2], x[3]));
-                let (t2, t3) = (_mm_unpackhi_ps(x[0], x[1]), _mm_unpackhi_ps(x[2], x[3]));
-                _mm_storeu_ps(at(0, r), _mm_movelh_ps(t0, t1));
-                _mm_storeu_ps(at(1, r), _mm_movehl_ps(t1, t0));
-                _mm_storeu_ps(at(2, r), _mm_movelh_ps(t2, t3));
-                _mm_storeu_ps(at(3, r), _mm_movehl_ps(t3, t2));
+                let t = crate::backend::cpu::util::transpose4x4(x);
+                for (j, tj) in t.into_iter().enumerate() {
+                    _mm_storeu_ps(at(j, r), tj);
+                }
                 r += 4;
             }
             if r + 2 <= MR {

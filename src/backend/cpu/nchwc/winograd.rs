@@ -373,14 +373,17 @@ unsafe fn run_group<V: Vf, N: Vf>(
     // SAFETY: the contract; every pointer below stays inside x, u, the
     // scratch and the output.
     unsafe {
-        // Input transform: block by block, tile by tile along the row.
+        // Input transform, block by block, tile by tile along the row;
+        // not when `vs` holds this group's already.
         let vps = icb * n * L;
-        for ib in (0..icb).filter(|_| fresh) {
-            for i in 0..n {
-                let (b, oy, ox) = tl.at(t0 + i);
-                let xb = x.add((b * icb + ib) * plane);
-                let at = (oy as isize - tl.pt as isize, ox as isize - tl.pl as isize);
-                input_tile::<N>(xb, (tl.h, tl.w), at, vs.add((ib * n + i) * L), vps);
+        if fresh {
+            for ib in 0..icb {
+                for i in 0..n {
+                    let (b, oy, ox) = tl.at(t0 + i);
+                    let xb = x.add((b * icb + ib) * plane);
+                    let at = (oy as isize - tl.pt as isize, ox as isize - tl.pl as isize);
+                    input_tile::<N>(xb, (tl.h, tl.w), at, vs.add((ib * n + i) * L), vps);
+                }
             }
         }
         // The 16 products: tiles by input channels, times the position's

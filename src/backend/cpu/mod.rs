@@ -586,10 +586,14 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             continue;
         }
         let sum = plan.and_then(|pl| pl.sum(n));
+        // A depthwise chain that this node starts: it writes the chain's
+        // output (see `nchwc::Chain`).
+        let chain = plan.and_then(|pl| pl.chain(n));
         let in_descs: Vec<&OperandDescriptor> =
             node.inputs.iter().map(|&i| &g.operands[i]).collect();
-        let out_descs: &[OperandDescriptor] = match node.outputs[..] {
-            [o] => std::slice::from_ref(&g.operands[o]),
+        let out_descs: &[OperandDescriptor] = match (chain, &node.outputs[..]) {
+            (Some(ch), _) => std::slice::from_ref(&g.operands[ch.out]),
+            (None, [o]) => std::slice::from_ref(&g.operands[*o]),
             _ => {
                 multi.clear();
                 multi.extend(node.outputs.iter().map(|&o| g.operands[o].clone()));
@@ -676,6 +680,21 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                 .collect();
             let blocked = plan.and_then(|pl| pl.conv(n));
             match (&node.op, cg.conv_packed.get(&n), blocked) {
+                (_, _, Some(_)) if chain.is_some() => {
+                    let (Some(pl), Some(ch)) = (plan, chain) else {
+                        unreachable!("a chain comes from a plan")
+                    };
+                    let residual = match ch.project.and_then(|m| pl.sum(m)) {
+                        Some(s) => Some(
+                            slots[s.residual]
+                                .get()
+                                .ok_or_else(|| Error::operation("an operand is missing"))?,
+                        ),
+                        None => None,
+                    };
+                    pl.run_chain(g, ch, ins[0], |i| slots[i].get(), residual)
+                        .map(|b| vec![b])
+                }
                 (Op::Conv2d(p), _, Some(c)) => {
                     let residual = match sum {
                         Some(s) => Some(
@@ -699,10 +718,23 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
         if let Some(t) = started {
             let key = || {
                 let shapes: Vec<_> = in_descs.iter().map(|d| d.shape.clone()).collect();
+                let fused = match chain {
+                    Some(ch) => format!(
+                        " chain ({}depthwise {}{})",
+                        if ch.expand.is_some() { "1x1, " } else { "" },
+                        ch.depthwise,
+                        match ch.project {
+                            Some(m) if plan.and_then(|pl| pl.sum(m)).is_some() => ", 1x1 + add",
+                            Some(_) => ", 1x1",
+                            None => "",
+                        }
+                    ),
+                    None if sum.is_some() => " (+ add)".into(),
+                    None => String::new(),
+                };
                 format!(
-                    "{n:3} {}{} {shapes:?} -> {:?}",
+                    "{n:3} {}{fused} {shapes:?} -> {:?}",
                     node.op.name(),
-                    if sum.is_some() { " (+ add)" } else { "" },
                     out_descs[0].shape
                 )
             };
@@ -719,9 +751,10 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             }
         })?;
         // A convolution that does the residual add writes the add's output.
-        let outputs = match sum {
-            Some(s) => std::slice::from_ref(&s.out),
-            None => &node.outputs[..],
+        let outputs = match (chain, sum) {
+            (Some(ch), _) => std::slice::from_ref(&ch.out),
+            (None, Some(s)) => std::slice::from_ref(&s.out),
+            (None, None) => &node.outputs[..],
         };
         for (&o, r) in outputs.iter().zip(results) {
             slots[o] = Slot::Owned(r);

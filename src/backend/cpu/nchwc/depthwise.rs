@@ -62,13 +62,34 @@ pub(super) unsafe fn depthwise<V: Vf, N: Vf>(
             std::slice::from_raw_parts_mut(o.0.add((plane * oh + y0) * ow * L), (y1 - y0) * ow * L)
         };
         // SAFETY: the caller's features.
-        unsafe {
-            V::with(
-                #[inline(always)]
-                || depthwise_rows::<V, N>(xs, ws, bv, bounds, p, y0..y1, dst),
-            )
-        };
+        unsafe { plane_rows::<V, N>(xs, ws, bv, bounds, p, y0..y1, dst, true) };
     });
+}
+
+/// Output rows `ys` of one blocked plane `x` into `dst` (see
+/// [`depthwise_rows`]), compiled with `V`'s features.
+///
+/// # Safety
+/// The CPU has `V`'s features; `x` is one plane of `p`'s input, `w`
+/// and `bias` its block's, `dst` rows `ys` of its output.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn plane_rows<V: Vf, N: Vf>(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    bounds: (f32, f32),
+    p: &Conv2dParams,
+    ys: std::ops::Range<usize>,
+    dst: &mut [f32],
+    copy_small: bool,
+) {
+    // SAFETY: the caller's features.
+    unsafe {
+        V::with(
+            #[inline(always)]
+            || depthwise_rows::<V, N>(x, w, bias, bounds, p, ys, dst, copy_small),
+        )
+    }
 }
 
 /// Output rows `ys` of one blocked plane `x` of a depthwise
@@ -78,11 +99,14 @@ pub(super) unsafe fn depthwise<V: Vf, N: Vf>(
 /// each side for the rows in between, whole padded rows for the rows
 /// at the top and bottom. Either way eight pixels at a time, across
 /// row ends, so that a narrow plane (7x7) still has eight independent
-/// chains of multiply-adds.
+/// chains of multiply-adds. With `copy_small` a small input window is
+/// copied whole (see below); a chain's bands, small for being few
+/// rows of a wide plane, are not.
 ///
 /// # Safety
 /// Runs with `V`'s features.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn depthwise_rows<V: Vf, N: Vf>(
     x: &[f32],
     w: &[f32],
@@ -91,6 +115,7 @@ unsafe fn depthwise_rows<V: Vf, N: Vf>(
     p: &Conv2dParams,
     ys: std::ops::Range<usize>,
     dst: &mut [f32],
+    copy_small: bool,
 ) {
     let (h, wi, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     let (kh, kw) = (p.kernel_h, p.kernel_w);
@@ -156,17 +181,29 @@ unsafe fn depthwise_rows<V: Vf, N: Vf>(
         let c1 = ((oxs.end - 1) * sw + span_w) as isize - pl as isize + 1;
         let cols = (c1 - c0) as usize;
         let mut buf = PADDED.take();
-        buf.clear();
-        buf.resize((r1 - r0) as usize * cols * L, 0.0);
-        for r in r0.max(0)..r1.min(h as isize) {
-            let (a, b) = (c0.max(0), c1.min(wi as isize));
-            if a >= b {
+        let size = (r1 - r0) as usize * cols * L;
+        if buf.len() < size {
+            buf.resize(size, 0.0);
+        }
+        // Every float written once: the input where it lies, zeros
+        // around it (not zeros first, then the input over them).
+        // Input columns [a, b) of the window's [c0, c1): none where the
+        // window lies in the padding.
+        let a = c0.max(0).min(c1);
+        let b = c1.min(wi as isize).max(a);
+        for (r, row) in (r0..r1).zip(buf[..size].chunks_exact_mut(cols * L)) {
+            if r < 0 || r >= h as isize {
+                row.fill(0.0);
                 continue;
             }
-            let from = (r as usize * wi + a as usize) * L;
-            let to = ((r - r0) as usize * cols + (a - c0) as usize) * L;
-            let n = (b - a) as usize * L;
-            buf[to..to + n].copy_from_slice(&x[from..from + n]);
+            let (left, rest) = row.split_at_mut((a - c0) as usize * L);
+            let (mid, right) = rest.split_at_mut((b - a) as usize * L);
+            left.fill(0.0);
+            if !mid.is_empty() {
+                let from = (r as usize * wi + a as usize) * L;
+                mid.copy_from_slice(&x[from..from + mid.len()]);
+            }
+            right.fill(0.0);
         }
         region(buf.as_ptr(), r0, c0, cols, rows, oxs);
         PADDED.set(buf);
@@ -177,7 +214,7 @@ unsafe fn depthwise_rows<V: Vf, N: Vf>(
     // the sides of those rows and the top and bottom rows whole are
     // copied.
     let window = ((y1 - y0 - 1) * sh + span_h + 1) * ((ow - 1) * sw + span_w + 1) * L;
-    if window <= SMALL_WINDOW {
+    if copy_small && window <= SMALL_WINDOW {
         copy(y0..y1, 0..ow);
         return;
     }

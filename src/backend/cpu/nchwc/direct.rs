@@ -176,6 +176,96 @@ pub(super) unsafe fn tile_n<V: Vf, const PX: usize>(
     }
 }
 
+/// How panel `pn` runs: on `V` (`wide`) when its channels fill two or
+/// more of `V`'s vectors, else on `N`; with `nv` vectors per pixel and
+/// tiles of `mr` pixels. A panel of one `V` vector (2 blocks on
+/// AVX-512) measured slower in a tile of 16 pixels by 1 zmm vector than
+/// in 6 by 2 ymm vectors (24 channels on 56x56 from 144: 340 against
+/// 264 us).
+pub(super) fn form<V: Vf, N: Vf>(pn: &Panel) -> (bool, usize, usize) {
+    let wide = (pn.nb * L).is_multiple_of(V::W) && pn.nb * L >= 2 * V::W;
+    let (vw, nv) = match wide {
+        true => (V::W, pn.nb * L / V::W),
+        false => (N::W, pn.nb),
+    };
+    (wide, nv, tile_pixels(vw, nv))
+}
+
+/// [`tile_n`] on `V` or `N` as [`form`] chose, with the pixel step
+/// known at compile time where it is one blocked pixel.
+///
+/// # Safety
+/// [`tile_n`]'s.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(super) unsafe fn run_tile<V: Vf, N: Vf>(
+    wide: bool,
+    m: usize,
+    nv: usize,
+    g: &Geometry,
+    x: *const f32,
+    w: *const f32,
+    ends: Ends,
+    out: *mut f32,
+) {
+    // SAFETY: the caller's.
+    unsafe {
+        match (wide, g.px == L) {
+            (true, true) => tile_n::<V, L>(m, nv, g, x, w, ends, out),
+            (true, false) => tile_n::<V, 0>(m, nv, g, x, w, ends, out),
+            (false, true) => tile_n::<N, L>(m, nv, g, x, w, ends, out),
+            (false, false) => tile_n::<N, 0>(m, nv, g, x, w, ends, out),
+        }
+    }
+}
+
+/// `count` consecutive pixels of a 1x1 convolution at unit stride
+/// (`g.taps` is `[0]`, `g.px` one pixel) through every panel: `x` is
+/// the first pixel in input block 0 (blocks `g.ibs` apart), `out` and
+/// `sum` (or null) the first pixel in output block 0 (blocks `g.obs`
+/// apart), `bias` all output channels' or null. The tiles of
+/// [`direct`], so the same bits.
+///
+/// # Safety
+/// The CPU has `V`'s and `N`'s features; every pixel of every block is
+/// inside its buffer, and the output cells are the caller's.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn pointwise<V: Vf, N: Vf>(
+    w: &[f32],
+    panels: &[Panel],
+    g: &Geometry,
+    x: *const f32,
+    bias: *const f32,
+    sum: *const f32,
+    out: *mut f32,
+    count: usize,
+) {
+    for pn in panels {
+        let (wide, nv, mr) = form::<V, N>(pn);
+        let mut q = 0;
+        while q < count {
+            let m = mr.min(count - q);
+            // SAFETY: the caller's bounds; the panel lies in `w`.
+            unsafe {
+                let at = pn.ob0 * g.obs + q * L;
+                let ends = Ends {
+                    bias: match bias.is_null() {
+                        true => bias,
+                        false => bias.add(pn.ob0 * L),
+                    },
+                    sum: match sum.is_null() {
+                        true => sum,
+                        false => sum.add(at),
+                    },
+                };
+                let wq = w.as_ptr().add(pn.off);
+                run_tile::<V, N>(wide, m, nv, g, x.add(q * L), wq, ends, out.add(at));
+            }
+            q += m;
+        }
+    }
+}
+
 /// The input planes with their padding (zeros) around: `[planes, hp,
 /// wp, lanes]` (lanes: 8 for blocks, 1 for NCHW planes). With
 /// `from_nchw` (lanes 8) `x` is NCHW and each block's 8 planes are
@@ -376,16 +466,7 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
         let (p0, p1) = (c * chunk, ((c + 1) * chunk).min(pixels));
         let mine = &panels[gi * panels.len() / groups..(gi + 1) * panels.len() / groups];
         for pn in mine {
-            // `V` for panels of 2 or more of its vectors; a panel of one
-            // (2 blocks on AVX-512) measured slower in a tile of 16
-            // pixels by 1 zmm vector than in 6 by 2 ymm vectors (24
-            // channels on 56x56 from 144: 340 against 264 us).
-            let wide = (pn.nb * L).is_multiple_of(V::W) && pn.nb * L >= 2 * V::W;
-            let (vw, nv) = match wide {
-                true => (V::W, pn.nb * L / V::W),
-                false => (N::W, pn.nb),
-            };
-            let mr = tile_pixels(vw, nv);
+            let (wide, nv, mr) = form::<V, N>(pn);
             let mut q = p0;
             while q < p1 {
                 let (oy, ox) = (q / ow, q % ow);
@@ -402,12 +483,7 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
                     let bq = bs.map_or(std::ptr::null(), |bp| (bp as *const f32).add(pn.ob0 * L));
                     let wq = (ws as *const f32).add(pn.off);
                     let ends = Ends { bias: bq, sum: sq };
-                    match (wide, g.px == L) {
-                        (true, true) => tile_n::<V, L>(m, nv, g, xq, wq, ends, oq),
-                        (true, false) => tile_n::<V, 0>(m, nv, g, xq, wq, ends, oq),
-                        (false, true) => tile_n::<N, L>(m, nv, g, xq, wq, ends, oq),
-                        (false, false) => tile_n::<N, 0>(m, nv, g, xq, wq, ends, oq),
-                    }
+                    run_tile::<V, N>(wide, m, nv, g, xq, wq, ends, oq);
                 }
                 q += m;
             }

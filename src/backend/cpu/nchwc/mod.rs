@@ -49,6 +49,8 @@ use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
 #[cfg(target_arch = "x86_64")]
+mod chain;
+#[cfg(target_arch = "x86_64")]
 mod depthwise;
 #[cfg(target_arch = "x86_64")]
 mod direct;
@@ -75,7 +77,10 @@ pub(super) struct Plan {
     /// Direct convolutions (by node) that add a residual in their
     /// epilogue and write the sum: the add node runs no more.
     sums: HashMap<usize, Sum>,
-    /// Add nodes whose sum a convolution writes.
+    /// Depthwise chains, by first node.
+    chains: HashMap<usize, Chain>,
+    /// Nodes whose work an earlier node does: adds whose sum a
+    /// convolution writes, the later convolutions of a chain.
     fused: Vec<bool>,
     /// Global pooling nodes (by node) that read their blocked input
     /// where it lies (`pool::global`).
@@ -92,6 +97,27 @@ pub(super) struct Plan {
 pub(super) struct Sum {
     pub residual: usize,
     pub out: usize,
+}
+
+/// A depthwise chain (`chain.rs`): an expanding 1x1 convolution, a
+/// depthwise one and a projecting 1x1 one (at least one of the two),
+/// run by the first node a band of rows at a time; the operand it
+/// writes.
+pub(super) struct Chain {
+    pub(super) expand: Option<usize>,
+    pub(super) depthwise: usize,
+    pub(super) project: Option<usize>,
+    /// The last convolution's output, or the output of the residual add
+    /// that the projection does.
+    pub(super) out: usize,
+}
+
+impl Chain {
+    /// The nodes whose work the first one does.
+    pub(super) fn absorbed(&self) -> impl Iterator<Item = usize> + '_ {
+        let dw = self.expand.map(|_| self.depthwise);
+        dw.into_iter().chain(self.project)
+    }
 }
 
 /// A convolution that runs in the blocked layout, its filter packed.
@@ -367,10 +393,14 @@ fn panel_blocks(isa: Isa) -> usize {
 /// Decides the layout of every operand of `graph` (see the module
 /// comment); `None` when nothing would run blocked.
 pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Plan> {
-    let isa = best()?;
-    if disabled() {
-        return None;
+    match disabled() {
+        true => None,
+        false => plan_for(graph, constants, best()?),
     }
+}
+
+/// [`plan`] for the kernels of `isa`.
+fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<Plan> {
     let mut blocked = vec![false; graph.operands.len()];
     let mut convs = HashMap::new();
     let mut pools = vec![false; graph.nodes.len()];
@@ -422,15 +452,47 @@ pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Pla
             _ => {}
         }
     }
-    let (sums, fused) = residual_sums(graph, &blocked, &convs);
+    let uses = uses(graph);
+    let (sums, mut fused) = residual_sums(graph, &blocked, &convs, &uses);
+    #[cfg(target_arch = "x86_64")]
+    let chains = chain::find(graph, &convs, &sums, (&uses.0, &uses.1, &uses.2));
+    #[cfg(not(target_arch = "x86_64"))]
+    let chains: HashMap<usize, Chain> = HashMap::new();
+    for m in chains.values().flat_map(Chain::absorbed) {
+        fused[m] = true;
+    }
     (!convs.is_empty()).then_some(Plan {
         blocked,
         convs,
         sums,
+        chains,
         fused,
         pools,
         isa,
     })
+}
+
+/// Each operand's producing node (`usize::MAX` for none), number of
+/// readers (a graph output counts as one) and last reading node.
+type Uses = (Vec<usize>, Vec<usize>, Vec<usize>);
+
+fn uses(graph: &Graph) -> Uses {
+    let mut producer = vec![usize::MAX; graph.operands.len()];
+    let mut readers = vec![0usize; graph.operands.len()];
+    let mut reader = vec![usize::MAX; graph.operands.len()];
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        for &o in &node.outputs {
+            producer[o] = ni;
+        }
+        for &i in &node.inputs {
+            readers[i] += 1;
+            reader[i] = ni;
+        }
+    }
+    for (_, o) in &graph.outputs {
+        readers[*o] += 1;
+    }
+    (producer, readers, reader)
 }
 
 /// The blocked element-wise adds that the direct convolution producing
@@ -439,20 +501,8 @@ fn residual_sums(
     graph: &Graph,
     blocked: &[bool],
     convs: &HashMap<usize, Conv>,
+    (producer, readers, _): &Uses,
 ) -> (HashMap<usize, Sum>, Vec<bool>) {
-    let mut producer = vec![usize::MAX; graph.operands.len()];
-    let mut readers = vec![0usize; graph.operands.len()];
-    for (ni, node) in graph.nodes.iter().enumerate() {
-        for &o in &node.outputs {
-            producer[o] = ni;
-        }
-        for &i in &node.inputs {
-            readers[i] += 1;
-        }
-    }
-    for (_, o) in &graph.outputs {
-        readers[*o] += 1;
-    }
     let mut sums = HashMap::new();
     let mut fused = vec![false; graph.nodes.len()];
     for (ni, node) in graph.nodes.iter().enumerate() {
@@ -519,6 +569,11 @@ impl Plan {
         self.convs.get(&n)
     }
 
+    /// The depthwise chain that node `n` runs, when it starts one.
+    pub(super) fn chain(&self, n: usize) -> Option<&Chain> {
+        self.chains.get(&n)
+    }
+
     /// The residual add that convolution node `n` does, when it does one.
     pub(super) fn sum(&self, n: usize) -> Option<&Sum> {
         self.sums.get(&n)
@@ -534,7 +589,8 @@ impl Plan {
         to_nchw(x, d, self.isa)
     }
 
-    /// Whether add node `n` is done by the convolution before it.
+    /// Whether node `n`'s work is done by an earlier node: an add by the
+    /// convolution before it, a convolution by its chain's first node.
     pub(super) fn is_fused(&self, n: usize) -> bool {
         self.fused.get(n).copied().unwrap_or(false)
     }
@@ -594,6 +650,33 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool, isa: Isa) -> Result<Buf>
     Ok(Buf::F32(out))
 }
 
+/// A convolution's bias (or none) and bounds `(lo, hi)`.
+type Epilogue<'a> = (Option<&'a [f32]>, (f32, f32));
+
+/// A convolution's bias (when `p.has_bias`) and fused bounds `[lo, hi]`
+/// (when it has more inputs than those), its input `k` being `input(k)`
+/// of `count`.
+fn ends<'a>(
+    p: &Conv2dParams,
+    count: usize,
+    input: impl Fn(usize) -> Option<&'a Buf>,
+) -> Result<Epilogue<'a>> {
+    let bad = || Error::operation("conv2d: the operands do not match the parameters");
+    let bias = match p.has_bias {
+        true => Some(f32s(input(2).ok_or_else(bad)?)?),
+        false => None,
+    };
+    let at = 2 + usize::from(p.has_bias);
+    let bounds = match at < count {
+        false => (f32::NEG_INFINITY, f32::INFINITY),
+        true => match *f32s(input(at).ok_or_else(bad)?)? {
+            [lo, hi] => (lo, hi),
+            _ => return Err(Error::operation("conv2d: bad activation bounds")),
+        },
+    };
+    Ok((bias, bounds))
+}
+
 /// Runs the blocked convolution `c` of parameters `p` on `inputs` (input
 /// blocked, or NCHW for a `plain` or `nchw_in` one, filter, bias when
 /// `p.has_bias`, fused bounds `[lo, hi]` when present, as `conv::conv2d`
@@ -609,17 +692,7 @@ pub(super) fn conv(
 ) -> Result<Buf> {
     let bad = || Error::operation("conv2d: the operands do not match the parameters");
     let x = f32s(inputs.first().ok_or_else(bad)?)?;
-    let bias = match p.has_bias {
-        true => Some(f32s(inputs.get(2).ok_or_else(bad)?)?),
-        false => None,
-    };
-    let bounds = match inputs.get(2 + usize::from(p.has_bias)) {
-        None => (f32::NEG_INFINITY, f32::INFINITY),
-        Some(b) => match *f32s(b)? {
-            [lo, hi] => (lo, hi),
-            _ => return Err(Error::operation("conv2d: bad activation bounds")),
-        },
-    };
+    let (bias, bounds) = ends(p, inputs.len(), |k| inputs.get(k).copied())?;
     let (n, ic, oc) = (p.batch, p.in_channels, p.out_channels);
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     let reach = |o: usize, k: usize, s: usize, d: usize| (o - 1) * s + (k - 1) * d;
@@ -710,4 +783,137 @@ pub(super) fn conv(
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (c, bias, bounds, sum);
     Ok(Buf::F32(res))
+}
+
+impl Plan {
+    /// Runs chain `ch` of `g` on its first node's input `x` (blocked);
+    /// `operand(i)` is operand `i` where computed (the stages' filters,
+    /// biases and bounds are constants), `sum` the residual when the
+    /// projection adds one. The result is blocked, the shape of
+    /// `ch.out`.
+    pub(super) fn run_chain<'a>(
+        &'a self,
+        g: &Graph,
+        ch: &Chain,
+        x: &Buf,
+        operand: impl Fn(usize) -> Option<&'a Buf>,
+        sum: Option<&Buf>,
+    ) -> Result<Buf> {
+        let bad = || Error::operation("conv2d chain: the operands do not match the parameters");
+        let stage = |m: usize| -> Result<(&Conv, &Conv2dParams, Epilogue<'a>)> {
+            let node = &g.nodes[m];
+            let Op::Conv2d(p) = &node.op else {
+                return Err(bad());
+            };
+            let c = self.convs.get(&m).ok_or_else(bad)?;
+            let (bias, bounds) = ends(p, node.inputs.len(), |k| operand(*node.inputs.get(k)?))?;
+            if bias.is_some_and(|b| b.len() != p.out_channels) {
+                return Err(bad());
+            }
+            Ok((c, p, (bias, bounds)))
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            use chain::{Dw, Pw};
+            let pointwise = |m: usize| -> Result<(Pw<'_>, &Conv2dParams)> {
+                let (c, p, (bias, bounds)) = stage(m)?;
+                let Conv::Direct { w, panels, .. } = c else {
+                    return Err(bad());
+                };
+                let (ic, oc) = (p.in_channels, p.out_channels);
+                if w.len() != ic * oc || !ic.is_multiple_of(L) || !oc.is_multiple_of(L) {
+                    return Err(bad());
+                }
+                let pw = Pw {
+                    w,
+                    panels,
+                    bias,
+                    bounds,
+                    ic,
+                    oc,
+                };
+                Ok((pw, p))
+            };
+            let (c, p, (bias, bounds)) = stage(ch.depthwise)?;
+            let Conv::Depthwise { w, isa: dw_isa } = c else {
+                return Err(bad());
+            };
+            let d = Dw { w, p, bias, bounds };
+            let e = ch.expand.map(pointwise).transpose()?;
+            let pj = ch.project.map(pointwise).transpose()?;
+            let (n, c) = (p.batch, p.in_channels);
+            let span = |k: usize, dl: usize| (k - 1) * dl;
+            let (sh, sw) = (
+                span(p.kernel_h, p.dilations[0]),
+                span(p.kernel_w, p.dilations[1]),
+            );
+            let [pt, pb, pl, pr] = p.padding;
+            let reach = |o: usize, s: usize, sp: usize| (o - 1) * s + sp;
+            let size = |q: &Conv2dParams, h: usize, w: usize| {
+                q.batch == n && (q.in_h, q.in_w) == (h, w) && (q.out_h, q.out_w) == (h, w)
+            };
+            let (ic, oc) = (
+                e.as_ref().map_or(c, |(e, _)| e.ic),
+                pj.as_ref().map_or(c, |(q, _)| q.oc),
+            );
+            let ok = c.is_multiple_of(L)
+                && p.groups == c
+                && p.out_channels == c
+                && w.len() == c * p.kernel_h * p.kernel_w
+                && p.kernel_h > 0
+                && p.kernel_w > 0
+                && p.out_h > 0
+                && p.out_w > 0
+                && !p.strides.contains(&0)
+                && pt.max(pb) <= sh
+                && pl.max(pr) <= sw
+                && reach(p.out_h, p.strides[0], sh) < p.in_h + pt + pb
+                && reach(p.out_w, p.strides[1], sw) < p.in_w + pl + pr
+                && e.as_ref()
+                    .is_none_or(|(e, q)| e.oc == c && size(q, p.in_h, p.in_w))
+                && pj
+                    .as_ref()
+                    .is_none_or(|(pj, q)| pj.ic == c && size(q, p.out_h, p.out_w))
+                && x.len() == n * ic * p.in_h * p.in_w
+                && g.operands[ch.out].element_count() == n * oc * p.out_h * p.out_w;
+            let x = f32s(x)?;
+            let sum = sum.map(f32s).transpose()?;
+            if !ok || sum.is_some_and(|r| r.len() != n * oc * p.out_h * p.out_w) {
+                return Err(bad());
+            }
+            let mut res = Buf::f32_for_overwrite(n * oc * p.out_h * p.out_w);
+            let (e, pj) = (e.as_ref().map(|v| &v.0), pj.as_ref().map(|v| &v.0));
+            #[cfg(test)]
+            use simd::Lanes;
+            use std::arch::x86_64::{__m256, __m512};
+            // SAFETY: the plan's kernels run on this CPU (its Isa from
+            // `best()`, a test's checked one), the depthwise form being
+            // at most as wide; the stages fit together and the sizes,
+            // the padding and the reach were checked above.
+            unsafe {
+                match (self.isa, dw_isa) {
+                    (Isa::Avx2, Isa::Avx2) => {
+                        chain::chain::<__m256, __m256, __m256>(e, &d, pj, x, sum, &mut res)
+                    }
+                    (Isa::Avx512, Isa::Avx2) => {
+                        chain::chain::<__m512, __m256, __m256>(e, &d, pj, x, sum, &mut res)
+                    }
+                    (Isa::Avx512, Isa::Avx512) => {
+                        chain::chain::<__m512, __m256, __m512>(e, &d, pj, x, sum, &mut res)
+                    }
+                    #[cfg(test)]
+                    (Isa::Portable, Isa::Portable) => {
+                        chain::chain::<Lanes<16>, Lanes<8>, Lanes<16>>(e, &d, pj, x, sum, &mut res)
+                    }
+                    _ => return Err(bad()),
+                }
+            }
+            Ok(Buf::F32(res))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (g, ch, x, sum, stage);
+            Err(bad())
+        }
+    }
 }

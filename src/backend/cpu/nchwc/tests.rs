@@ -312,6 +312,9 @@ fn depthwise_matches_the_nchw_kernel_bitwise() {
         ((1, 8, 1, 1), (3, 3), [1, 1, 1, 1], 1, 1),
         ((1, 16, 30, 29), (3, 3), [1, 1, 1, 1], 1, 1),
         ((1, 8, 5, 9), (1, 1), [0; 4], 1, 1),
+        // Padding wider than the filter's reach: windows in the padding.
+        ((1, 8, 6, 6), (3, 3), [4, 3, 5, 4], 1, 1),
+        ((1, 8, 40, 40), (3, 3), [5, 4, 6, 3], 2, 1),
         // Planes too large to copy whole: in place, with strips.
         ((1, 8, 40, 37), (3, 3), [0, 1, 2, 1], 2, 1),
         ((1, 8, 33, 35), (5, 3), [2, 1, 1, 2], 1, 2),
@@ -794,4 +797,192 @@ fn the_plan_runs_wide_3x3_convolutions_by_winograd() {
     let (fused, apart, plain) = (run(1), run(2), run(3));
     assert!(same_bits(&fused, &apart));
     assert_near(&fused, &plain);
+}
+
+/// One depthwise block for [`depthwise_chains_give_the_bits_of_their_nodes`]:
+/// input `[n, ic, h, w]`, an expanding 1x1 convolution to `c` channels
+/// (when `expand`) clamped to [0, 6], the depthwise one (kernel `k`,
+/// padding, stride, dilation) clamped too, a projecting 1x1 one to `oc`
+/// (when given), plus the block's input (when `residual`, the output of
+/// a 1x1 convolution of `x`).
+struct Block {
+    x: (usize, usize, usize, usize),
+    expand: bool,
+    c: usize,
+    k: (usize, usize),
+    pad: [usize; 4],
+    s: usize,
+    d: usize,
+    project: Option<usize>,
+    residual: bool,
+}
+
+impl Block {
+    fn graph(&self) -> Graph {
+        let (n, ic, h, w) = self.x;
+        let mut g = Graph {
+            operands: vec![f32d(&[n, ic, h, w])],
+            sources: vec![Source::Input("x".into())],
+            nodes: vec![],
+            inputs: vec![("x".into(), 0)],
+            outputs: vec![],
+        };
+        let mut seed = 10;
+        let mut constant = |g: &mut Graph, shape: &[usize]| {
+            seed += 1;
+            g.operands.push(f32d(shape));
+            let len = shape.iter().product();
+            g.sources.push(Source::Constant(bytes(&random(len, seed))));
+            g.operands.len() - 1
+        };
+        let push = |g: &mut Graph, op: Op, inputs: Vec<usize>, shape: &[usize]| {
+            g.operands.push(f32d(shape));
+            g.sources.push(Source::Node {
+                node: g.nodes.len(),
+                index: 0,
+            });
+            let out = g.operands.len() - 1;
+            g.nodes.push(node(op, inputs, out));
+            out
+        };
+        let relu6 = Op::Clamp { min: 0.0, max: 6.0 };
+        let mut y = 0;
+        // A residual is blocked when a convolution computes it (a graph
+        // input is not): a 1x1 one first.
+        if self.residual {
+            let p = params((n, ic, h, w), (ic, 1, 1), [0; 4], 1, 1, 1);
+            let (f, b) = (constant(&mut g, &[ic, ic, 1, 1]), constant(&mut g, &[ic]));
+            y = push(&mut g, Op::Conv2d(p), vec![y, f, b], &[n, ic, h, w]);
+        }
+        let x = y;
+        if self.expand {
+            let p = params((n, ic, h, w), (self.c, 1, 1), [0; 4], 1, 1, 1);
+            let (f, b) = (
+                constant(&mut g, &[self.c, ic, 1, 1]),
+                constant(&mut g, &[self.c]),
+            );
+            y = push(&mut g, Op::Conv2d(p), vec![y, f, b], &[n, self.c, h, w]);
+            y = push(&mut g, relu6.clone(), vec![y], &[n, self.c, h, w]);
+        }
+        let (kh, kw) = self.k;
+        let p = params(
+            (n, self.c, h, w),
+            (self.c, kh, kw),
+            self.pad,
+            self.s,
+            self.d,
+            self.c,
+        );
+        let (oh, ow) = (p.out_h, p.out_w);
+        let (f, b) = (
+            constant(&mut g, &[self.c, 1, kh, kw]),
+            constant(&mut g, &[self.c]),
+        );
+        y = push(&mut g, Op::Conv2d(p), vec![y, f, b], &[n, self.c, oh, ow]);
+        y = push(&mut g, relu6, vec![y], &[n, self.c, oh, ow]);
+        if let Some(oc) = self.project {
+            let p = params((n, self.c, oh, ow), (oc, 1, 1), [0; 4], 1, 1, 1);
+            let (f, b) = (
+                constant(&mut g, &[oc, self.c, 1, 1]),
+                constant(&mut g, &[oc]),
+            );
+            y = push(&mut g, Op::Conv2d(p), vec![y, f, b], &[n, oc, oh, ow]);
+            if self.residual {
+                y = push(
+                    &mut g,
+                    Op::Binary(BinaryKind::Add),
+                    vec![y, x],
+                    &[n, oc, oh, ow],
+                );
+            }
+        }
+        g.outputs.push(("y".into(), y));
+        g
+    }
+}
+
+/// Expanding, depthwise and projecting convolutions run as one chain,
+/// a band of rows at a time (the planes below are cut into several
+/// bands, and into a part per thread), with the bits of the same nodes
+/// run one by one, for every form of the kernels; and near the plain
+/// graph's.
+#[test]
+fn depthwise_chains_give_the_bits_of_their_nodes() {
+    use crate::backend::Backend;
+    if !available() {
+        return;
+    }
+    let block = |x, expand, c, pad, s, project, residual| Block {
+        x,
+        expand,
+        c,
+        k: (3, 3),
+        pad,
+        s,
+        d: 1,
+        project,
+        residual,
+    };
+    let cases = [
+        // MobileNetV2's shapes: a residual block, a strided one.
+        block((1, 16, 30, 29), true, 32, [1; 4], 1, Some(16), true),
+        block((2, 8, 57, 60), true, 24, [0, 1, 0, 1], 2, Some(16), false),
+        // Many bands, at both strides.
+        block((1, 8, 112, 112), true, 48, [1; 4], 1, Some(8), true),
+        block((1, 16, 112, 111), true, 32, [1; 4], 2, Some(24), false),
+        // Either 1x1 convolution alone.
+        block((1, 16, 28, 28), false, 16, [1; 4], 1, Some(8), false),
+        block((1, 8, 30, 29), true, 16, [1, 0, 1, 0], 1, None, false),
+        // A taller, dilated filter; no padding at the bottom.
+        Block {
+            k: (5, 3),
+            d: 2,
+            ..block((1, 8, 40, 36), true, 16, [2, 0, 1, 1], 1, Some(8), false)
+        },
+    ];
+    for (i, b) in cases.iter().enumerate() {
+        let graph = Arc::new(b.graph());
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        cpu.compile(1, graph.clone()).unwrap();
+        let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
+        let stem = usize::from(b.residual);
+        let ch = plan
+            .chain(stem)
+            .unwrap_or_else(|| panic!("case {i}: no chain"));
+        // Compiled nodes: [stem,] [expand,] depthwise[, project[, add]]
+        // (the clamps fused into the convolutions before them).
+        let dw = stem + usize::from(b.expand);
+        assert_eq!(ch.depthwise, dw, "case {i}");
+        assert_eq!(ch.expand.is_some(), b.expand, "case {i}");
+        assert_eq!(ch.project, b.project.map(|_| dw + 1), "case {i}");
+        assert_eq!(ch.out, cpu.graphs[&1].graph.outputs[0].1, "case {i}");
+        assert!(ch.absorbed().all(|m| plan.is_fused(m)), "case {i}");
+        let x = random(b.x.0 * b.x.1 * b.x.2 * b.x.3, i as u64);
+        let plain = {
+            cpu.compile(2, graph.clone()).unwrap();
+            cpu.graphs.get_mut(&2).unwrap().nchwc = None;
+            run_graph(&mut cpu, 2, &graph, &x).remove(0)
+        };
+        for isa in isas() {
+            for (id, chained) in [(3, true), (4, false)] {
+                cpu.compile(id, graph.clone()).unwrap();
+                let cg = cpu.graphs.get_mut(&id).unwrap();
+                let mut plan = plan_for(&cg.graph, &cg.constants, isa).unwrap();
+                if !chained {
+                    for m in plan.chains.values().flat_map(Chain::absorbed) {
+                        plan.fused[m] = false;
+                    }
+                    plan.chains.clear();
+                }
+                assert_eq!(plan.chains.len(), usize::from(chained), "case {i}");
+                cg.nchwc = Some(plan);
+            }
+            let (got, want) = (
+                run_graph(&mut cpu, 3, &graph, &x).remove(0),
+                run_graph(&mut cpu, 4, &graph, &x).remove(0),
+            );
+            assert!(same_bits(&got, &want), "case {i} {isa:?}");
+            assert_near(&got, &plain);
+        }
+    }
 }

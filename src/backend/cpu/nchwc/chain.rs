@@ -261,7 +261,7 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
                         // blocks hold `cap` rows (b - a <= cap).
                         unsafe {
                             pointwise::<V, N>(
-                                e.w,
+                                e.w.as_ptr(),
                                 e.panels,
                                 &g,
                                 xi.add(img * e.ic * h * w + (a + kept) * w * L),
@@ -344,7 +344,7 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
                     // residual), this task's.
                     unsafe {
                         pointwise::<V, N>(
-                            q.w,
+                            q.w.as_ptr(),
                             q.panels,
                             &g,
                             dw.as_ptr(),

@@ -134,9 +134,9 @@ unsafe fn tile<V: Vf, const M: usize, const NV: usize, const PX: usize>(
 /// values, or null) and, after the bounds, a residual laid out as the
 /// output (the tile's first cell, or null).
 #[derive(Clone, Copy)]
-pub(super) struct Ends {
-    pub bias: *const f32,
-    pub sum: *const f32,
+struct Ends {
+    bias: *const f32,
+    sum: *const f32,
 }
 
 /// [`tile`] for a run-time pixel count (1..=[`tile_pixels`]) and vector
@@ -146,7 +146,7 @@ pub(super) struct Ends {
 /// # Safety
 /// The CPU has `V`'s features; the rest is [`tile`]'s contract.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn tile_n<V: Vf, const PX: usize>(
+unsafe fn tile_n<V: Vf, const PX: usize>(
     m: usize,
     nv: usize,
     g: &Geometry,
@@ -182,7 +182,7 @@ pub(super) unsafe fn tile_n<V: Vf, const PX: usize>(
 /// AVX-512) measured slower in a tile of 16 pixels by 1 zmm vector than
 /// in 6 by 2 ymm vectors (24 channels on 56x56 from 144: 340 against
 /// 264 us).
-pub(super) fn form<V: Vf, N: Vf>(pn: &Panel) -> (bool, usize, usize) {
+fn form<V: Vf, N: Vf>(pn: &Panel) -> (bool, usize, usize) {
     let wide = (pn.nb * L).is_multiple_of(V::W) && pn.nb * L >= 2 * V::W;
     let (vw, nv) = match wide {
         true => (V::W, pn.nb * L / V::W),
@@ -198,7 +198,7 @@ pub(super) fn form<V: Vf, N: Vf>(pn: &Panel) -> (bool, usize, usize) {
 /// [`tile_n`]'s.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) unsafe fn run_tile<V: Vf, N: Vf>(
+unsafe fn run_tile<V: Vf, N: Vf>(
     wide: bool,
     m: usize,
     nv: usize,
@@ -220,7 +220,8 @@ pub(super) unsafe fn run_tile<V: Vf, N: Vf>(
 }
 
 /// `count` consecutive pixels of a 1x1 convolution at unit stride
-/// (`g.taps` is `[0]`, `g.px` one pixel) through every panel: `x` is
+/// (`g.taps` is `[0]`, `g.px` one pixel) through every panel of the
+/// filter packed at `w`: `x` is
 /// the first pixel in input block 0 (blocks `g.ibs` apart), `out` and
 /// `sum` (or null) the first pixel in output block 0 (blocks `g.obs`
 /// apart), `bias` all output channels' or null. The tiles of
@@ -231,7 +232,7 @@ pub(super) unsafe fn run_tile<V: Vf, N: Vf>(
 /// inside its buffer, and the output cells are the caller's.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn pointwise<V: Vf, N: Vf>(
-    w: &[f32],
+    w: *const f32,
     panels: &[Panel],
     g: &Geometry,
     x: *const f32,
@@ -258,7 +259,7 @@ pub(super) unsafe fn pointwise<V: Vf, N: Vf>(
                         false => sum.add(at),
                     },
                 };
-                let wq = w.as_ptr().add(pn.off);
+                let wq = w.add(pn.off);
                 run_tile::<V, N>(wide, m, nv, g, x.add(q * L), wq, ends, out.add(at));
             }
             q += m;

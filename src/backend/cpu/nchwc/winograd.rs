@@ -9,7 +9,7 @@
 //! channels, and `Y = At M A` brings the sums back to the tile's 4
 //! outputs. The sums over input channels are 16 matrix products, one per
 //! position, of tiles by input channels times input by output channels;
-//! they run on the direct kernel's tile (`direct::tile_n`, as a 1x1
+//! they run on the direct kernel's tile (`direct::pointwise`, as a 1x1
 //! convolution whose "pixels" are tiles), so they keep its register
 //! blocking and its AVX-512 form. The transforms are additions and
 //! subtractions of 8-channel vectors (the filter's halves are exact).
@@ -29,7 +29,7 @@
 //! may give NaN where the direct form gives an infinity (in a transform
 //! it meets itself with the opposite sign).
 
-use super::direct::{tile_n, tile_pixels, Ends, Geometry};
+use super::direct::{pointwise, tile_pixels, Geometry};
 use super::par::{for_units, Out, PAR_WORK};
 use super::simd::Vf;
 use super::{Panel, L};
@@ -42,7 +42,7 @@ pub(super) const POS: usize = 16;
 const GROUP_BYTES: usize = 256 << 10;
 
 /// `U = G g Gt` of every filter (`f` in OIHW, 3x3), packed for
-/// `direct::tile_n` as one 1x1 convolution per position: position `k`'s
+/// `direct::pointwise` as one 1x1 convolution per position: position `k`'s
 /// slab (`oc * ic` floats, at `k * oc * ic`) holds `panels` in order,
 /// each `[ic][nb * 8]`. Computed in double precision and rounded once.
 pub(super) fn pack(f: &[f32], ic: usize, oc: usize, panels: &[Panel]) -> Vec<f32> {
@@ -400,32 +400,11 @@ unsafe fn run_group<V: Vf, N: Vf>(
             lo: f32::NEG_INFINITY,
             hi: f32::INFINITY,
         };
-        let none = Ends {
-            bias: std::ptr::null(),
-            sum: std::ptr::null(),
-        };
         let slab = icb * ocb * L * L;
         for k in 0..POS {
             let (vk, mk) = (vs.add(k * vps), ms.add(k * mps));
-            for pn in panels {
-                let wide = (pn.nb * L).is_multiple_of(V::W) && pn.nb * L >= 2 * V::W;
-                let (vw, nv) = match wide {
-                    true => (V::W, pn.nb * L / V::W),
-                    false => (N::W, pn.nb),
-                };
-                let mr = tile_pixels(vw, nv);
-                let w = u.add(k * slab + pn.off);
-                let mut r = 0;
-                while r < n {
-                    let m = mr.min(n - r);
-                    let (xr, or) = (vk.add(r * L), mk.add(pn.ob0 * n * L + r * L));
-                    match wide {
-                        true => tile_n::<V, L>(m, nv, &g, xr, w, none, or),
-                        false => tile_n::<N, L>(m, nv, &g, xr, w, none, or),
-                    }
-                    r += m;
-                }
-            }
+            let (none, uk) = (std::ptr::null(), u.add(k * slab));
+            pointwise::<V, N>(uk, panels, &g, vk, none, none, mk, n);
         }
         // Output transform, with the epilogue.
         let (lo, hi) = (N::splat(lo), N::splat(hi));

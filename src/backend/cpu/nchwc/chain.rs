@@ -85,15 +85,7 @@ pub(super) fn find(
         let (Conv::Depthwise { .. }, Some(p)) = (c, params(graph, d)) else {
             continue;
         };
-        let span = |k: usize, dl: usize| (k - 1) * dl;
-        let (sh, sw) = (
-            span(p.kernel_h, p.dilations[0]),
-            span(p.kernel_w, p.dilations[1]),
-        );
-        // Padding within the filter's reach (every band then reads at
-        // least one input row).
-        let [pt, pb, pl, pr] = p.padding;
-        if p.out_h * p.out_w < MIN_PIXELS || pt.max(pb) > sh || pl.max(pr) > sw {
+        if p.out_h * p.out_w < MIN_PIXELS || !fits(p) {
             continue;
         }
         let (x, y) = (graph.nodes[d].inputs[0], graph.nodes[d].outputs[0]);
@@ -130,6 +122,18 @@ pub(super) fn find(
         );
     }
     chains
+}
+
+/// Whether depthwise convolution `p` can run in bands: every tap inside
+/// the padded input, nonzero strides, and padding within the filter's
+/// reach (so every band reads at least one input row).
+pub(super) fn fits(p: &Conv2dParams) -> bool {
+    let span = |k: usize, d: usize| (k - 1) * d;
+    let [pt, pb, pl, pr] = p.padding;
+    super::taps_fit(p)
+        && !p.strides.contains(&0)
+        && pt.max(pb) <= span(p.kernel_h, p.dilations[0])
+        && pl.max(pr) <= span(p.kernel_w, p.dilations[1])
 }
 
 /// A 1x1 stage: its packed filter and panels, bias, bounds and channels.

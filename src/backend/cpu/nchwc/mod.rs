@@ -650,6 +650,19 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool, isa: Isa) -> Result<Buf>
     Ok(Buf::F32(out))
 }
 
+/// Whether `p` has output pixels and every tap of each lies inside the
+/// padded input.
+fn taps_fit(p: &Conv2dParams) -> bool {
+    let reach = |o: usize, k: usize, s: usize, d: usize| (o - 1) * s + (k - 1) * d;
+    let [pt, pb, pl, pr] = p.padding;
+    p.out_h > 0
+        && p.out_w > 0
+        && p.kernel_h > 0
+        && p.kernel_w > 0
+        && reach(p.out_h, p.kernel_h, p.strides[0], p.dilations[0]) < p.in_h + pt + pb
+        && reach(p.out_w, p.kernel_w, p.strides[1], p.dilations[1]) < p.in_w + pl + pr
+}
+
 /// A convolution's bias (or none) and bounds `(lo, hi)`.
 type Epilogue<'a> = (Option<&'a [f32]>, (f32, f32));
 
@@ -695,11 +708,7 @@ pub(super) fn conv(
     let (bias, bounds) = ends(p, inputs.len(), |k| inputs.get(k).copied())?;
     let (n, ic, oc) = (p.batch, p.in_channels, p.out_channels);
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
-    let reach = |o: usize, k: usize, s: usize, d: usize| (o - 1) * s + (k - 1) * d;
-    let fits = oh > 0
-        && ow > 0
-        && reach(oh, p.kernel_h, p.strides[0], p.dilations[0]) < h + p.padding[0] + p.padding[1]
-        && reach(ow, p.kernel_w, p.strides[1], p.dilations[1]) < w + p.padding[2] + p.padding[3];
+    let fits = taps_fit(p);
     let sum = sum.map(f32s).transpose()?;
     if x.len() != n * ic * h * w
         || bias.is_some_and(|b| b.len() != oc)
@@ -842,13 +851,6 @@ impl Plan {
             let e = ch.expand.map(pointwise).transpose()?;
             let pj = ch.project.map(pointwise).transpose()?;
             let (n, c) = (p.batch, p.in_channels);
-            let span = |k: usize, dl: usize| (k - 1) * dl;
-            let (sh, sw) = (
-                span(p.kernel_h, p.dilations[0]),
-                span(p.kernel_w, p.dilations[1]),
-            );
-            let [pt, pb, pl, pr] = p.padding;
-            let reach = |o: usize, s: usize, sp: usize| (o - 1) * s + sp;
             let size = |q: &Conv2dParams, h: usize, w: usize| {
                 q.batch == n && (q.in_h, q.in_w) == (h, w) && (q.out_h, q.out_w) == (h, w)
             };
@@ -860,15 +862,7 @@ impl Plan {
                 && p.groups == c
                 && p.out_channels == c
                 && w.len() == c * p.kernel_h * p.kernel_w
-                && p.kernel_h > 0
-                && p.kernel_w > 0
-                && p.out_h > 0
-                && p.out_w > 0
-                && !p.strides.contains(&0)
-                && pt.max(pb) <= sh
-                && pl.max(pr) <= sw
-                && reach(p.out_h, p.strides[0], sh) < p.in_h + pt + pb
-                && reach(p.out_w, p.strides[1], sw) < p.in_w + pl + pr
+                && chain::fits(p)
                 && e.as_ref()
                     .is_none_or(|(e, q)| e.oc == c && size(q, p.in_h, p.in_w))
                 && pj

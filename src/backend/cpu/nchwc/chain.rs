@@ -81,8 +81,19 @@ pub(super) fn find(
     if disabled() {
         return chains;
     }
-    for (&d, c) in convs {
-        let (Conv::Depthwise { .. }, Some(p)) = (c, params(graph, d)) else {
+    // A node joins one chain at most: in MobileNet (v1)'s depthwise,
+    // 1x1, depthwise, 1x1 ... the 1x1 between two depthwise convolutions
+    // projects for the first (in node order) and does not expand for the
+    // second.
+    let mut taken = vec![false; graph.nodes.len()];
+    let mut depthwise: Vec<usize> = convs
+        .iter()
+        .filter(|(_, c)| matches!(c, Conv::Depthwise { .. }))
+        .map(|(&d, _)| d)
+        .collect();
+    depthwise.sort_unstable();
+    for d in depthwise {
+        let Some(p) = params(graph, d) else {
             continue;
         };
         if p.out_h * p.out_w < MIN_PIXELS || !fits(p) {
@@ -91,6 +102,7 @@ pub(super) fn find(
         let (x, y) = (graph.nodes[d].inputs[0], graph.nodes[d].outputs[0]);
         let e = producer[x];
         let expand = (e != usize::MAX
+            && !taken[e]
             && readers[x] == 1
             && pointwise_node(graph, convs, e)
             && !sums.contains_key(&e))
@@ -111,6 +123,9 @@ pub(super) fn find(
             Some(pn) => sums.get(&pn).map_or(graph.nodes[pn].outputs[0], |s| s.out),
             None => y,
         };
+        for m in expand.into_iter().chain([d]).chain(project) {
+            taken[m] = true;
+        }
         chains.insert(
             first,
             Chain {

@@ -817,52 +817,83 @@ struct Block {
     residual: bool,
 }
 
-impl Block {
-    fn graph(&self) -> Graph {
-        let (n, ic, h, w) = self.x;
-        let mut g = Graph {
-            operands: vec![f32d(&[n, ic, h, w])],
+/// A graph built node by node: one input `x`, random constants.
+struct Builder {
+    g: Graph,
+    seed: u64,
+}
+
+impl Builder {
+    fn new(x: &[usize]) -> Builder {
+        let g = Graph {
+            operands: vec![f32d(x)],
             sources: vec![Source::Input("x".into())],
             nodes: vec![],
             inputs: vec![("x".into(), 0)],
             outputs: vec![],
         };
-        let mut seed = 10;
-        let mut constant = |g: &mut Graph, shape: &[usize]| {
-            seed += 1;
-            g.operands.push(f32d(shape));
-            let len = shape.iter().product();
-            g.sources.push(Source::Constant(bytes(&random(len, seed))));
-            g.operands.len() - 1
-        };
-        let push = |g: &mut Graph, op: Op, inputs: Vec<usize>, shape: &[usize]| {
-            g.operands.push(f32d(shape));
-            g.sources.push(Source::Node {
-                node: g.nodes.len(),
-                index: 0,
-            });
-            let out = g.operands.len() - 1;
-            g.nodes.push(node(op, inputs, out));
-            out
-        };
-        let relu6 = Op::Clamp { min: 0.0, max: 6.0 };
+        Builder { g, seed: 10 }
+    }
+
+    fn constant(&mut self, shape: &[usize]) -> usize {
+        self.seed += 1;
+        self.g.operands.push(f32d(shape));
+        let len = shape.iter().product();
+        let v = random(len, self.seed);
+        self.g.sources.push(Source::Constant(bytes(&v)));
+        self.g.operands.len() - 1
+    }
+
+    fn push(&mut self, op: Op, inputs: Vec<usize>, shape: &[usize]) -> usize {
+        let g = &mut self.g;
+        g.operands.push(f32d(shape));
+        g.sources.push(Source::Node {
+            node: g.nodes.len(),
+            index: 0,
+        });
+        let out = g.operands.len() - 1;
+        g.nodes.push(node(op, inputs, out));
+        out
+    }
+
+    /// A conv2d of `p` on `x`, with a random filter and bias; its output.
+    fn conv(&mut self, x: usize, p: Conv2dParams) -> usize {
+        let f = self.constant(&[
+            p.out_channels,
+            p.in_channels / p.groups,
+            p.kernel_h,
+            p.kernel_w,
+        ]);
+        let b = self.constant(&[p.out_channels]);
+        let out = [p.batch, p.out_channels, p.out_h, p.out_w];
+        self.push(Op::Conv2d(p), vec![x, f, b], &out)
+    }
+
+    /// Clamps `x` (of `shape`) to [0, 6].
+    fn relu6(&mut self, x: usize, shape: &[usize]) -> usize {
+        self.push(Op::Clamp { min: 0.0, max: 6.0 }, vec![x], shape)
+    }
+
+    fn output(mut self, y: usize) -> Graph {
+        self.g.outputs.push(("y".into(), y));
+        self.g
+    }
+}
+
+impl Block {
+    fn graph(&self) -> Graph {
+        let (n, ic, h, w) = self.x;
+        let mut g = Builder::new(&[n, ic, h, w]);
         let mut y = 0;
         // A residual is blocked when a convolution computes it (a graph
         // input is not): a 1x1 one first.
         if self.residual {
-            let p = params((n, ic, h, w), (ic, 1, 1), [0; 4], 1, 1, 1);
-            let (f, b) = (constant(&mut g, &[ic, ic, 1, 1]), constant(&mut g, &[ic]));
-            y = push(&mut g, Op::Conv2d(p), vec![y, f, b], &[n, ic, h, w]);
+            y = g.conv(y, params((n, ic, h, w), (ic, 1, 1), [0; 4], 1, 1, 1));
         }
         let x = y;
         if self.expand {
-            let p = params((n, ic, h, w), (self.c, 1, 1), [0; 4], 1, 1, 1);
-            let (f, b) = (
-                constant(&mut g, &[self.c, ic, 1, 1]),
-                constant(&mut g, &[self.c]),
-            );
-            y = push(&mut g, Op::Conv2d(p), vec![y, f, b], &[n, self.c, h, w]);
-            y = push(&mut g, relu6.clone(), vec![y], &[n, self.c, h, w]);
+            y = g.conv(y, params((n, ic, h, w), (self.c, 1, 1), [0; 4], 1, 1, 1));
+            y = g.relu6(y, &[n, self.c, h, w]);
         }
         let (kh, kw) = self.k;
         let p = params(
@@ -874,30 +905,15 @@ impl Block {
             self.c,
         );
         let (oh, ow) = (p.out_h, p.out_w);
-        let (f, b) = (
-            constant(&mut g, &[self.c, 1, kh, kw]),
-            constant(&mut g, &[self.c]),
-        );
-        y = push(&mut g, Op::Conv2d(p), vec![y, f, b], &[n, self.c, oh, ow]);
-        y = push(&mut g, relu6, vec![y], &[n, self.c, oh, ow]);
+        y = g.conv(y, p);
+        y = g.relu6(y, &[n, self.c, oh, ow]);
         if let Some(oc) = self.project {
-            let p = params((n, self.c, oh, ow), (oc, 1, 1), [0; 4], 1, 1, 1);
-            let (f, b) = (
-                constant(&mut g, &[oc, self.c, 1, 1]),
-                constant(&mut g, &[oc]),
-            );
-            y = push(&mut g, Op::Conv2d(p), vec![y, f, b], &[n, oc, oh, ow]);
+            y = g.conv(y, params((n, self.c, oh, ow), (oc, 1, 1), [0; 4], 1, 1, 1));
             if self.residual {
-                y = push(
-                    &mut g,
-                    Op::Binary(BinaryKind::Add),
-                    vec![y, x],
-                    &[n, oc, oh, ow],
-                );
+                y = g.push(Op::Binary(BinaryKind::Add), vec![y, x], &[n, oc, oh, ow]);
             }
         }
-        g.outputs.push(("y".into(), y));
-        g
+        g.output(y)
     }
 }
 
@@ -985,4 +1001,61 @@ fn depthwise_chains_give_the_bits_of_their_nodes() {
             assert_near(&got, &plain);
         }
     }
+}
+
+/// MobileNet (v1)'s depthwise, 1x1, depthwise, 1x1: the 1x1 between the
+/// two depthwise convolutions joins one chain only (projecting for the
+/// first), so both chains run, with the bits of their nodes.
+#[test]
+fn a_1x1_between_two_depthwise_convolutions_joins_one_chain() {
+    use crate::backend::Backend;
+    if !available() {
+        return;
+    }
+    let (c, h) = (16, 30);
+    let mut g = Builder::new(&[1, c, h, h]);
+    let dw = params((1, c, h, h), (c, 3, 3), [1; 4], 1, 1, c);
+    let pw = |oc| params((1, c, h, h), (oc, 1, 1), [0; 4], 1, 1, 1);
+    let mut y = 0;
+    for oc in [c, 8] {
+        y = g.conv(y, dw.clone());
+        y = g.relu6(y, &[1, c, h, h]);
+        y = g.conv(y, pw(oc));
+        if oc == c {
+            y = g.relu6(y, &[1, c, h, h]);
+        }
+    }
+    let graph = Arc::new(g.output(y));
+    let mut cpu = crate::backend::cpu::CpuBackend::new();
+    for id in 1..=3 {
+        cpu.compile(id, graph.clone()).unwrap();
+    }
+    // Compiled nodes (the clamps fused): depthwise, 1x1, depthwise, 1x1.
+    let plan = cpu
+        .graphs
+        .get_mut(&2)
+        .unwrap()
+        .nchwc
+        .as_mut()
+        .expect("a plan");
+    let chains: Vec<_> = [0, 2]
+        .iter()
+        .map(|&n| {
+            plan.chain(n)
+                .map(|ch| (ch.expand, ch.depthwise, ch.project))
+        })
+        .collect();
+    assert_eq!(chains, [Some((None, 0, Some(1))), Some((None, 2, Some(3)))]);
+    assert_eq!(plan.chains.len(), 2);
+    assert!((0..4)
+        .map(|m| plan.is_fused(m))
+        .eq([false, true, false, true]));
+    plan.chains.clear();
+    plan.fused.iter_mut().for_each(|f| *f = false);
+    cpu.graphs.get_mut(&3).unwrap().nchwc = None;
+    let x = random(c * h * h, 7);
+    let mut run = |id| run_graph(&mut cpu, id, &graph, &x).remove(0);
+    let (chained, apart, plain) = (run(1), run(2), run(3));
+    assert!(same_bits(&chained, &apart));
+    assert_near(&chained, &plain);
 }

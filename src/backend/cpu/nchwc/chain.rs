@@ -38,6 +38,9 @@ const MIN_PIXELS: usize = 28 * 28;
 /// about the same.)
 const BAND_BYTES: usize = 512 << 10;
 
+/// The most a thread's band buffers take (a band of one row).
+const MAX_BAND_BYTES: usize = 4 << 20;
+
 /// Whether `WEBNN_CPU_CHAIN=0` runs such blocks node by node (read at
 /// each build, so one process can compare both ways).
 fn disabled() -> bool {
@@ -97,6 +100,14 @@ pub(super) fn find(
             continue;
         };
         if p.out_h * p.out_w < MIN_PIXELS || !fits(p) {
+            continue;
+        }
+        // One row of output and the expanded rows it reads: beyond
+        // MAX_BAND_BYTES (a plane of absurd width) node by node, under
+        // the context's memory budget, rather than outside it.
+        let expanded = (p.kernel_h - 1) * p.dilations[0] + 1;
+        let row = 4 * p.in_channels * (expanded * p.in_w + p.out_w);
+        if row > MAX_BAND_BYTES {
             continue;
         }
         let (x, y) = (graph.nodes[d].inputs[0], graph.nodes[d].outputs[0]);
@@ -190,8 +201,8 @@ fn room(v: &mut Vec<f32>, n: usize) {
 ///
 /// # Safety
 /// The CPU has `V`'s, `N`'s and `D`'s features; the stages fit together
-/// and the sizes match `d.p` (checked by `super::chain`), every padding
-/// within the filter's reach.
+/// and the sizes match `d.p`, which [`fits`] (checked by
+/// `Plan::run_chain`).
 pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
     e: Option<&Pw>,
     d: &Dw,
@@ -253,55 +264,54 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
                 let y1 = (y0 + rows).min(yb);
                 let (a, b) = rows_in(y0, y1);
                 let xi = xs as *const f32;
-                let planes: Vec<&[f32]> = match e {
-                    Some(e) => {
-                        // Rows this band shares with the last one move
-                        // to the front; the rest are computed.
-                        let kept = if a >= h0 && a < h1 { h1 - a } else { 0 };
-                        if kept > 0 && a > h0 {
-                            for k in 0..cb {
-                                let at = k * cap * w * L;
-                                ex.copy_within(at + (a - h0) * w * L..at + (h1 - h0) * w * L, at);
-                            }
+                if let Some(e) = e {
+                    // Rows this band shares with the last one move
+                    // to the front; the rest are computed.
+                    let kept = if a >= h0 && a < h1 { h1 - a } else { 0 };
+                    if kept > 0 && a > h0 {
+                        for k in 0..cb {
+                            let at = k * cap * w * L;
+                            ex.copy_within(at + (a - h0) * w * L..at + (h1 - h0) * w * L, at);
                         }
-                        let g = Geometry {
-                            px: L,
-                            taps: &[0],
-                            ibs: h * w * L,
-                            icb: e.ic / L,
-                            cl: L,
-                            cs: 1,
-                            obs: cap * w * L,
-                            lo: e.bounds.0,
-                            hi: e.bounds.1,
-                        };
-                        // SAFETY: rows [a + kept, b) of image `img`'s
-                        // input, into rows kept.. of the buffer, whose
-                        // blocks hold `cap` rows (b - a <= cap).
-                        unsafe {
-                            pointwise::<V, N>(
-                                e.w.as_ptr(),
-                                e.panels,
-                                &g,
-                                xi.add(img * e.ic * h * w + (a + kept) * w * L),
-                                e.bias.map_or(std::ptr::null(), |b| b.as_ptr()),
-                                std::ptr::null(),
-                                ex.as_mut_ptr().add(kept * w * L),
-                                (b - a - kept) * w,
-                            )
-                        };
-                        (h0, h1) = (a, b);
-                        (0..cb)
-                            .map(|k| &ex[k * cap * w * L..(k * cap + b - a) * w * L])
-                            .collect()
                     }
-                    None => (0..cb)
-                        .map(|k| {
-                            let at = ((img * cb + k) * h + a) * w * L;
-                            // SAFETY: rows [a, b) of one plane of `x`.
-                            unsafe { std::slice::from_raw_parts(xi.add(at), (b - a) * w * L) }
-                        })
-                        .collect(),
+                    let g = Geometry {
+                        px: L,
+                        taps: &[0],
+                        ibs: h * w * L,
+                        icb: e.ic / L,
+                        cl: L,
+                        cs: 1,
+                        obs: cap * w * L,
+                        lo: e.bounds.0,
+                        hi: e.bounds.1,
+                    };
+                    // SAFETY: rows [a + kept, b) of image `img`'s
+                    // input, into rows kept.. of the buffer, whose
+                    // blocks hold `cap` rows (b - a <= cap).
+                    unsafe {
+                        pointwise::<V, N>(
+                            e.w.as_ptr(),
+                            e.panels,
+                            &g,
+                            xi.add(img * e.ic * h * w + (a + kept) * w * L),
+                            e.bias.map_or(std::ptr::null(), |b| b.as_ptr()),
+                            std::ptr::null(),
+                            ex.as_mut_ptr().add(kept * w * L),
+                            (b - a - kept) * w,
+                        )
+                    };
+                    (h0, h1) = (a, b);
+                }
+                // Input rows [a, b) of depthwise plane `k`: in the buffer,
+                // or in `x` where there is no expansion.
+                let ex = &*ex;
+                let plane = |k: usize| match e {
+                    Some(_) => &ex[k * cap * w * L..(k * cap + b - a) * w * L],
+                    None => {
+                        let at = ((img * cb + k) * h + a) * w * L;
+                        // SAFETY: rows [a, b) of one plane of `x`.
+                        unsafe { std::slice::from_raw_parts(xi.add(at), (b - a) * w * L) }
+                    }
                 };
                 // This band as a convolution of its own: its input rows,
                 // the padding above them that it reads.
@@ -312,7 +322,7 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
                     padding: [a + pt - y0 * s, 0, p.padding[2], p.padding[3]],
                     ..p.clone()
                 };
-                for (k, plane) in planes.iter().enumerate() {
+                for k in 0..cb {
                     let band = (y1 - y0) * ow * L;
                     // SAFETY: rows [y0, y1) of plane `k` of image `img`
                     // of the output, this task's (no projection), or
@@ -334,7 +344,7 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
                     // SAFETY: the caller's features; sizes as `pb`.
                     unsafe {
                         super::depthwise::plane_rows::<D, N>(
-                            plane,
+                            plane(k),
                             wk,
                             bias,
                             d.bounds,

@@ -1059,3 +1059,33 @@ fn a_1x1_between_two_depthwise_convolutions_joins_one_chain() {
     assert!(same_bits(&chained, &apart));
     assert_near(&chained, &plain);
 }
+
+/// A plane too wide for a band of one row within the bound runs node by
+/// node (its intermediates then count against the memory budget).
+#[test]
+fn a_plane_too_wide_for_the_band_buffers_is_not_chained() {
+    use crate::backend::Backend;
+    if !available() {
+        return;
+    }
+    let block = |w| Block {
+        x: (1, 8, 1, w),
+        expand: true,
+        c: 16,
+        k: (3, 3),
+        pad: [1; 4],
+        s: 1,
+        d: 1,
+        project: Some(8),
+        residual: false,
+    };
+    // 16 channels: 64 bytes a pixel, times three expanded rows and an
+    // output row.
+    for (w, chained) in [(16_000, true), (17_000, false)] {
+        let graph = Arc::new(block(w).graph());
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        cpu.compile(1, graph).unwrap();
+        let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
+        assert_eq!(plan.chain(0).is_some(), chained, "width {w}");
+    }
+}

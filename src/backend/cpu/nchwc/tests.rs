@@ -63,6 +63,16 @@ fn run_graph(
         .collect()
 }
 
+/// Graphs 1 (a plan with some nodes fused), 2 (the same plan, those
+/// nodes apart) and 3 (no plan) of `graph` on `x`: 1 gives the bits of 2
+/// and comes near 3.
+fn fused_apart_plain(cpu: &mut crate::backend::cpu::CpuBackend, graph: &Graph, x: &[f32]) {
+    let mut run = |id| run_graph(cpu, id, graph, x).remove(0);
+    let (fused, apart, plain) = (run(1), run(2), run(3));
+    assert!(same_bits(&fused, &apart));
+    assert_near(&fused, &plain);
+}
+
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
@@ -498,10 +508,7 @@ fn a_residual_add_runs_in_the_convolution_before_it() {
     g2.fused.iter_mut().for_each(|f| *f = false);
     cpu.graphs.get_mut(&3).unwrap().nchwc = None;
     let x = random(16 * 81, 1);
-    let mut run = |id| run_graph(&mut cpu, id, &graph, &x).remove(0);
-    let (fused, apart, plain) = (run(1), run(2), run(3));
-    assert!(same_bits(&fused, &apart));
-    assert_near(&fused, &plain);
+    fused_apart_plain(&mut cpu, &graph, &x);
 }
 
 /// conv -> global average, max and l2 pooling: the pools read the
@@ -793,10 +800,7 @@ fn the_plan_runs_wide_3x3_convolutions_by_winograd() {
     g2.fused.iter_mut().for_each(|f| *f = false);
     cpu.graphs.get_mut(&3).unwrap().nchwc = None;
     let x = random(8 * 81, 1);
-    let mut run = |id| run_graph(&mut cpu, id, &graph, &x).remove(0);
-    let (fused, apart, plain) = (run(1), run(2), run(3));
-    assert!(same_bits(&fused, &apart));
-    assert_near(&fused, &plain);
+    fused_apart_plain(&mut cpu, &graph, &x);
 }
 
 /// One depthwise block for [`depthwise_chains_give_the_bits_of_their_nodes`]:
@@ -1054,10 +1058,7 @@ fn a_1x1_between_two_depthwise_convolutions_joins_one_chain() {
     plan.fused.iter_mut().for_each(|f| *f = false);
     cpu.graphs.get_mut(&3).unwrap().nchwc = None;
     let x = random(c * h * h, 7);
-    let mut run = |id| run_graph(&mut cpu, id, &graph, &x).remove(0);
-    let (chained, apart, plain) = (run(1), run(2), run(3));
-    assert!(same_bits(&chained, &apart));
-    assert_near(&chained, &plain);
+    fused_apart_plain(&mut cpu, &graph, &x);
 }
 
 /// A plane too wide for a band of one row within the bound runs node by

@@ -56,7 +56,11 @@ fn run(
         }
     }
     let letters = ["a", "b", "c"];
-    let mut src = String::from("@group(0) @binding(0) var<storage, read> p: array<u32>;\n");
+    let mut src = String::from(
+        "@group(0) @binding(0) var<storage, read> p: array<u32>;
+fn nan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
+",
+    );
     let mut loads = String::new();
     let mut args = Vec::new();
     for (k, d) in in_descs.iter().enumerate() {
@@ -154,6 +158,25 @@ pub(super) fn logical(
         }
         .replace("lt(", &format!("{lt}("));
         return run(gpu, &expr, ins, in_descs, out, out_desc);
+    }
+    // Floats compare with NaN tested by its bits first: WGSL lets a
+    // compiler assume floats are never NaN, and lavapipe's does, so `a == b`
+    // alone can be true and `a != b` false for NaN operands. IEEE 754 wants
+    // every ordered comparison with a NaN false and notEqual true.
+    if in_descs.first().is_some_and(|d| is_float(d.data_type)) {
+        let ordered = "!nan(a) && !nan(b)";
+        let expr = match op {
+            LogicalOp::Equal => format!("u32({ordered} && a == b)"),
+            LogicalOp::NotEqual => format!("u32(!({ordered}) || a != b)"),
+            LogicalOp::Greater => format!("u32({ordered} && a > b)"),
+            LogicalOp::GreaterOrEqual => format!("u32({ordered} && a >= b)"),
+            LogicalOp::Lesser => format!("u32({ordered} && a < b)"),
+            LogicalOp::LesserOrEqual => format!("u32({ordered} && a <= b)"),
+            _ => String::new(),
+        };
+        if !expr.is_empty() {
+            return run(gpu, &expr, ins, in_descs, out, out_desc);
+        }
     }
     let expr = match op {
         LogicalOp::Equal => "u32(a == b)",

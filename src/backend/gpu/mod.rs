@@ -1043,8 +1043,9 @@ fn moves_only(op: &Op) -> bool {
         Op::Movement(_) | Op::Gather(_) | Op::Logical(_) => true,
         Op::Activation(ActivationOp::Where) => true,
         Op::Binary(crate::graph::op::BinaryKind::Max | crate::graph::op::BinaryKind::Min) => true,
-        // cast writes exact values of its target type itself.
-        Op::Cast { .. } => true,
+        // cast computes new values: to float16 they still need rounding,
+        // to a narrow integer type wrapping (see `shape::cast`).
+        Op::Cast { .. } => false,
         _ => false,
     }
 }
@@ -1754,6 +1755,103 @@ mod tests {
             .unwrap();
             let got = run(&mut be, g, vec![xin]).unwrap();
             assert_eq!(got[0], want[0], "cast to {}", to.name());
+        }
+    }
+
+    /// Runs `g` on the GPU and on the CPU backend with the same inputs and
+    /// asserts the outputs are identical.
+    fn same_as_cpu(be: &mut GpuBackend, g: Graph, inputs: Vec<Buf>, what: &str) {
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        let g = Arc::new(g);
+        cpu.compile(1, g.clone()).unwrap();
+        let want = cpu.compute(1, &g, inputs.clone()).unwrap();
+        let got = run(be, (*g).clone(), inputs).unwrap();
+        assert_eq!(got, want, "{what}");
+    }
+
+    /// A cast to a narrower type inside a graph (its result read by another
+    /// operator, not a graph output) holds values of that type: float16
+    /// rounded to the nearest half, small integers wrapped to their bits.
+    /// The GPU used to keep the wide value until an output packed it.
+    #[test]
+    fn casts_inside_a_graph_hold_values_of_the_target_type() {
+        let Some(mut be) = backend() else { return };
+        let floats = vec![
+            1.0001, 65519.0, 65520.0, 1e-8, 3e-5, -2.0009766, 0.1, 1e6, -0.0, 2049.0,
+        ];
+        let ints = vec![300, -129, 128, 255, 256, -1, 70000, 7, -8, 9];
+        for (from, to, data) in [
+            (F, "float16", Buf::F32(floats.clone())),
+            (I, "int8", Buf::I32(ints.clone())),
+            (I, "uint8", Buf::I32(ints.clone())),
+            (I, "int4", Buf::I32(ints.clone())),
+            (I, "uint4", Buf::I32(ints.clone())),
+            (
+                U,
+                "uint8",
+                Buf::U32(ints.iter().map(|&v| v as u32).collect()),
+            ),
+        ] {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", desc(from, &[10])).unwrap();
+            let narrow = b.call("cast", &[operand(&b, x), s(to)]).unwrap()[0];
+            let back = b
+                .call("cast", &[operand(&b, narrow), s(from.name())])
+                .unwrap()[0];
+            let g = b.build(vec![("y".into(), back)]).unwrap();
+            same_as_cpu(
+                &mut be,
+                g,
+                vec![data],
+                &format!("{} -> {to} -> back", from.name()),
+            );
+        }
+    }
+
+    /// Comparisons with NaN operands: false, but notEqual true (IEEE 754),
+    /// whatever a shader compiler assumes about NaN.
+    #[test]
+    fn comparisons_of_nan_operands() {
+        let Some(mut be) = backend() else { return };
+        let a = vec![
+            f32::NAN,
+            f32::NAN,
+            1.0,
+            -f32::NAN,
+            f32::INFINITY,
+            2.0,
+            0.0,
+            -0.0,
+        ];
+        let b = vec![f32::NAN, 1.0, f32::NAN, 3.0, f32::NAN, 2.0, -0.0, 1.0];
+        for name in [
+            "equal",
+            "notEqual",
+            "greater",
+            "greaterOrEqual",
+            "lesser",
+            "lesserOrEqual",
+        ] {
+            for dt in [F, DataType::Float16] {
+                let mut gb = GraphBuilder::new();
+                let x = gb.input("a", desc(dt, &[8])).unwrap();
+                let y = gb.input("b", desc(dt, &[8])).unwrap();
+                let out = gb.call(name, &[operand(&gb, x), operand(&gb, y)]).unwrap()[0];
+                let g = gb.build(vec![("out".into(), out)]).unwrap();
+                let data = |v: &Vec<f32>| {
+                    if dt == F {
+                        Buf::F32(v.clone())
+                    } else {
+                        Buf::f16_from_f32(v)
+                    }
+                };
+                same_as_cpu(
+                    &mut be,
+                    g,
+                    vec![data(&a), data(&b)],
+                    &format!("{name} on {}", dt.name()),
+                );
+            }
         }
     }
 

@@ -8,6 +8,7 @@
 // reason is printed.
 
 const path = require('path');
+const { spawnSync } = require('child_process');
 const { Worker } = require('worker_threads');
 const { ml, MLContext, MLGraphBuilder, MLTensor } = require('..');
 const { expectThrow, expectReject } = require('./helpers');
@@ -410,6 +411,20 @@ describeWebGpu('WebGPU interop', () => {
     outBuffer.destroy();
     result.destroy();
     ctx.destroy();
+  });
+
+  test('examples/webgpu-interop.js draws the edges of the square', () => {
+    const r = spawnSync(process.execPath, [path.join(__dirname, '..', 'examples', 'webgpu-interop.js')], {
+      encoding: 'utf8',
+      timeout: 120000,
+    });
+    expect(r.status).toBe(0);
+    const art = r.stdout.split('\n').filter((l) => l.startsWith('  '));
+    expect(art.length).toBe(24);
+    // The square spans rows and columns 6..17: its outline, hollow inside.
+    expect(art[6].slice(2)).toBe('.     #**********#     .');
+    expect(art[10].slice(2)).toBe('.     *          *     .');
+    expect(art[17].slice(2)).toBe('.     #**********#     .');
   });
 
   test('worker_threads: the round trip in a worker', async () => {

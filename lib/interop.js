@@ -116,6 +116,7 @@ async function createWebGpuContext(native, device) {
   if (s.lost) {
     ctx._lose(`The GPUDevice of the MLContext was lost: ${s.lost}`);
   } else {
+    for (const ref of s.contexts) if (!ref.deref()) s.contexts.delete(ref);
     s.contexts.add(new WeakRef(ctx));
   }
   return ctx;
@@ -154,15 +155,36 @@ function exportToGPU(context, tensor) {
     // Refused before the tensor is rented out.
     return Promise.reject(invalidState('exportToGPU: the GPUDevice is lost'));
   }
-  // Checks the tensor (TypeError / InvalidStateError as a rejection) and
-  // rents it out at once: dispatches, reads and writes after this call
-  // fail until the buffer is destroyed.
-  const read = context._exportRead(tensor);
   const e = { context, tensor, device: target && target.device, usage: target && target.usage };
-  e.promise = completeExport(e, read);
+  e.path = pathFor(e);
+  e.promise = e.path.exportTensor(e);
   if (target) rented.set(tensor, e);
   return e.promise;
 }
+
+/**
+ * How a tensor goes to its device and comes back: the seam where a
+ * zero-copy path would be chosen (docs/interop.md says what it needs).
+ * Today there is one path, a copy through host memory, which works with
+ * any WebGPU since it uses only the device's public API.
+ */
+function pathFor() {
+  return copyThroughHost;
+}
+
+const copyThroughHost = {
+  /** Resolves with the GPUBuffer; the tensor is rented from the call on. */
+  exportTensor(e) {
+    // Checks the tensor (TypeError / InvalidStateError as a rejection) and
+    // rents it out at once: dispatches, reads and writes after this call
+    // fail until the buffer is destroyed.
+    return completeExport(e, e.context._exportRead(e.tensor));
+  },
+  /** Called by the buffer's `destroy()`, which `destroyNow` completes. */
+  returnTensor(e, destroyNow) {
+    returnTensor(e, destroyNow);
+  },
+};
 
 async function completeExport(e, read) {
   const { context, tensor, device } = e;
@@ -199,7 +221,7 @@ function forget(e) {
 /** A new GPUBuffer of `device` holding `bytes`, padded to a multiple of 4. */
 function upload(device, usage, bytes) {
   const size = Math.max(4, Math.ceil(bytes.byteLength / 4) * 4);
-  const buffer = device.createBuffer({ size, usage: usage | COPY_SRC | COPY_DST });
+  const buffer = device.createBuffer({ size, usage: (usage | COPY_SRC | COPY_DST) >>> 0 });
   // writeBuffer takes whole 4-byte words: a tensor of another length goes
   // through a padded copy.
   const data = bytes.byteLength === size ? bytes : padded(bytes, size);
@@ -223,7 +245,7 @@ function hookDestroy(e) {
   const realDestroy = buffer.destroy;
   Object.defineProperty(buffer, 'destroy', {
     value: function destroy(...args) {
-      if (!e.returned) returnTensor(e, () => realDestroy.apply(this, args));
+      if (!e.returned) e.path.returnTensor(e, () => realDestroy.apply(this, args));
       else realDestroy.apply(this, args);
     },
     writable: true,

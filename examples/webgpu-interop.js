@@ -21,6 +21,9 @@
 
 const { ml, MLGraphBuilder } = require('..');
 
+/** Dawn's `navigator.gpu`, held for the process's life. */
+let gpu;
+
 const W = 24;
 const H = 24;
 
@@ -54,8 +57,9 @@ async function main() {
   const webgpu = await loadWebGpu();
   if (!webgpu) return;
   const { GPUBufferUsage, GPUMapMode } = webgpu.globals;
-  // Keep `gpu` referenced while its devices are in use (Dawn needs it).
-  const gpu = webgpu.create([]);
+  // Keep `gpu` referenced while its devices are in use: Dawn crashes when
+  // it is collected under a live device (docs/interop.md).
+  gpu = webgpu.create([]);
   const adapter = await gpu.requestAdapter();
   if (!adapter) {
     console.log('WebGPU gives no adapter here (see docs/interop.md).');

@@ -57,6 +57,29 @@ export interface MLTensorDescriptor extends MLOperandDescriptor {
   label?: string;
 }
 
+declare global {
+  /**
+   * WebGPU's device and buffer. With `@webgpu/types` in the program these
+   * merge with its full declarations; without them they stand for any
+   * WebGPU's objects (webnn-node reads them at run time, lib/interop.js).
+   */
+  interface GPUDevice {}
+  interface GPUBuffer {}
+}
+
+/** WebGPU's GPUBufferUsageFlags: GPUBufferUsage bits. */
+export type MLGPUBufferUsageFlags = number;
+
+/** The descriptor of `createExportableTensor()`. */
+export interface MLExportableTensorDescriptor extends MLTensorDescriptor {
+  /**
+   * The usage of the GPUBuffer that `exportToGPU()` gives (COPY_SRC and
+   * COPY_DST are always added); default STORAGE | COPY_SRC | COPY_DST.
+   * MAP_READ and MAP_WRITE are refused.
+   */
+  usage?: MLGPUBufferUsageFlags;
+}
+
 export interface MLContextLostInfo {
   message: string;
 }
@@ -333,6 +356,13 @@ export interface MLComputeResult {
 
 export class ML {
   createContext(options?: MLContextOptions): Promise<MLContext>;
+  /**
+   * A context of the device: accelerated, running graphs on the GPU
+   * backend on the same adapter where it can be matched (else the default
+   * one). TypeError for what is not a GPUDevice, InvalidStateError for a
+   * lost one; the context is lost when the device is.
+   */
+  createContext(gpuDevice: GPUDevice): Promise<MLContext>;
 }
 
 export class MLContext {
@@ -364,6 +394,17 @@ export class MLContext {
     options?: MLTimelineOptions,
   ): void;
   opSupportLimits(): MLOpSupportLimits;
+  /** A tensor that `exportToGPU()` may rent out to `device`. */
+  createExportableTensor(descriptor: MLExportableTensorDescriptor, device: GPUDevice): Promise<MLTensor>;
+  /**
+   * After the WebNN work queued on the tensor, a GPUBuffer of its device
+   * holding the tensor's packed bytes (its size padded to a multiple of 4;
+   * WGSL reads it as `array<T>`). Until the buffer is destroyed the tensor
+   * is rented to the device: dispatch, readTensor and writeTensor of it
+   * fail, and exporting it again gives the same buffer. `buffer.destroy()`
+   * gives it back with what the GPU last wrote. A copy, not zero-copy.
+   */
+  exportToGPU(tensor: MLTensor): Promise<GPUBuffer>;
   /**
    * Extension: runs a graph on the caller's views. The input and output
    * ArrayBuffers are detached (transferred) before this returns and handed
@@ -391,6 +432,8 @@ export class MLTensor {
   readonly readable: boolean;
   readonly writable: boolean;
   readonly constant: boolean;
+  /** Made by `createExportableTensor()`. */
+  readonly exportableToGPU: boolean;
   /** Extension: the descriptor's `label`. */
   readonly label: string;
   destroy(): void;

@@ -69,6 +69,7 @@ defineInspect(MLTensor, (t) =>
       readable: t.readable,
       writable: t.writable,
       constant: t.constant,
+      exportableToGPU: t.exportableToGPU,
       state: t._state(),
     },
     t.label,
@@ -89,7 +90,8 @@ defineInspect(MLGraph, (g) => {
 class ML {
   /**
    * Creates a context: `{deviceType: 'cpu' | 'gpu', powerPreference,
-   * accelerated, numThreads}`. The CPU backend is the default.
+   * accelerated, numThreads}`. The CPU backend is the default. Given a
+   * GPUDevice instead, a context of that device (lib/interop.js).
    */
   createContext(options) {
     return native.createContext(options);
@@ -99,6 +101,9 @@ class ML {
     return 'ML';
   }
 }
+
+// createContext(gpuDevice), createExportableTensor(), exportToGPU().
+require('./lib/interop.js').install(native, ML, MLContext);
 
 const ml = new ML();
 

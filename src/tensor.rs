@@ -63,9 +63,12 @@ fn try_zeroed<T: ZeroBits>(n: usize) -> Result<Vec<T>> {
     if layout.size() == 0 {
         return Ok(Vec::new());
     }
-    // SAFETY: the layout has a non-zero size; zeroed memory is a valid
-    // value of every `ZeroBits` type, so the vector owns `n` initialised
-    // elements, allocated with the layout it will free them with.
+    // SAFETY: `alloc_zeroed` needs a layout of non-zero size (checked
+    // above). On success `p` is an allocation of the global allocator with
+    // `Layout::array::<T>(n)`, the layout `Vec<T>` frees a capacity of `n`
+    // with, aligned for T; all-zero bits are a valid value of every
+    // `ZeroBits` type (plain integers and floats), so its `n` elements are
+    // initialised; the vector takes sole ownership of it.
     unsafe {
         let p = std::alloc::alloc_zeroed(layout) as *mut T;
         if p.is_null() {
@@ -105,12 +108,16 @@ impl Buf {
     pub fn pooled_clone(&self) -> Buf {
         match pool::take(self, self.len()) {
             Some(mut b) => {
-                let src = self.raw_bytes();
-                // SAFETY: same variant and length, so the same byte size;
-                // every element type is plain old data.
-                with_buf!(&mut b, v => unsafe {
-                    std::ptr::copy_nonoverlapping(src.as_ptr(), v.as_mut_ptr().cast::<u8>(), src.len())
-                });
+                // `take` returns the variant of `self` with its length.
+                macro_rules! copy {
+                    ($($v:ident),*) => {
+                        match (&mut b, self) {
+                            $((Buf::$v(d), Buf::$v(s)) => d.copy_from_slice(s),)*
+                            _ => return self.clone(),
+                        }
+                    };
+                }
+                copy!(F32, F16, I32, U32, I64, U64, I8, U8);
                 b
             }
             None => self.clone(),
@@ -195,7 +202,10 @@ impl Buf {
     /// (little-endian, int4/uint4 packed low nibble first). `bytes` may be
     /// unaligned.
     pub fn from_bytes(dt: DataType, bytes: &[u8], n: usize) -> Result<Buf> {
-        if bytes.len() < dt.byte_length(n) {
+        // Checked: the copies below trust this bound, and a wrapped
+        // product would pass a short `bytes`.
+        let need = n.checked_mul(dt.bits()).map(|bits| bits.div_ceil(8));
+        if need.is_none_or(|need| bytes.len() < need) {
             return Err(Error::type_error(format!(
                 "{} bytes are too few for {n} {} elements",
                 bytes.len(),
@@ -214,9 +224,14 @@ impl Buf {
                 };
                 v.try_reserve_exact(n)
                     .map_err(|_| Error::operation(format!("cannot allocate {n} elements")))?;
-                // SAFETY: the capacity holds n elements (len bytes), bytes has
-                // at least len bytes (checked above), every bit pattern is a
-                // valid $t, and set_len follows the full initialisation.
+                // SAFETY: after `try_reserve_exact(n)` the capacity holds at
+                // least n elements, len = n * size_of::<$t>() bytes, and
+                // `bytes` has at least that many (`need`, checked above
+                // without overflow); it is a shared borrow, so it does not
+                // overlap the vector's own memory; a byte copy needs no
+                // alignment of the source; every bit pattern is a valid $t
+                // (a plain integer or float), so the first n elements are
+                // initialised before `set_len(n)`.
                 unsafe {
                     std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr().cast::<u8>(), len);
                     v.set_len(n);
@@ -263,8 +278,11 @@ impl Buf {
     pub fn raw_bytes(&self) -> &[u8] {
         with_buf!(self, v => {
             let len = std::mem::size_of_val(v.as_slice());
-            // SAFETY: every element type is plain old data without padding,
-            // and u8 has alignment 1.
+            // SAFETY: the vector's first `len` bytes (size_of_val of its
+            // initialised elements) are initialised; every element type is
+            // a plain integer or float without padding, so each byte is
+            // initialised too, and u8 has alignment 1; the slice borrows
+            // `self`, so the vector cannot change under it.
             unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), len) }
         })
     }

@@ -98,6 +98,15 @@ pub enum Command {
         outputs: Vec<TensorId>,
         label: String,
     },
+    /// A tensor comes back from WebGPU (`exportToGPU`): its new contents,
+    /// or why there are none, arrive on `data` from the JS thread once the
+    /// GPU has copied them out. The worker waits for them here, so that
+    /// every command sent after this one sees the returned contents.
+    ReturnTensor {
+        id: TensorId,
+        data: Receiver<std::result::Result<Buf, String>>,
+        label: String,
+    },
     /// Completes once every command before it has run.
     Barrier {
         respond: Responder,
@@ -400,6 +409,31 @@ impl Worker {
                         Some(e) => self.errored.insert(t, e.clone()),
                         None => self.errored.remove(&t),
                     };
+                }
+            }
+            Command::ReturnTensor { id, data, label } => {
+                // A sender dropped without an answer (its JS object was
+                // collected, or its environment ended) still ends the wait.
+                let returned = data
+                    .recv()
+                    .unwrap_or_else(|_| Err("its contents never came back from WebGPU".into()))
+                    .and_then(|buf| {
+                        guarded("exportToGPU", || b.write_tensor(id, buf)).map_err(|e| e.message)
+                    });
+                match returned {
+                    Ok(()) => {
+                        self.errored.remove(&id);
+                    }
+                    Err(cause) => {
+                        self.errored.insert(
+                            id,
+                            Errored {
+                                origin: describe("exportToGPU", &label),
+                                cause,
+                                via: None,
+                            },
+                        );
+                    }
                 }
             }
             Command::Barrier { respond: r } => respond(sink, r, Ok(Payload::Done)),

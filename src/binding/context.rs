@@ -15,7 +15,7 @@ use super::completion::{self, PendingKind, SharedTsfn};
 use super::convert::{buffer_source, to_val};
 use super::errors::{from_napi, js_error, or_throw, promise};
 use super::raw::{self, JsRaw, StrongRef};
-use super::tensor::{MLGraph, MLTensor, TensorInfo};
+use super::tensor::{MLExportReturn, MLGraph, MLTensor, TensorInfo};
 use super::views::{self, ComputeArg, OutView};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -47,6 +47,12 @@ pub struct CtxShared {
     lost_message: RefCell<Option<String>>,
     /// The `label` option of `createContext`.
     pub label: String,
+    /// A context created from a GPUDevice (`createContext(gpuDevice)`):
+    /// which wgpu adapter it runs on and why, once its backend exists.
+    webgpu: Option<Arc<std::sync::Mutex<String>>>,
+    /// Tensors on their way back from WebGPU whose contents the worker
+    /// still waits for (see `MLExportReturn`).
+    returning: Rc<Cell<usize>>,
 }
 
 impl CtxShared {
@@ -62,7 +68,9 @@ impl CtxShared {
 
     pub fn set_ready(&self, device_type: &'static str, accelerated: bool, max_bytes: usize) {
         self.device_type.set(device_type);
-        self.accelerated.set(accelerated);
+        // A context of a GPUDevice is accelerated by definition, whatever
+        // the adapter (a software one in CI).
+        self.accelerated.set(accelerated || self.webgpu.is_some());
         self.max_tensor_bytes.set(max_bytes);
     }
 
@@ -216,6 +224,7 @@ impl MLContext {
         readable: bool,
         writable: bool,
         constant: Option<Arc<Vec<u8>>>,
+        exportable: bool,
     ) -> TensorInfo {
         TensorInfo {
             ctx: self.shared.clone(),
@@ -225,7 +234,55 @@ impl MLContext {
             writable,
             constant,
             label,
+            exportable,
         }
+    }
+
+    /// `createTensor(descriptor)`, and the tensors of
+    /// `createExportableTensor()` when `exportable`.
+    fn create(&self, e: napi_env, desc: JsRaw, exportable: bool) -> napi::Result<JsRaw> {
+        let what = match exportable {
+            true => "createExportableTensor",
+            false => "createTensor",
+        };
+        let r = || {
+            self.check_live(what)?;
+            let ctx = Ctx::new(what);
+            let v = to_val(e, desc.0)?;
+            let d = descriptor(&ctx, &v)?;
+            self.shared.check_size(&d, what)?;
+            let readable = ctx.bool_or(v.member("readable"), "readable", false)?;
+            let label = ctx
+                .opt_string(v.member("label"), "label")?
+                .unwrap_or_default();
+            let writable = ctx.bool_or(v.member("writable"), "writable", false)?;
+            let info = self.tensor_info(d, label, readable, writable, None, exportable);
+            let (_, p) = map_err(self.send_create(e, info, true))?;
+            Ok(p)
+        };
+        promise(e, r)
+    }
+
+    /// An exportable tensor of this context, alive, for `exportToGPU`:
+    /// TypeError for a non-MLTensor, another context's tensor or one not
+    /// exportable; InvalidStateError once it or the context is destroyed.
+    fn exported<'a>(&self, e: napi_env, tensor: JsRaw) -> Result<ClassInstance<'a, MLTensor>> {
+        let t = MLTensor::from_arg(e, tensor, "exportToGPU: tensor")?;
+        if t.info.ctx.id != self.shared.id {
+            return Err(Error::type_error(
+                "exportToGPU: the tensor belongs to another MLContext",
+            ));
+        }
+        if !t.info.exportable {
+            return Err(Error::type_error(
+                "exportToGPU: the tensor is not exportable (createExportableTensor makes one)",
+            ));
+        }
+        if t.is_destroyed() {
+            return Err(Error::invalid_state("exportToGPU: the tensor is destroyed"));
+        }
+        self.check_live("exportToGPU")?;
+        Ok(t)
     }
 
     /// Registers the promise of the tensor `info` and sends its creation,
@@ -497,23 +554,97 @@ impl MLContext {
     /// `createTensor(descriptor)`.
     #[napi]
     pub fn create_tensor(&self, env: Env, desc: JsRaw) -> napi::Result<JsRaw> {
+        self.create(env.raw(), desc, false)
+    }
+
+    /// The native half of `createExportableTensor(descriptor, device)`
+    /// (index.js checks the device and keeps it).
+    #[napi(js_name = "_createExportableTensor")]
+    pub fn create_exportable_tensor(&self, env: Env, desc: JsRaw) -> napi::Result<JsRaw> {
+        self.create(env.raw(), desc, true)
+    }
+
+    /// The native half of `exportToGPU(tensor)`: rents the tensor out (it
+    /// can no longer be dispatched, read or written) and reads its bytes
+    /// after the work queued before; the promise resolves with them as an
+    /// ArrayBuffer.
+    #[napi(js_name = "_exportRead")]
+    pub fn export_read(&self, env: Env, tensor: JsRaw) -> napi::Result<JsRaw> {
         let e = env.raw();
         let r = || {
-            self.check_live("createTensor")?;
-            let ctx = Ctx::new("createTensor");
-            let v = to_val(e, desc.0)?;
-            let d = descriptor(&ctx, &v)?;
-            self.shared.check_size(&d, "createTensor")?;
-            let readable = ctx.bool_or(v.member("readable"), "readable", false)?;
-            let label = ctx
-                .opt_string(v.member("label"), "label")?
-                .unwrap_or_default();
-            let writable = ctx.bool_or(v.member("writable"), "writable", false)?;
-            let info = self.tensor_info(d, label, readable, writable, None);
-            let (_, p) = map_err(self.send_create(e, info, true))?;
+            let t = self.exported(e, tensor)?;
+            let kind = PendingKind::Read {
+                data_type: t.info.desc.data_type,
+                tensor: t.info.id,
+            };
+            let (req, p) = map_err(completion::register(e, &self.shared, kind))?;
+            t.rented.set(true);
+            self.shared.send_or_reject(
+                e,
+                req,
+                Command::ReadTensor {
+                    id: t.info.id,
+                    respond: Responder::Js(req),
+                    sent: std::time::Instant::now(),
+                },
+            );
             Ok(p)
         };
         promise(e, r)
+    }
+
+    /// Ends a tensor's rent without contents coming back: the export
+    /// failed before WebGPU had the buffer.
+    #[napi(js_name = "_exportCancel")]
+    pub fn export_cancel(&self, env: Env, tensor: JsRaw) -> napi::Result<()> {
+        let e = env.raw();
+        let t = or_throw(e, MLTensor::from_arg(e, tensor, "tensor"))?;
+        t.rented.set(false);
+        Ok(())
+    }
+
+    /// Ends a tensor's rent as WebGPU gives it back: queues the command
+    /// that waits for the returned contents (every later command runs
+    /// after them) and returns the handle that delivers them.
+    #[napi(js_name = "_exportReturn")]
+    pub fn export_return(&self, env: Env, tensor: JsRaw) -> napi::Result<MLExportReturn> {
+        let e = env.raw();
+        let r = (|| {
+            let t = MLTensor::from_arg(e, tensor, "tensor")?;
+            t.rented.set(false);
+            let (sender, data) = crossbeam_channel::bounded(1);
+            self.shared.send(Command::ReturnTensor {
+                id: t.info.id,
+                data,
+                label: t.info.label.clone(),
+            })?;
+            let waiting = self.shared.returning.clone();
+            waiting.set(waiting.get() + 1);
+            Ok(MLExportReturn {
+                data_type: t.info.desc.data_type,
+                element_count: t.info.desc.element_count(),
+                byte_length: t.info.desc.byte_length(),
+                sender: Some(sender),
+                waiting,
+            })
+        })();
+        or_throw(e, r)
+    }
+
+    /// Which wgpu adapter a context of a GPUDevice runs on (not API: the
+    /// tests and docs show it); `undefined` for other contexts.
+    #[napi(js_name = "_adapter")]
+    pub fn adapter(&self) -> Option<String> {
+        self.shared
+            .webgpu
+            .as_ref()
+            .map(|a| a.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+
+    /// Loses the context with `message` (its GPUDevice was lost).
+    #[napi(js_name = "_lose")]
+    pub fn lose_with(&self, env: Env, message: String) {
+        self.shared.lose(env.raw(), &message);
     }
 
     /// `createConstantTensor(descriptor, data)`.
@@ -537,7 +668,7 @@ impl MLContext {
             let bytes = check_source(e, data, &d, "createConstantTensor: data")?;
             let buf = Buf::from_bytes(d.data_type, &bytes, d.element_count())?;
             let constant = Some(Arc::new(bytes));
-            let info = self.tensor_info(d, label, false, false, constant);
+            let info = self.tensor_info(d, label, false, false, constant, false);
             let (id, label) = (info.id, info.label.clone());
             let (req, p) = map_err(self.send_create(e, info, false))?;
             self.shared.send_or_reject(
@@ -736,6 +867,13 @@ impl MLContext {
         let e = env.raw();
         let r = (|| {
             let (g, ins, outs) = self.compute_call(e, graph, inputs, outputs)?;
+            if self.shared.returning.get() > 0 {
+                // The worker waits for this thread to deliver a tensor's
+                // contents from WebGPU, which needs the event loop.
+                return Err(Error::invalid_state(
+                    "computeSync: a tensor is on its way back from WebGPU; use compute()",
+                ));
+            }
             let bufs = input_bufs(&g.graph, &ins)?;
             let (tx, rx) = crossbeam_channel::bounded(1);
             self.shared.send(Command::Compute {
@@ -878,38 +1016,78 @@ pub fn create_context(env: Env, options: Option<JsRaw>) -> napi::Result<JsRaw> {
             None => Val::Undefined,
         };
         let (factory, label) = context_factory(&opts)?;
-        let id = NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed);
-        let (tsfn, inbox, sink) = map_err(completion::create_sink(e, id))?;
-        let shared = Rc::new(CtxShared {
-            id,
-            timeline: RefCell::new(None),
-            tsfn,
-            inbox,
-            pending: Cell::new(0),
-            lost: Cell::new(false),
-            device_type: Cell::new("cpu"),
-            accelerated: Cell::new(false),
-            max_tensor_bytes: Cell::new(crate::types::MAX_TENSOR_BYTE_LENGTH),
-            next_id: Cell::new(1),
-            lost_promise: RefCell::new(None),
-            lost_message: RefCell::new(None),
-            label,
+        start_context(e, factory, label, None)
+    })
+}
+
+/// The native half of `ml.createContext(gpuDevice)` (index.js checks the
+/// device): a GPU context on the wgpu adapter that `adapter`
+/// (`{vendor, device}`, the GPUDevice's `adapterInfo`) names when one
+/// matches, else on the default adapter.
+#[napi(js_name = "createWebGpuContext")]
+pub fn create_webgpu_context(env: Env, adapter: JsRaw) -> napi::Result<JsRaw> {
+    let e = env.raw();
+    promise(e, || {
+        let ctx = Ctx::new("createContext");
+        let v = to_val(e, adapter.0)?;
+        let text = |name: &str| -> Result<String> {
+            Ok(ctx.opt_string(v.member(name), name)?.unwrap_or_default())
+        };
+        let hint = crate::backend::gpu::AdapterHint {
+            vendor: text("vendor")?,
+            device: text("device")?,
+        };
+        let choice = Arc::new(std::sync::Mutex::new(String::new()));
+        let slot = choice.clone();
+        let factory: BackendFactory = Box::new(move || {
+            let (backend, chose) = crate::backend::gpu::create_matching(&hint)?;
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = chose;
+            Ok(backend)
         });
-        completion::register_context(e, &shared);
-        let (req, p) = map_err(completion::register(e, &shared, PendingKind::Context))?;
-        match Timeline::start(
-            format!("webnn-context-{}", shared.id),
-            factory,
-            Box::new(sink),
-            req,
-        ) {
-            Ok(t) => *shared.timeline.borrow_mut() = Some(t),
-            Err(err) => {
-                if let Some((d, _)) = completion::take(e, req) {
-                    map_err(raw::reject(e, d, map_err(js_error(e, &err))?))?;
-                }
+        start_context(e, factory, text("label")?, Some(choice))
+    })
+}
+
+/// Starts a context's worker; returns the promise of the MLContext.
+fn start_context(
+    e: napi_env,
+    factory: BackendFactory,
+    label: String,
+    webgpu: Option<Arc<std::sync::Mutex<String>>>,
+) -> Result<napi_value> {
+    let id = NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed);
+    let (tsfn, inbox, sink) = map_err(completion::create_sink(e, id))?;
+    let shared = Rc::new(CtxShared {
+        id,
+        timeline: RefCell::new(None),
+        tsfn,
+        inbox,
+        pending: Cell::new(0),
+        lost: Cell::new(false),
+        device_type: Cell::new("cpu"),
+        accelerated: Cell::new(false),
+        max_tensor_bytes: Cell::new(crate::types::MAX_TENSOR_BYTE_LENGTH),
+        next_id: Cell::new(1),
+        lost_promise: RefCell::new(None),
+        lost_message: RefCell::new(None),
+        label,
+        webgpu,
+        returning: Rc::new(Cell::new(0)),
+    });
+    completion::register_context(e, &shared);
+    let (req, p) = map_err(completion::register(e, &shared, PendingKind::Context))?;
+    match Timeline::start(
+        format!("webnn-context-{}", shared.id),
+        factory,
+        Box::new(sink),
+        req,
+    ) {
+        Ok(t) => *shared.timeline.borrow_mut() = Some(t),
+        Err(err) => {
+            if let Some((d, _)) = completion::take(e, req) {
+                map_err(raw::reject(e, d, map_err(js_error(e, &err))?))?;
             }
         }
-        Ok(p)
-    })
+    }
+    Ok(p)
 }

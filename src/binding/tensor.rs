@@ -28,6 +28,8 @@ pub struct TensorInfo {
     pub constant: Option<Arc<Vec<u8>>>,
     /// The descriptor's `label` (extension), named in timeline errors.
     pub label: String,
+    /// Made by `createExportableTensor()`: `exportToGPU()` takes it.
+    pub exportable: bool,
 }
 
 /// `MLTensor`.
@@ -40,6 +42,9 @@ pub struct MLTensor {
     /// Bytes reported to V8 for this object: the finalizer gives back
     /// exactly this (V8 aborts when its external memory goes negative).
     reported: Cell<i64>,
+    /// Exported to a GPUDevice (`exportToGPU`) and not yet returned: the
+    /// device has it, so WebNN may neither use nor read nor write it.
+    pub(crate) rented: Cell<bool>,
 }
 
 impl MLTensor {
@@ -48,6 +53,7 @@ impl MLTensor {
             info,
             destroyed: Rc::new(Cell::new(false)),
             reported: Cell::new(0),
+            rented: Cell::new(false),
         }
     }
 
@@ -71,6 +77,11 @@ impl MLTensor {
         }
         if self.destroyed.get() {
             return Err(Error::type_error(format!("{what} is destroyed")));
+        }
+        if self.rented.get() {
+            return Err(Error::type_error(format!(
+                "{what} is exported to a GPUDevice until its GPUBuffer is destroyed"
+            )));
         }
         Ok(())
     }
@@ -112,6 +123,12 @@ impl MLTensor {
         self.info.label.clone()
     }
 
+    /// Whether `exportToGPU()` takes this tensor.
+    #[napi(getter, js_name = "exportableToGPU")]
+    pub fn exportable_to_gpu(&self) -> bool {
+        self.info.exportable
+    }
+
     /// `destroy()`: idempotent; pending reads reject with
     /// InvalidStateError; queued work that uses the tensor still completes
     /// because the release is queued behind it.
@@ -130,6 +147,76 @@ impl MLTensor {
             .info
             .ctx
             .send(Command::DestroyTensor { id: self.info.id });
+    }
+}
+
+/// The way back of a tensor exported to WebGPU (not API: the JS layer's
+/// handle). The context's worker waits at the tensor's return until
+/// [`fill`](MLExportReturn::fill) or [`fail`](MLExportReturn::fail)
+/// answers, or until this object is collected, which also answers.
+#[napi(js_name = "MLExportReturn")]
+pub struct MLExportReturn {
+    pub(crate) data_type: crate::types::DataType,
+    pub(crate) element_count: usize,
+    pub(crate) byte_length: usize,
+    pub(crate) sender:
+        Option<crossbeam_channel::Sender<std::result::Result<crate::tensor::Buf, String>>>,
+    /// The context's count of returns still unanswered (`computeSync`
+    /// refuses to block on a worker that waits for this thread).
+    pub(crate) waiting: Rc<Cell<usize>>,
+}
+
+impl MLExportReturn {
+    fn answer(&mut self, answer: std::result::Result<crate::tensor::Buf, String>) {
+        if let Some(s) = self.sender.take() {
+            // The worker may be gone with its context: nothing waits then.
+            let _ = s.send(answer);
+            self.waiting.set(self.waiting.get().saturating_sub(1));
+        }
+    }
+}
+
+#[napi]
+impl MLExportReturn {
+    /// The tensor's new contents: the first `byteLength` bytes of `data`
+    /// (a mapped GPUBuffer range, padded to 4 bytes), copied now.
+    #[napi]
+    pub fn fill(&mut self, env: napi::Env, data: JsRaw) -> napi::Result<()> {
+        let e = env.raw();
+        let r = (|| {
+            let src = super::convert::buffer_source(e, data.0, "the returned contents")?;
+            if src.len < self.byte_length {
+                return Err(Error::type_error(format!(
+                    "the returned contents have {} bytes but the tensor has {}",
+                    src.len, self.byte_length
+                )));
+            }
+            // SAFETY: the source is alive during this call and holds at
+            // least byte_length bytes (checked above); copied here.
+            let bytes = unsafe { src.bytes() };
+            let buf = crate::tensor::Buf::from_bytes(
+                self.data_type,
+                &bytes[..self.byte_length],
+                self.element_count,
+            )?;
+            self.answer(Ok(buf));
+            Ok(())
+        })();
+        super::errors::or_throw(e, r)
+    }
+
+    /// No contents came back: the tensor becomes errored with `cause`.
+    #[napi]
+    pub fn fail(&mut self, cause: String) {
+        self.answer(Err(cause));
+    }
+}
+
+impl Drop for MLExportReturn {
+    fn drop(&mut self) {
+        self.answer(Err(
+            "its contents never came back from WebGPU (the return was abandoned)".into(),
+        ));
     }
 }
 

@@ -629,7 +629,8 @@ mod tests {
             .collect();
         let run = |level: SimdLevel| {
             let mut v = x.clone();
-            // SAFETY: `level` is at most the detected one.
+            // SAFETY: `run` is called with Baseline and with the levels
+            // `l <= detected_level()` below, whose features this CPU has.
             unsafe {
                 with_simd_at(
                     level,

@@ -326,7 +326,8 @@ fn depthwise_plane_best(
 ) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the features were just detected.
+        // SAFETY: AVX2 and FMA, all `depthwise_plane_fma` needs (its
+        // slices are bounds-checked), were detected on the line above.
         unsafe { depthwise_plane_fma(x, wts, p, bias, act, bufs, dst) };
         return;
     }
@@ -353,7 +354,8 @@ fn depthwise(
     #[cfg(target_arch = "x86_64")]
     if p.out_w < 32 && super::depthwise::available() {
         let bounds = act.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
-        // SAFETY: the features were just detected.
+        // SAFETY: `available()` on the line above found AVX2 and FMA,
+        // the whole of `depthwise8`'s contract.
         unsafe { super::depthwise::depthwise8(x, f, bias, bounds, p, res) };
         return;
     }

@@ -48,9 +48,14 @@ pub(super) fn available() -> bool {
 }
 
 /// Transposes 8 vectors of 8 lanes (row i lane j -> row j lane i).
+///
+/// # Safety
+/// The CPU must have AVX (inlined into code compiled for AVX2, whose
+/// caller checked [`available`]).
 #[inline(always)]
 pub(super) unsafe fn transpose(r: [__m256; 8]) -> [__m256; 8] {
-    // SAFETY: register operations only; the caller has AVX.
+    // SAFETY: register shuffles only, no memory; AVX is the caller's
+    // contract.
     unsafe {
         let t0 = _mm256_unpacklo_ps(r[0], r[1]);
         let t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -110,8 +115,9 @@ pub(super) unsafe fn depthwise8(
         let bs = bias.map(|v| &v[c0..c0 + lanes]);
         BUFS.with(|cell| {
             let mut bufs = cell.borrow_mut();
-            // SAFETY: the caller vouched for the features; the slices were
-            // cut to this block's channels above.
+            // SAFETY: `block` needs only AVX2 and FMA, which the caller
+            // vouched for; every memory access in it is bounds-checked
+            // or checked against its buffers' sizes there.
             unsafe { block(xs, ws, bs, (lo, hi), p, lanes, &mut bufs, dst) }
         });
     };
@@ -135,6 +141,11 @@ pub(super) unsafe fn depthwise8(
 
 /// One block: `lanes` (<= 8) channels of `x` ([lanes, h, w]) and their
 /// filters `ws` ([lanes, kh * kw]) into `dst` ([lanes, oh * ow]).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA. (Slices are indexed with bounds
+/// checks, and the unchecked tap loads are checked against the
+/// interleaved input's length first.)
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn block(
@@ -182,12 +193,17 @@ unsafe fn block(
             let mut v = [zero; L];
             for (lane, vl) in v.iter_mut().enumerate().take(lanes) {
                 let s = &x[lane * h * w + iy * w + px..][..k_n];
-                // SAFETY: the mask enables only the k_n floats of s.
+                // SAFETY: AVX is enabled here (AVX2); the mask's first
+                // k_n lanes are set and the rest clear, so the load reads
+                // exactly the k_n floats of `s` (bounds-checked slice) and
+                // masked-off lanes never fault.
                 *vl = unsafe { _mm256_maskload_ps(s.as_ptr(), mask) };
             }
             let t = transpose(v);
             for (k, tv) in t.iter().enumerate().take(k_n) {
-                // SAFETY: cell pl + px + k < hi_col <= wu of this row.
+                // SAFETY: the store writes the L floats of a
+                // bounds-checked subslice of `row` (cell pl + px + k <
+                // hi_col <= wu); unaligned stores take any address.
                 unsafe { _mm256_storeu_ps(row[(pl + px + k) * L..][..L].as_mut_ptr(), *tv) };
             }
             px += k_n;
@@ -226,8 +242,10 @@ unsafe fn block(
         "depthwise: taps reach past the input"
     );
     let src = inb.as_ptr();
-    // SAFETY (both `at`s): base + off + 8 <= last + 8 <= inb.len() for
-    // every output pixel (checked above).
+    // SAFETY: every call below passes the base of an output pixel (oy <
+    // oh, ox < ow) and a tap's offset, so base + off <= last and the 8
+    // floats read end at last + 8 <= inb.len() (asserted above); `inb` is
+    // not written while `src` is used; unaligned loads take any address.
     let at = |base: usize, off: usize| unsafe { _mm256_loadu_ps(src.add(base + off)) };
     // As `clamp(v + b, lo, hi)`: max/min return their second operand for
     // NaN and for equal zeros.
@@ -341,7 +359,8 @@ mod tests {
                 super::super::conv::depthwise_nchw(&x, &f, bias, act, &p, &mut want);
                 let mut got = vec![7.0f32; want.len()];
                 let bounds = act.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
-                // SAFETY: available() said so.
+                // SAFETY: the test returned at its start unless
+                // `available()` found AVX2 and FMA.
                 unsafe { depthwise8(&x, &f, bias, bounds, &p, &mut got) };
                 let same = got
                     .iter()

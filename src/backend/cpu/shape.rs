@@ -174,6 +174,14 @@ fn transpose_inner<T: Copy>(
     if total == 0 {
         return out;
     }
+    // The tiles below read without bounds checks: the farthest element
+    // any output reads must lie in `x` (true when `src` is a permutation
+    // of `x`'s strides, as its callers' are; checked once, not per read).
+    let last: usize = out_shape.iter().zip(src).map(|(&d, &s)| (d - 1) * s).sum();
+    assert!(
+        last < x.len(),
+        "transpose: the strides reach past the input"
+    );
     let dst = &mut out.spare_capacity_mut()[..total];
     let outer_shape = &out_shape[..rank - 2];
     let outer_src = &src[..rank - 2];
@@ -186,10 +194,17 @@ fn transpose_inner<T: Copy>(
                 let j1 = (j0 + TILE).min(cols);
                 #[cfg(target_arch = "x86_64")]
                 if std::mem::size_of::<T>() == 4 && i1 - i0 == TILE && j1 - j0 == TILE {
-                    // SAFETY: T is 4 bytes (moved as bits); the tile's
-                    // reads `base + i + j * cs` for i < rows, j < cols are
-                    // inside `x` (as the scalar loop's), its writes inside
-                    // `block`.
+                    // SAFETY: T is 4 bytes, moved as bits (every 4-byte
+                    // element type here, f32, i32 and u32, has no padding
+                    // and takes any bits). Reads: `base + i + j * cs` for
+                    // i, j < 16 of this whole tile is at most
+                    // `base + (rows - 1) + (cols - 1) * cs <= last`, inside
+                    // `x` (asserted above; `base` sums idx[d] * src[d]
+                    // with idx[d] < out_shape[d], src[rank - 2] == 1 and
+                    // src[rank - 1] == cs). Writes: row i0 + i < rows,
+                    // columns j0.. + 16 <= cols of `block`, rows * cols
+                    // elements (the tile is whole). `x` is shared and
+                    // `out` owned, so they cannot overlap.
                     unsafe {
                         tile16_4byte(
                             x.as_ptr().add(base + i0 + j0 * cs).cast(),
@@ -220,8 +235,10 @@ fn transpose_inner<T: Copy>(
             idx[d] = 0;
         }
     }
-    // SAFETY: the tiles of every block cover all `rows * cols` elements,
-    // and the blocks cover the output.
+    // SAFETY: `dst` is the first `total` slots of the capacity (reserved
+    // above); its `rows * cols` blocks cover it (total is a whole number
+    // of them), and in each the tiles (i0, j0) cover every row and column,
+    // each writing all its elements (the SSE tile or the scalar loop).
     unsafe { out.set_len(total) };
     out
 }
@@ -234,11 +251,14 @@ fn transpose_inner<T: Copy>(
 ///
 /// # Safety
 /// `src + i + j * cs` readable and `dst + i * ld + j` writable for
-/// `i, j < 16`.
+/// `i, j < 16`, the two ranges not overlapping.
 #[cfg(target_arch = "x86_64")]
 unsafe fn tile16_4byte(src: *const f32, cs: usize, dst: *mut f32, ld: usize) {
     use std::arch::x86_64::*;
-    // SAFETY: the contract.
+    // SAFETY: SSE is part of x86-64; the loads read src + i' + j' * cs
+    // and the stores write dst + i' * ld + j' for i' = i + q < 16 and
+    // j'..j' + 4 <= 16, all covered by the caller's contract; unaligned
+    // loads and stores take any address.
     unsafe {
         for j in (0..16).step_by(4) {
             for i in (0..16).step_by(4) {

@@ -62,7 +62,8 @@ pub(in crate::backend::cpu) fn transpose4x4(
     x: [std::arch::x86_64::__m128; 4],
 ) -> [std::arch::x86_64::__m128; 4] {
     use std::arch::x86_64::*;
-    // SAFETY: SSE is part of x86-64; no memory is touched.
+    // SAFETY: the intrinsics need only SSE, part of x86-64's baseline;
+    // they move register values and touch no memory.
     unsafe {
         let (t0, t1) = (_mm_unpacklo_ps(x[0], x[1]), _mm_unpacklo_ps(x[2], x[3]));
         let (t2, t3) = (_mm_unpackhi_ps(x[0], x[1]), _mm_unpackhi_ps(x[2], x[3]));

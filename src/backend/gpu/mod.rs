@@ -63,6 +63,108 @@ pub fn create(power_preference: &str) -> Result<Box<dyn Backend>> {
         .map(|b| Box::new(b) as Box<dyn Backend>)
 }
 
+/// The WebGPU adapter a context was created for: `GPUAdapterInfo`'s
+/// `vendor` and `device` of the `GPUDevice` given to `createContext()`.
+#[derive(Debug, Clone, Default)]
+pub struct AdapterHint {
+    pub vendor: String,
+    pub device: String,
+}
+
+/// Creates the GPU backend on the Vulkan adapter that `hint` names when
+/// one matches it (see [`AdapterHint::matches`]), else on the default
+/// adapter; also returns which of the two it took, in words.
+pub fn create_matching(hint: &AdapterHint) -> Result<(Box<dyn Backend>, String)> {
+    let hint = hint.clone();
+    std::panic::catch_unwind(move || GpuBackend::matching(&hint))
+        .unwrap_or_else(|_| Err(Error::not_supported("the GPU adapter failed to initialise")))
+        .map(|(b, choice)| (Box::new(b) as Box<dyn Backend>, choice))
+}
+
+impl AdapterHint {
+    /// Whether `info` is this adapter. WebGPU names the vendor (`"nvidia"`,
+    /// or a PCI id in hex) where Vulkan numbers it, and the device either by
+    /// id or by its name reduced to lowercase words joined by hyphens
+    /// (Dawn: `"llvmpipe-llvm-15-0-6-256-bits-"` for Vulkan's
+    /// `"llvmpipe (LLVM 15.0.6, 256 bits)"`); an empty device (browsers
+    /// may hide it) leaves the vendor to decide.
+    fn matches(&self, info: &wgpu::AdapterInfo) -> bool {
+        let vendor = self.vendor.trim().to_ascii_lowercase();
+        let vendor_ok =
+            parse_id(&vendor) == Some(info.vendor) || vendor_ids(&vendor).contains(&info.vendor);
+        let device = self.device.trim();
+        let device_ok = device.is_empty()
+            || parse_id(device) == Some(info.device)
+            || (!slug(device).is_empty() && slug(device) == slug(&info.name));
+        vendor_ok && device_ok
+    }
+}
+
+/// The PCI (or Khronos) vendor ids of a WebGPU vendor name.
+fn vendor_ids(name: &str) -> &'static [u32] {
+    match name {
+        "nvidia" => &[0x10de],
+        "amd" | "ati" => &[0x1002, 0x1022],
+        "intel" => &[0x8086],
+        "apple" => &[0x106b],
+        "arm" => &[0x13b5],
+        "qualcomm" => &[0x5143],
+        "imagination" | "img-tec" => &[0x1010],
+        "microsoft" => &[0x1414],
+        "samsung" => &[0x144d],
+        "broadcom" => &[0x14e4],
+        "google" => &[0x1ae0],
+        // VK_VENDOR_ID_MESA: lavapipe and other Mesa software devices.
+        "mesa" => &[0x10005],
+        _ => &[],
+    }
+}
+
+/// An id written as `0x10de` or `4318`.
+fn parse_id(s: &str) -> Option<u32> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s.parse().ok(),
+        None => None,
+    }
+}
+
+/// Lowercase letters and digits, each other run of characters one hyphen,
+/// none at either end.
+fn slug(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    while out.ends_with('-') {
+        out.pop();
+    }
+    out
+}
+
+/// Which Vulkan adapter a pooled device was opened on, when it was chosen
+/// by an [`AdapterHint`] rather than by power preference.
+#[derive(Debug, Clone, PartialEq)]
+struct AdapterKey {
+    name: String,
+    vendor: u32,
+    device: u32,
+}
+
+impl AdapterKey {
+    fn of(info: &wgpu::AdapterInfo) -> AdapterKey {
+        AdapterKey {
+            name: info.name.clone(),
+            vendor: info.vendor,
+            device: info.device,
+        }
+    }
+}
+
 /// Whether this backend compiles operator `op` (a builder method name) with
 /// data type `dt` for its operand `operand` (the IDL name that
 /// `opSupportLimits()` uses: `input`, `indices`, `output`, ...; `""` for
@@ -440,6 +542,9 @@ pub struct GpuBackend {
     accelerated: bool,
     /// What the device was opened for (it goes back to the pool as such).
     power_preference: wgpu::PowerPreference,
+    matched: Option<AdapterKey>,
+    /// The adapter's name.
+    adapter: String,
     tensors: HashMap<TensorId, GpuTensor>,
     graphs: HashMap<GraphId, CompiledGraph>,
     /// Finishes asynchronous reads (declared last: dropped, and joined,
@@ -546,6 +651,10 @@ fn finish_read(
 /// An opened GPU: what [`DEVICES`] keeps between contexts.
 struct OpenDevice {
     power_preference: wgpu::PowerPreference,
+    /// Set when an [`AdapterHint`] chose the adapter: only contexts for
+    /// that adapter take the device back.
+    matched: Option<AdapterKey>,
+    adapter: String,
     accelerated: bool,
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -558,25 +667,49 @@ struct OpenDevice {
 /// saves the seconds that opening a device takes.
 static DEVICES: Mutex<Vec<OpenDevice>> = Mutex::new(Vec::new());
 
-/// Opens a device for `power_preference`, or takes back a pooled one.
-fn open_device(power_preference: wgpu::PowerPreference) -> Result<OpenDevice> {
+/// Opens a device for `power_preference`, or on the adapter that `hint`
+/// matches when one does, or takes back a pooled one.
+fn open_device(
+    power_preference: wgpu::PowerPreference,
+    hint: Option<&AdapterHint>,
+) -> Result<OpenDevice> {
+    let instance = || {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::VULKAN;
+        wgpu::Instance::new(desc)
+    };
+    // Only a hint needs the adapters listed before the pool is asked.
+    let hinted = hint.map(|h| {
+        let instance = instance();
+        let found = block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN))
+            .into_iter()
+            .find(|a| h.matches(&a.get_info()));
+        (instance, found)
+    });
+    let matched = hinted
+        .as_ref()
+        .and_then(|(_, a)| a.as_ref())
+        .map(|a| AdapterKey::of(&a.get_info()));
     {
         let mut pool = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(i) = pool
             .iter()
-            .position(|d| d.power_preference == power_preference)
+            .position(|d| d.power_preference == power_preference && d.matched == matched)
         {
             return Ok(pool.swap_remove(i));
         }
     }
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    desc.backends = wgpu::Backends::VULKAN;
-    let instance = wgpu::Instance::new(desc);
-    let adapter = block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
-        power_preference,
-        ..Default::default()
-    }))
-    .map_err(|e| Error::not_supported(format!("no GPU adapter is available ({e})")))?;
+    let adapter = match hinted {
+        Some((_, Some(adapter))) => adapter,
+        other => {
+            let instance = other.map(|(i, _)| i).unwrap_or_else(instance);
+            block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference,
+                ..Default::default()
+            }))
+            .map_err(|e| Error::not_supported(format!("no GPU adapter is available ({e})")))?
+        }
+    };
     let info = adapter.get_info();
     // The adapter's own limits: WebNN tensors easily exceed WebGPU's
     // conservative defaults (128 MiB storage bindings).
@@ -589,6 +722,8 @@ fn open_device(power_preference: wgpu::PowerPreference) -> Result<OpenDevice> {
     .map_err(|e| Error::not_supported(format!("cannot open the GPU {:?}: {e}", info.name)))?;
     Ok(OpenDevice {
         power_preference,
+        matched,
+        adapter: info.name.clone(),
         accelerated: info.device_type != wgpu::DeviceType::Cpu,
         device,
         queue,
@@ -614,6 +749,8 @@ impl Drop for GpuBackend {
                 .unwrap_or_else(|p| p.into_inner())
                 .push(OpenDevice {
                     power_preference: self.power_preference,
+                    matched: self.matched.take(),
+                    adapter: std::mem::take(&mut self.adapter),
                     accelerated: self.accelerated,
                     device: self.gpu.device.clone(),
                     queue: self.gpu.queue.clone(),
@@ -629,12 +766,32 @@ impl GpuBackend {
             "low-power" => wgpu::PowerPreference::LowPower,
             _ => wgpu::PowerPreference::None,
         };
+        Self::on(open_device(power_preference, None)?)
+    }
+
+    /// On the adapter `hint` names, else the default one (see
+    /// [`create_matching`]).
+    fn matching(hint: &AdapterHint) -> Result<(Self, String)> {
+        let backend = Self::on(open_device(wgpu::PowerPreference::None, Some(hint))?)?;
+        let choice = match backend.matched {
+            Some(_) => format!("the matching adapter {:?}", backend.adapter),
+            None => format!(
+                "the default adapter {:?} (none matched vendor {:?}, device {:?})",
+                backend.adapter, hint.vendor, hint.device
+            ),
+        };
+        Ok((backend, choice))
+    }
+
+    fn on(open: OpenDevice) -> Result<Self> {
         let OpenDevice {
+            power_preference,
+            matched,
+            adapter,
             accelerated,
             device,
             queue,
-            ..
-        } = open_device(power_preference)?;
+        } = open;
         let uncaptured = Arc::new(Mutex::new(Vec::new()));
         let sink = uncaptured.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
@@ -664,6 +821,8 @@ impl GpuBackend {
             },
             accelerated,
             power_preference,
+            matched,
+            adapter,
             lost,
             tensors: HashMap::new(),
             graphs: HashMap::new(),
@@ -1219,6 +1378,32 @@ mod tests {
             .unwrap()
             .iter()
             .all(|d| d.power_preference != wgpu::PowerPreference::LowPower));
+    }
+
+    /// WebGPU's names of an adapter against Vulkan's numbers.
+    #[test]
+    fn adapter_hints_match_by_vendor_and_device() {
+        let info = |name: &str, vendor, device| wgpu::AdapterInfo {
+            name: name.into(),
+            vendor,
+            device,
+            ..wgpu::AdapterInfo::new(wgpu::DeviceType::Cpu, wgpu::Backend::Vulkan)
+        };
+        let hint = |vendor: &str, device: &str| AdapterHint {
+            vendor: vendor.into(),
+            device: device.into(),
+        };
+        let lavapipe = info("llvmpipe (LLVM 15.0.6, 256 bits)", 0x10005, 0);
+        let h100 = info("NVIDIA H100 80GB HBM3", 0x10de, 0x2330);
+        assert!(hint("mesa", "llvmpipe-llvm-15-0-6-256-bits-").matches(&lavapipe));
+        assert!(!hint("mesa", "llvmpipe-llvm-16-0-6-256-bits-").matches(&lavapipe));
+        assert!(!hint("nvidia", "llvmpipe-llvm-15-0-6-256-bits-").matches(&lavapipe));
+        assert!(hint("nvidia", "0x2330").matches(&h100));
+        assert!(hint("0x10de", "").matches(&h100));
+        assert!(hint("NVIDIA", "nvidia-h100-80gb-hbm3").matches(&h100));
+        assert!(!hint("nvidia", "0x2331").matches(&h100));
+        assert!(!hint("", "").matches(&h100));
+        assert!(!hint("unknown", "---").matches(&h100));
     }
 
     #[test]

@@ -30,7 +30,12 @@ const PAR_MIN: usize = 1 << 16;
 /// receives the offset of a chunk and the chunk, and must write every
 /// element of it. Chunks run in parallel when `n` is large and the pool has
 /// more than one thread.
-pub(super) fn build_vec<U, F>(n: usize, fill: F) -> Vec<U>
+///
+/// # Safety
+/// `fill` must write every element of every chunk it is given (the
+/// vector's length is set to `n` afterwards, exposing them), unless it
+/// panics.
+pub(super) unsafe fn build_vec<U, F>(n: usize, fill: F) -> Vec<U>
 where
     U: Copy + Send + 'static,
     F: Fn(usize, &mut [MaybeUninit<U>]) + Sync,
@@ -56,8 +61,10 @@ where
             );
         }
     }
-    // SAFETY: `fill` wrote all `n` elements (every caller writes each element
-    // of the chunk it is given), and `n` is within the capacity.
+    // SAFETY: the chunks handed to `fill` cover `spare[..n]`, and `fill`
+    // wrote every element of each (the caller's contract; a panic in it
+    // unwinds past this with the length still 0); `vec_for_overwrite`
+    // gave room for `n`, so n <= capacity.
     unsafe { v.set_len(n) };
     v
 }
@@ -72,7 +79,8 @@ where
 /// comparisons.
 #[inline(always)]
 pub(super) fn with_simd<R, F: FnOnce() -> R>(f: F) -> R {
-    // SAFETY: `simd_level` detected the features.
+    // SAFETY: `simd_level` is `detected_level()`, or AVX2 below it, so
+    // this CPU has its features.
     unsafe { with_simd_at(simd_level(), f) }
 }
 
@@ -93,9 +101,10 @@ pub(super) unsafe fn with_simd_at<R, F: FnOnce() -> R>(level: SimdLevel, f: F) -
             f()
         }
         match level {
-            // SAFETY: the caller's contract.
+            // SAFETY: the caller vouched for `level`'s features, the
+            // ones `detected_level` checks and `avx512` enables.
             SimdLevel::Avx512 => return unsafe { avx512(f) },
-            // SAFETY: as above.
+            // SAFETY: as above: AVX2 and FMA.
             SimdLevel::Avx2 => return unsafe { avx2(f) },
             SimdLevel::Baseline => {}
         }
@@ -241,30 +250,41 @@ where
     }
     // Fast paths: same shape, or one side a single element.
     if a.len() == total && b.len() == total {
-        return build_vec(
-            total,
-            #[inline(always)]
-            |s, o| {
-                let e = s + o.len();
-                map2(&a[s..e], &b[s..e], o, &f)
-            },
-        );
+        // SAFETY: `map2` writes each element of the chunk `o`, zipped with
+        // inputs of exactly `o.len()` elements (bounds-checked slices).
+        return unsafe {
+            build_vec(
+                total,
+                #[inline(always)]
+                |s, o| {
+                    let e = s + o.len();
+                    map2(&a[s..e], &b[s..e], o, &f)
+                },
+            )
+        };
     }
     if a.len() == 1 && b.len() == total {
         let x = a[0];
-        return build_vec(
-            total,
-            #[inline(always)]
-            |s, o| map1(&b[s..s + o.len()], o, &|y| f(x, y)),
-        );
+        // SAFETY: `map1` writes each element of the chunk `o`, zipped with
+        // an input of exactly `o.len()` elements (bounds-checked slice).
+        return unsafe {
+            build_vec(
+                total,
+                #[inline(always)]
+                |s, o| map1(&b[s..s + o.len()], o, &|y| f(x, y)),
+            )
+        };
     }
     if b.len() == 1 && a.len() == total {
         let y = b[0];
-        return build_vec(
-            total,
-            #[inline(always)]
-            |s, o| map1(&a[s..s + o.len()], o, &|x| f(x, y)),
-        );
+        // SAFETY: as above.
+        return unsafe {
+            build_vec(
+                total,
+                #[inline(always)]
+                |s, o| map1(&a[s..s + o.len()], o, &|x| f(x, y)),
+            )
+        };
     }
     let rank = out_shape.len();
     let ta = broadcast_strides(sa, out_shape);
@@ -327,7 +347,13 @@ where
     } else {
         work((0, spare));
     }
-    // SAFETY: every row of the output was written above.
+    // SAFETY: the chunks (`chunk` a whole number of rows, the last one
+    // shorter but still whole rows as inner divides total) cover
+    // `spare[..total]`, each row of `inner` elements goes to `row`, and
+    // every arm of `row` writes each element of it (map1 and map2 zip
+    // `dst` with inputs of exactly `inner` elements, sliced with bounds
+    // checks, so a short input panics instead); total <= capacity
+    // (`vec_for_overwrite`).
     unsafe { v.set_len(total) };
     v
 }
@@ -337,15 +363,18 @@ pub(super) fn par_map<U: Copy + Send + 'static, F: Fn(usize) -> U + Sync>(
     n: usize,
     f: F,
 ) -> Vec<U> {
-    build_vec(
-        n,
-        #[inline(always)]
-        |s, o| {
-            for (i, d) in o.iter_mut().enumerate() {
-                d.write(f(s + i));
-            }
-        },
-    )
+    // SAFETY: the loop writes each element of the chunk `o`.
+    unsafe {
+        build_vec(
+            n,
+            #[inline(always)]
+            |s, o| {
+                for (i, d) in o.iter_mut().enumerate() {
+                    d.write(f(s + i));
+                }
+            },
+        )
+    }
 }
 
 /// `x.map(f)`, vectorisable and in parallel for large inputs.
@@ -355,11 +384,15 @@ where
     U: Copy + Send + 'static,
     F: Fn(T) -> U + Sync,
 {
-    build_vec(
-        x.len(),
-        #[inline(always)]
-        |s, o| map1(&x[s..s + o.len()], o, &f),
-    )
+    // SAFETY: `map1` writes each element of the chunk `o`, zipped with an
+    // input of exactly `o.len()` elements (bounds-checked slice).
+    unsafe {
+        build_vec(
+            x.len(),
+            #[inline(always)]
+            |s, o| map1(&x[s..s + o.len()], o, &f),
+        )
+    }
 }
 
 /// Integer element types: wrapping arithmetic that never panics.

@@ -767,7 +767,9 @@ fn every_width_gives_the_same_bits() {
         for k in kinds {
             outs.push(with_float_unary!(k, f => {
                 let mut o = vec![0.0f32; x.len()];
-                // SAFETY: `level` is at most the detected one.
+                // SAFETY: `run` gets only the `levels` kept above, those
+                // at most `detected_level()`, whose features (each level
+                // implies the ones below it) this CPU has.
                 unsafe {
                     with_simd_at(
                         level,
@@ -782,7 +784,7 @@ fn every_width_gives_the_same_bits() {
                 o
             }));
         }
-        // SAFETY: as above.
+        // SAFETY: `level` is one of `levels`, as above.
         unsafe {
             with_simd_at(
                 level,

@@ -200,9 +200,19 @@ fn room(v: &mut Vec<f32>, n: usize) {
 /// and `N` as its node would.
 ///
 /// # Safety
-/// The CPU has `V`'s, `N`'s and `D`'s features; the stages fit together
-/// and the sizes match `d.p`, which [`fits`] (checked by
-/// `Plan::run_chain`).
+/// - The CPU has `V`'s, `N`'s and `D`'s features (`N` of 8 lanes).
+/// - `d.p` is a depthwise convolution of `c` channels in whole blocks
+///   that [`fits`], `d.w` holds `c * kh * kw` floats, `d.bias` (if any)
+///   `c`.
+/// - The expansion (if any) has `oc` = `c` and `ic` in whole blocks,
+///   the projection (if any) `ic` = `c` and `oc` in whole blocks; each
+///   one's `w` is `ic * oc` floats packed for its `panels`, its bias (if
+///   any) `oc`.
+/// - `x` holds `batch * ic * in_h * in_w` floats (`ic`: the expansion's,
+///   or `c`), `sum` (if any) and `res` `batch * oc * out_h * out_w`
+///   (`oc`: the projection's, or `c`).
+///
+/// `Plan::run_chain` checks all of these.
 pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
     e: Option<&Pw>,
     d: &Dw,
@@ -249,7 +259,7 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
     let per_part = oh.div_ceil(parts);
     let ocb = pj.map_or(cb, |q| q.oc / L);
     let o = Out(res.as_mut_ptr());
-    let (xs, ss) = (x.as_ptr() as usize, sum.map(|r| r.as_ptr() as usize));
+    let ss = sum.map(|r| r.as_ptr() as usize);
     for_units(n * parts, par, move |u| {
         let _ = &o;
         let (img, part) = (u / parts, u % parts);
@@ -263,7 +273,7 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
             while y0 < yb {
                 let y1 = (y0 + rows).min(yb);
                 let (a, b) = rows_in(y0, y1);
-                let xi = xs as *const f32;
+                let xi = x.as_ptr();
                 if let Some(e) = e {
                     // Rows this band shares with the last one move
                     // to the front; the rest are computed.
@@ -285,9 +295,17 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
                         lo: e.bounds.0,
                         hi: e.bounds.1,
                     };
-                    // SAFETY: rows [a + kept, b) of image `img`'s
-                    // input, into rows kept.. of the buffer, whose
-                    // blocks hold `cap` rows (b - a <= cap).
+                    // SAFETY: the caller's features. `pointwise`'s
+                    // contract: `g` is 1x1 at unit stride, `e.w` the
+                    // filter packed for `e.panels` (`ic * oc` floats).
+                    // It reads pixels `(a + kept) * w ..  b * w` of the
+                    // `e.ic / 8` blocks of image `img` of `x` (`b <= h`;
+                    // `x` holds `batch * e.ic * h * w`), and writes rows
+                    // `kept .. b - a` of each of the `cb` blocks of `ex`,
+                    // `cap` rows apart: `b - a <= cap` since a band has at
+                    // most `rows` output rows, so `ex`'s `cb * cap * w *
+                    // 8` floats hold them. `ex` is this thread's own
+                    // buffer (`BANDS`), and the bias has `e.oc` floats.
                     unsafe {
                         pointwise::<V, N>(
                             e.w.as_ptr(),
@@ -309,8 +327,7 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
                     Some(_) => &ex[k * cap * w * L..(k * cap + b - a) * w * L],
                     None => {
                         let at = ((img * cb + k) * h + a) * w * L;
-                        // SAFETY: rows [a, b) of one plane of `x`.
-                        unsafe { std::slice::from_raw_parts(xi.add(at), (b - a) * w * L) }
+                        &x[at..at + (b - a) * w * L]
                     }
                 };
                 // This band as a convolution of its own: its input rows,
@@ -324,24 +341,25 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
                 };
                 for k in 0..cb {
                     let band = (y1 - y0) * ow * L;
-                    // SAFETY: rows [y0, y1) of plane `k` of image `img`
-                    // of the output, this task's (no projection), or
-                    // the band buffer's block `k`.
-                    let dst = unsafe {
-                        match pj {
-                            None => std::slice::from_raw_parts_mut(
+                    let dst = match pj {
+                        // SAFETY: rows `y0..y1` of plane `k` of image
+                        // `img` of the output: `res` holds `batch * cb *
+                        // oh * ow * 8` floats without a projection, and
+                        // these rows lie in this unit's `ya..yb` of
+                        // image `img`, which no other unit writes; `res`
+                        // stays borrowed until `for_units` returns.
+                        None => unsafe {
+                            std::slice::from_raw_parts_mut(
                                 o.0.add(((img * cb + k) * oh + y0) * ow * L),
                                 band,
-                            ),
-                            Some(_) => std::slice::from_raw_parts_mut(
-                                dw.as_mut_ptr().add(k * rows * ow * L),
-                                band,
-                            ),
-                        }
+                            )
+                        },
+                        Some(_) => &mut dw[k * rows * ow * L..][..band],
                     };
                     let bias = d.bias.map(|b| &b[k * L..(k + 1) * L]);
                     let wk = &d.w[k * khw * L..(k + 1) * khw * L];
-                    // SAFETY: the caller's features; sizes as `pb`.
+                    // SAFETY: the caller's features (`D`'s, which
+                    // include `N`'s), all that `plane_rows` asks.
                     unsafe {
                         super::depthwise::plane_rows::<D, N>(
                             plane(k),
@@ -368,9 +386,21 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
                         hi: q.bounds.1,
                     };
                     let at = (img * ocb * oh + y0) * ow * L;
-                    // SAFETY: the band's pixels in the buffer, into rows
-                    // [y0, y1) of image `img` of the output (and of the
-                    // residual), this task's.
+                    // SAFETY: the caller's features. `pointwise`'s
+                    // contract: `g` is 1x1 at unit stride, `q.w` the
+                    // filter packed for `q.panels` (`ic * oc` floats). It
+                    // reads the band's `(y1 - y0) * ow <= rows * ow`
+                    // pixels of the `cb` blocks of `dw` (`rows * ow * 8`
+                    // apart, `cb * rows * ow * 8` floats, which the
+                    // depthwise rows above wrote), and writes those
+                    // pixels, rows `y0..y1` of image `img`, of each of
+                    // the `ocb` output blocks (`oh * ow * 8` apart) at
+                    // `at`: inside `res` (`batch * ocb * oh * ow * 8`)
+                    // and this unit's alone (units split the images and
+                    // their rows; `res` stays borrowed until `for_units`
+                    // returns). The residual, of the output's shape, is
+                    // read at the same offsets; the bias has `q.oc`
+                    // floats.
                     unsafe {
                         pointwise::<V, N>(
                             q.w.as_ptr(),

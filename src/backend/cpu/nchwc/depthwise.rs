@@ -18,8 +18,12 @@ use crate::graph::op::Conv2dParams;
 /// 362 against 279 to 321 us).
 ///
 /// # Safety
-/// The CPU has `V`'s features, which include `N`'s; sizes as `p` says
-/// (checked by `super::conv`).
+/// The CPU has `V`'s features, which include `N`'s (an 8-lane kind);
+/// `p` is depthwise with channels in whole blocks; `x` holds
+/// `batch * c * in_h * in_w` floats, `w` `c * kh * kw`, `bias` (if
+/// any) `c`, `res` `batch * c * out_h * out_w`; every tap lies inside
+/// the padded input.
+/// `super::conv` checks these (the channels, at build).
 pub(super) unsafe fn depthwise<V: Vf, N: Vf>(
     w: &[f32],
     p: &Conv2dParams,
@@ -57,11 +61,16 @@ pub(super) unsafe fn depthwise<V: Vf, N: Vf>(
         let bv = bias.map(|b| &b[blk * L..(blk + 1) * L]);
         let y0 = rc * rows;
         let y1 = (y0 + rows).min(oh);
-        // SAFETY: rows y0..y1 of this plane are this unit's.
+        // SAFETY: `plane < batch * cb` and `y1 <= oh`, so the range ends
+        // at most at `batch * cb * oh * ow * 8`, `res.len()`; units
+        // split the planes and their rows, so this range is this unit's
+        // alone, and `res` stays borrowed until `for_units` returns.
         let dst = unsafe {
             std::slice::from_raw_parts_mut(o.0.add((plane * oh + y0) * ow * L), (y1 - y0) * ow * L)
         };
-        // SAFETY: the caller's features.
+        // SAFETY: the caller's features, all that `plane_rows` asks;
+        // `xs`, `ws`, `bv` and `dst` are the plane, filter, bias and
+        // output rows that it expects.
         unsafe { plane_rows::<V, N>(xs, ws, bv, bounds, p, y0..y1, dst, true) };
     });
 }
@@ -69,9 +78,14 @@ pub(super) unsafe fn depthwise<V: Vf, N: Vf>(
 /// Output rows `ys` of one blocked plane `x` into `dst` (see
 /// [`depthwise_rows`]), compiled with `V`'s features.
 ///
+/// `x` is one plane of `p`'s input (`in_h * in_w * 8` floats), `w` its
+/// block's filter (`kh * kw * 8`), `bias` its block's (8 or more),
+/// `dst` rows `ys` of its output (`ys.len() * out_w * 8`); rows below
+/// the input read zeros, as in the padding.
+///
 /// # Safety
-/// The CPU has `V`'s features; `x` is one plane of `p`'s input, `w`
-/// and `bias` its block's, `dst` rows `ys` of its output.
+/// The CPU has `V`'s features, which include `N`'s (an 8-lane kind).
+/// The sizes are checked: a mismatch panics.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn plane_rows<V: Vf, N: Vf>(
     x: &[f32],
@@ -83,7 +97,8 @@ pub(super) unsafe fn plane_rows<V: Vf, N: Vf>(
     dst: &mut [f32],
     copy_small: bool,
 ) {
-    // SAFETY: the caller's features.
+    // SAFETY: the caller's features, which `V::with` enables; that is
+    // all `depthwise_rows` asks (it checks the sizes).
     unsafe {
         V::with(
             #[inline(always)]
@@ -104,7 +119,9 @@ pub(super) unsafe fn plane_rows<V: Vf, N: Vf>(
 /// rows of a wide plane, are not.
 ///
 /// # Safety
-/// Runs with `V`'s features.
+/// Runs with `V`'s features (and so `N`'s). The sizes of
+/// [`plane_rows`]'s contract are checked here: a call that breaks them
+/// panics, it reads or writes nothing outside the slices.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn depthwise_rows<V: Vf, N: Vf>(
@@ -125,6 +142,13 @@ unsafe fn depthwise_rows<V: Vf, N: Vf>(
     if kh * kw == 0 || ys.is_empty() {
         return;
     }
+    // The reads and writes below stay inside these (see `region`).
+    assert!(
+        x.len() >= h * wi * L
+            && w.len() >= kh * kw * L
+            && dst.len() >= (ys.end - ys.start) * ow * L,
+        "depthwise rows: the buffers do not match the parameters"
+    );
     let k = Kernel {
         w,
         kh,
@@ -157,10 +181,18 @@ unsafe fn depthwise_rows<V: Vf, N: Vf>(
             (r as usize * cols + c as usize) * L
         };
         let at = |oy: usize, ox: usize| out.wrapping_add(((oy - y0) * ow + ox) * L);
-        // SAFETY: every tap of these pixels lies inside `src` (the
-        // callers' regions), and (oy, ox) is a pixel of `dst`; the
-        // caller's features. (A closure does not inherit them: `with`
-        // compiles the kernel with them wherever this one lands.)
+        // SAFETY: the caller's features, which `V::with` enables (a
+        // closure does not inherit them: `with` compiles the kernel with
+        // them wherever this one lands). `rect`'s contract: the two
+        // callers below pass regions whose every tap lies inside `src`:
+        // the input plane itself (`x`, `h * wi * 8` floats, asserted)
+        // for the rows and columns that `inside` finds wholly inside
+        // it, or a copy that holds every row and column the region's
+        // taps reach (`copy`); `at(oy, ox)` is pixel `(oy - y0, ox)` of
+        // `dst`, with `oy` in `ys` and `ox < ow`, inside it (asserted);
+        // `first(oy, ox + 1)` is `first(oy, ox) + sw * 8`, the `step`;
+        // `src` is the input or a copy, never `dst`; `k.w` holds `kh *
+        // kw * 8` floats (asserted) and `k.bias` 8 (`b[..L]`).
         unsafe {
             V::with(
                 #[inline(always)]
@@ -280,8 +312,11 @@ fn faster_form() -> bool {
     for _ in 0..8 {
         for (k, wide) in [true, false].into_iter().enumerate() {
             let t = std::time::Instant::now();
-            // SAFETY: the caller's `isa` is AVX-512, which this machine
-            // runs (and so AVX2); sizes as `p` says.
+            // SAFETY: `preferred` runs this only for `Isa::Avx512`, which
+            // only `Isa::best` makes, after detecting AVX-512F, AVX2 and
+            // FMA: the features of both forms. `x` and `res` hold the 32
+            // x 28 x 28 input and output, `w` 32 x 3 x 3, and with
+            // padding 1 every tap lies inside the padded input.
             unsafe {
                 match wide {
                     true => depthwise::<__m512, __m256>(&w, &p, &x, None, (0.0, 6.0), &mut res),
@@ -344,12 +379,16 @@ impl Kernel<'_> {
     /// `U`'s features.
     #[inline(always)]
     unsafe fn fin<U: Vf>(&self) -> (U, U, U) {
-        let b = match self.bias.is_null() {
-            true => U::splat(-0.0),
-            // SAFETY: 8 floats.
-            false => unsafe { U::load8_dup(self.bias) },
-        };
-        (b, U::splat(self.lo), U::splat(self.hi))
+        // SAFETY: `U`'s features (the caller's); `self.bias`, when not
+        // null, is `b[..8]` of the block's bias slice that
+        // `depthwise_rows` holds while this kernel lives, 8 floats.
+        unsafe {
+            let b = match self.bias.is_null() {
+                true => U::splat(-0.0),
+                false => U::load8_dup(self.bias),
+            };
+            (b, U::splat(self.lo), U::splat(self.hi))
+        }
     }
 
     /// Output pixels `rows` x `oxs` of a source `src` whose rows have
@@ -362,8 +401,13 @@ impl Kernel<'_> {
     /// vector of `N`), so a narrow plane still runs in groups of eight.
     ///
     /// # Safety
-    /// `V`'s features, which include `N`'s; every tap of every pixel
-    /// inside `src`, every output pixel writable.
+    /// `V`'s features, which include `N`'s (an 8-lane kind). For every
+    /// pixel `(oy, ox)` of `rows` x `oxs`: every tap's 8 floats, at
+    /// `src + first(oy, ox) + (ky * dh * cols + kx * dw) * 8`, are
+    /// readable; `first(oy, ox + 1) = first(oy, ox) + step`, and `step`
+    /// is `sw * 8`; the 8 floats at `at(oy, ox)` are writable, by this
+    /// call alone, and overlap nothing that it reads; `self.w` holds
+    /// `kh * kw * 8` floats, `self.bias` (when not null) 8.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn rect<V: Vf, N: Vf>(
@@ -384,9 +428,21 @@ impl Kernel<'_> {
             if oxs.is_empty() {
                 break;
             }
-            // SAFETY (all): the caller's bounds.
+            // SAFETY: `first(oy, oxs.start)` is the offset of a pixel's
+            // first tap, inside `src` by the contract.
             let (mut inp, mut o) = unsafe { (src.add(first(oy, oxs.start)), at(oy, oxs.start)) };
             let mut left = oxs.len();
+            // SAFETY: `inp` and `o` stay the first tap and the output of
+            // pixel `oxs.end - left` of this row (each step adds the
+            // pixels' `step` or 8 floats per pixel done), and each call
+            // covers pixels before `oxs.end` only: a run of `P` vectors
+            // of `k` pixels while `left >= P * k` (`run` at unit stride,
+            // `step` 8 when `k > 1`), a vector of `k` while `left >= k`,
+            // `P` pixels of `N` while `left >= P`, then single pixels.
+            // `run::<U, SW>` reads pixel `j * SW * U::W / 8` from `inp`,
+            // `group` pixel `j` from `ins[j]`: those pixels' taps, which
+            // the contract makes readable, and it writes their outputs.
+            // The features are the caller's; `N` has 8 lanes, one pixel.
             unsafe {
                 if k > 1 {
                     while left >= P * k {
@@ -420,7 +476,9 @@ impl Kernel<'_> {
                 }
             }
         }
-        // SAFETY: as above.
+        // SAFETY: the vectors still pending were pushed above, each for
+        // pixels inside the region, whose taps and outputs the contract
+        // covers; `src` and the outputs are still valid (the caller's).
         unsafe {
             wide.flush(self, cols);
             narrow.flush(self, cols);
@@ -437,12 +495,17 @@ impl Kernel<'_> {
     #[inline(always)]
     unsafe fn run<U: Vf, const SW: usize>(&self, cols: usize, src: *const f32, out: *mut f32) {
         if self.is_3x3() {
-            // SAFETY: the caller's.
+            // SAFETY: `group_3x3`'s contract is `group`'s, with the very
+            // `ins` and `outs` of ours, which the caller gives.
             return unsafe {
                 self.group_3x3::<U>(cols, |j| src.add(j * SW * U::W), |j| out.add(j * U::W))
             };
         }
-        // SAFETY: the caller's bounds.
+        // SAFETY: `U`'s features (the caller's). Vector `j`'s tap `(ky,
+        // kx)` is loaded from `src + j * SW * W + (ky * dh * cols + kx *
+        // dw) * 8`, a tap of its pixels, readable by the contract; `wt`
+        // steps through the `kh * kw` rows of 8 of `self.w`, one per
+        // tap; each store is the `W` floats at `out + j * W`, writable.
         unsafe {
             let (bv, lov, hiv) = self.fin::<U>();
             let w0 = U::load8_dup(self.w.as_ptr());
@@ -481,10 +544,15 @@ impl Kernel<'_> {
     #[inline(always)]
     unsafe fn group<U: Vf>(&self, cols: usize, ins: [*const f32; P], outs: [*mut f32; P]) {
         if self.is_3x3() {
-            // SAFETY: the caller's.
+            // SAFETY: `group_3x3`'s contract is ours, for the same
+            // vectors.
             return unsafe { self.group_3x3::<U>(cols, |j| ins[j], |j| outs[j]) };
         }
-        // SAFETY: the caller's bounds.
+        // SAFETY: `U`'s features (the caller's). Vector `j`'s tap `(ky,
+        // kx)` is loaded from `ins[j] + (ky * dh * cols + kx * dw) * 8`,
+        // readable by the contract; `wt` steps through the `kh * kw` rows
+        // of 8 of `self.w`, one per tap; each store is the `W` floats at
+        // `outs[j]`, writable. All loads come before the stores.
         unsafe {
             let (bv, lov, hiv) = self.fin::<U>();
             let w0 = U::load8_dup(self.w.as_ptr());
@@ -535,7 +603,12 @@ impl Kernel<'_> {
         ins: impl Fn(usize) -> *const f32,
         outs: impl Fn(usize) -> *mut f32,
     ) {
-        // SAFETY: the caller's bounds (9 filter rows of 8).
+        // SAFETY: `U`'s features (the caller's). The callers run this
+        // only where `is_3x3`, so `self.w` holds 9 rows of 8 and tap `t`
+        // lies `(t / 3) * cols * 8 + (t % 3) * 8` floats from a vector's
+        // first tap: each load is a tap of the vector's pixels, readable
+        // by the contract, and each store the `W` floats at `outs(j)`,
+        // writable.
         unsafe {
             let (bv, lov, hiv) = self.fin::<U>();
             let w0 = U::load8_dup(self.w.as_ptr());
@@ -578,14 +651,17 @@ impl<U: Vf> Pending<U> {
     /// Adds a vector's first tap and output; a full group runs.
     ///
     /// # Safety
-    /// [`Kernel::group`]'s, for this vector.
+    /// [`Kernel::group`]'s contract holds for this vector (taps from
+    /// `inp`, output at `o`) and `k`, and stays true until the group
+    /// runs: here when it fills, else at [`Self::flush`].
     #[inline(always)]
     unsafe fn push(&mut self, k: &Kernel, cols: usize, inp: *const f32, o: *mut f32) {
         self.ins[self.n] = inp;
         self.outs[self.n] = o;
         self.n += 1;
         if self.n == P {
-            // SAFETY: the callers' bounds for each vector.
+            // SAFETY: each of the `P` vectors was pushed under
+            // `group`'s contract (see `push`'s), still true.
             unsafe { k.group::<U>(cols, self.ins, self.outs) };
             self.n = 0;
         }
@@ -595,7 +671,8 @@ impl<U: Vf> Pending<U> {
     /// values stored twice.
     ///
     /// # Safety
-    /// As for [`Self::push`].
+    /// As for [`Self::push`], for every vector pushed since the last
+    /// group ran.
     #[inline(always)]
     unsafe fn flush(&mut self, k: &Kernel, cols: usize) {
         let n = self.n;
@@ -604,7 +681,10 @@ impl<U: Vf> Pending<U> {
                 self.ins[j] = self.ins[n - 1];
                 self.outs[j] = self.outs[n - 1];
             }
-            // SAFETY: as for push.
+            // SAFETY: vectors `0..n` were pushed under `group`'s
+            // contract; `n..P` repeat vector `n - 1`, so they read the
+            // same taps and store the same values to the same cells
+            // (`group` loads everything before it stores).
             unsafe { k.group::<U>(cols, self.ins, self.outs) };
             self.n = 0;
         }

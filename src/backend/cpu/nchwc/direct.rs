@@ -50,14 +50,24 @@ pub(super) struct Geometry<'a> {
 /// [`Ends`]). Each output sums its terms in the same order whatever the
 /// vector width, so every [`Vf`] gives the same bits.
 ///
-/// # Safety
-/// `V`'s features (run it inside [`Vf::with`]); `x` is the tile's first
-/// pixel's first tap in input block 0, and every tap of every pixel in
-/// every block lies inside the input; `w` is the panel; `out` the
-/// tile's first pixel in output block `ob0`, and the tile's cells of
-/// its blocks are the caller's.
 /// Each input block is `g.cl` channels `g.cs` floats apart: 8 and 1 for
 /// a blocked input, all of them and a plane for an NCHW one (`plain`).
+///
+/// # Safety
+/// - The CPU has `V`'s features (run it inside [`Vf::with`]).
+/// - Input: for every block `ib < g.icb`, tap `t` of `g.taps`, channel
+///   `ci < g.cl` and pixel `r < M`, the float at `x + ib * g.ibs + t +
+///   ci * g.cs + r * px` is readable (`x` is the first pixel's first
+///   tap in input block 0, and every tap of every pixel lies inside the
+///   input).
+/// - `w` is the panel: `g.icb * g.taps.len() * g.cl` rows of `NV * W`
+///   floats, readable.
+/// - Output: `out` is the first pixel in output block `ob0`, and for
+///   `v < NV`, `k < W / 8`, `r < M` the 8 floats at `out + (v * W / 8 +
+///   k) * g.obs + r * 8` (pixel `r` of block `ob0 + v * W / 8 + k`) are
+///   writable and accessed by no one else during the call; `ends.sum`,
+///   when not null, is readable at the same offsets, and `ends.bias`,
+///   when not null, holds the panel's `NV * W` channels.
 #[inline(always)]
 unsafe fn tile<V: Vf, const M: usize, const NV: usize, const PX: usize>(
     g: &Geometry,
@@ -66,7 +76,8 @@ unsafe fn tile<V: Vf, const M: usize, const NV: usize, const PX: usize>(
     Ends { bias, sum }: Ends,
     out: *mut f32,
 ) {
-    let mut acc = [[V::splat(0.0); NV]; M];
+    // SAFETY: `V`'s features, which the caller guarantees.
+    let mut acc = unsafe { [[V::splat(0.0); NV]; M] };
     // Floats between the tile's pixels in the input: known at compile
     // time for a blocked input at unit stride (`PX` = 8), so that every
     // pixel's value is one base pointer plus a constant (otherwise the
@@ -76,8 +87,17 @@ unsafe fn tile<V: Vf, const M: usize, const NV: usize, const PX: usize>(
     // Floats between the output blocks of one vector's lane groups, and
     // between vectors.
     let (obs, vs) = (g.obs, V::W / L * g.obs);
-    // SAFETY: see the contract; the panel is icb * taps * 8 rows of
-    // NV * W floats, read in order.
+    // SAFETY: `V`'s features are the caller's. Every input load is at
+    // `x + ib * g.ibs + t + ci * g.cs + r * px` for `ib < g.icb`, `t` in
+    // `g.taps`, `ci < g.cl`, `r < M` (`px` is `g.px` or, when nonzero,
+    // `PX`, which `run_tile` sets only where they are equal), readable
+    // by the contract; `wp` steps through the panel's `g.icb *
+    // g.taps.len() * g.cl` rows of `NV * W` floats once each, in order,
+    // which is the panel's size; the bias loads read `NV * W` floats of
+    // the panel's channels. Each store (and residual load) is at `out +
+    // v * vs + r * 8` plus `k * obs` for lane group `k` (`vs` = `W / 8`
+    // blocks of `obs`): pixel `r` of block `ob0 + v * W / 8 + k`, one of
+    // the cells that the contract gives this call alone.
     unsafe {
         for ib in 0..g.icb {
             let xb = x.add(ib * g.ibs);
@@ -144,7 +164,8 @@ struct Ends {
 /// not 0.
 ///
 /// # Safety
-/// The CPU has `V`'s features; the rest is [`tile`]'s contract.
+/// The CPU has `V`'s features; `m` and `nv` are those of a tile that
+/// [`tile`]'s contract holds for (`M = m`, `NV = nv`).
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_n<V: Vf, const PX: usize>(
     m: usize,
@@ -166,7 +187,9 @@ unsafe fn tile_n<V: Vf, const PX: usize>(
             }
         };
     }
-    // SAFETY: the caller's contract is tile's.
+    // SAFETY: the caller guarantees `V`'s features, which `V::with`
+    // enables; each arm calls `tile` with `M = m` and `NV = nv`, the
+    // tile that the caller's contract covers (other sizes panic).
     unsafe {
         if V::W == 8 {
             go!(2: 1 2 3 4 5 6; 1: 1 2 3 4 5 6 7 8 9 10 11 12)
@@ -183,6 +206,9 @@ unsafe fn tile_n<V: Vf, const PX: usize>(
 /// in 6 by 2 ymm vectors (24 channels on 56x56 from 144: 340 against
 /// 264 us).
 fn form<V: Vf, N: Vf>(pn: &Panel) -> (bool, usize, usize) {
+    // A narrow tile's vector is one block: the tiles' and the callers'
+    // bounds count on it.
+    const { assert!(N::W == L) };
     let wide = (pn.nb * L).is_multiple_of(V::W) && pn.nb * L >= 2 * V::W;
     let (vw, nv) = match wide {
         true => (V::W, pn.nb * L / V::W),
@@ -195,7 +221,9 @@ fn form<V: Vf, N: Vf>(pn: &Panel) -> (bool, usize, usize) {
 /// known at compile time where it is one blocked pixel.
 ///
 /// # Safety
-/// [`tile_n`]'s.
+/// The CPU has `V`'s features when `wide`, `N`'s when not; [`tile`]'s
+/// contract holds for `m` pixels by `nv` vectors of that kind (as
+/// [`form`] gives them for a panel: its `nb` blocks either way).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn run_tile<V: Vf, N: Vf>(
@@ -208,7 +236,8 @@ unsafe fn run_tile<V: Vf, N: Vf>(
     ends: Ends,
     out: *mut f32,
 ) {
-    // SAFETY: the caller's.
+    // SAFETY: the caller's contract, for the kind that `wide` picks;
+    // `PX` is `L` only where `g.px` is `L`, so `tile` steps as `g` says.
     unsafe {
         match (wide, g.px == L) {
             (true, true) => tile_n::<V, L>(m, nv, g, x, w, ends, out),
@@ -228,8 +257,19 @@ unsafe fn run_tile<V: Vf, N: Vf>(
 /// [`direct`], so the same bits.
 ///
 /// # Safety
-/// The CPU has `V`'s and `N`'s features; every pixel of every block is
-/// inside its buffer, and the output cells are the caller's.
+/// - The CPU has `V`'s and `N`'s features.
+/// - `g` is a 1x1 unit-stride geometry: `taps` `[0]`, `px` and `cl` 8,
+///   `cs` 1.
+/// - `w` holds the filter packed for `panels` ([`super::panel_list`]
+///   with `per` = `g.icb * 8`): panel `pn` at `w + pn.off`, `g.icb * 8`
+///   rows of `pn.nb * 8` floats.
+/// - For `ib < g.icb` and `q < count`, the 8 floats at
+///   `x + ib * g.ibs + q * 8` are readable.
+/// - For every block `ob` of the panels and `q < count`, the 8 floats
+///   at `out + ob * g.obs + q * 8` are writable and accessed by no one
+///   else during the call, and those at `sum` (when not null) at the
+///   same offset readable; `bias`, when not null, holds the panels'
+///   channels (`ob * 8 .. ob * 8 + 8`).
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn pointwise<V: Vf, N: Vf>(
     w: *const f32,
@@ -246,7 +286,14 @@ pub(super) unsafe fn pointwise<V: Vf, N: Vf>(
         let mut q = 0;
         while q < count {
             let m = mr.min(count - q);
-            // SAFETY: the caller's bounds; the panel lies in `w`.
+            // SAFETY: `run_tile`'s contract, from ours: `form` gives the
+            // panel's `nb` blocks as `nv` vectors and `m <= mr`; `x + q *
+            // 8` is pixel `q` of input block 0, and the tile reads pixels
+            // `q .. q + m` (`m <= count - q`) of blocks below `g.icb` at
+            // tap 0; it writes pixels `q .. q + m` of blocks `pn.ob0 ..
+            // pn.ob0 + pn.nb` at `out + at` (and reads `sum + at`), ours
+            // alone; `bias + pn.ob0 * 8` is the panel's channels and `w +
+            // pn.off` its filter.
             unsafe {
                 let at = pn.ob0 * g.obs + q * L;
                 let ends = Ends {
@@ -316,8 +363,10 @@ fn interleave_row(src: &[f32], hw: usize, at: usize, row: &mut [f32]) {
     assert!(src.len() >= (L - 1) * hw + at + w);
     let mut q = 0;
     if is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2; 8 pixels of 8 planes at a time, all
-        // inside `src` (asserted) and `row`.
+        // SAFETY: AVX2 detected just above. `interleave8` reads `src[at
+        // + k * hw + q]` for `k < 8`, `q < w`, the last of which, `7 * hw
+        // + at + w - 1`, is inside `src` by the assert; it writes
+        // `row[q * 8 + k]`, below `w * 8 <= row.len()`.
         unsafe { q = interleave8(src.as_ptr().add(at), hw, row.as_mut_ptr(), w) };
     }
     for q in q..w {
@@ -331,13 +380,16 @@ fn interleave_row(src: &[f32], hw: usize, at: usize, row: &mut [f32]) {
 /// pixels it wrote.
 ///
 /// # Safety
-/// AVX2; `x + k * hw + q` readable and `out + q * 8 + k` writable for
-/// `k < 8`, `q < w`.
+/// The CPU has AVX2; `x + k * hw + q` readable and `out + q * 8 + k`
+/// writable for `k < 8`, `q < w`.
 #[target_feature(enable = "avx2")]
 unsafe fn interleave8(x: *const f32, hw: usize, out: *mut f32, w: usize) -> usize {
     use std::arch::x86_64::*;
     let mut q = 0;
-    // SAFETY: the caller's bounds.
+    // SAFETY: AVX2 is enabled here (the caller detected it; `transpose`
+    // needs AVX, part of it). With `q + 8 <= w`, each load is `x + k * hw
+    // + q .. + 8` and each store `out + (q + j) * 8 .. + 8` for `k, j <
+    // 8`, inside the ranges the caller makes readable and writable.
     unsafe {
         while q + L <= w {
             let mut v = [_mm256_setzero_ps(); L];
@@ -361,8 +413,19 @@ unsafe fn interleave8(x: *const f32, hw: usize, out: *mut f32, w: usize) -> usiz
 /// (a single block) on `N`, of 8 lanes.
 ///
 /// # Safety
-/// The CPU has `V`'s and `N`'s features; the sizes and the taps' reach
-/// match `p` (checked by `super::conv`).
+/// - The CPU has `V`'s and `N`'s features.
+/// - `w`, `panels` and `plain` are `blocked_conv`'s packing of `p`'s
+///   filter for these kinds: output channels in whole blocks, input
+///   channels too unless `plain` (then at most 8), `w.len()` =
+///   `oc * ic * kh * kw`.
+/// - `x` holds `batch * ic * in_h * in_w` floats (blocked, or NCHW when
+///   `plain` or `nchw_in`; `nchw_in` only with padding), `bias` (if
+///   any) `oc`, `sum` (if any) and `res` `batch * oc * out_h * out_w`.
+/// - Every tap of every output pixel lies inside the padded input
+///   (`super::taps_fit`).
+///
+/// `super::conv` checks all but the packing, which the plan made for
+/// `p`.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn direct<V: Vf, N: Vf>(
     w: &[f32],
@@ -472,9 +535,22 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
             while q < p1 {
                 let (oy, ox) = (q / ow, q % ow);
                 let m = mr.min(ow - ox).min(p1 - q);
-                // SAFETY: tile's contract: the pixel's taps lie in the
-                // (padded) input by the reach check; the tile's output
-                // cells belong to this unit (its pixels, its panels).
+                // SAFETY: `run_tile`'s contract. Input: `xq` is the
+                // first tap of pixel (oy, ox) of image `b` in `xp`
+                // (`hp * wp` pixels of `lanes` floats per block or plane,
+                // `ic * hp * wp` floats per image); the tile reads the
+                // taps of pixels `ox .. ox + m` (`m <= ow - ox`) of row
+                // `oy`, all inside the padded plane by `taps_fit` (rows
+                // `(oh - 1) * sh + (kh - 1) * dh < hp`, columns likewise;
+                // in the flat form one row of `ow <= wp` pixels). Filter:
+                // `w + pn.off` is the panel (`w.len()` checked). Output:
+                // pixels `q .. q + m` (`m <= p1 - q`) of blocks `pn.ob0 ..
+                // pn.ob0 + pn.nb` of image `b`, inside `res` (`batch *
+                // ocb * oh * ow * 8` floats) and this unit's alone: units
+                // split the images, the pixel chunks and the panels, and
+                // `res` is borrowed for the whole `for_units` call; the
+                // residual is read at the same offsets (its size
+                // checked), the bias at the panel's channels.
                 unsafe {
                     let xq =
                         (xs as *const f32).add(b * ic * hp * wp + (oy * sh * wp + ox * sw) * lanes);

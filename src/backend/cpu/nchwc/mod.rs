@@ -640,9 +640,18 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool, isa: Isa) -> Result<Buf>
     let mut out = Buf::f32_for_overwrite(x.len());
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: `isa` is a plan's (from `best()`, so this CPU runs
-        // it) or a test's checked one; sizes checked above.
+        // The portable form (tests) has no layout change of its own: it
+        // runs AVX2's, where the CPU has it.
+        #[cfg(test)]
+        if isa == Isa::Portable && !is_x86_feature_detected!("avx2") {
+            return Err(Error::operation("blocked layout: no AVX2 here"));
+        }
         let wide = isa == Isa::Avx512;
+        // SAFETY: `isa` names features this CPU has (see `Isa`): AVX2
+        // for `Avx2`, AVX-512F and AVX2 for `Avx512`, and AVX2 checked
+        // just above for `Portable`. `x` holds `n * c * hw` floats
+        // (checked above) and `out` as many, which with `c` a multiple
+        // of 8 (`dims`) are `n * c / 8` blocks of `8 * hw`.
         unsafe { relayout::reorder(x, &mut out, n * c / L, hw, into, wide) };
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -721,9 +730,16 @@ pub(super) fn conv(
     }
     let mut res = Buf::f32_for_overwrite(n * oc * oh * ow);
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `c` was made for an `Isa` this CPU runs (a plan's from
-    // `best()`, a test's checked); the sizes and the reach of every tap
-    // were checked above.
+    // SAFETY: each arm runs the kernels of the `Isa` that `c` was packed
+    // for, which names features this CPU has (see `Isa`; `Portable`
+    // needs none), and the 8-lane kind beside it is AVX2's, which
+    // AVX-512 machines have too (`Isa::best` checks both). The kernels'
+    // size contracts were checked above: `x`, `bias`, `sum` and `res`
+    // against `p`, every tap inside the padded input (`taps_fit`), and
+    // per form the filter's length (and for Winograd `fits`). The
+    // channel blocks and the packing are `c`'s, made by the plan for
+    // this node's `p`. `res` is a fresh buffer, so the residual and the
+    // input never alias it.
     unsafe {
         #[cfg(test)]
         use simd::Lanes;
@@ -880,10 +896,15 @@ impl Plan {
             #[cfg(test)]
             use simd::Lanes;
             use std::arch::x86_64::{__m256, __m512};
-            // SAFETY: the plan's kernels run on this CPU (its Isa from
-            // `best()`, a test's checked one), the depthwise form being
-            // at most as wide; the stages fit together and the sizes,
-            // the padding and the reach were checked above.
+            // SAFETY: `self.isa` and `dw_isa` name features this CPU has
+            // (see `Isa`; the depthwise form is the plan's or, by
+            // `preferred`, AVX2 on an AVX-512 plan), and each arm runs
+            // exactly those kinds (other pairs are refused). `chain`'s
+            // contract was checked above: the stages' channels and
+            // planes fit together (`ok`), the depthwise parameters fit
+            // bands (`chain::fits`), every filter's and bias's length,
+            // `x`, `sum` and the output against the shapes. `res` is a
+            // fresh buffer.
             unsafe {
                 match (self.isa, dw_isa) {
                     (Isa::Avx2, Isa::Avx2) => {

@@ -16,8 +16,8 @@ use super::L;
 /// splits one). The work is a copy, bound by memory.
 ///
 /// # Safety
-/// AVX2, and AVX-512F when `wide`; `x` and `out` hold `planes * 8 * hw`
-/// floats.
+/// The CPU has AVX2, and AVX-512F when `wide`; `x` and `out` hold at
+/// least `planes * 8 * hw` floats.
 pub(super) unsafe fn reorder(
     x: &[f32],
     out: &mut [f32],
@@ -34,8 +34,11 @@ pub(super) unsafe fn reorder(
             (xs as *const f32).wrapping_add(b * L * hw),
             o.0.wrapping_add(b * L * hw),
         );
-        // SAFETY: block b's 8 * hw floats of both buffers; the caller's
-        // features.
+        // SAFETY: the caller's features (AVX-512F only where `wide`).
+        // With `b < planes`, `x` and `out` point at block `b`, whose `8 *
+        // hw` floats lie inside both buffers (the contract); the units
+        // write disjoint blocks of `out`, which the caller's `&mut`
+        // keeps to us until `for_units` returns.
         unsafe {
             match wide && hw >= WIDE_FROM {
                 true => reorder_block_16(x, out, hw, into),
@@ -117,7 +120,8 @@ impl Permute2 for [f32; 16] {
 impl Permute2 for __m512 {
     #[inline(always)]
     unsafe fn permute2(a: Self, idx: &[u32; 16], b: Self) -> Self {
-        // SAFETY: AVX-512F (the caller's); 16 indices.
+        // SAFETY: AVX-512F, which the caller guarantees; the index load
+        // reads the 64 bytes of `idx`, a `[u32; 16]`, unaligned.
         unsafe { _mm512_permutex2var_ps(a, _mm512_loadu_si512(idx.as_ptr().cast()), b) }
     }
 }
@@ -139,7 +143,8 @@ unsafe fn transpose_16x8<P: Permute2>(
         let bit = 1 << k;
         let mut w = v;
         for x in (0..8).filter(|x| x & bit == 0) {
-            // SAFETY: the caller's features.
+            // SAFETY: `P`'s features, which the caller guarantees; the
+            // permutes touch registers and the tables only.
             unsafe {
                 w[x] = P::permute2(v[x], &t[0], v[x | bit]);
                 w[x | bit] = P::permute2(v[x], &t[1], v[x | bit]);
@@ -153,11 +158,20 @@ unsafe fn transpose_16x8<P: Permute2>(
 /// [`reorder_block`] 16 pixels at a time on AVX-512 (rows of 16 pixels
 /// of each of the 8 planes, or 16 blocked pixels of 8 channels), the
 /// rest of the plane as AVX2 does it.
+///
+/// # Safety
+/// The CPU has AVX-512F and AVX2; `x` and `out` hold `8 * hw` floats
+/// each (one block: 8 planes of `hw`, or `hw` pixels of 8), `out` not
+/// accessed by anyone else during the call.
 #[target_feature(enable = "avx512f,avx2")]
 unsafe fn reorder_block_16(x: *const f32, out: *mut f32, hw: usize, into: bool) {
     const W: usize = 16;
     let mut p = 0;
-    // SAFETY (all): offsets below 8 * hw in both blocks.
+    // SAFETY: AVX-512F and AVX2 are enabled here (the caller's). With
+    // `p + 16 <= hw`: plane `k`'s 16 pixels at `k * hw + p` end by `8 *
+    // hw`, and the 8 vectors of 2 pixels at `(p + 2 * j) * 8` end at `(p
+    // + 16) * 8 <= 8 * hw`, in `x` and `out` alike; `reorder_block` then
+    // takes pixels `p..hw` under the same contract.
     unsafe {
         while p + W <= hw {
             if into {
@@ -182,10 +196,18 @@ unsafe fn reorder_block_16(x: *const f32, out: *mut f32, hw: usize, into: bool) 
 
 /// Pixels `from..hw` of one block of 8 planes: 8 at a time, the rest
 /// one by one.
+///
+/// # Safety
+/// The CPU has AVX2; `x` and `out` hold `8 * hw` floats each, `out`
+/// not accessed by anyone else during the call.
 #[target_feature(enable = "avx2")]
 unsafe fn reorder_block(x: *const f32, out: *mut f32, from: usize, hw: usize, into: bool) {
     let mut p = from;
-    // SAFETY (all): offsets below 8 * hw in both blocks.
+    // SAFETY: AVX2 is enabled here (the caller's; `transpose` needs AVX,
+    // part of it). With `p + 8 <= hw`, plane `k`'s 8 pixels at `k * hw +
+    // p` and pixels `p + k` at `(p + k) * 8` (8 floats each) end by `8 *
+    // hw`; the single pixels `q < hw`, lanes `l < 8`, lie at `l * hw + q`
+    // and `q * 8 + l`, below `8 * hw`: inside `x` and `out` alike.
     unsafe {
         while p + L <= hw {
             let mut v = [_mm256_setzero_ps(); L];
@@ -249,14 +271,15 @@ mod tests {
     fn the_16x8_tables_transpose() {
         let rows: [[f32; 16]; 8] =
             std::array::from_fn(|j| std::array::from_fn(|i| (16 * j + i) as f32));
-        // SAFETY: plain arrays need no features.
+        // SAFETY: `[f32; 16]`'s permute is plain indexing, which needs
+        // no CPU features.
         let cols = unsafe { transpose_16x8(rows, &ROWS_TO_COLS, [0, 1, 2]) };
         for (c, col) in cols.iter().enumerate() {
             for (r, &x) in col.iter().enumerate() {
                 assert_eq!(x, (8 * r + c) as f32, "column {c}, row {r}");
             }
         }
-        // SAFETY: as above.
+        // SAFETY: as above, plain arrays.
         let back = unsafe { transpose_16x8(cols, &COLS_TO_ROWS, [2, 1, 0]) };
         assert_eq!(back, rows);
     }
@@ -279,7 +302,9 @@ mod tests {
                     let want = reference(&x, planes, hw, into);
                     for w in [false, true].into_iter().filter(|&w| !w || wide) {
                         let mut got = vec![f32::NAN; x.len()];
-                        // SAFETY: the features checked above; sizes match.
+                        // SAFETY: AVX2 detected at the top, AVX-512F for
+                        // `w` (only where detected); `x` and `got` hold
+                        // `planes * 8 * hw` floats.
                         unsafe { reorder(&x, &mut got, planes, hw, into, w) };
                         assert!(
                             got.iter()

@@ -19,10 +19,15 @@ use super::L;
 /// A vector of `W` floats; see the module comment.
 ///
 /// # Safety
-/// The pointer methods read or write `W` floats (`load8_dup`: 8, the
-/// split forms: 8 at each of `W / 8` places). Every method of a
-/// hardware kind needs its CPU features: call the kernels through
-/// [`Vf::with`].
+/// Every method of a hardware kind (`__m256`, `__m512`) executes that
+/// kind's instructions, the arithmetic as much as the loads, so each is
+/// an `unsafe fn` whose caller guarantees that the CPU has the kind's
+/// features: AVX2 and FMA for `__m256`, AVX-512F as well for `__m512`.
+/// The kernels meet that by running inside [`Vf::with`], entered only
+/// for an [`Isa`] that [`Isa::best`] detected (see [`Isa`]). The
+/// pointer methods read or write through `p` as each one says; `p`
+/// needs only the alignment of `f32` (the hardware forms load and
+/// store unaligned).
 pub(super) trait Vf: Copy {
     /// Lanes.
     const W: usize;
@@ -32,24 +37,50 @@ pub(super) trait Vf: Copy {
     /// # Safety
     /// The CPU has the features.
     unsafe fn with<R>(f: impl FnOnce() -> R) -> R;
-    fn splat(v: f32) -> Self;
+    /// `v` in every lane.
+    ///
+    /// # Safety
+    /// The CPU has the features.
+    unsafe fn splat(v: f32) -> Self;
+    /// The `W` floats at `p`.
+    ///
+    /// # Safety
+    /// The features; `p .. p + W` readable.
     unsafe fn load(p: *const f32) -> Self;
+    /// Writes the `W` lanes to `p`.
+    ///
+    /// # Safety
+    /// The features; `p .. p + W` writable.
     unsafe fn store(self, p: *mut f32);
     /// The 8 floats at `p` in every group of 8 lanes.
+    ///
+    /// # Safety
+    /// The features; `p .. p + 8` readable.
     unsafe fn load8_dup(p: *const f32) -> Self;
     /// Group `k` of 8 lanes from `p + k * stride`.
+    ///
+    /// # Safety
+    /// The features; `p + k * stride .. p + k * stride + 8` readable
+    /// for each `k < W / 8`.
     unsafe fn load_split(p: *const f32, stride: usize) -> Self;
     /// Group `k` of 8 lanes to `p + k * stride`.
+    ///
+    /// # Safety
+    /// The features; `p + k * stride .. p + k * stride + 8` writable
+    /// for each `k < W / 8`.
     unsafe fn store_split(self, p: *mut f32, stride: usize);
     /// `a * b + c`, rounded once.
-    fn fma(a: Self, b: Self, c: Self) -> Self;
-    fn mul(a: Self, b: Self) -> Self;
-    fn add(a: Self, b: Self) -> Self;
-    fn sub(a: Self, b: Self) -> Self;
+    ///
+    /// # Safety
+    /// The CPU has the features (so for the rest).
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+    unsafe fn mul(a: Self, b: Self) -> Self;
+    unsafe fn add(a: Self, b: Self) -> Self;
+    unsafe fn sub(a: Self, b: Self) -> Self;
     /// `a > b ? a : b` (so `b` for NaN and equal zeros).
-    fn max(a: Self, b: Self) -> Self;
+    unsafe fn max(a: Self, b: Self) -> Self;
     /// `a < b ? a : b`.
-    fn min(a: Self, b: Self) -> Self;
+    unsafe fn min(a: Self, b: Self) -> Self;
 }
 
 /// `W` floats in scalar code: the portable form of the kernels.
@@ -65,29 +96,33 @@ impl<const W: usize> Vf for Lanes<W> {
         f()
     }
     #[inline(always)]
-    fn splat(v: f32) -> Self {
+    unsafe fn splat(v: f32) -> Self {
         Lanes([v; W])
     }
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {
-        // SAFETY: the trait's contract.
+        // SAFETY: `i < W`, and the caller makes `p .. p + W` readable;
+        // `p` points into an `f32` slice, so it is aligned.
         Lanes(std::array::from_fn(|i| unsafe { *p.add(i) }))
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
         for (i, v) in self.0.into_iter().enumerate() {
-            // SAFETY: the trait's contract.
+            // SAFETY: `i < W`, and the caller makes `p .. p + W`
+            // writable (an aligned `f32` slice's cells).
             unsafe { *p.add(i) = v };
         }
     }
     #[inline(always)]
     unsafe fn load8_dup(p: *const f32) -> Self {
-        // SAFETY: the trait's contract.
+        // SAFETY: `i % L < 8`, and the caller makes `p .. p + 8`
+        // readable (an aligned `f32` slice's cells).
         Lanes(std::array::from_fn(|i| unsafe { *p.add(i % L) }))
     }
     #[inline(always)]
     unsafe fn load_split(p: *const f32, stride: usize) -> Self {
-        // SAFETY: the trait's contract.
+        // SAFETY: lane `i` is in group `k = i / 8 < W / 8`, at
+        // `p + k * stride + i % 8`, which the caller makes readable.
         Lanes(std::array::from_fn(|i| unsafe {
             *p.add(i / L * stride + i % L)
         }))
@@ -95,28 +130,29 @@ impl<const W: usize> Vf for Lanes<W> {
     #[inline(always)]
     unsafe fn store_split(self, p: *mut f32, stride: usize) {
         for (i, v) in self.0.into_iter().enumerate() {
-            // SAFETY: the trait's contract.
+            // SAFETY: lane `i` is in group `k = i / 8 < W / 8`, at
+            // `p + k * stride + i % 8`, which the caller makes writable.
             unsafe { *p.add(i / L * stride + i % L) = v };
         }
     }
     #[inline(always)]
-    fn fma(a: Self, b: Self, c: Self) -> Self {
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
         Lanes(std::array::from_fn(|i| a.0[i].mul_add(b.0[i], c.0[i])))
     }
     #[inline(always)]
-    fn mul(a: Self, b: Self) -> Self {
+    unsafe fn mul(a: Self, b: Self) -> Self {
         Lanes(std::array::from_fn(|i| a.0[i] * b.0[i]))
     }
     #[inline(always)]
-    fn add(a: Self, b: Self) -> Self {
+    unsafe fn add(a: Self, b: Self) -> Self {
         Lanes(std::array::from_fn(|i| a.0[i] + b.0[i]))
     }
     #[inline(always)]
-    fn sub(a: Self, b: Self) -> Self {
+    unsafe fn sub(a: Self, b: Self) -> Self {
         Lanes(std::array::from_fn(|i| a.0[i] - b.0[i]))
     }
     #[inline(always)]
-    fn max(a: Self, b: Self) -> Self {
+    unsafe fn max(a: Self, b: Self) -> Self {
         Lanes(std::array::from_fn(|i| {
             if a.0[i] > b.0[i] {
                 a.0[i]
@@ -126,7 +162,7 @@ impl<const W: usize> Vf for Lanes<W> {
         }))
     }
     #[inline(always)]
-    fn min(a: Self, b: Self) -> Self {
+    unsafe fn min(a: Self, b: Self) -> Self {
         Lanes(std::array::from_fn(|i| {
             if a.0[i] < b.0[i] {
                 a.0[i]
@@ -137,70 +173,100 @@ impl<const W: usize> Vf for Lanes<W> {
     }
 }
 
+/// Runs `f` with AVX2 and FMA enabled (see [`Vf::with`]).
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `f` with AVX-512F, AVX2 and FMA enabled (see [`Vf::with`]).
+///
+/// # Safety
+/// The CPU has AVX-512F, AVX2 and FMA.
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-// SAFETY (both impls): the trait's contract; `with` runs the callers
-// with the features, into which these inline.
+// In both hardware impls every method is an `unsafe fn` whose caller
+// guarantees the kind's features (the trait's contract), which include
+// the AVX, FMA or AVX-512F instruction of each intrinsic, and the
+// pointer methods use only unaligned loads and stores (`loadu`,
+// `storeu`), so the caller's range is all they need.
 impl Vf for __m256 {
     const W: usize = 8;
     #[inline(always)]
     unsafe fn with<R>(f: impl FnOnce() -> R) -> R {
+        // SAFETY: the caller guarantees AVX2 and FMA, the features
+        // that `with_avx2` enables.
         unsafe { with_avx2(f) }
     }
     #[inline(always)]
-    fn splat(v: f32) -> Self {
+    unsafe fn splat(v: f32) -> Self {
+        // SAFETY: AVX, which the caller's AVX2 includes.
         unsafe { _mm256_set1_ps(v) }
     }
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: AVX (the caller's); the caller makes `p .. p + 8`
+        // readable, and the load is unaligned.
         unsafe { _mm256_loadu_ps(p) }
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
+        // SAFETY: AVX (the caller's); the caller makes `p .. p + 8`
+        // writable, and the store is unaligned.
         unsafe { _mm256_storeu_ps(p, self) }
     }
     #[inline(always)]
     unsafe fn load8_dup(p: *const f32) -> Self {
+        // SAFETY: AVX (the caller's); the 8 floats at `p`, which the
+        // caller makes readable (one group: `W` is 8).
         unsafe { _mm256_loadu_ps(p) }
     }
     #[inline(always)]
     unsafe fn load_split(p: *const f32, _: usize) -> Self {
+        // SAFETY: AVX (the caller's); one group of 8 (`W / 8` is 1), at
+        // `p`, which the caller makes readable.
         unsafe { _mm256_loadu_ps(p) }
     }
     #[inline(always)]
     unsafe fn store_split(self, p: *mut f32, _: usize) {
+        // SAFETY: AVX (the caller's); one group of 8 (`W / 8` is 1), at
+        // `p`, which the caller makes writable.
         unsafe { _mm256_storeu_ps(p, self) }
     }
     #[inline(always)]
-    fn fma(a: Self, b: Self, c: Self) -> Self {
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        // SAFETY: FMA, which the caller guarantees.
         unsafe { _mm256_fmadd_ps(a, b, c) }
     }
     #[inline(always)]
-    fn mul(a: Self, b: Self) -> Self {
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        // SAFETY: AVX (the caller's); registers only.
         unsafe { _mm256_mul_ps(a, b) }
     }
     #[inline(always)]
-    fn add(a: Self, b: Self) -> Self {
+    unsafe fn add(a: Self, b: Self) -> Self {
+        // SAFETY: AVX (the caller's); registers only.
         unsafe { _mm256_add_ps(a, b) }
     }
     #[inline(always)]
-    fn sub(a: Self, b: Self) -> Self {
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        // SAFETY: AVX (the caller's); registers only.
         unsafe { _mm256_sub_ps(a, b) }
     }
     #[inline(always)]
-    fn max(a: Self, b: Self) -> Self {
+    unsafe fn max(a: Self, b: Self) -> Self {
+        // SAFETY: AVX (the caller's); registers only.
         unsafe { _mm256_max_ps(a, b) }
     }
     #[inline(always)]
-    fn min(a: Self, b: Self) -> Self {
+    unsafe fn min(a: Self, b: Self) -> Self {
+        // SAFETY: AVX (the caller's); registers only.
         unsafe { _mm256_min_ps(a, b) }
     }
 }
@@ -209,26 +275,41 @@ impl Vf for __m512 {
     const W: usize = 16;
     #[inline(always)]
     unsafe fn with<R>(f: impl FnOnce() -> R) -> R {
+        // SAFETY: the caller guarantees AVX-512F, AVX2 and FMA, the
+        // features that `with_avx512` enables.
         unsafe { with_avx512(f) }
     }
     #[inline(always)]
-    fn splat(v: f32) -> Self {
+    unsafe fn splat(v: f32) -> Self {
+        // SAFETY: AVX-512F, which the caller guarantees.
         unsafe { _mm512_set1_ps(v) }
     }
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: AVX-512F (the caller's); the caller makes `p .. p +
+        // 16` readable, and the load is unaligned.
         unsafe { _mm512_loadu_ps(p) }
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
+        // SAFETY: AVX-512F (the caller's); the caller makes `p .. p +
+        // 16` writable, and the store is unaligned.
         unsafe { _mm512_storeu_ps(p, self) }
     }
     #[inline(always)]
     unsafe fn load8_dup(p: *const f32) -> Self {
+        // SAFETY: AVX and AVX-512F (the caller's); one unaligned load of
+        // the 32 bytes at `p` (8 floats, read as 4 doubles: the bits
+        // move unchanged), which the caller makes readable, broadcast in
+        // registers.
         unsafe { _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(p as *const f64))) }
     }
     #[inline(always)]
     unsafe fn load_split(p: *const f32, stride: usize) -> Self {
+        // SAFETY: AVX and AVX-512F (the caller's); two unaligned loads
+        // of 8 floats, at `p` and `p + stride` (groups 0 and 1 of
+        // `W / 8 = 2`), which the caller makes readable; the rest moves
+        // registers.
         unsafe {
             let lo = _mm512_castps256_ps512(_mm256_loadu_ps(p));
             let hi = _mm256_castps_pd(_mm256_loadu_ps(p.add(stride)));
@@ -237,6 +318,9 @@ impl Vf for __m512 {
     }
     #[inline(always)]
     unsafe fn store_split(self, p: *mut f32, stride: usize) {
+        // SAFETY: AVX and AVX-512F (the caller's); two unaligned stores
+        // of 8 floats, at `p` and `p + stride` (groups 0 and 1), which
+        // the caller makes writable.
         unsafe {
             _mm256_storeu_ps(p, _mm512_castps512_ps256(self));
             let hi = _mm512_extractf64x4_pd::<1>(_mm512_castps_pd(self));
@@ -244,32 +328,46 @@ impl Vf for __m512 {
         }
     }
     #[inline(always)]
-    fn fma(a: Self, b: Self, c: Self) -> Self {
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        // SAFETY: AVX-512F (the caller's); registers only.
         unsafe { _mm512_fmadd_ps(a, b, c) }
     }
     #[inline(always)]
-    fn mul(a: Self, b: Self) -> Self {
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        // SAFETY: AVX-512F (the caller's); registers only.
         unsafe { _mm512_mul_ps(a, b) }
     }
     #[inline(always)]
-    fn add(a: Self, b: Self) -> Self {
+    unsafe fn add(a: Self, b: Self) -> Self {
+        // SAFETY: AVX-512F (the caller's); registers only.
         unsafe { _mm512_add_ps(a, b) }
     }
     #[inline(always)]
-    fn sub(a: Self, b: Self) -> Self {
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        // SAFETY: AVX-512F (the caller's); registers only.
         unsafe { _mm512_sub_ps(a, b) }
     }
     #[inline(always)]
-    fn max(a: Self, b: Self) -> Self {
+    unsafe fn max(a: Self, b: Self) -> Self {
+        // SAFETY: AVX-512F (the caller's); registers only.
         unsafe { _mm512_max_ps(a, b) }
     }
     #[inline(always)]
-    fn min(a: Self, b: Self) -> Self {
+    unsafe fn min(a: Self, b: Self) -> Self {
+        // SAFETY: AVX-512F (the caller's); registers only.
         unsafe { _mm512_min_ps(a, b) }
     }
 }
 
 /// Which vectors a blocked convolution runs on, chosen at build.
+///
+/// The kernels' `unsafe` blocks rely on this invariant: a value `Avx2`
+/// or `Avx512` names features this CPU has. Only [`Isa::best`] makes
+/// them, after detecting the features, and `depthwise::preferred`,
+/// which returns its argument or `Avx2` for an `Avx512` one; the tests
+/// make them only after the same detection. `Portable` needs no
+/// features for its kernels; its layout changes run on AVX2, which
+/// `relayout` checks for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::backend::cpu) enum Isa {
     /// `__m256`: AVX2 and FMA.

@@ -137,8 +137,8 @@ impl Tiles {
 /// the plane; position `k` stored at `dst + k * ps`.
 ///
 /// # Safety
-/// `N`'s features; `xb` is a whole plane, `dst + k * ps` writable for 8
-/// floats.
+/// `N`'s features (8 lanes); `xb` is a whole plane, `h * w * 8`
+/// readable floats; `dst + k * ps .. + 8` writable for `k < 16`.
 #[inline(always)]
 unsafe fn input_tile<N: Vf>(
     xb: *const f32,
@@ -148,9 +148,12 @@ unsafe fn input_tile<N: Vf>(
     ps: usize,
 ) {
     let inside = y0 >= 0 && x0 >= 0 && y0 as usize + 4 <= h && x0 as usize + 4 <= w;
-    let mut d = [[N::splat(0.0); 4]; 4];
-    // SAFETY: every load is of a pixel inside the plane (checked per
-    // patch, or per pixel at the edges).
+    // SAFETY: `N`'s features, which the caller guarantees.
+    let mut d = unsafe { [[N::splat(0.0); 4]; 4] };
+    // SAFETY: `N`'s features (the caller's). Every load is the 8 floats
+    // of a pixel `(y, x)` with `y < h`, `x < w` (the whole patch checked
+    // by `inside`, else each pixel), inside the plane; each store is at
+    // `dst + k * ps` for `k = r * 4 + c < 16`, writable by the contract.
     unsafe {
         if inside {
             let base = xb.add((y0 as usize * w + x0 as usize) * L);
@@ -201,8 +204,10 @@ unsafe fn input_tile<N: Vf>(
 /// (at `out`, `ow` wide) that lie inside it (`rows`, `cols`: 1 or 2).
 ///
 /// # Safety
-/// `N`'s features; `m`'s 16 vectors readable; `out` (and `sum`, when
-/// not null) hold the tile's pixels.
+/// `N`'s features (8 lanes); `m + k * ps .. + 8` readable for `k < 16`;
+/// `out + (r * ow + c) * 8 .. + 8` writable (and `sum` at the same
+/// offsets readable, when not null) for `r < rows`, `c < cols`, cells
+/// no one else accesses during the call.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn output_tile<N: Vf>(
@@ -215,7 +220,9 @@ unsafe fn output_tile<N: Vf>(
     ow: usize,
     (rows, cols): (usize, usize),
 ) {
-    // SAFETY: the contract.
+    // SAFETY: `N`'s features (the caller's); the loads from `m` are
+    // positions `k < 16`, the stores (and residual loads) pixels `(r, c)`
+    // with `r < rows`, `c < cols`, all as the contract allows.
     unsafe {
         let v = |k: usize| N::load(m.add(k * ps));
         let mut t = [[N::splat(0.0); 4]; 2];
@@ -251,8 +258,11 @@ unsafe fn output_tile<N: Vf>(
 /// on `V`, the others on `N` (8 lanes); the transforms run on `N`.
 ///
 /// # Safety
-/// The CPU has `V`'s and `N`'s features; the sizes match `p` (checked by
-/// `super::conv`).
+/// The CPU has `V`'s and `N`'s features; `p` [`fits`]; `u` and `panels`
+/// are [`pack`]'s for `p`'s channels (`u.len()` = `16 * oc * ic`), `x`
+/// holds `batch * ic * in_h * in_w` floats, `bias` (if any) `oc`, `sum`
+/// (if any) and `res` `batch * oc * out_h * out_w`. `super::conv`
+/// checks all of these but the panels, which the plan made with `u`.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn winograd<V: Vf, N: Vf>(
     u: &[f32],
@@ -322,9 +332,18 @@ pub(super) unsafe fn winograd<V: Vf, N: Vf>(
             let t0 = gi * group;
             let n = group.min(count - t0);
             let mine = &panels[si * panels.len() / splits..(si + 1) * panels.len() / splits];
-            // SAFETY: run_group's contract: the scratch holds a group,
-            // the sizes were checked by the caller; it writes only its
-            // tiles' output pixels of its panels' channels.
+            // SAFETY: the caller's features, which `V::with` enables.
+            // `run_group`'s contract: tiles `t0 .. t0 + n` exist (`n <=
+            // count - t0`); `vs` and `ms` hold `16 * group * ic` and `16 *
+            // group * oc` floats of this task's own scratch, room for
+            // `n <= group` tiles, and `vs` holds this group's transform
+            // when `last == gi` (the same task made it, for the same
+            // `n`); `mine` is a run of consecutive panels of `pack`'s
+            // layout; the sizes are the caller's. The output cells it
+            // writes, its tiles' pixels of `mine`'s blocks, belong to
+            // this unit alone: units split the groups and the panels,
+            // tasks the units, and `res` stays borrowed until
+            // `for_units` returns.
             unsafe {
                 V::with(
                     #[inline(always)]
@@ -354,8 +373,13 @@ pub(super) unsafe fn winograd<V: Vf, N: Vf>(
 /// `[16][ocb][n][8]` (their products).
 ///
 /// # Safety
-/// `V`'s and `N`'s features; the sizes as [`winograd`] checks them, the
-/// scratch of a whole group.
+/// `V`'s and `N`'s features; `x`, `u`, `bias`, `sum` and `out` as
+/// [`winograd`]'s contract has them for the convolution `tl` describes,
+/// tiles `t0..t0 + n` among its tiles and `panels` a run of consecutive
+/// panels of `u`'s; `vs` and `ms` hold `16 * n * ic` and `16 * n * oc`
+/// floats, `vs` this group's transformed input when not `fresh`; the
+/// output pixels of these tiles in `panels`' blocks are the caller's
+/// alone.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn run_group<V: Vf, N: Vf>(
@@ -370,8 +394,19 @@ unsafe fn run_group<V: Vf, N: Vf>(
 ) {
     let (icb, ocb) = (tl.icb, tl.ocb);
     let plane = tl.h * tl.w * L;
-    // SAFETY: the contract; every pointer below stays inside x, u, the
-    // scratch and the output.
+    // SAFETY: the features are the caller's. Input transform: `xb` is
+    // plane `(b, ib)` of `x` (`b < batch` from `at`, `ib < icb`), and
+    // position `k` of tile `i` goes to `vs + (ib * n + i) * 8 + k * vps`,
+    // below `16 * vps` = `16 * n * ic`. Products: position `k`'s input
+    // is `vs + k * vps` (`icb` blocks `n * 8` apart, `n` pixels), its
+    // filter slab `u + k * slab` (`slab` = `ic * oc`, the panels inside
+    // it at `pn.off`), its output `ms + k * mps` (`ocb` blocks `n * 8`
+    // apart), below `16 * mps` = `16 * n * oc`, and only `panels`'
+    // blocks are written or, below, read. Output transform: block `ob`
+    // of `panels`' run, tile `i`'s sums at `ms + (ob * n + i) * 8` (step
+    // `mps`); the bias at `ob * 8` of `oc`; the tile's pixels at `at`
+    // in plane `(b, ob)` of `out` (and `sum`), only the `fit` rows and
+    // columns inside the `oh x ow` plane.
     unsafe {
         // Input transform, block by block, tile by tile along the row;
         // not when `vs` holds this group's already.

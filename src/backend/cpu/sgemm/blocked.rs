@@ -6,9 +6,16 @@ use super::*;
 /// C's storage shared by the tasks of one block.
 #[derive(Clone, Copy)]
 pub(super) struct CPtr(*mut f32);
-// SAFETY: tasks only write the disjoint tiles of C they are given (see
-// `gemm_blocked`), while the `&mut [f32]` it came from stays borrowed.
+// SAFETY: a CPtr is made only in `gemm_blocked_a`, from the `&mut [f32]`
+// of the whole product, which stays mutably borrowed until every task of
+// `blocks` has returned (rayon's `for_each` joins them), so the memory
+// outlives every use on any thread; each task writes only the tiles of
+// its own (row block, column chunk), disjoint from every other task's
+// (see `blocks`), so moving the pointer to another thread races with
+// nothing.
 unsafe impl Send for CPtr {}
+// SAFETY: shared by reference between the tasks of one block, which only
+// copy the pointer out and write their disjoint tiles, as for `Send`.
 unsafe impl Sync for CPtr {}
 
 thread_local! {
@@ -54,8 +61,13 @@ pub(super) struct Task<'a> {
 
 impl Task<'_> {
     /// # Safety
-    /// C must be `ldc` wide with at least `rows.1` rows and `j0 + cols <=
-    /// ldc`, and no other thread may touch this task's tiles meanwhile.
+    /// `c` must point to `ldc`-wide rows, at least `rows.1` of them, all
+    /// writable, with `j0 + cols <= ldc`; no other thread may read or write
+    /// this task's tiles (rows `rows`, the columns of panels `panels`)
+    /// meanwhile; `kern` must come from [`available_kernels`] (its target
+    /// features are present); `fuse`, when set, must have passed
+    /// [`Fuse::check`] for a product of at least `rows.1` rows and
+    /// `j0 + cols` columns.
     pub(super) unsafe fn run(&self) {
         let k = self.kern;
         let (mr, kc) = (k.mr, self.kc);
@@ -70,7 +82,9 @@ impl Task<'_> {
                 // Row blocks start on whole panels (see gemm_blocked).
                 let start = pa.block_start(self.p0) + (r0 / mr) * kc * mr;
                 let apack = &pa.data.as_slice()[start..start + row_panels * kc * mr];
-                // SAFETY: the caller's contract, passed on.
+                // SAFETY: `run`'s contract is `tiles`' (C, features, fuse);
+                // `apack` holds the `row_panels` panels `tiles` reads
+                // (sliced with bounds checks just above).
                 unsafe { self.tiles(apack) }
             }
             ASrc::Plain(a) => A_PACK.with(|buf| {
@@ -81,13 +95,16 @@ impl Task<'_> {
                     let i = r0 + ip * mr;
                     pack_a_panel(a, i, mr.min(r1 - i), self.p0, kc, mr, dst);
                 }
-                // SAFETY: the caller's contract, passed on.
+                // SAFETY: as in the packed arm; `ensure` sized `apack` to
+                // the `row_panels` panels just packed.
                 unsafe { self.tiles(apack) }
             }),
         }
     }
 
-    /// The tiles of this task, from its packed A panels.
+    /// The tiles of this task, from its packed A panels (`apack`: one
+    /// `kc * mr` panel per `mr` rows of the task, sliced with bounds
+    /// checks, so only C needs the contract).
     ///
     /// # Safety
     /// As for [`Task::run`].
@@ -124,8 +141,9 @@ impl Task<'_> {
                 true => k.edges.iter().find(|e| e.rows == nrows),
                 false => None,
             };
-            // SAFETY: rows i..i+nrows and columns j0+jl..+ncols are inside
-            // C (caller's contract) and belong to this task.
+            // SAFETY: i < r1 <= rows.1 and j0 + jl < j0 + cols <= ldc, so
+            // the offset is inside the rows of C the caller vouched for
+            // (the same allocation).
             let cp = unsafe { self.c.0.add(i * self.ldc + self.j0 + jl) };
             // B read in place: a whole panel of columns is inside every
             // row; an edge panel is packed here (zeros beyond the edge).
@@ -142,10 +160,21 @@ impl Task<'_> {
                         (scratch.as_mut_ptr(), nr, false)
                     };
                     let rows_fn = edge_kernel.map_or(rows_fn, |e| e.rows_fn);
-                    // SAFETY: RowsB::new checked that every row holds n
-                    // floats from its offset, and col + nr <= n here; `dst`
-                    // is a whole tile of C or the scratch tile; `tp` (when
-                    // set) covers the whole tile.
+                    // SAFETY: `kern` (and so its rows form and edge forms)
+                    // runs on this CPU (caller's contract). A: `ap` is one
+                    // bounds-checked panel of kc * mr floats, and an edge
+                    // kernel reads the first `rows` of each column of it.
+                    // B: `RowsB::new` checked offs[p] + n <= data.len() for
+                    // every row, the kc offsets are a checked subslice, and
+                    // col + nr = j0 + jl + nr <= j0 + cols <= n (ncols ==
+                    // nr). C: when `direct`, `dst` is this task's tile of
+                    // nrows (= mr, or the edge kernel's rows) by nr, inside
+                    // C as `cp` is, written by no other task; otherwise the
+                    // scratch tile, mr * nr <= MAX_TILE floats, nr apart.
+                    // `tp`, set only when direct, points to `tf`, alive
+                    // over the call; its row bias has rows.1 >= i + nrows
+                    // values from row i and its column bias n >= col + nr
+                    // from column col (`Fuse::check`).
                     unsafe {
                         rows_fn(
                             kc,
@@ -176,8 +205,10 @@ impl Task<'_> {
                     let tf = self.fuse.map(|f| f.tile(i, self.j0 + jl));
                     let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
                     let func = edge_kernel.map_or(k.func, |e| e.func);
-                    // SAFETY: a whole tile of C (or the edge kernel's rows
-                    // of it), as above; `tp` covers it.
+                    // SAFETY: as for the rows form above, with B the
+                    // bounds-checked packed panel `bp` of kc * nr floats;
+                    // C is this task's whole tile (nrows == mr, or the
+                    // edge kernel's nrows) of nr columns (ncols == nr).
                     unsafe {
                         (func)(
                             kc,
@@ -192,7 +223,10 @@ impl Task<'_> {
                     continue;
                 }
                 // An edge tile: computed whole in scratch.
-                // SAFETY: scratch holds MAX_TILE >= mr * nr floats.
+                // SAFETY: the kernel runs on this CPU (caller's contract);
+                // `ap` and `bp` are the checked kc * mr and kc * nr panels;
+                // the local scratch holds MAX_TILE >= mr * nr floats, which
+                // the kernel writes as mr rows of nr; no fuse.
                 unsafe {
                     (k.func)(
                         kc,
@@ -208,8 +242,10 @@ impl Task<'_> {
             // The valid part of an edge tile (in scratch) is stored and the
             // fused bias and bounds applied in scalar form.
             for r in 0..nrows {
-                // SAFETY: row r of this task's tile, as above; no other
-                // reference to it is alive.
+                // SAFETY: row i + r < r1 of C, columns j0 + jl.. + ncols <=
+                // j0 + cols <= ldc: inside C (caller's contract), and in
+                // this task's tile, which no other thread touches; the
+                // slice ends with this iteration, before any kernel call.
                 let dst = unsafe { std::slice::from_raw_parts_mut(cp.add(r * self.ldc), ncols) };
                 let src = &scratch[r * nr..r * nr + ncols];
                 if self.accumulate {
@@ -248,7 +284,8 @@ pub(super) fn gemm_blocked(
     gemm_blocked_a(kern, m, n, k, ASrc::Plain(a), b, c, threads, None)
 }
 
-/// [`gemm_blocked`] with A plain or packed in advance.
+/// [`gemm_blocked`] with A plain or packed in advance. `kern` must come
+/// from [`available_kernels`] (see [`Kernel`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gemm_blocked_a(
     kern: &'static Kernel,
@@ -261,11 +298,18 @@ pub(super) fn gemm_blocked_a(
     threads: usize,
     fuse: Option<&Fuse>,
 ) {
-    let c = &mut c[..m * n];
+    // Checked (the entry points return an error before this): the tiles
+    // are written through `CPtr` anywhere in these m * n floats.
+    let c = &mut c[..m.checked_mul(n).expect("sgemm: m * n overflows")];
     if m == 0 || n == 0 {
         return;
     }
     let fuse = fuse.filter(|f| !f.is_empty());
+    // Checked again (the entry points return an error before this): the
+    // kernels read the biases through raw pointers.
+    if let Some(f) = fuse {
+        f.check(m, n).expect("sgemm: a fused bias is too short");
+    }
     if k == 0 {
         c.fill(0.0);
         if let Some(f) = fuse {
@@ -376,9 +420,15 @@ pub(super) fn blocks(
                     accumulate: p0 > 0,
                     fuse: fuse.filter(|_| p0 + kc == k),
                 };
-                // SAFETY: rows <= m, columns j0 + cols <= n = ldc, and the
-                // (row block, column chunk) pairs of one block are
-                // disjoint; blocks run one after another.
+                // SAFETY: `cptr` is the start of C's m * n floats (sliced
+                // in `gemm_blocked_a`, borrowed until this returns):
+                // rows.1 <= m rows of ldc = n, and j0 + cols <= n. The
+                // tasks of one block take distinct (row block, column
+                // chunk) pairs, whose row ranges (whole panels, rising
+                // with rb) and panel ranges (rising with ch) do not
+                // overlap, and blocks run one after another, so no two
+                // running tasks share a tile. `kern` and `fuse` come from
+                // `gemm_blocked_a`'s caller, as its contract says.
                 unsafe { t.run() }
             };
             let tasks = row_blocks * chunks;

@@ -38,7 +38,10 @@ pub(super) fn gemv(n: usize, k: usize, a: &[f32], b: Mat, c: &mut [f32], threads
 /// One row times a packed B panel: `acc[j] += a[p] * panel[p][j]` for
 /// each p in order, with the multiply-add of the micro-kernel that packed
 /// the panel (fused for the SIMD kernels).
-pub(super) fn dot_panel<const NR: usize>(
+///
+/// # Safety
+/// When `fused`, the CPU must have AVX2 and FMA.
+pub(super) unsafe fn dot_panel<const NR: usize>(
     fused: bool,
     a: &[f32],
     panel: &[f32],
@@ -54,9 +57,7 @@ pub(super) fn dot_panel<const NR: usize>(
                 }
             }
         }
-        // SAFETY: only the AVX2 and AVX-512 kernels (chosen when the CPU
-        // has AVX2 and FMA, or AVX-512F, which implies both here) are
-        // fused.
+        // SAFETY: `fused`: the caller vouched for AVX2 and FMA.
         return unsafe { fma(a, panel, acc) };
     }
     let _ = fused;
@@ -104,7 +105,11 @@ pub(super) fn gemv_packed(
                 let kc = kern.kc.min(k - p0);
                 let panel = &b.block(p0, kc, q * NR)[..kc * NR];
                 let mut acc = [0.0f32; NR];
-                dot_panel(fused, &a[p0..p0 + kc], panel, &mut acc);
+                // SAFETY: `fused` only for a kernel with a rows form, the
+                // AVX2 or AVX-512 one, which `available_kernels` lists
+                // only when the CPU has AVX2 and FMA (the AVX-512 one asks
+                // for both too), and a PackedB's kernel comes from there.
+                unsafe { dot_panel(fused, &a[p0..p0 + kc], panel, &mut acc) };
                 if p0 == 0 {
                     out = acc;
                 } else {

@@ -10,11 +10,16 @@ use super::*;
 /// rounds exactly like one written in place.
 ///
 /// # Safety
-/// `a` must be readable for `kc * mr` floats, `b` for `kc * nr`, and `c`
-/// readable and writable for `mr` rows of `nr` floats, `ldc` apart; the CPU
-/// must have the kernel's target features.
-/// When `fuse` is not null, the kernel applies it to the finished tile
-/// before storing (see [`TileFuse`]).
+/// `a` must be readable for `kc * mr` floats (an edge kernel reads the
+/// first `rows` of each `mr`-float column of its full kernel's panel), `b`
+/// for `kc * nr`, and `c` readable and writable for `mr` (edge: `rows`)
+/// rows of `nr` floats, `ldc` apart, with no other reference to those
+/// floats alive during the call; the CPU must have the kernel's target
+/// features (every kernel reachable from [`available_kernels`] does).
+/// When `fuse` is not null, it must point to a live [`TileFuse`] whose
+/// `rb` (when not null) is readable for the tile's rows and `cb` (when not
+/// null) for `nr` floats; the kernel applies it to the finished tile before
+/// storing.
 pub(super) type KernelFn = unsafe fn(
     kc: usize,
     a: *const f32,
@@ -46,6 +51,12 @@ pub(super) type RowsKernelFn = unsafe fn(
 );
 
 /// A micro-kernel and the blocking that suits it.
+///
+/// Its functions need the CPU features of their instruction set: a
+/// `&Kernel` handed to the product (`gemm_blocked_a`, `PackedA`,
+/// `PackedB`) must come from [`available_kernels`] (or [`best_kernel`]),
+/// which lists only those this CPU has, or be a copy of one of those
+/// with other blocking sizes (the tests make such copies).
 #[derive(Debug)]
 pub struct Kernel {
     pub(super) name: &'static str,
@@ -113,7 +124,9 @@ pub(super) unsafe fn kernel_portable(
 ) {
     const MR: usize = PORTABLE_MR;
     const NR: usize = PORTABLE_NR;
-    // SAFETY: the caller guarantees kc * MR and kc * NR readable floats.
+    // SAFETY: the caller guarantees kc * MR floats readable at `a` and
+    // kc * NR at `b` (KernelFn's contract), which nothing writes during
+    // the call: the packed panels are not the C tile.
     let (a, b) = unsafe {
         (
             std::slice::from_raw_parts(a, kc * MR),
@@ -138,22 +151,28 @@ pub(super) unsafe fn kernel_portable(
         }
     }
     for (r, row) in acc.iter().enumerate() {
-        // SAFETY: row r of the tile is inside C (caller's contract) and
-        // nothing else references it during this call.
+        // SAFETY: r < MR: row r of the MR x NR tile at `c`, `ldc` apart,
+        // which the caller vouched is writable and referenced by nothing
+        // else during this call; the slice ends with this iteration.
         let dst = unsafe { std::slice::from_raw_parts_mut(c.add(r * ldc), NR) };
         if accumulate {
             dst.iter_mut().zip(row).for_each(|(d, &v)| *d += v);
         } else {
             dst.copy_from_slice(row);
         }
-        // SAFETY: a non-null `fuse` covers this tile (caller's contract).
+        // SAFETY: a non-null `fuse` points to a live TileFuse (caller's
+        // contract).
         if let Some(f) = unsafe { fuse.as_ref() } {
             for (j, y) in dst.iter_mut().enumerate() {
                 let mut v = *y;
                 if !f.rb.is_null() {
+                    // SAFETY: r < MR, the tile's rows, for which a
+                    // non-null `rb` is readable (caller's contract).
                     v += unsafe { *f.rb.add(r) };
                 }
                 if !f.cb.is_null() {
+                    // SAFETY: j < NR, for which a non-null `cb` is
+                    // readable (caller's contract).
                     v += unsafe { *f.cb.add(j) };
                 }
                 if f.clamp {
@@ -188,8 +207,9 @@ macro_rules! simd_kernel {
             accumulate: bool,
             fuse: *const TileFuse,
         ) {
-            // SAFETY: p < kc: row p of the kc x NR panel the caller vouched
-            // for.
+            // SAFETY: p < kc, so row p of the kc x nr (= $nv * $w) panel
+            // at `b`, which the caller vouched is readable, starts inside
+            // it.
             simd_kernel!(@body p => unsafe { b.add(p * $nv * $w) },
                 kc, a, c, ldc, accumulate, fuse, $mr, $stride, $nv, $w, $vt,
                 $zero, $load, $store, $set1, $fma, $add, $max, $min)
@@ -210,8 +230,9 @@ macro_rules! simd_kernel {
             accumulate: bool,
             fuse: *const TileFuse,
         ) {
-            // SAFETY: p < kc: columns col..col + NR of row p, which the
-            // caller vouched for.
+            // SAFETY: p < kc: `offs` is readable for kc values, and row
+            // p's floats col..col + nr at base + offs[p] are readable
+            // (RowsKernelFn's contract).
             simd_kernel!(@body p => unsafe { base.add(*offs.add(p) + col) },
                 kc, a, c, ldc, accumulate, fuse, $mr, $stride, $nv, $w, $vt,
                 $zero, $load, $store, $set1, $fma, $add, $max, $min)
@@ -235,33 +256,45 @@ macro_rules! simd_kernel {
         }
         for $p in 0..$kc {
             let bp: *const f32 = $brow;
-            // SAFETY: p < kc: column p of the A panel (kc * stride
-            // floats, of which this kernel reads the first mr rows).
+            // SAFETY: p < kc: column p of the A panel, kc columns of
+            // `$stride` (the full kernel's mr) floats, readable by the
+            // caller's contract; this kernel reads its first `$mr`.
             let ap = unsafe { $a.add($p * $stride) };
             let mut bv: [$vt; $nv] = [$zero(); $nv];
             for (v, x) in bv.iter_mut().enumerate() {
-                // SAFETY: lane block v of row p of B (see above).
+                // SAFETY: v < $nv: floats v * $w.. + $w of the nr =
+                // $nv * $w readable at row p of B (see above); the
+                // target feature of `$load` is enabled on this function,
+                // whose caller vouched for it; unaligned loads take any
+                // address.
                 *x = unsafe { $load(bp.add(v * $w)) };
             }
             for (r, row) in acc.iter_mut().enumerate() {
-                // SAFETY: element r of column p of the A panel.
+                // SAFETY: r < $mr <= $stride: element r of column p of
+                // the A panel (see above).
                 let x = $set1(unsafe { *ap.add(r) });
                 for (y, &bx) in row.iter_mut().zip(&bv) {
                     *y = $fma(x, bx, *y);
                 }
             }
         }
-        // SAFETY: a non-null `fuse` covers this tile (caller's
+        // SAFETY: a non-null `fuse` points to a live TileFuse (caller's
         // contract).
         let fuse = unsafe { $fuse.as_ref() };
         for (r, row) in acc.iter().enumerate() {
-            // SAFETY: rb (when set) has a value for each tile row.
-            let rb = fuse
-                .filter(|f| !f.rb.is_null())
-                .map(|f| $set1(unsafe { *f.rb.add(r) }));
+            let rb = fuse.filter(|f| !f.rb.is_null()).map(|f| {
+                // SAFETY: r < $mr, the tile's rows, for which a non-null
+                // `rb` is readable (caller's contract).
+                $set1(unsafe { *f.rb.add(r) })
+            });
             for (v, &x) in row.iter().enumerate() {
-                // SAFETY: (r, v) is inside the mr x nr tile of C that
-                // the caller owns; cb (when set) has nr values.
+                // SAFETY: r < $mr and v < $nv: floats v * $w.. + $w of
+                // row r of the tile at `c` (`ldc` apart), readable and
+                // writable and referenced by nothing else (caller's
+                // contract); a non-null `cb` is readable for nr =
+                // $nv * $w floats; the features of the intrinsics are
+                // enabled on this function, whose caller vouched for
+                // them; unaligned loads and stores take any address.
                 unsafe {
                     let dst = $c.add(r * $ldc + v * $w);
                     let mut val = if $accumulate { $add($load(dst), x) } else { x };
@@ -431,7 +464,13 @@ pub fn available_kernels() -> Vec<&'static Kernel> {
     let mut v: Vec<&'static Kernel> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx512f") {
+        // AVX2 and FMA too: `gemv_packed` computes the AVX-512 kernel's
+        // packed panels with AVX2 and FMA code (every AVX-512 CPU has
+        // them, but a virtual machine may hide them).
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+        {
             v.push(&AVX512);
         }
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {

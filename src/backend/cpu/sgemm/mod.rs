@@ -144,6 +144,17 @@ pub fn clamp(x: f32, lo: f32, hi: f32) -> f32 {
     }
 }
 
+/// Fails unless `c` holds an `m x n` product. The product is checked
+/// for overflow: the tiles are stored through raw pointers at `i * n + j`
+/// for every `i < m`, `j < n`, so a wrapped `m * n` would let a short C
+/// pass.
+fn check_c(c: &[f32], m: usize, n: usize) -> Result<()> {
+    if m.checked_mul(n).is_none_or(|len| c.len() < len) {
+        return Err(Error::operation("sgemm: the output is too small"));
+    }
+    Ok(())
+}
+
 fn threads_for(m: usize, n: usize, k: usize, parallel: bool) -> usize {
     if parallel && m.saturating_mul(n).saturating_mul(k) >= PAR_WORK {
         rayon::current_num_threads().max(1)
@@ -172,9 +183,7 @@ pub fn sgemm_t(
 ) -> Result<()> {
     let am = Mat::new(a, m, k, a_t)?;
     let bm = Mat::new(b, k, n, b_t)?;
-    if c.len() < m * n {
-        return Err(Error::operation("sgemm: the output is too small"));
-    }
+    check_c(c, m, n)?;
     let threads = threads_for(m, n, k, parallel);
     if m == 1 && n > 0 {
         gemv(n, k, a, bm, c, threads);
@@ -206,9 +215,7 @@ pub fn sgemm_packed(
 ) -> Result<()> {
     let (k, n) = (b.k, b.n);
     let am = Mat::new(a, m, k, a_t)?;
-    if c.len() < m * n {
-        return Err(Error::operation("sgemm: the output is too small"));
-    }
+    check_c(c, m, n)?;
     fuse.check(m, n)?;
     let threads = threads_for(m, n, k, parallel);
     if m == 1 && k > 0 {
@@ -237,9 +244,7 @@ pub fn sgemm_gen(
     fuse: &Fuse,
 ) -> Result<()> {
     let am = Mat::new(a, m, k, a_t)?;
-    if c.len() < m * n {
-        return Err(Error::operation("sgemm: the output is too small"));
-    }
+    check_c(c, m, n)?;
     fuse.check(m, n)?;
     let threads = threads_for(m, n, k, parallel);
     let (ka, bs) = (ASrc::Plain(am), BSrc::Gen(gen));
@@ -302,9 +307,7 @@ fn product_packed_a(
     fuse: &Fuse,
 ) -> Result<()> {
     let (m, k) = (a.m, a.k);
-    if c.len() < m * n {
-        return Err(Error::operation("sgemm: the output is too small"));
-    }
+    check_c(c, m, n)?;
     fuse.check(m, n)?;
     let threads = threads_for(m, n, k, parallel);
     gemm_blocked_a(a.kern, m, n, k, ASrc::Packed(a), b, c, threads, Some(fuse));

@@ -8,11 +8,13 @@ use super::*;
 #[repr(C, align(64))]
 pub(super) struct Line([f32; 16]);
 
-/// A zero-initialised, 64-byte aligned float buffer.
+/// A zero-initialised, 64-byte aligned float buffer. Its fields are
+/// private so that `len <= lines.len() * 16` holds everywhere (`zeroed`
+/// and `ensure` keep it), which the slice views rely on.
 #[derive(Default)]
 pub(super) struct AlignedBuf {
-    pub(super) lines: Vec<Line>,
-    pub(super) len: usize,
+    lines: Vec<Line>,
+    len: usize,
 }
 
 impl AlignedBuf {
@@ -32,14 +34,17 @@ impl AlignedBuf {
     }
 
     pub(super) fn as_slice(&self) -> &[f32] {
-        // SAFETY: `Line` is `repr(C)` around [f32; 16] with size 64 (no
-        // padding), so the vector's storage is lines.len() * 16 contiguous
-        // initialised floats, and len <= that.
+        // SAFETY: `Line` is `repr(C)` around [f32; 16], size 64 and no
+        // padding, so the vector's storage is lines.len() * 16 contiguous
+        // initialised floats (aligned to 64, more than f32 needs), and
+        // len <= lines.len() * 16 (the struct's invariant); the slice
+        // borrows `self`, so the vector cannot be reallocated under it.
         unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<f32>(), self.len) }
     }
 
     pub(super) fn as_mut_slice(&mut self) -> &mut [f32] {
-        // SAFETY: as in `as_slice`, with exclusive access through &mut.
+        // SAFETY: as in `as_slice`; `&mut self` makes the slice the only
+        // reference to the storage while it lives.
         unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<f32>(), self.len) }
     }
 }
@@ -57,7 +62,7 @@ impl<'a> Mat<'a> {
     /// A `rows x cols` matrix stored row-major, or (when `transposed`)
     /// the transpose of a row-major `cols x rows` matrix. Checks the size.
     pub(super) fn new(data: &'a [f32], rows: usize, cols: usize, transposed: bool) -> Result<Self> {
-        if data.len() < rows * cols {
+        if rows.checked_mul(cols).is_none_or(|len| data.len() < len) {
             return Err(Error::operation("sgemm: an operand is too small"));
         }
         Ok(if transposed {
@@ -120,10 +125,14 @@ fn transpose4<const MR: usize>(rows: &[&[f32]; MR], dst: &mut [f32]) -> usize {
         return 0;
     }
     let d = dst.as_mut_ptr();
-    // SAFETY: SSE is part of x86-64; every row holds `whole` floats
-    // (checked) and `dst` `kc * MR`: the loads read columns p..p + 4 of
-    // rows r..r + 4 (or r + 2), the stores write floats r.. of columns
-    // p..p + 4, all below `whole`.
+    // SAFETY: SSE and SSE2 are part of x86-64. Every row holds at least
+    // `whole` floats (checked above) and `dst` at least kc * MR (kc =
+    // dst.len() / MR): for p + 4 <= whole <= kc the loads read floats
+    // p..p + 4 of rows r..r + 4 (or r + 2, r < MR), the stores write
+    // floats r..r + 4 (or r + 2, or r) of columns p..p + 4, each column MR
+    // floats, all inside `dst`. The rows are shared borrows and `dst` a
+    // mutable one, so they do not overlap; unaligned loads and stores
+    // take any address.
     unsafe {
         for p in (0..whole).step_by(4) {
             let at = |j: usize, r: usize| d.add((p + j) * MR + r);
@@ -243,7 +252,9 @@ pub fn copy_row(dst: &mut [f32], src: &[f32]) {
     {
         use std::arch::x86_64::{_mm_loadu_ps, _mm_storeu_ps};
         while i + 4 <= n {
-            // SAFETY: i + 4 <= n, the length of both slices; unaligned
+            // SAFETY: SSE is part of x86-64; i + 4 <= n <= the length of
+            // both slices, so both ranges i..i + 4 are inside them, and
+            // `dst` (mutable) and `src` (shared) cannot overlap; unaligned
             // loads and stores accept any address.
             unsafe { _mm_storeu_ps(dst.as_mut_ptr().add(i), _mm_loadu_ps(src.as_ptr().add(i))) };
             i += 4;
@@ -293,8 +304,9 @@ pub(super) fn prefetch(data: &[f32], at: usize, len: usize) {
         let end = (at + len).min(data.len());
         let mut i = at;
         while i < end {
-            // SAFETY: a prefetch reads nothing architecturally; the
-            // address is inside `data` anyway.
+            // SAFETY: SSE is part of x86-64; a prefetch is a hint that
+            // never faults and changes no memory, and the address is
+            // inside `data` anyway (i < end <= data.len()).
             unsafe { _mm_prefetch::<_MM_HINT_T0>(data[i..].as_ptr().cast::<i8>()) };
             i += 16;
         }

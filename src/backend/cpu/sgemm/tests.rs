@@ -317,6 +317,26 @@ fn short_buffers_are_errors() {
     assert_eq!(c, vec![2.0; 6]);
 }
 
+/// Sizes whose products overflow are errors, not a short check: 2^20 x
+/// 2^44 wraps to 0 elements, which an empty C would pass, and the tiles
+/// would then be stored far past it (B generated, so nothing is read
+/// from a short buffer first). Likewise an A or B of m * k or k * n
+/// elements that wrap.
+#[test]
+fn overflowing_sizes_are_errors() {
+    let (m, n, k) = (1usize << 20, 1usize << 44, 1);
+    let a = vec![1.0f32; m];
+    let gen = |_: usize, _: usize, _: usize, _: usize, _: usize, dst: &mut [f32]| dst.fill(1.0);
+    let fuse = Fuse::default();
+    assert!(sgemm_gen(m, n, k, &a, false, &gen, &mut [], false, &fuse).is_err());
+    let pa = PackedA::new(&a, m, k).unwrap();
+    assert!(sgemm_gen_packed_a(&pa, n, &gen, &mut [], false, &fuse).is_err());
+    let big = 1usize << 32;
+    assert!(sgemm_t(big, big, big, &[], false, &[], false, &mut [], false).is_err());
+    assert!(PackedB::new(&[], big, big, false).is_err());
+    assert!(PackedA::new(&[], big, big).is_err());
+}
+
 /// This process's user + system CPU time (Linux; 0 elsewhere), to
 /// tell whether the threads ran at once on a loaded machine.
 fn cpu_seconds() -> f64 {

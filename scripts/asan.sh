@@ -160,7 +160,10 @@ run_node() {
   fi
   note "jest under ASan (node $(node --version), runtime $rt) $*"
   local t0=$SECONDS
-  if ! node node_modules/jest/bin/jest.js --ci "$@"; then
+  # Tests whose subject is a time or memory measurement, which ASan's
+  # slowdown and quarantine of freed memory distort: jest skips them.
+  local distorted='quickly and without a large allocation|give their memory back'
+  if ! node node_modules/jest/bin/jest.js --ci --testNamePattern "^(?!.*($distorted))" "$@"; then
     failed=1
   fi
   unset LD_PRELOAD

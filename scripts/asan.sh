@@ -22,6 +22,9 @@
 #                       made from the nightly toolchain's own runtime, so it
 #                       matches the instrumentation of its LLVM)
 #   WEBNN_ASAN_LOGS     where the reports go (default target/asan/logs/<time>)
+#   WEBNN_ASAN_TARGET_DIR  the build folder (default target/asan)
+#   WEBNN_ASAN_NO_BUILD    set: `node` runs the addon already built there
+#                       (while another cargo holds the build folder, say)
 #   WEBNN_FUZZ_RUNS     runs per backend of the fuzz test (3000 in `node`,
 #                       1000 in `ci`: under ASan a run takes about ten times
 #                       as long, and the test allows each backend 150 s)
@@ -40,7 +43,7 @@ case $mode in
 esac
 
 triple=x86_64-unknown-linux-gnu
-export CARGO_TARGET_DIR=$root/target/asan
+export CARGO_TARGET_DIR=${WEBNN_ASAN_TARGET_DIR:-$root/target/asan}
 # The target triple keeps RUSTFLAGS off build scripts and proc macros, which
 # run in the compiler without the runtime. Frame pointers give the runtime's
 # fast unwinder whole stacks; line tables give them file and line.
@@ -90,6 +93,9 @@ run_rust() {
 }
 
 build_addon() {
+  if [ -n "${WEBNN_ASAN_NO_BUILD:-}" ]; then
+    return
+  fi
   note "building the instrumented addon in $CARGO_TARGET_DIR"
   local t0=$SECONDS
   cargo +nightly build --release --lib --target $triple
@@ -161,9 +167,14 @@ run_node() {
   note "jest under ASan (node $(node --version), runtime $rt) $*"
   local t0=$SECONDS
   # Tests whose subject is a time or memory measurement, which ASan's
-  # slowdown and quarantine of freed memory distort: jest skips them.
+  # slowdown and quarantine of freed memory distort: jest skips them (unless
+  # the arguments choose tests by name themselves: jest takes one pattern).
   local distorted='quickly and without a large allocation|give their memory back'
-  if ! node node_modules/jest/bin/jest.js --ci --testNamePattern "^(?!.*($distorted))" "$@"; then
+  local pattern=(--testNamePattern "^(?!.*($distorted))")
+  for a in "$@"; do
+    case $a in -t | --testNamePattern | --testNamePattern=* | -t=*) pattern=() ;; esac
+  done
+  if ! node node_modules/jest/bin/jest.js --ci "${pattern[@]}" "$@"; then
     failed=1
   fi
   unset LD_PRELOAD

@@ -227,7 +227,7 @@ const patterns = fs
 
 // Frames are written `#n pc in function location {module}` (the
 // stack_trace_format that this script sets), so the module is always known.
-const frameRe = /^\s*#\d+ (0x[0-9a-f]+)(?: in (.*?))? (\S+) \{(.*)\}$/;
+const frameRe = /^\s*#\d+ (0x[0-9a-f]+)\s+(?:in )?(.*?)\s*\{([^{}]*)\}$/;
 const root = process.cwd();
 const ourModule = (f) => /(^|\/)(webnn-node\.node|libwebnn_node\.so|webnn_node-[0-9a-f]+)$/.test(f.module);
 // Ours: a function of our crate, a line of our sources, or a frame in our
@@ -269,7 +269,9 @@ for (const file of files) {
     const frames = [];
     for (const line of block.split('\n').slice(1)) {
       const m = frameRe.exec(line);
-      if (m) frames.push({ pc: m[1], func: m[2] || '', loc: m[3], module: m[4] });
+      // The function is what precedes the location (its last word), where
+      // the symbolizer knew them; an unknown frame has only its module.
+      if (m) frames.push({ pc: m[1], func: m[2], loc: m[2].split(' ').pop(), module: m[3] });
       else if (line.trim() === '') break;
     }
     if (oursIn(frames)) {

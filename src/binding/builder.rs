@@ -85,6 +85,13 @@ impl MLGraphBuilder {
         self.check()?;
         let ctx = Ctx::new("constant");
         // constant(tensor)
+        // SAFETY: the current callback's env and an argument handle (raw.rs's
+        // rules). `from_napi_value` unwraps only an object napi-rs wrapped
+        // as an MLTensor (it checks the type tag and the class), else an
+        // error; the argument keeps the object, and so the native value,
+        // alive for this callback, which `t` does not outlive; MLTensor has
+        // no `&mut self` method, so this shared access aliases no mutable
+        // borrow.
         if let Ok(t) = unsafe { ClassInstance::<MLTensor>::from_napi_value(env, a.0) } {
             t.check_usable(&self.ctx, "the constant's MLTensor")?;
             let data =
@@ -117,7 +124,9 @@ impl MLGraphBuilder {
                 desc.byte_length()
             )));
         }
-        // SAFETY: the buffer is alive for this call; it is copied here.
+        // SAFETY: `buffer_source` read `b` after the descriptor (whose
+        // conversion runs the caller's getters), and no JS has run since,
+        // so it describes live, unchanged memory; copied at once.
         let bytes = unsafe { src.bytes() }.to_vec();
         self.builder.constant(desc, Arc::new(bytes))
     }
@@ -127,6 +136,9 @@ impl MLGraphBuilder {
 impl MLGraphBuilder {
     #[napi(constructor)]
     pub fn new(env: Env, context: JsRaw) -> napi::Result<Self> {
+        // SAFETY: as for the MLTensor of `constant_impl`, for an MLContext
+        // (no `&mut self` method either); only its shared state is cloned
+        // out of it.
         let ctx = match unsafe { ClassInstance::<MLContext>::from_napi_value(env.raw(), context.0) }
         {
             Ok(c) => c.shared(),
@@ -193,7 +205,12 @@ impl MLGraphBuilder {
             // dimension of an operand argument: never longer than both.
             let longest_dim = args
                 .iter()
-                .filter_map(|&v| unsafe { ClassInstance::<MLOperand>::from_napi_value(e, v) }.ok())
+                .filter_map(|&v| {
+                    // SAFETY: as for the MLTensor of `constant_impl`, for
+                    // an MLOperand (no `&mut self` method); `args` are
+                    // handles of this callback.
+                    unsafe { ClassInstance::<MLOperand>::from_napi_value(e, v) }.ok()
+                })
                 .filter(|op| op.builder == self.builder.id)
                 .flat_map(|op| op.desc.shape.iter().copied().max())
                 .max()

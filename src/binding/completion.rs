@@ -85,6 +85,10 @@ thread_local! {
 /// Ends the workers of this JS thread's live contexts when its environment
 /// is torn down (at the process's exit, or a worker_thread's end), so that
 /// no backend outlives it.
+///
+/// # Safety
+/// None beyond being an environment cleanup hook: it reads no argument and
+/// touches only this thread's tables.
 unsafe extern "C" fn release_contexts(_arg: *mut c_void) {
     let live: Vec<Rc<CtxShared>> = CONTEXTS
         .try_with(|c| c.borrow().values().filter_map(|w| w.upgrade()).collect())
@@ -102,8 +106,11 @@ thread_local! {
 /// Makes a context findable by its completions.
 pub fn register_context(env: napi_env, ctx: &Rc<CtxShared>) {
     if !RELEASE_HOOKED.with(|h| h.replace(true)) {
-        // SAFETY: `env` is this thread's live environment; the hook takes
-        // no argument.
+        // SAFETY: `env` is the environment of the callback now running on
+        // this JS thread (raw.rs's rules), alive until its teardown, when
+        // the hook runs; the hook reads no argument (null), and is added
+        // once per thread (RELEASE_HOOKED), as N-API requires of a
+        // (hook, argument) pair.
         unsafe {
             sys::napi_add_env_cleanup_hook(env, Some(release_contexts), ptr::null_mut());
         }
@@ -283,7 +290,10 @@ fn resolve_value(
 /// A raw threadsafe function handle that may move to the worker thread.
 #[derive(Clone, Copy)]
 pub struct Tsfn(pub sys::napi_threadsafe_function);
-// SAFETY: threadsafe functions are made to be called from any thread.
+// SAFETY: N-API's threadsafe function calls (`napi_call_...`,
+// `napi_release_...`) may be made from any thread; the calls that must be
+// made on the JS thread (ref, unref) are made there, with its env; and a
+// handle is only used while it is known alive (see `SharedTsfn`).
 unsafe impl Send for Tsfn {}
 
 /// The handle, cleared when N-API finalizes the function (at environment
@@ -342,6 +352,10 @@ thread_local! {
 }
 
 /// The microtask that settles what reads waited for inline.
+///
+/// # Safety
+/// Called by N-API as a JS function: `env` is then the environment of
+/// that call, on this thread.
 unsafe extern "C" fn drain_due(env: napi_env, _info: sys::napi_callback_info) -> napi_value {
     let due = DUE.with(|d| std::mem::take(&mut *d.borrow_mut()));
     // Never unwind into N-API.
@@ -361,6 +375,10 @@ fn queue_drain(env: napi_env) -> napi::Result<()> {
         let mut f = ptr::null_mut();
         let name = "webnnDrain";
         raw::check(
+            // SAFETY: the current callback's env; `name` is a live string
+            // of `name.len()` bytes (UTF-8, not NUL-terminated, so its
+            // length is given); `drain_due` has the callback signature and
+            // uses no data (null); `f` is a live local.
             unsafe {
                 sys::napi_create_function(
                     env,
@@ -384,6 +402,9 @@ fn queue_drain(env: napi_env) -> napi::Result<()> {
         let (queue, f) = (queue.get(env)?, f.get(env)?);
         let mut out = ptr::null_mut();
         raw::check(
+            // SAFETY: the current callback's env and handles (`queue` and
+            // `f` from StrongRefs of this thread, the global); argv is the
+            // one live local `f` (argc 1), `out` a live local.
             unsafe { sys::napi_call_function(env, raw::global(env)?, queue, 1, &f, &mut out) },
             "queueMicrotask",
         )
@@ -454,6 +475,11 @@ pub fn settle_soon(env: napi_env, ctx_id: u64, inbox: &Arc<Inbox>, tsfn: &Shared
         DUE.with(|d| d.borrow_mut().retain(|(id, _)| *id != ctx_id));
         let guard = tsfn.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = *guard {
+            // SAFETY: the handle is set only while the threadsafe function
+            // is alive: `finalize_tsfn` clears it (under this lock) before
+            // N-API frees the function, and `JsSink::drop` clears it as it
+            // releases its one use, so holding the lock with Some(t) means
+            // `t` is valid throughout the call; any thread may call it.
             unsafe {
                 sys::napi_call_threadsafe_function(
                     t.0,
@@ -501,6 +527,10 @@ impl CompletionSink for JsSink {
         };
         // The call only wakes the JS thread; it drains the inbox. If the
         // queue is full the completion stays queued for the next drain.
+        // SAFETY: a handle is Some only while the function is alive (see
+        // `settle_soon`), and the lock is held over the call, so the
+        // finalizer cannot free it meanwhile; calls are allowed from any
+        // thread, and nonblocking mode never waits for the JS thread.
         unsafe {
             sys::napi_call_threadsafe_function(
                 tsfn.0,
@@ -522,6 +552,11 @@ impl Drop for JsSink {
     fn drop(&mut self) {
         let mut guard = self.tsfn.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(tsfn) = guard.take() {
+            // SAFETY: the handle is alive (Some under the lock, see
+            // `settle_soon`), and this is the one release of the one
+            // acquisition made at its creation (initial count 1): `take`
+            // leaves None, so no call on it follows; release is allowed on
+            // any thread.
             unsafe {
                 sys::napi_release_threadsafe_function(
                     tsfn.0,
@@ -532,21 +567,37 @@ impl Drop for JsSink {
     }
 }
 
+/// The threadsafe function's JS-thread callback.
+///
+/// # Safety
+/// Called by N-API with the function's context, the `TsfnData` box of
+/// [`create_sink`], and the env of the JS thread (null when the
+/// environment is going away).
 unsafe extern "C" fn call_js(env: napi_env, _f: napi_value, ctx: *mut c_void, _data: *mut c_void) {
     if env.is_null() || ctx.is_null() {
         return;
     }
-    // SAFETY: the context pointer is the TsfnData box, freed only by the
-    // finalizer, after the last call.
-    let data = &*(ctx as *const TsfnData);
+    // SAFETY: `ctx` is the TsfnData box given as the function's context;
+    // N-API frees it (through `finalize_tsfn`) only after the last call of
+    // this callback, and nothing writes it meanwhile (the shared parts
+    // are behind a Mutex and an Arc), so a shared reference for this call
+    // is valid.
+    let data = unsafe { &*(ctx as *const TsfnData) };
     // Never unwind into N-API.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         drain(env, data.ctx_id, &data.inbox)
     }));
 }
 
+/// The threadsafe function's finalizer.
+///
+/// # Safety
+/// Called by N-API once, after the last `call_js`, with the finalize data
+/// of [`create_sink`]: the `TsfnData` box.
 unsafe extern "C" fn finalize_tsfn(_env: napi_env, data: *mut c_void, _hint: *mut c_void) {
-    let data = Box::from_raw(data as *mut TsfnData);
+    // SAFETY: `data` came from `Box::into_raw` in `create_sink`, and N-API
+    // calls this once, when no call can follow: the box is owned here.
+    let data = unsafe { Box::from_raw(data as *mut TsfnData) };
     data.shared.lock().unwrap_or_else(|p| p.into_inner()).take();
 }
 
@@ -564,6 +615,11 @@ pub fn create_sink(env: napi_env, ctx_id: u64) -> napi::Result<(SharedTsfn, Arc<
     })) as *mut c_void;
     // The queue of calls is unbounded (0): a call never fails for being
     // full, so no wake-up is lost.
+    // SAFETY: the current callback's env and handle (`name`); no JS
+    // function or resource (null); one initial thread (the worker's
+    // JsSink releases it); `data` is the live TsfnData box, both the
+    // finalize data (freed by `finalize_tsfn`) and the context `call_js`
+    // reads; both callbacks have N-API's signatures; `tsfn` a live local.
     let status = unsafe {
         sys::napi_create_threadsafe_function(
             env,
@@ -580,11 +636,16 @@ pub fn create_sink(env: napi_env, ctx_id: u64) -> napi::Result<(SharedTsfn, Arc<
         )
     };
     if status != sys::Status::napi_ok {
+        // SAFETY: creation failed, so N-API holds no function that could
+        // call `call_js` or `finalize_tsfn` with `data`: the box is still
+        // ours alone, taken back once.
         drop(unsafe { Box::from_raw(data as *mut TsfnData) });
         return Err(napi::Error::from_reason(
             "cannot create the context's threadsafe function",
         ));
     }
+    // SAFETY: on the JS thread that made `tsfn` just above, with its env;
+    // the function is alive (nothing has released it yet).
     unsafe { sys::napi_unref_threadsafe_function(env, tsfn) };
     *shared.lock().unwrap_or_else(|p| p.into_inner()) = Some(Tsfn(tsfn));
     Ok((

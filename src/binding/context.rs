@@ -109,6 +109,10 @@ impl CtxShared {
         let Some(tsfn) = *guard else {
             return;
         };
+        // SAFETY: ref and unref must run on the JS thread with its env:
+        // this is a method of the JS-thread state, called with the env of
+        // the current callback (raw.rs's rules). The handle is alive while
+        // it is Some under the lock (see `completion::SharedTsfn`).
         unsafe {
             if new > 0 {
                 sys::napi_ref_threadsafe_function(env, tsfn.0);
@@ -417,19 +421,34 @@ fn input_bufs(graph: &Graph, inputs: &[ComputeArg]) -> Result<Vec<Buf>> {
         .zip(&graph.inputs)
         .map(|(a, (_, op))| {
             let d = &graph.operands[*op];
-            // SAFETY: the view is alive for this call and has byte_length
-            // bytes at data (checked by check_fits).
+            // SAFETY: `inputs` come from `compute_args` in this callback,
+            // which read every view only after the last of the caller's
+            // code (getters) ran, and no JS has run since (see the
+            // callers), so each info still describes its view's memory.
             let bytes = unsafe { view_bytes(&a.info) };
             Buf::from_bytes(d.data_type, bytes, d.element_count())
         })
         .collect()
 }
 
+/// The bytes of a view, borrowed from JS memory.
+///
+/// # Safety
+/// `info` must describe the view's memory now: read by `raw::view_info` in
+/// the current callback with no JS code run since (a getter or a Proxy
+/// trap could detach, transfer or resize the buffer), and the slice must
+/// be dropped before any JS code runs (in practice: copied at once).
 unsafe fn view_bytes(info: &raw::ViewInfo) -> &[u8] {
     if info.byte_length == 0 || info.data.is_null() {
         &[]
     } else {
-        std::slice::from_raw_parts(info.data, info.byte_length)
+        // SAFETY: the contract: `info.data` points to the view's
+        // byte_length bytes, kept alive by the view's handle in this
+        // callback and not changed by JS while the slice lives (no JS
+        // runs). A SharedArrayBuffer's bytes may still be written by
+        // another thread meanwhile, which JS allows to tear; the callers
+        // only copy them.
+        unsafe { std::slice::from_raw_parts(info.data, info.byte_length) }
     }
 }
 
@@ -711,7 +730,11 @@ impl MLContext {
             }
             let d = &t.info.desc;
             let src = source_fits(e, data, d, "writeTensor: data", true)?;
-            // SAFETY: the source is alive during this call; copied here.
+            // SAFETY: `source_fits` read the source in this callback after
+            // every conversion that can run the caller's code (the tensor
+            // and data arguments; the options are read after this copy),
+            // so it still describes live, unchanged memory; the bytes are
+            // copied at once.
             let buf = Buf::from_bytes(d.data_type, unsafe { src.bytes() }, d.element_count())?;
             let label = label_of(e, options, "writeTensor")?;
             self.shared.send(Command::WriteTensor {
@@ -799,10 +822,13 @@ impl MLContext {
             let all: Vec<&ComputeArg> = ins.iter().chain(&outs).collect();
             views::check_transferable(e, &all)?;
             let bufs = input_bufs(&g.graph, &ins)?;
-            // SAFETY: the views are alive; copied before detaching.
             let kept: Vec<(String, OutView, Vec<u8>)> = ins
                 .iter()
                 .map(|a| {
+                    // SAFETY: as in `input_bufs`: read by `compute_args`
+                    // in this callback, and what ran since (the checks of
+                    // `check_transferable`) runs none of the caller's code;
+                    // copied here, before the buffers are detached.
                     let bytes = unsafe { view_bytes(&a.info) }.to_vec();
                     (a.name.clone(), out_view(a), bytes)
                 })
@@ -891,8 +917,15 @@ impl MLContext {
             for ((a, buf), (_, op)) in outs.iter().zip(results).zip(&g.graph.outputs) {
                 let bytes = buf.to_bytes(g.graph.operands[*op].data_type);
                 if bytes.len() == a.info.byte_length && !bytes.is_empty() {
-                    // SAFETY: the JS thread was blocked, so the view is
-                    // unchanged and holds byte_length bytes.
+                    // SAFETY: `a.info` was read by `compute_args` in this
+                    // callback, after the caller's last getter ran, and
+                    // since then this thread only waited for the worker:
+                    // no JS ran here, and only JS on this thread can
+                    // detach, transfer or shrink a buffer this thread
+                    // holds (a SharedArrayBuffer can only grow), so
+                    // `a.info.data` still has byte_length == bytes.len()
+                    // writable bytes. `bytes` is a Rust Vec, so the two do
+                    // not overlap.
                     unsafe {
                         std::ptr::copy_nonoverlapping(bytes.as_ptr(), a.info.data, bytes.len())
                     };
@@ -940,7 +973,8 @@ fn check_source(
     what: &str,
 ) -> Result<Vec<u8>> {
     let src = source_fits(env, v, d, what, false)?;
-    // SAFETY: alive during this call; copied here.
+    // SAFETY: `source_fits` just read the source, in this callback, and no
+    // JS code has run since; the bytes are copied at once.
     Ok(unsafe { src.bytes() }.to_vec())
 }
 

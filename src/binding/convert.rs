@@ -60,6 +60,11 @@ fn to_val_depth(
         ValueType::String => Val::String(raw::get_string(env, v)?),
         ValueType::BigInt => Val::BigInt(raw::get_bigint(env, v)?),
         ValueType::Object => {
+            // SAFETY: the current callback's env and a handle of it
+            // (raw.rs's rules); `from_napi_value` unwraps only an object
+            // napi-rs wrapped as an MLOperand (type tag and class checked),
+            // else an error; the handle keeps it alive while `op` is read
+            // here, and MLOperand has no `&mut self` method to alias.
             if let Ok(op) = unsafe { ClassInstance::<MLOperand>::from_napi_value(env, v) } {
                 return Ok(Ok(Val::Operand {
                     builder: op.builder,
@@ -129,13 +134,20 @@ pub struct BufferSource {
 
 impl BufferSource {
     /// # Safety
-    /// Only valid while the JS value is alive and not detached or resized,
-    /// i.e. within the current native call.
+    /// The source must have been read by [`buffer_source`] in the current
+    /// callback with no JS code run since (a getter or Proxy trap could
+    /// detach, transfer or resize the buffer), and the slice must be
+    /// dropped before any JS code runs (copy it at once).
     pub unsafe fn bytes(&self) -> &[u8] {
         if self.len == 0 {
             &[]
         } else {
-            std::slice::from_raw_parts(self.data, self.len)
+            // SAFETY: the contract: `data` points to the source's `len`
+            // bytes, kept alive by its handle in this callback and not
+            // changed by JS while the slice lives. A SharedArrayBuffer's
+            // bytes may still be written by another thread meanwhile,
+            // which JS allows to tear; callers only copy them.
+            unsafe { std::slice::from_raw_parts(self.data, self.len) }
         }
     }
 }

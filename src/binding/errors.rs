@@ -33,6 +33,9 @@ pub fn js_error(env: napi_env, e: &Error) -> napi::Result<napi_value> {
 pub fn throw(env: napi_env, e: Error) -> NapiError {
     match js_error(env, &e) {
         Ok(v) => {
+            // SAFETY: the current callback's env and a value made in it
+            // (raw.rs's rules); napi-rs is told of the pending exception
+            // by the returned status.
             unsafe { sys::napi_throw(env, v) };
             NapiError::new(Status::PendingException, e.message)
         }
@@ -49,11 +52,14 @@ pub fn or_throw<T>(env: napi_env, r: crate::error::Result<T>) -> napi::Result<T>
 /// code threw (a getter, a Proxy trap) while an argument was read.
 pub fn take_exception(env: napi_env) -> Option<napi_value> {
     let mut pending = false;
+    // SAFETY: the current callback's env; `pending` is a live local.
     unsafe { sys::napi_is_exception_pending(env, &mut pending) };
     if !pending {
         return None;
     }
     let mut v = ptr::null_mut();
+    // SAFETY: the current callback's env; `v` is a live local that
+    // receives a handle in this callback's scope.
     let status = unsafe { sys::napi_get_and_clear_last_exception(env, &mut v) };
     (status == sys::Status::napi_ok && !v.is_null()).then_some(v)
 }

@@ -5,6 +5,25 @@
 //! promises resolved from our own threadsafe function) we call N-API
 //! directly through these helpers. Every helper returns a `napi::Result`
 //! so that a failing N-API call becomes a JS exception, never a crash.
+//!
+//! The handles the binding passes to N-API obey three rules, which the
+//! `SAFETY` comments of the binding refer to:
+//! - **env**: a `napi_env` is the environment of the N-API callback now
+//!   running on this JS thread (napi-rs hands it to each method; our own
+//!   callbacks, finalizers and hooks receive it as an argument), used
+//!   only on this thread before that callback returns;
+//! - **handles**: a `napi_value` was made in that callback (an argument,
+//!   or returned by an N-API call in it), so its handle scope is still
+//!   open; what must outlive the callback is kept as a [`StrongRef`] or
+//!   as a raw `napi_deferred` or threadsafe function handle, each with
+//!   its own rule where it is kept;
+//! - **pointers**: out-parameters point to live locals of the right type,
+//!   and a (pointer, length) pair describes a live Rust buffer of that
+//!   length.
+//!
+//! N-API itself checks what a value is (an object, a typed array...) and
+//! reports a mismatch as a status, so a JS value of the wrong kind is an
+//! error here, never undefined behaviour.
 
 use std::ffi::c_void;
 use std::ptr;
@@ -52,9 +71,21 @@ pub fn check(status: sys::napi_status, what: &str) -> Result<()> {
     }
 }
 
+/// Calls the N-API function `$f` and turns its status into a
+/// `napi::Result`. A use is an unsafe call, whose arguments must follow
+/// the module's rules (env, handles, pointers); each use's arguments are
+/// visible at the call, all of them locals, handles of the current
+/// callback, or pointers to live buffers with their lengths.
 macro_rules! call {
     ($f:ident ( $($arg:expr),* $(,)? )) => {
-        $crate::binding::raw::check(unsafe { sys::$f($($arg),*) }, stringify!($f))
+        $crate::binding::raw::check(
+            // SAFETY: every use passes the current callback's env and
+            // handles, out-pointers to live locals and (pointer, length)
+            // pairs of live buffers (the module's rules); N-API reports a
+            // value of the wrong kind as a status.
+            unsafe { sys::$f($($arg),*) },
+            stringify!($f),
+        )
     };
 }
 pub(crate) use call;
@@ -301,10 +332,16 @@ pub fn shared_arraybuffer_bytes(env: napi_env, v: napi_value) -> Result<Option<(
     }
     let (getter, u8) = sab_intrinsics(env)?;
     let mut len = ptr::null_mut();
+    // SAFETY: the current callback's env and handles (`v`, and `getter`
+    // from a StrongRef of this thread); no arguments (a null argv with
+    // argc 0), and `len` a live local. Called directly rather than through
+    // `call!`: a failure here is an answer, not an error.
     let status = unsafe { sys::napi_call_function(env, v, getter, 0, ptr::null(), &mut len) };
     if status != sys::Status::napi_ok {
         // Not a SharedArrayBuffer: the getter's TypeError is ours to drop.
         let mut e = ptr::null_mut();
+        // SAFETY: the same env; `e` is a live local that receives the
+        // exception (dropped: a handle in this callback's scope).
         unsafe { sys::napi_get_and_clear_last_exception(env, &mut e) };
         return Ok(None);
     }
@@ -428,7 +465,10 @@ pub fn arraybuffer_copy(env: napi_env, bytes: &[u8]) -> Result<napi_value> {
     let mut v = ptr::null_mut();
     call!(napi_create_arraybuffer(env, bytes.len(), &mut data, &mut v))?;
     if !bytes.is_empty() {
-        // SAFETY: the new buffer has exactly bytes.len() writable bytes.
+        // SAFETY: `napi_create_arraybuffer` succeeded, so `data` points to
+        // the new buffer's bytes.len() writable bytes, which no JS code
+        // has seen yet (nothing else reads or writes them), and they
+        // cannot overlap `bytes`, a Rust borrow.
         unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), data as *mut u8, bytes.len()) };
     }
     Ok(v)
@@ -461,7 +501,10 @@ pub fn reject(env: napi_env, d: sys::napi_deferred, v: napi_value) -> Result<()>
     call!(napi_reject_deferred(env, d, v))
 }
 
-/// A strong reference that keeps a JS value alive until deleted.
+/// A strong reference that keeps a JS value alive until deleted. It is
+/// neither `Send` nor `Sync` (a raw pointer inside), so it stays on the JS
+/// thread whose environment made it, the only one that may use it; every
+/// one is kept in a thread-local table or a value of that thread.
 pub struct StrongRef {
     r: sys::napi_ref,
 }
@@ -479,6 +522,10 @@ impl StrongRef {
     }
     /// Deletes the reference (must run on the JS thread).
     pub fn delete(self, env: napi_env) {
+        // SAFETY: `self.r` was made by `napi_create_reference` on this
+        // thread (the type is not Send), in the environment `env` belongs
+        // to (one per JS thread), and is deleted once: `delete` takes the
+        // reference by value and nothing copies `r`.
         unsafe { sys::napi_delete_reference(env, self.r) };
     }
 }

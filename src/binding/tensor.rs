@@ -63,6 +63,12 @@ impl MLTensor {
         v: JsRaw,
         what: &str,
     ) -> Result<ClassInstance<'a, MLTensor>> {
+        // SAFETY: the current callback's env and an argument handle
+        // (raw.rs's rules); `from_napi_value` unwraps only an object napi-rs
+        // wrapped as an MLTensor (type tag and class checked), else an
+        // error; the argument keeps it alive for the callback, and callers
+        // keep the instance no longer (its lifetime is theirs to bound);
+        // MLTensor has no `&mut self` method to alias.
         unsafe { ClassInstance::<MLTensor>::from_napi_value(env, v.0) }
             .map_err(|_| Error::type_error(format!("{what} must be an MLTensor")))
     }
@@ -313,6 +319,8 @@ impl MLGraph {
     }
 
     pub fn from_arg<'a>(env: napi_env, v: JsRaw) -> Result<ClassInstance<'a, MLGraph>> {
+        // SAFETY: as in `MLTensor::from_arg`, for an MLGraph (whose one
+        // method, `destroy`, takes `&self`).
         unsafe { ClassInstance::<MLGraph>::from_napi_value(env, v.0) }
             .map_err(|_| Error::type_error("graph must be an MLGraph"))
     }

@@ -114,20 +114,34 @@ pub fn copy_into_view(env: napi_env, view: &StrongRef, buf: &Buf, dt: DataType) 
         ));
     }
     if !bytes.is_empty() {
-        // SAFETY: the view is alive (strong reference) and has exactly
-        // bytes.len() bytes at info.data.
+        // SAFETY: `info` was read just above, in this callback, from the
+        // view the StrongRef kept alive, and no JS code has run since, so
+        // it still describes the view's memory now: `info.data` is not
+        // null and has byte_length == bytes.len() writable bytes (checked
+        // above; a detached or shrunk buffer fails that check). `bytes` is
+        // Rust memory (the buffer or a copy of it), so the two do not
+        // overlap. (On a SharedArrayBuffer another thread may access the
+        // same bytes meanwhile; JS allows such unsynchronised access to
+        // tear, and Rust holds no reference into that memory.)
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), info.data, bytes.len()) };
     }
     Ok(())
 }
 
+/// The finalizer of an ArrayBuffer made by [`arraybuffer_from_buf`].
+///
+/// # Safety
+/// `hint` must be the `Box<Buf>` pointer that function gave N-API, which
+/// calls this once, when JS can no longer reach the buffer's memory.
 unsafe extern "C" fn free_buf(
     _env: sys::napi_env,
     _data: *mut std::ffi::c_void,
     hint: *mut std::ffi::c_void,
 ) {
     // The memory goes back to the pool for the next read of this size.
-    Box::from_raw(hint as *mut Buf).recycle();
+    // SAFETY: the contract: `hint` came from `Box::into_raw` and N-API
+    // passes it to this finalizer once, so the box is owned here.
+    unsafe { Box::from_raw(hint as *mut Buf) }.recycle();
 }
 
 /// An ArrayBuffer of exactly the tensor's bytes. The buffer's own memory is
@@ -140,13 +154,36 @@ pub fn arraybuffer_from_buf(env: napi_env, buf: Buf, dt: DataType) -> napi::Resu
     let (ptr, len) = (bytes.as_ptr() as *mut std::ffi::c_void, bytes.len());
     let hint = Box::into_raw(Box::new(buf)) as *mut std::ffi::c_void;
     let mut v = std::ptr::null_mut();
+    // SAFETY: the current callback's env, and `v` a live local. `ptr` and
+    // `len` are the buffer's own elements as bytes: moving the `Buf` into
+    // the box left its heap storage where it was, and the box (owned by
+    // N-API from here) keeps it alive and unchanged until `free_buf` runs,
+    // after JS has dropped the ArrayBuffer; nothing in Rust keeps a
+    // reference to it. The buffer is not empty (handled above), as the
+    // pointer of an empty vector is dangling.
     let status = unsafe {
         sys::napi_create_external_arraybuffer(env, ptr, len, Some(free_buf), hint, &mut v)
     };
     if status == sys::Status::napi_ok {
         return Ok(v);
     }
+    if status != sys::Status::napi_no_external_buffers_allowed {
+        // Any other failure may come after N-API took the finalizer: Node
+        // runs it at once for a length above its largest Buffer (4 GiB on
+        // Node 20), so the box may be freed already. Leave it to N-API (at
+        // worst it leaks, where a runtime failed before taking it). Node
+        // also throws its RangeError, which must be cleared for the read
+        // to be rejected instead.
+        let _ = super::errors::take_exception(env);
+        return Err(napi::Error::new(
+            napi::Status::from(status),
+            format!("cannot hand over a result of {len} bytes"),
+        ));
+    }
     // Runtimes that forbid external buffers: copy instead.
+    // SAFETY: `napi_no_external_buffers_allowed` is returned before N-API
+    // takes the finalizer (that is its meaning), so `free_buf` will never
+    // run for `hint`: the box is still ours alone, taken back once.
     let buf = unsafe { Box::from_raw(hint as *mut Buf) };
     raw::arraybuffer_copy(env, &buf.to_bytes(dt))
 }

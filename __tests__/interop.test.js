@@ -40,7 +40,11 @@ describeWebGpu('WebGPU interop', () => {
   beforeAll(async () => {
     device = await newDevice();
   });
-  afterAll(() => device && device.destroy());
+  afterAll(async () => {
+    if (!device) return;
+    device.destroy();
+    await device.lost;
+  });
 
   describe('createContext(gpuDevice)', () => {
     test('gives an accelerated GPU context on the same adapter', async () => {

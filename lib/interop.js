@@ -273,6 +273,26 @@ function finishReturn(e, deliver) {
 }
 
 /**
+ * Returns in flight keep Node running until their bytes land: a process
+ * that exits with Dawn's mapping still pending crashes in Dawn's event
+ * processing during teardown (seen on Node 22 and 24), and the tensor's
+ * return would be lost anyway.
+ */
+let inFlight = 0;
+let holder = null;
+
+function holdProcess() {
+  if (inFlight++ === 0) holder = setInterval(() => {}, 1e9);
+}
+
+function releaseProcess() {
+  if (--inFlight === 0) {
+    clearInterval(holder);
+    holder = null;
+  }
+}
+
+/**
  * Copies the buffer into a staging buffer, submitted before the buffer's
  * real destruction (`destroyNow`) so that it sees every GPU write already
  * submitted, and hands the mapped bytes to the timeline, where the
@@ -294,7 +314,8 @@ function returnTensor(e, destroyNow) {
     }
     destroyed = true;
     destroyNow();
-    staging.mapAsync(MAP_MODE_READ).then(
+    holdProcess();
+    staging.mapAsync(MAP_MODE_READ).finally(releaseProcess).then(
       () => {
         try {
           handle.fill(staging.getMappedRange());

@@ -150,6 +150,10 @@ async function createExportableTensor(context, descriptor, device) {
 function exportToGPU(context, tensor) {
   const current = tensor !== null && typeof tensor === 'object' ? rented.get(tensor) : undefined;
   if (current && current.context === context) return current.promise;
+  if (current) {
+    // Rented by its own context: refused here without touching the rent.
+    return Promise.reject(new TypeError('exportToGPU: the tensor belongs to another MLContext'));
+  }
   const target = exportable.get(tensor);
   if (target && deviceState(target.device).lost) {
     // Refused before the tensor is rented out.

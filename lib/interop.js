@@ -149,7 +149,14 @@ async function createExportableTensor(context, descriptor, device) {
 /** `context.exportToGPU(tensor)`: the same promise while the tensor is rented. */
 function exportToGPU(context, tensor) {
   const current = tensor !== null && typeof tensor === 'object' ? rented.get(tensor) : undefined;
-  if (current && current.context === context) return current.promise;
+  if (current && current.context === context) {
+    // The same buffer while exported, unless the tensor or its context is
+    // gone since (the buffer itself stays the caller's).
+    const state = tensor._state();
+    if (state === 'destroyed') return Promise.reject(invalidState('exportToGPU: the tensor is destroyed'));
+    if (state === 'lost') return Promise.reject(invalidState('exportToGPU: the MLContext is lost'));
+    return current.promise;
+  }
   if (current) {
     // Rented by its own context: refused here without touching the rent.
     return Promise.reject(new TypeError('exportToGPU: the tensor belongs to another MLContext'));

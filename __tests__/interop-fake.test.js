@@ -5,7 +5,7 @@
 // runs the same rules on a real WebGPU (Dawn).
 
 const { ml, MLContext } = require('..');
-const { expectReject } = require('./helpers');
+const { expectThrow, expectReject } = require('./helpers');
 
 /**
  * A minimal in-memory GPUDevice: buffers are byte arrays, submitted
@@ -142,4 +142,20 @@ test('a tensor whose byte length is not a multiple of 4 is padded both ways', as
   buffer.destroy();
   expect(Array.from(new Uint8Array(await ctx.readTensor(t)))).toEqual([9, 8, 7, 6, 5]);
   ctx.destroy();
+});
+
+test('exporting a tensor rented by its own context from another context leaves the rent alone', async () => {
+  const device = fakeDevice();
+  const ctx = await ml.createContext();
+  const other = await ml.createContext();
+  const t = await ctx.createExportableTensor(F32([1]), device);
+  const buffer = await ctx.exportToGPU(t);
+  await expectReject(other.exportToGPU(t), 'TypeError', 'another MLContext');
+  // Still rented: its own context may not write it.
+  expectThrow(() => ctx.writeTensor(t, new Float32Array(1)), 'TypeError', 'exported');
+  buffer.destroy();
+  ctx.writeTensor(t, new Float32Array([2]));
+  expect(Array.from(new Float32Array(await ctx.readTensor(t)))).toEqual([2]);
+  ctx.destroy();
+  other.destroy();
 });

@@ -40,7 +40,11 @@ describeWebGpu('WebGPU interop', () => {
   beforeAll(async () => {
     device = await newDevice();
   });
-  afterAll(() => device && device.destroy());
+  afterAll(async () => {
+    if (!device) return;
+    device.destroy();
+    await device.lost;
+  });
 
   describe('createContext(gpuDevice)', () => {
     test('gives an accelerated GPU context on the same adapter', async () => {
@@ -287,6 +291,7 @@ describeWebGpu('WebGPU interop', () => {
       ctx.writeTensor(t, new Float32Array([1, 2, 3]));
       const buffer = await ctx.exportToGPU(t);
       t.destroy();
+      await expectReject(ctx.exportToGPU(t), 'InvalidStateError', 'destroyed');
       device.queue.writeBuffer(buffer, 0, new Float32Array([9]));
       expect(Array.from(new Float32Array(await readBuffer(device, buffer)))).toEqual([9, 2, 3]);
       buffer.destroy();
@@ -300,6 +305,7 @@ describeWebGpu('WebGPU interop', () => {
       ctx.writeTensor(t, new Float32Array([4, 5]));
       const buffer = await ctx.exportToGPU(t);
       ctx.destroy();
+      await expectReject(ctx.exportToGPU(t), 'InvalidStateError', 'lost');
       expect(Array.from(new Float32Array(await readBuffer(device, buffer)))).toEqual([4, 5]);
       buffer.destroy();
     });

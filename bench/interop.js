@@ -132,6 +132,9 @@ async function main() {
   }
   ctx.destroy();
   device.destroy();
+  // Dawn may crash a process that exits right after its last callback
+  // (docs/interop.md): let the loss settle first.
+  await device.lost;
 }
 
 main().catch((e) => {

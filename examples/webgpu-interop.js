@@ -140,8 +140,13 @@ async function main() {
 
   outputBuffer.destroy();
   for (const b of [bytes, staging]) b.destroy();
+  // Let Dawn finish before the process ends: on Node 22 and 24, a process
+  // that exits just after Dawn's last callback crashes now and then in
+  // Dawn's event processing (docs/interop.md).
+  await device.queue.onSubmittedWorkDone();
   context.destroy();
   device.destroy();
+  await device.lost;
 }
 
 main().catch((e) => {

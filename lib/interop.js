@@ -149,7 +149,18 @@ async function createExportableTensor(context, descriptor, device) {
 /** `context.exportToGPU(tensor)`: the same promise while the tensor is rented. */
 function exportToGPU(context, tensor) {
   const current = tensor !== null && typeof tensor === 'object' ? rented.get(tensor) : undefined;
-  if (current && current.context === context) return current.promise;
+  if (current && current.context === context) {
+    // The same buffer while exported, unless the tensor or its context is
+    // gone since (the buffer itself stays the caller's).
+    const state = tensor._state();
+    if (state === 'destroyed') return Promise.reject(invalidState('exportToGPU: the tensor is destroyed'));
+    if (state === 'lost') return Promise.reject(invalidState('exportToGPU: the MLContext is lost'));
+    return current.promise;
+  }
+  if (current) {
+    // Rented by its own context: refused here without touching the rent.
+    return Promise.reject(new TypeError('exportToGPU: the tensor belongs to another MLContext'));
+  }
   const target = exportable.get(tensor);
   if (target && deviceState(target.device).lost) {
     // Refused before the tensor is rented out.
@@ -273,6 +284,26 @@ function finishReturn(e, deliver) {
 }
 
 /**
+ * Returns in flight keep Node running until their bytes land: a process
+ * that exits with Dawn's mapping still pending crashes in Dawn's event
+ * processing during teardown (seen on Node 22 and 24), and the tensor's
+ * return would be lost anyway.
+ */
+let inFlight = 0;
+let holder = null;
+
+function holdProcess() {
+  if (inFlight++ === 0) holder = setInterval(() => {}, 1e9);
+}
+
+function releaseProcess() {
+  if (--inFlight === 0) {
+    clearInterval(holder);
+    holder = null;
+  }
+}
+
+/**
  * Copies the buffer into a staging buffer, submitted before the buffer's
  * real destruction (`destroyNow`) so that it sees every GPU write already
  * submitted, and hands the mapped bytes to the timeline, where the
@@ -294,7 +325,8 @@ function returnTensor(e, destroyNow) {
     }
     destroyed = true;
     destroyNow();
-    staging.mapAsync(MAP_MODE_READ).then(
+    holdProcess();
+    staging.mapAsync(MAP_MODE_READ).finally(releaseProcess).then(
       () => {
         try {
           handle.fill(staging.getMappedRange());

@@ -657,3 +657,159 @@ pub fn create_sink(env: napi_env, ctx_id: u64) -> napi::Result<(SharedTsfn, Arc<
         },
     ))
 }
+
+/// What runs without a live N-API environment, as Miri runs it
+/// (`scripts/miri.sh`): the inbox's hand-over between the worker and a
+/// JS thread waiting inline, and the threadsafe function's data through
+/// `call_js` and its finalizer. The pending table itself does not run
+/// here: every entry holds a `napi_deferred` from `napi_create_promise`
+/// and a context made by N-API calls, and taking one out calls
+/// `napi_(un)ref_threadsafe_function` and settles the promise through
+/// N-API, functions that Node provides at load time and that neither a
+/// test binary nor Miri has.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An environment pointer for the paths that pass it along without
+    /// calling N-API: never dereferenced.
+    fn no_env() -> napi_env {
+        ptr::NonNull::dangling().as_ptr()
+    }
+
+    fn done(request: u64) -> Completion {
+        Completion {
+            request,
+            result: Ok(Payload::Done),
+        }
+    }
+
+    /// Marks this thread's microtask as queued already (an entry of
+    /// another context is due), so that `settle_soon` queues none: that
+    /// would call N-API.
+    fn microtask_queued() {
+        DUE.with(|d| d.borrow_mut().push((u64::MAX, Arc::new(Inbox::default()))));
+    }
+
+    /// Empties the due list; returns the contexts it named (the one of
+    /// [`microtask_queued`] left out).
+    fn due_contexts() -> Vec<u64> {
+        let due = DUE.with(|d| std::mem::take(&mut *d.borrow_mut()));
+        due.into_iter()
+            .map(|(id, _)| id)
+            .filter(|&id| id != u64::MAX)
+            .collect()
+    }
+
+    /// A completion that arrives while the JS thread waits inline is
+    /// handed over without the threadsafe function (there is none
+    /// here: a call would be a crash) and becomes due for the
+    /// microtask; draining settles nothing unknown and empties the
+    /// inbox.
+    #[test]
+    fn a_waiting_js_thread_takes_the_completion_from_the_inbox() {
+        let inbox = Arc::new(Inbox::default());
+        let tsfn: SharedTsfn = Arc::new(Mutex::new(None));
+        let sink = JsSink {
+            tsfn: tsfn.clone(),
+            inbox: inbox.clone(),
+        };
+        assert!(expect_soon(&inbox));
+        // A second read cannot wait too: one waiter at a time.
+        assert!(!expect_soon(&inbox));
+        std::thread::spawn(move || sink.complete(done(7)))
+            .join()
+            .unwrap();
+        assert_eq!(inbox.state.load(Ordering::Acquire), DELIVERED);
+        microtask_queued();
+        settle_soon(no_env(), 3, &inbox, &tsfn);
+        assert_eq!(inbox.state.load(Ordering::Acquire), IDLE);
+        assert_eq!(due_contexts(), [3]);
+        drain(no_env(), 3, &inbox);
+        assert!(inbox.queue.lock().unwrap().is_empty());
+    }
+
+    /// The worker completes while the JS thread spins: whichever wins,
+    /// the completion is in the inbox once, the state is idle again,
+    /// and the context is due exactly when the hand-over happened.
+    #[test]
+    fn a_completion_racing_the_inline_wait_is_delivered_once() {
+        for _ in 0..4 {
+            let inbox = Arc::new(Inbox::default());
+            let tsfn: SharedTsfn = Arc::new(Mutex::new(None));
+            let sink = JsSink {
+                tsfn: tsfn.clone(),
+                inbox: inbox.clone(),
+            };
+            assert!(expect_soon(&inbox));
+            let worker = std::thread::spawn(move || {
+                sink.complete(done(1));
+                sink.read_waited(Duration::from_micros(10));
+            });
+            microtask_queued();
+            settle_soon(no_env(), 5, &inbox, &tsfn);
+            worker.join().unwrap();
+            let due = due_contexts();
+            assert!(due.is_empty() || due == [5], "{due:?}");
+            assert_eq!(inbox.state.load(Ordering::Acquire), IDLE);
+            assert_eq!(inbox.queue.lock().unwrap().len(), 1);
+            assert_eq!(inbox.last_read_wait.load(Ordering::Relaxed), 10_000);
+            drain(no_env(), 5, &inbox);
+            assert!(inbox.queue.lock().unwrap().is_empty());
+        }
+    }
+
+    /// With nobody waiting, a completion stays queued for the
+    /// threadsafe function's call (none once it is finalized), and the
+    /// sink releases nothing it does not hold.
+    #[test]
+    fn a_completion_nobody_waits_for_stays_queued() {
+        let inbox = Arc::new(Inbox::default());
+        let sink = JsSink {
+            tsfn: Arc::new(Mutex::new(None)),
+            inbox: inbox.clone(),
+        };
+        sink.complete(done(2));
+        sink.complete(done(3));
+        drop(sink);
+        assert_eq!(inbox.state.load(Ordering::Acquire), IDLE);
+        let ids: Vec<u64> = inbox.take_all().iter().map(|c| c.request).collect();
+        assert_eq!(ids, [2, 3]);
+    }
+
+    /// The threadsafe function's data, as `create_sink` makes it: the
+    /// calls borrow it (a null environment, at teardown, does nothing;
+    /// completions of no pending promise, and a lost context nobody
+    /// knows, are dropped) and the finalizer frees it and clears the
+    /// shared handle.
+    #[test]
+    fn call_js_and_the_finalizer_share_the_data() {
+        let inbox = Arc::new(Inbox::default());
+        let shared: SharedTsfn = Arc::new(Mutex::new(Some(Tsfn(ptr::null_mut()))));
+        let data = Box::into_raw(Box::new(TsfnData {
+            ctx_id: 9,
+            inbox: inbox.clone(),
+            shared: shared.clone(),
+        })) as *mut c_void;
+        inbox.queue.lock().unwrap().extend([
+            done(u64::MAX - 1),
+            Completion {
+                request: CONTEXT_LOST,
+                result: Err(Error::unknown("lost")),
+            },
+        ]);
+        // SAFETY: `data` is the live TsfnData box; the null environment
+        // returns at once, and the other is passed along unused (no
+        // completion has a pending promise or a known context).
+        unsafe {
+            call_js(ptr::null_mut(), ptr::null_mut(), data, ptr::null_mut());
+            assert_eq!(inbox.queue.lock().unwrap().len(), 2);
+            call_js(no_env(), ptr::null_mut(), data, ptr::null_mut());
+            assert!(inbox.queue.lock().unwrap().is_empty());
+            call_js(no_env(), ptr::null_mut(), data, ptr::null_mut());
+            finalize_tsfn(no_env(), data, ptr::null_mut());
+        }
+        assert!(shared.lock().unwrap().is_none());
+        assert_eq!(Arc::strong_count(&inbox), 1);
+    }
+}

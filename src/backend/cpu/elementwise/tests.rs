@@ -60,76 +60,82 @@ fn binary_broadcast_matches_naive() {
         (&[300, 300], &[300, 1], &[300, 300]),
     ];
     for &(sa, sb, so) in cases {
-        let na: usize = sa.iter().product();
-        let nb: usize = sb.iter().product();
-        let a: Vec<f32> = (0..na).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
-        let b: Vec<f32> = (0..nb).map(|i| 1.0 + (i % 5) as f32 * 0.5 - 1.5).collect();
-        for k in KINDS {
+        binary_case(sa, sb, so);
+    }
+}
+
+/// [`binary_broadcast_matches_naive`] on one case: shapes of `a`, `b`
+/// and the output.
+fn binary_case(sa: &[usize], sb: &[usize], so: &[usize]) {
+    let na: usize = sa.iter().product();
+    let nb: usize = sb.iter().product();
+    let a: Vec<f32> = (0..na).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+    let b: Vec<f32> = (0..nb).map(|i| 1.0 + (i % 5) as f32 * 0.5 - 1.5).collect();
+    for k in KINDS {
+        let r = binary(
+            k,
+            &Buf::F32(a.clone()),
+            &desc(DataType::Float32, sa),
+            &Buf::F32(b.clone()),
+            &desc(DataType::Float32, sb),
+            &desc(DataType::Float32, so),
+        )
+        .unwrap();
+        let total: usize = so.iter().product();
+        let expect: Vec<f32> = (0..total)
+            .map(|i| {
+                let o = unravel(i, so);
+                naive_f64(
+                    k,
+                    a[bcast_index(&o, sa)] as f64,
+                    b[bcast_index(&o, sb)] as f64,
+                ) as f32
+            })
+            .collect();
+        let Buf::F32(r) = r else { panic!() };
+        assert_eq!(r.len(), expect.len());
+        for (x, y) in r.iter().zip(&expect) {
+            assert!(
+                x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-6 * y.abs(),
+                "{k:?} {sa:?} {sb:?}: {x} vs {y}"
+            );
+        }
+
+        // The same on int32 (no pow of negatives: checked below).
+        if k != BinaryKind::Pow {
+            let ai: Vec<i32> = (0..na as i32).map(|i| i * 3 - 7).collect();
+            let bi: Vec<i32> = (0..nb as i32).map(|i| i % 4 - 1).collect();
             let r = binary(
                 k,
-                &Buf::F32(a.clone()),
-                &desc(DataType::Float32, sa),
-                &Buf::F32(b.clone()),
-                &desc(DataType::Float32, sb),
-                &desc(DataType::Float32, so),
+                &Buf::I32(ai.clone()),
+                &desc(DataType::Int32, sa),
+                &Buf::I32(bi.clone()),
+                &desc(DataType::Int32, sb),
+                &desc(DataType::Int32, so),
             )
             .unwrap();
-            let total: usize = so.iter().product();
-            let expect: Vec<f32> = (0..total)
+            let expect: Vec<i32> = (0..total)
                 .map(|i| {
                     let o = unravel(i, so);
-                    naive_f64(
-                        k,
-                        a[bcast_index(&o, sa)] as f64,
-                        b[bcast_index(&o, sb)] as f64,
-                    ) as f32
+                    let (x, y) = (ai[bcast_index(&o, sa)], bi[bcast_index(&o, sb)]);
+                    match k {
+                        BinaryKind::Add => x + y,
+                        BinaryKind::Sub => x - y,
+                        BinaryKind::Mul => x * y,
+                        BinaryKind::Div => {
+                            if y == 0 {
+                                0
+                            } else {
+                                x / y
+                            }
+                        }
+                        BinaryKind::Max => x.max(y),
+                        BinaryKind::Min => x.min(y),
+                        BinaryKind::Pow => unreachable!(),
+                    }
                 })
                 .collect();
-            let Buf::F32(r) = r else { panic!() };
-            assert_eq!(r.len(), expect.len());
-            for (x, y) in r.iter().zip(&expect) {
-                assert!(
-                    x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-6 * y.abs(),
-                    "{k:?} {sa:?} {sb:?}: {x} vs {y}"
-                );
-            }
-
-            // The same on int32 (no pow of negatives: checked below).
-            if k != BinaryKind::Pow {
-                let ai: Vec<i32> = (0..na as i32).map(|i| i * 3 - 7).collect();
-                let bi: Vec<i32> = (0..nb as i32).map(|i| i % 4 - 1).collect();
-                let r = binary(
-                    k,
-                    &Buf::I32(ai.clone()),
-                    &desc(DataType::Int32, sa),
-                    &Buf::I32(bi.clone()),
-                    &desc(DataType::Int32, sb),
-                    &desc(DataType::Int32, so),
-                )
-                .unwrap();
-                let expect: Vec<i32> = (0..total)
-                    .map(|i| {
-                        let o = unravel(i, so);
-                        let (x, y) = (ai[bcast_index(&o, sa)], bi[bcast_index(&o, sb)]);
-                        match k {
-                            BinaryKind::Add => x + y,
-                            BinaryKind::Sub => x - y,
-                            BinaryKind::Mul => x * y,
-                            BinaryKind::Div => {
-                                if y == 0 {
-                                    0
-                                } else {
-                                    x / y
-                                }
-                            }
-                            BinaryKind::Max => x.max(y),
-                            BinaryKind::Min => x.min(y),
-                            BinaryKind::Pow => unreachable!(),
-                        }
-                    })
-                    .collect();
-                assert_eq!(r, Buf::I32(expect), "{k:?} {sa:?} {sb:?}");
-            }
+            assert_eq!(r, Buf::I32(expect), "{k:?} {sa:?} {sb:?}");
         }
     }
 }
@@ -740,7 +746,9 @@ fn every_width_gives_the_same_bits() {
         .filter(|&l| l <= detected_level())
         .collect();
     eprintln!("element-wise widths compared: {levels:?}");
-    let x = spread(4099);
+    // Under Miri (`scripts/miri.sh`) a few whole vectors and a part of
+    // one at every width, and the special values.
+    let x = spread(if cfg!(miri) { 67 } else { 4099 });
     let y: Vec<f32> = x.iter().rev().copied().collect();
     let run = |level: SimdLevel| {
         let mut outs: Vec<Vec<f32>> = Vec::new();
@@ -817,5 +825,24 @@ fn every_width_gives_the_same_bits() {
                 levels[0]
             );
         }
+    }
+}
+
+/// Sized for Miri (`scripts/miri.sh`): the binary kernel's rows written
+/// into uninitialised memory (`build_vec`), every broadcast form but
+/// the one large enough to split across threads.
+#[test]
+fn binary_broadcast_matches_naive_small() {
+    let cases: &[(&[usize], &[usize], &[usize])] = &[
+        (&[2, 1, 3], &[4, 1], &[2, 4, 3]),
+        (&[5], &[3, 1], &[3, 5]),
+        (&[], &[2, 3], &[2, 3]),
+        (&[2, 3], &[], &[2, 3]),
+        (&[3, 4], &[3, 4], &[3, 4]),
+        (&[1, 4, 1], &[3, 1, 5], &[3, 4, 5]),
+        (&[2, 0, 3], &[1, 3], &[2, 0, 3]),
+    ];
+    for &(sa, sb, so) in cases {
+        binary_case(sa, sb, so);
     }
 }

@@ -293,9 +293,15 @@ mod tests {
             return;
         }
         let wide = is_x86_feature_detected!("avx512f");
-        for hw in [
-            1, 7, 8, 15, 16, 17, 24, 31, 33, 49, 196, 512, 529, 535, 536, 3136,
-        ] {
+        // Under Miri (`scripts/miri.sh`) the planes that end in each way
+        // below 512 pixels: it runs no AVX-512, so no 16-pixel form.
+        let hws: &[usize] = match cfg!(miri) {
+            true => &[1, 7, 8, 15, 16, 17, 33],
+            false => &[
+                1, 7, 8, 15, 16, 17, 24, 31, 33, 49, 196, 512, 529, 535, 536, 3136,
+            ],
+        };
+        for &hw in hws {
             for planes in [1, 3] {
                 let x: Vec<f32> = (0..planes * L * hw).map(|i| i as f32 * 0.5 - 7.0).collect();
                 for into in [true, false] {

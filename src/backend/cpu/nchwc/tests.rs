@@ -203,108 +203,123 @@ fn direct_matches_the_nchw_kernels() {
         ((2, 5, 7, 9), (8, 3, 3), [1, 1, 1, 1], 1, 1),
         ((1, 4, 6, 6), (24, 1, 1), [0; 4], 1, 1),
     ];
-    for (i, &(x, o, pad, s, d)) in cases.iter().enumerate() {
-        let p = params(x, o, pad, s, d, 1);
-        let xs = random(p.batch * p.in_channels * p.in_h * p.in_w, i as u64 + 1);
-        let f = random(
-            p.out_channels * p.in_channels * p.kernel_h * p.kernel_w,
-            i as u64 + 40,
-        );
-        let bias = random(p.out_channels, i as u64 + 80);
-        let dims = |d: &OperandDescriptor| (d.shape[0], d.shape[1], d.shape[2], d.shape[3]);
-        for bounds in [None, Some([-0.25f32, 0.5])] {
-            let mut first: Option<Vec<f32>> = None;
-            for isa in isas() {
-                let (g, c) = one_conv(&p, &f, isa);
-                let out = &g.operands[3];
-                let (xb, fb, bb) = (
-                    Buf::F32(xs.clone()),
-                    Buf::F32(f.clone()),
-                    Buf::F32(bias.clone()),
-                );
-                let lim = bounds.map(|b| Buf::F32(b.to_vec()));
-                let mut ins = vec![&xb, &fb, &bb];
-                ins.extend(lim.as_ref());
-                let want = crate::backend::cpu::conv::conv2d(&p, &ins, out)
-                    .unwrap()
-                    .to_f32_vec();
-                let xblk = match p.in_channels % L {
-                    0 => Buf::F32(block(&xs, dims(&g.operands[0]))),
-                    _ => xb.clone(),
+    for (i, &case) in cases.iter().enumerate() {
+        direct_case(i, case);
+    }
+}
+
+/// A direct convolution: input `(n, c, h, w)`, output channels and
+/// kernel `(o, kh, kw)`, padding, stride and dilation.
+type DirectCase = (
+    (usize, usize, usize, usize),
+    (usize, usize, usize),
+    [usize; 4],
+    usize,
+    usize,
+);
+
+/// [`direct_matches_the_nchw_kernels`] on case `i`.
+fn direct_case(i: usize, (x, o, pad, s, d): DirectCase) {
+    let p = params(x, o, pad, s, d, 1);
+    let xs = random(p.batch * p.in_channels * p.in_h * p.in_w, i as u64 + 1);
+    let f = random(
+        p.out_channels * p.in_channels * p.kernel_h * p.kernel_w,
+        i as u64 + 40,
+    );
+    let bias = random(p.out_channels, i as u64 + 80);
+    let dims = |d: &OperandDescriptor| (d.shape[0], d.shape[1], d.shape[2], d.shape[3]);
+    for bounds in [None, Some([-0.25f32, 0.5])] {
+        let mut first: Option<Vec<f32>> = None;
+        for isa in isas() {
+            let (g, c) = one_conv(&p, &f, isa);
+            let out = &g.operands[3];
+            let (xb, fb, bb) = (
+                Buf::F32(xs.clone()),
+                Buf::F32(f.clone()),
+                Buf::F32(bias.clone()),
+            );
+            let lim = bounds.map(|b| Buf::F32(b.to_vec()));
+            let mut ins = vec![&xb, &fb, &bb];
+            ins.extend(lim.as_ref());
+            let want = crate::backend::cpu::conv::conv2d(&p, &ins, out)
+                .unwrap()
+                .to_f32_vec();
+            let xblk = match p.in_channels % L {
+                0 => Buf::F32(block(&xs, dims(&g.operands[0]))),
+                _ => xb.clone(),
+            };
+            ins[0] = &xblk;
+            let got = conv(&c, &p, &ins, None, out).unwrap().to_f32_vec();
+            // A padded one reading its input in NCHW (blocking it as
+            // it pads): the same bits.
+            if p.padding != [0; 4] && p.in_channels.is_multiple_of(L) {
+                let Conv::Direct {
+                    w,
+                    panels,
+                    plain,
+                    isa,
+                    ..
+                } = &c
+                else {
+                    unreachable!()
                 };
-                ins[0] = &xblk;
-                let got = conv(&c, &p, &ins, None, out).unwrap().to_f32_vec();
-                // A padded one reading its input in NCHW (blocking it as
-                // it pads): the same bits.
-                if p.padding != [0; 4] && p.in_channels.is_multiple_of(L) {
-                    let Conv::Direct {
-                        w,
-                        panels,
-                        plain,
-                        isa,
-                        ..
-                    } = &c
-                    else {
-                        unreachable!()
-                    };
-                    let c2 = Conv::Direct {
-                        w: w.clone(),
-                        panels: panels.clone(),
-                        plain: *plain,
-                        nchw_in: true,
-                        isa: *isa,
-                    };
-                    let mut ins2 = ins.clone();
-                    ins2[0] = &xb;
-                    let got2 = conv(&c2, &p, &ins2, None, out).unwrap().to_f32_vec();
-                    assert!(
-                        got.iter()
-                            .zip(&got2)
-                            .all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "case {i} {isa:?}: NCHW input differs"
-                    );
-                }
-                let got = unblock(&got, dims(out));
-                assert_eq!(got.len(), want.len());
-                // With a residual: the same products, then the sum, as
-                // the add node would compute it (bit for bit).
-                let r = random(got.len(), i as u64 + 120);
-                let rb = Buf::F32(block(&r, dims(out)));
-                let with = conv(&c, &p, &ins, Some(&rb), out).unwrap().to_f32_vec();
-                let with = unblock(&with, dims(out));
-                for (k, (a, b)) in with.iter().zip(&got).enumerate() {
-                    assert_eq!(
-                        a.to_bits(),
-                        (b + r[k]).to_bits(),
-                        "case {i} {isa:?} sum at {k}"
-                    );
-                }
-                // Two orders of the same k + 1 terms differ by at most
-                // (k + 1) * eps times the sum of their magnitudes (the
-                // same convolution of the absolute values).
-                let abs = |v: &[f32]| Buf::F32(v.iter().map(|x| x.abs()).collect());
-                let (xa, fa, ba) = (abs(&xs), abs(&f), abs(&bias));
-                let mag = crate::backend::cpu::conv::conv2d(&p, &[&xa, &fa, &ba], out)
-                    .unwrap()
-                    .to_f32_vec();
-                let terms = (p.in_channels * p.kernel_h * p.kernel_w + 1) as f32;
-                for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-                    let tol = terms * f32::EPSILON * mag[k];
-                    assert!((a - b).abs() <= tol, "case {i} at {k}: {a} vs {b}");
-                }
-                if bounds.is_some() {
-                    assert!(
-                        got.contains(&0.5) && got.contains(&-0.25),
-                        "case {i}: bounds unused"
-                    );
-                }
-                match &first {
-                    None => first = Some(got),
-                    Some(f0) => assert!(
-                        f0.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "case {i}: {isa:?} differs from the portable form"
-                    ),
-                }
+                let c2 = Conv::Direct {
+                    w: w.clone(),
+                    panels: panels.clone(),
+                    plain: *plain,
+                    nchw_in: true,
+                    isa: *isa,
+                };
+                let mut ins2 = ins.clone();
+                ins2[0] = &xb;
+                let got2 = conv(&c2, &p, &ins2, None, out).unwrap().to_f32_vec();
+                assert!(
+                    got.iter()
+                        .zip(&got2)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "case {i} {isa:?}: NCHW input differs"
+                );
+            }
+            let got = unblock(&got, dims(out));
+            assert_eq!(got.len(), want.len());
+            // With a residual: the same products, then the sum, as
+            // the add node would compute it (bit for bit).
+            let r = random(got.len(), i as u64 + 120);
+            let rb = Buf::F32(block(&r, dims(out)));
+            let with = conv(&c, &p, &ins, Some(&rb), out).unwrap().to_f32_vec();
+            let with = unblock(&with, dims(out));
+            for (k, (a, b)) in with.iter().zip(&got).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    (b + r[k]).to_bits(),
+                    "case {i} {isa:?} sum at {k}"
+                );
+            }
+            // Two orders of the same k + 1 terms differ by at most
+            // (k + 1) * eps times the sum of their magnitudes (the
+            // same convolution of the absolute values).
+            let abs = |v: &[f32]| Buf::F32(v.iter().map(|x| x.abs()).collect());
+            let (xa, fa, ba) = (abs(&xs), abs(&f), abs(&bias));
+            let mag = crate::backend::cpu::conv::conv2d(&p, &[&xa, &fa, &ba], out)
+                .unwrap()
+                .to_f32_vec();
+            let terms = (p.in_channels * p.kernel_h * p.kernel_w + 1) as f32;
+            for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                let tol = terms * f32::EPSILON * mag[k];
+                assert!((a - b).abs() <= tol, "case {i} at {k}: {a} vs {b}");
+            }
+            if bounds.is_some() {
+                assert!(
+                    got.contains(&0.5) && got.contains(&-0.25),
+                    "case {i}: bounds unused"
+                );
+            }
+            match &first {
+                None => first = Some(got),
+                Some(f0) => assert!(
+                    f0.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "case {i}: {isa:?} differs from the portable form"
+                ),
             }
         }
     }
@@ -337,34 +352,49 @@ fn depthwise_matches_the_nchw_kernel_bitwise() {
         ((1, 16, 112, 112), (3, 3), [0, 1, 0, 1], 2, 1),
         ((1, 8, 50, 71), (3, 3), [1, 1, 1, 1], 2, 2),
     ];
-    for (i, &(x, (kh, kw), pad, s, d)) in cases.iter().enumerate() {
-        let c = x.1;
-        let p = params(x, (c, kh, kw), pad, s, d, c);
-        let mut xs = random(p.batch * c * p.in_h * p.in_w, i as u64 + 1);
-        xs[3] = f32::NAN;
-        let f = random(c * kh * kw, i as u64 + 40);
-        let bias = random(c, i as u64 + 80);
-        let dims = (p.batch, c, p.in_h, p.in_w);
-        let odims = (p.batch, c, p.out_h, p.out_w);
-        for bounds in [None, Some((-0.25f32, 0.5f32))] {
-            let mut want = vec![7.0f32; p.batch * c * p.out_h * p.out_w];
-            crate::backend::cpu::conv::depthwise_nchw(&xs, &f, Some(&bias), bounds, &p, &mut want);
-            for isa in isas() {
-                let (g, conv_b) = one_conv(&p, &f, isa);
-                let out = &g.operands[3];
-                let (fb, bb) = (Buf::F32(f.clone()), Buf::F32(bias.clone()));
-                let lim = bounds.map(|(lo, hi)| Buf::F32(vec![lo, hi]));
-                let xblk = Buf::F32(block(&xs, dims));
-                let mut ins = vec![&xblk, &fb, &bb];
-                ins.extend(lim.as_ref());
-                let got = conv(&conv_b, &p, &ins, None, out).unwrap().to_f32_vec();
-                let got = unblock(&got, odims);
-                let same = got
-                    .iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
-                assert!(same, "case {i} {isa:?} bounds {bounds:?}");
-            }
+    for (i, &case) in cases.iter().enumerate() {
+        depthwise_case(i, case);
+    }
+}
+
+/// A depthwise convolution: input `(n, c, h, w)`, kernel `(kh, kw)`,
+/// padding, stride and dilation.
+type DepthwiseCase = (
+    (usize, usize, usize, usize),
+    (usize, usize),
+    [usize; 4],
+    usize,
+    usize,
+);
+
+/// [`depthwise_matches_the_nchw_kernel_bitwise`] on case `i`.
+fn depthwise_case(i: usize, (x, (kh, kw), pad, s, d): DepthwiseCase) {
+    let c = x.1;
+    let p = params(x, (c, kh, kw), pad, s, d, c);
+    let mut xs = random(p.batch * c * p.in_h * p.in_w, i as u64 + 1);
+    xs[3] = f32::NAN;
+    let f = random(c * kh * kw, i as u64 + 40);
+    let bias = random(c, i as u64 + 80);
+    let dims = (p.batch, c, p.in_h, p.in_w);
+    let odims = (p.batch, c, p.out_h, p.out_w);
+    for bounds in [None, Some((-0.25f32, 0.5f32))] {
+        let mut want = vec![7.0f32; p.batch * c * p.out_h * p.out_w];
+        crate::backend::cpu::conv::depthwise_nchw(&xs, &f, Some(&bias), bounds, &p, &mut want);
+        for isa in isas() {
+            let (g, conv_b) = one_conv(&p, &f, isa);
+            let out = &g.operands[3];
+            let (fb, bb) = (Buf::F32(f.clone()), Buf::F32(bias.clone()));
+            let lim = bounds.map(|(lo, hi)| Buf::F32(vec![lo, hi]));
+            let xblk = Buf::F32(block(&xs, dims));
+            let mut ins = vec![&xblk, &fb, &bb];
+            ins.extend(lim.as_ref());
+            let got = conv(&conv_b, &p, &ins, None, out).unwrap().to_f32_vec();
+            let got = unblock(&got, odims);
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+            assert!(same, "case {i} {isa:?} bounds {bounds:?}");
         }
     }
 }
@@ -638,70 +668,79 @@ fn winograd_matches_the_nchw_kernel() {
         ((1, 128, 4, 4), 128, [1, 1, 1, 1]),
         ((1, 64, 3, 3), 512, [1, 1, 1, 1]),
     ];
+    for (i, &case) in cases.iter().enumerate() {
+        winograd_case(i, case);
+    }
+}
+
+/// A Winograd convolution: input `(n, c, h, w)`, output channels,
+/// padding.
+type WinogradCase = ((usize, usize, usize, usize), usize, [usize; 4]);
+
+/// [`winograd_matches_the_nchw_kernel`] on case `i`.
+fn winograd_case(i: usize, (x, o, pad): WinogradCase) {
     let dims = |d: &OperandDescriptor| (d.shape[0], d.shape[1], d.shape[2], d.shape[3]);
-    for (i, &(x, o, pad)) in cases.iter().enumerate() {
-        let p = params(x, (o, 3, 3), pad, 1, 1, 1);
-        assert!(winograd::fits(&p), "case {i}");
-        let xs = random(p.batch * p.in_channels * p.in_h * p.in_w, i as u64 + 1);
-        let f = random(p.out_channels * p.in_channels * 9, i as u64 + 40);
-        let bias = random(p.out_channels, i as u64 + 80);
-        let out = f32d(&[p.batch, p.out_channels, p.out_h, p.out_w]);
-        let (xb, fb, bb) = (
-            Buf::F32(xs.clone()),
-            Buf::F32(f.clone()),
-            Buf::F32(bias.clone()),
-        );
-        let abs = |v: &[f32]| Buf::F32(v.iter().map(|x| x.abs()).collect());
-        let mag = crate::backend::cpu::conv::conv2d(&p, &[&abs(&xs), &abs(&f), &abs(&bias)], &out)
+    let p = params(x, (o, 3, 3), pad, 1, 1, 1);
+    assert!(winograd::fits(&p), "case {i}");
+    let xs = random(p.batch * p.in_channels * p.in_h * p.in_w, i as u64 + 1);
+    let f = random(p.out_channels * p.in_channels * 9, i as u64 + 40);
+    let bias = random(p.out_channels, i as u64 + 80);
+    let out = f32d(&[p.batch, p.out_channels, p.out_h, p.out_w]);
+    let (xb, fb, bb) = (
+        Buf::F32(xs.clone()),
+        Buf::F32(f.clone()),
+        Buf::F32(bias.clone()),
+    );
+    let abs = |v: &[f32]| Buf::F32(v.iter().map(|x| x.abs()).collect());
+    let mag = crate::backend::cpu::conv::conv2d(&p, &[&abs(&xs), &abs(&f), &abs(&bias)], &out)
+        .unwrap()
+        .to_f32_vec();
+    let terms = (p.in_channels * 9 + 1) as f32;
+    let xblk = Buf::F32(block(&xs, dims(&f32d(&[x.0, x.1, x.2, x.3]))));
+    for bounds in [None, Some([-0.25f32, 0.5])] {
+        let lim = bounds.map(|b| Buf::F32(b.to_vec()));
+        let mut ins = vec![&xb, &fb, &bb];
+        ins.extend(lim.as_ref());
+        let want = crate::backend::cpu::conv::conv2d(&p, &ins, &out)
             .unwrap()
             .to_f32_vec();
-        let terms = (p.in_channels * 9 + 1) as f32;
-        let xblk = Buf::F32(block(&xs, dims(&f32d(&[x.0, x.1, x.2, x.3]))));
-        for bounds in [None, Some([-0.25f32, 0.5])] {
-            let lim = bounds.map(|b| Buf::F32(b.to_vec()));
-            let mut ins = vec![&xb, &fb, &bb];
-            ins.extend(lim.as_ref());
-            let want = crate::backend::cpu::conv::conv2d(&p, &ins, &out)
-                .unwrap()
-                .to_f32_vec();
-            ins[0] = &xblk;
-            let mut first: Option<Vec<f32>> = None;
-            for isa in isas() {
-                let c = winograd_form(&p, &f, isa);
-                let got = unblock(
-                    &conv(&c, &p, &ins, None, &out).unwrap().to_f32_vec(),
-                    dims(&out),
+        ins[0] = &xblk;
+        let mut first: Option<Vec<f32>> = None;
+        for isa in isas() {
+            let c = winograd_form(&p, &f, isa);
+            let got = unblock(
+                &conv(&c, &p, &ins, None, &out).unwrap().to_f32_vec(),
+                dims(&out),
+            );
+            for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                let tol = terms * f32::EPSILON * mag[k];
+                assert!((a - b).abs() <= tol, "case {i} {isa:?} at {k}: {a} vs {b}");
+            }
+            if bounds.is_some() {
+                assert!(
+                    got.contains(&0.5) && got.contains(&-0.25),
+                    "case {i}: bounds unused"
                 );
-                for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-                    let tol = terms * f32::EPSILON * mag[k];
-                    assert!((a - b).abs() <= tol, "case {i} {isa:?} at {k}: {a} vs {b}");
-                }
-                if bounds.is_some() {
-                    assert!(
-                        got.contains(&0.5) && got.contains(&-0.25),
-                        "case {i}: bounds unused"
-                    );
-                }
-                let r = random(got.len(), i as u64 + 120);
-                let rb = Buf::F32(block(&r, dims(&out)));
-                let with = unblock(
-                    &conv(&c, &p, &ins, Some(&rb), &out).unwrap().to_f32_vec(),
-                    dims(&out),
+            }
+            let r = random(got.len(), i as u64 + 120);
+            let rb = Buf::F32(block(&r, dims(&out)));
+            let with = unblock(
+                &conv(&c, &p, &ins, Some(&rb), &out).unwrap().to_f32_vec(),
+                dims(&out),
+            );
+            for (k, (a, b)) in with.iter().zip(&got).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    (b + r[k]).to_bits(),
+                    "case {i} {isa:?} sum at {k}"
                 );
-                for (k, (a, b)) in with.iter().zip(&got).enumerate() {
-                    assert_eq!(
-                        a.to_bits(),
-                        (b + r[k]).to_bits(),
-                        "case {i} {isa:?} sum at {k}"
-                    );
-                }
-                match &first {
-                    None => first = Some(got),
-                    Some(f0) => assert!(
-                        same_bits(f0, &got),
-                        "case {i}: {isa:?} differs from the portable form"
-                    ),
-                }
+            }
+            match &first {
+                None => first = Some(got),
+                Some(f0) => assert!(
+                    same_bits(f0, &got),
+                    "case {i}: {isa:?} differs from the portable form"
+                ),
             }
         }
     }
@@ -1088,5 +1127,72 @@ fn a_plane_too_wide_for_the_band_buffers_is_not_chained() {
         cpu.compile(1, graph).unwrap();
         let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
         assert_eq!(plan.chain(0).is_some(), chained, "width {w}");
+    }
+}
+
+/// The kernels' cases at sizes Miri interprets in seconds (see
+/// `scripts/miri.sh`): the portable 16-lane form everywhere, AVX2's
+/// where the build enables it, through the same raw pointer tiles as
+/// natively. Together they reach every edge: panels of 4, 2 and 1
+/// blocks, tiles cut at row ends and at the end of a task, stride,
+/// dilation, uneven padding, padding past the filter's reach, an NCHW
+/// input blocked as it is padded, batches, the depthwise kernel's
+/// whole-plane copy and its in-place rows with strips at the sides, and
+/// Winograd's tiles cut at the output's edges.
+mod miri {
+    use super::*;
+
+    #[test]
+    fn direct_matches_the_nchw_kernels_small() {
+        let cases = [
+            // Flat 1x1: 7 blocks (panels of 4, 2 and 1), 14 pixels.
+            ((1, 8, 2, 7), (56, 1, 1), [0; 4], 1, 1),
+            // Padded, two output blocks, input read in NCHW too.
+            ((1, 8, 3, 4), (16, 3, 3), [1, 1, 1, 1], 1, 1),
+            // Stride and dilation, uneven padding.
+            ((1, 16, 5, 5), (8, 3, 2), [2, 1, 0, 2], 2, 2),
+            // Plain input (3 channels), strided; and a batch of 5.
+            ((1, 3, 5, 5), (16, 3, 3), [0, 1, 0, 1], 2, 1),
+            ((2, 5, 3, 4), (8, 3, 3), [1, 1, 1, 1], 1, 1),
+            // Rows of 13 pixels: a tile crosses no row end.
+            ((1, 8, 2, 13), (24, 1, 3), [0, 0, 1, 1], 1, 1),
+        ];
+        for (i, &case) in cases.iter().enumerate() {
+            direct_case(i, case);
+        }
+    }
+
+    #[test]
+    fn depthwise_matches_the_nchw_kernel_bitwise_small() {
+        let cases = [
+            ((1, 8, 3, 3), (3, 3), [1, 1, 1, 1], 1, 1),
+            ((2, 16, 5, 4), (3, 3), [0, 1, 0, 1], 2, 1),
+            ((1, 8, 1, 1), (3, 3), [1, 1, 1, 1], 1, 1),
+            // Windows in the padding only.
+            ((1, 8, 3, 3), (3, 3), [4, 3, 5, 4], 1, 1),
+            // Windows of more than 512 pixels: the inside read in
+            // place, strips copied at the sides, top and bottom rows
+            // copied whole; at unit stride (runs of 16 lanes, pairs
+            // and single pixels on rows of 9) and at stride 2 with
+            // dilation.
+            ((1, 8, 60, 9), (3, 3), [1, 1, 1, 1], 1, 1),
+            ((1, 8, 40, 13), (3, 3), [0, 1, 2, 1], 2, 2),
+        ];
+        for (i, &case) in cases.iter().enumerate() {
+            depthwise_case(i, case);
+        }
+    }
+
+    #[test]
+    fn winograd_matches_the_nchw_kernel_small() {
+        let cases = [
+            ((1, 8, 4, 4), 8, [1, 1, 1, 1]),
+            // Odd sizes (tiles cut), uneven padding, a batch, 3 blocks.
+            ((2, 8, 3, 5), 24, [0, 1, 1, 0]),
+            ((1, 8, 3, 3), 8, [3, 3, 3, 3]),
+        ];
+        for (i, &case) in cases.iter().enumerate() {
+            winograd_case(i, case);
+        }
     }
 }

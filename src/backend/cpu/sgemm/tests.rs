@@ -83,63 +83,93 @@ fn every_kernel_matches_naive() {
     for kern in available_kernels() {
         for &(m, n, k) in SHAPES {
             for (a_t, b_t) in [(false, false), (true, false), (false, true), (true, true)] {
-                let a = data(m * k, 1 + m as u64);
-                let b = data(k * n, 2 + n as u64);
-                let want = naive(m, n, k, &a, a_t, &b, b_t);
-                let am = Mat::new(&a, m, k, a_t).unwrap();
-                let bm = Mat::new(&b, k, n, b_t).unwrap();
-                let what = format!("{} {m}x{n}x{k} a_t={a_t} b_t={b_t}", kern.name);
-                let mut c1 = vec![7.0f32; m * n];
-                gemm_blocked(kern, m, n, k, am, BSrc::Plain(bm), &mut c1, 1);
-                check(&c1, &want, k, &what);
-                // Any split gives bit-identical results.
-                for threads in [2, 3, 4] {
-                    let mut c2 = vec![-3.0f32; m * n];
-                    gemm_blocked(kern, m, n, k, am, BSrc::Plain(bm), &mut c2, threads);
-                    assert_eq!(c1, c2, "{what} threads={threads}");
-                }
-                let pb = PackedB::with_kernel(kern, &b, k, n, b_t).unwrap();
-                let mut c3 = vec![1.0f32; m * n];
-                gemm_blocked(kern, m, n, k, am, BSrc::Packed(&pb), &mut c3, 2);
-                assert_eq!(c1, c3, "{what} packed");
-                // One row: the packed panels streamed (same bits).
-                if m == 1 {
-                    for threads in [1, 2] {
-                        let mut c9 = vec![6.0f32; n];
-                        gemv_packed(&pb, &a[..k], &mut c9, threads, None);
-                        assert_eq!(c1, c9, "{what} gemv_packed threads={threads}");
-                    }
-                }
-                // Panels generated on demand: the same as packing B.
-                let gen =
-                    |p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]| {
-                        for (q, panel) in dst.chunks_mut(kc * nr).enumerate() {
-                            let j = j0 + q * nr;
-                            pack_b_panel(bm, p0, kc, j, nr.min(j0 + cols - j), nr, panel);
-                        }
-                    };
-                for threads in [1, 2] {
-                    let mut c4 = vec![5.0f32; m * n];
-                    gemm_blocked(kern, m, n, k, am, BSrc::Gen(&gen), &mut c4, threads);
-                    assert_eq!(c1, c4, "{what} generated");
-                }
-                // B's rows read in place (packed where the kernel has no
-                // rows form): scattered rows with gaps between them.
-                if !b_t {
-                    let (gap, start) = (3, 5);
-                    let mut spread = vec![f32::NAN; start + k * (n + gap)];
-                    let offs: Vec<usize> = (0..k).map(|p| start + p * (n + gap)).collect();
-                    for (p, &o) in offs.iter().enumerate() {
-                        spread[o..o + n].copy_from_slice(&b[p * n..(p + 1) * n]);
-                    }
-                    let rb = RowsB::new(&spread, &offs, n).unwrap();
-                    for threads in [1, 2, 3] {
-                        let mut c6 = vec![4.0f32; m * n];
-                        gemm_blocked(kern, m, n, k, am, BSrc::Rows(rb), &mut c6, threads);
-                        assert_eq!(c1, c6, "{what} rows in place threads={threads}");
-                    }
-                }
+                kernel_paths(kern, m, n, k, a_t, b_t, ALL_THREADS);
             }
+        }
+    }
+}
+
+/// The thread counts the tests split products over (Miri runs most
+/// shapes on one: a parallel section costs it about a second).
+const ALL_THREADS: &[usize] = &[1, 2, 3, 4];
+
+/// The counts of `want` that `threads` allows.
+fn some(threads: &[usize], want: &[usize]) -> Vec<usize> {
+    want.iter()
+        .copied()
+        .filter(|t| threads.contains(t))
+        .collect()
+}
+
+/// `kern`'s product of one shape against [`naive`], and every other
+/// path of it (splits across threads, B packed in advance, generated,
+/// read in place, one row streamed) against that, bit for bit, on the
+/// thread counts of `threads` (and one).
+#[allow(clippy::too_many_arguments)]
+fn kernel_paths(
+    kern: &'static Kernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    a_t: bool,
+    b_t: bool,
+    threads: &[usize],
+) {
+    let split = |want: &[usize]| some(threads, want);
+    let a = data(m * k, 1 + m as u64);
+    let b = data(k * n, 2 + n as u64);
+    let want = naive(m, n, k, &a, a_t, &b, b_t);
+    let am = Mat::new(&a, m, k, a_t).unwrap();
+    let bm = Mat::new(&b, k, n, b_t).unwrap();
+    let what = format!("{} {m}x{n}x{k} a_t={a_t} b_t={b_t}", kern.name);
+    let mut c1 = vec![7.0f32; m * n];
+    gemm_blocked(kern, m, n, k, am, BSrc::Plain(bm), &mut c1, 1);
+    check(&c1, &want, k, &what);
+    // Any split gives bit-identical results.
+    for threads in split(&[2, 3, 4]) {
+        let mut c2 = vec![-3.0f32; m * n];
+        gemm_blocked(kern, m, n, k, am, BSrc::Plain(bm), &mut c2, threads);
+        assert_eq!(c1, c2, "{what} threads={threads}");
+    }
+    let pb = PackedB::with_kernel(kern, &b, k, n, b_t).unwrap();
+    let mut c3 = vec![1.0f32; m * n];
+    let two = split(&[2]).first().copied().unwrap_or(1);
+    gemm_blocked(kern, m, n, k, am, BSrc::Packed(&pb), &mut c3, two);
+    assert_eq!(c1, c3, "{what} packed");
+    // One row: the packed panels streamed (same bits).
+    if m == 1 {
+        for threads in split(&[1, 2]) {
+            let mut c9 = vec![6.0f32; n];
+            gemv_packed(&pb, &a[..k], &mut c9, threads, None);
+            assert_eq!(c1, c9, "{what} gemv_packed threads={threads}");
+        }
+    }
+    // Panels generated on demand: the same as packing B.
+    let gen = |p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]| {
+        for (q, panel) in dst.chunks_mut(kc * nr).enumerate() {
+            let j = j0 + q * nr;
+            pack_b_panel(bm, p0, kc, j, nr.min(j0 + cols - j), nr, panel);
+        }
+    };
+    for threads in split(&[1, 2]) {
+        let mut c4 = vec![5.0f32; m * n];
+        gemm_blocked(kern, m, n, k, am, BSrc::Gen(&gen), &mut c4, threads);
+        assert_eq!(c1, c4, "{what} generated");
+    }
+    // B's rows read in place (packed where the kernel has no rows form):
+    // scattered rows with gaps between them.
+    if !b_t {
+        let (gap, start) = (3, 5);
+        let mut spread = vec![f32::NAN; start + k * (n + gap)];
+        let offs: Vec<usize> = (0..k).map(|p| start + p * (n + gap)).collect();
+        for (p, &o) in offs.iter().enumerate() {
+            spread[o..o + n].copy_from_slice(&b[p * n..(p + 1) * n]);
+        }
+        let rb = RowsB::new(&spread, &offs, n).unwrap();
+        for threads in split(&[1, 2, 3]) {
+            let mut c6 = vec![4.0f32; m * n];
+            gemm_blocked(kern, m, n, k, am, BSrc::Rows(rb), &mut c6, threads);
+            assert_eq!(c1, c6, "{what} rows in place threads={threads}");
         }
     }
 }
@@ -147,132 +177,139 @@ fn every_kernel_matches_naive() {
 #[test]
 fn public_entry_points() {
     for &(m, n, k) in SHAPES {
-        let a = data(m * k, 3);
-        let b = data(k * n, 4);
-        let want = naive(m, n, k, &a, false, &b, false);
-        let mut c = vec![9.0f32; m * n];
-        sgemm(m, n, k, &a, &b, &mut c, true);
-        check(&c, &want, k, "sgemm");
-        let mut c2 = vec![9.0f32; m * n];
-        sgemm(m, n, k, &a, &b, &mut c2, false);
-        assert_eq!(c, c2);
-        // A packed in advance.
-        let pa = PackedA::new(&a, m, k).unwrap();
-        assert_eq!((pa.m(), pa.k()), (m, k));
-        let mut c3 = vec![9.0f32; m * n];
-        sgemm_packed_a(&pa, n, &b, &mut c3, true, &Fuse::default()).unwrap();
-        check(&c3, &want, k, "sgemm_packed_a");
-        // A fused bias and bounds give the bits of applying them
-        // afterwards, in full and edge tiles alike; NaN passes.
-        let mut rb = data(m, 5);
-        let cb = data(n, 6);
-        if m > 2 {
-            rb[2] = f32::NAN;
+        entry_points(m, n, k);
+    }
+}
+
+/// The public entry points on one shape: against [`naive`], packed A
+/// against plain, fused epilogues against applying them after, short
+/// biases and rows outside B refused.
+fn entry_points(m: usize, n: usize, k: usize) {
+    let a = data(m * k, 3);
+    let b = data(k * n, 4);
+    let want = naive(m, n, k, &a, false, &b, false);
+    let mut c = vec![9.0f32; m * n];
+    sgemm(m, n, k, &a, &b, &mut c, true);
+    check(&c, &want, k, "sgemm");
+    let mut c2 = vec![9.0f32; m * n];
+    sgemm(m, n, k, &a, &b, &mut c2, false);
+    assert_eq!(c, c2);
+    // A packed in advance.
+    let pa = PackedA::new(&a, m, k).unwrap();
+    assert_eq!((pa.m(), pa.k()), (m, k));
+    let mut c3 = vec![9.0f32; m * n];
+    sgemm_packed_a(&pa, n, &b, &mut c3, true, &Fuse::default()).unwrap();
+    check(&c3, &want, k, "sgemm_packed_a");
+    // A fused bias and bounds give the bits of applying them
+    // afterwards, in full and edge tiles alike; NaN passes.
+    let mut rb = data(m, 5);
+    let cb = data(n, 6);
+    if m > 2 {
+        rb[2] = f32::NAN;
+    }
+    for fuse in [
+        Fuse {
+            row_bias: Some(&rb),
+            col_bias: None,
+            bounds: Some((-0.25, 0.5)),
+        },
+        Fuse {
+            row_bias: None,
+            col_bias: Some(&cb),
+            bounds: None,
+        },
+        Fuse {
+            row_bias: Some(&rb),
+            col_bias: Some(&cb),
+            bounds: Some((0.0, f32::INFINITY)),
+        },
+    ] {
+        let mut c5 = vec![9.0f32; m * n];
+        sgemm_packed_a(&pa, n, &b, &mut c5, true, &fuse).unwrap();
+        let mut want5 = c3.clone();
+        for (i, row) in want5.chunks_exact_mut(n.max(1)).enumerate() {
+            fuse.apply(i, 0, row);
         }
-        for fuse in [
-            Fuse {
-                row_bias: Some(&rb),
-                col_bias: None,
-                bounds: Some((-0.25, 0.5)),
-            },
-            Fuse {
-                row_bias: None,
-                col_bias: Some(&cb),
-                bounds: None,
-            },
-            Fuse {
-                row_bias: Some(&rb),
-                col_bias: Some(&cb),
-                bounds: Some((0.0, f32::INFINITY)),
-            },
-        ] {
-            let mut c5 = vec![9.0f32; m * n];
-            sgemm_packed_a(&pa, n, &b, &mut c5, true, &fuse).unwrap();
-            let mut want5 = c3.clone();
-            for (i, row) in want5.chunks_exact_mut(n.max(1)).enumerate() {
-                fuse.apply(i, 0, row);
-            }
-            let same = same_bits(&c5, &want5);
-            assert!(same, "fused {fuse:?} {m}x{n}x{k}");
-            // The scalar form clamps as the clamp operator does.
-            if let Some((lo, hi)) = fuse.bounds {
-                assert!(c5.iter().all(|x| x.is_nan() || (lo..=hi).contains(x)));
-            }
+        let same = same_bits(&c5, &want5);
+        assert!(same, "fused {fuse:?} {m}x{n}x{k}");
+        // The scalar form clamps as the clamp operator does.
+        if let Some((lo, hi)) = fuse.bounds {
+            assert!(c5.iter().all(|x| x.is_nan() || (lo..=hi).contains(x)));
         }
-        let short = Fuse {
-            row_bias: Some(&rb[..m.saturating_sub(1)]),
-            ..Fuse::default()
-        };
-        if m > 0 {
-            assert!(sgemm_packed_a(&pa, n, &b, &mut c3.clone(), true, &short).is_err());
-        }
-        let gen = |p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]| {
-            for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
-                for (p, row) in panel.chunks_exact_mut(nr).enumerate() {
-                    for (j, x) in row.iter_mut().enumerate() {
-                        let col = j0 + q * nr + j;
-                        *x = if col < j0 + cols {
-                            b[(p0 + p) * n + col]
-                        } else {
-                            0.0
-                        };
-                    }
+    }
+    let short = Fuse {
+        row_bias: Some(&rb[..m.saturating_sub(1)]),
+        ..Fuse::default()
+    };
+    if m > 0 {
+        assert!(sgemm_packed_a(&pa, n, &b, &mut c3.clone(), true, &short).is_err());
+    }
+    let gen = |p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]| {
+        for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
+            for (p, row) in panel.chunks_exact_mut(nr).enumerate() {
+                for (j, x) in row.iter_mut().enumerate() {
+                    let col = j0 + q * nr + j;
+                    *x = if col < j0 + cols {
+                        b[(p0 + p) * n + col]
+                    } else {
+                        0.0
+                    };
                 }
             }
-        };
-        let mut c4 = vec![9.0f32; m * n];
-        sgemm_gen_packed_a(&pa, n, &gen, &mut c4, true, &Fuse::default()).unwrap();
-        assert_eq!(c3, c4, "sgemm_gen_packed_a {m}x{n}x{k}");
-        // B's rows read in place, with a fused epilogue: the bits of
-        // the packed path (the same sums in the same order).
-        let offs: Vec<usize> = (0..k).map(|p| p * n).collect();
-        let rows = RowsB::new(&b, &offs, n).unwrap();
+        }
+    };
+    let mut c4 = vec![9.0f32; m * n];
+    sgemm_gen_packed_a(&pa, n, &gen, &mut c4, true, &Fuse::default()).unwrap();
+    assert_eq!(c3, c4, "sgemm_gen_packed_a {m}x{n}x{k}");
+    // B's rows read in place, with a fused epilogue: the bits of
+    // the packed path (the same sums in the same order).
+    let offs: Vec<usize> = (0..k).map(|p| p * n).collect();
+    let rows = RowsB::new(&b, &offs, n).unwrap();
+    let fuse = Fuse {
+        row_bias: Some(&rb),
+        col_bias: Some(&cb),
+        bounds: Some((-0.25, 0.5)),
+    };
+    for parallel in [true, false] {
+        let mut c7 = vec![9.0f32; m * n];
+        sgemm_rows_packed_a(&pa, rows, &mut c7, parallel, &Fuse::default()).unwrap();
+        assert_eq!(c3, c7, "sgemm_rows_packed_a {m}x{n}x{k}");
+        let (mut c8, mut want8) = (vec![9.0f32; m * n], vec![9.0f32; m * n]);
+        sgemm_rows_packed_a(&pa, rows, &mut c8, parallel, &fuse).unwrap();
+        sgemm_packed_a(&pa, n, &b, &mut want8, parallel, &fuse).unwrap();
+        let same = same_bits(&c8, &want8);
+        assert!(same, "sgemm_rows_packed_a fused {m}x{n}x{k}");
+    }
+    // Rows must lie inside the buffer; one row per K.
+    if k > 0 && n > 0 {
+        let past = vec![b.len() - n + 1; k];
+        assert!(RowsB::new(&b, &past, n).is_err());
+        let few = RowsB::new(&b, &offs[..k - 1], n).unwrap();
+        assert!(sgemm_rows_packed_a(&pa, few, &mut c3.clone(), true, &fuse).is_err());
+    }
+    for (a_t, b_t) in [(true, false), (false, true), (true, true)] {
+        let want = naive(m, n, k, &a, a_t, &b, b_t);
+        let mut c = vec![9.0f32; m * n];
+        sgemm_t(m, n, k, &a, a_t, &b, b_t, &mut c, true).unwrap();
+        check(&c, &want, k, "sgemm_t");
+        let pb = PackedB::new(&b, k, n, b_t).unwrap();
+        assert_eq!((pb.k(), pb.n()), (k, n));
+        let mut c = vec![9.0f32; m * n];
+        sgemm_packed(m, &a, a_t, &pb, &mut c, true, &Fuse::default()).unwrap();
+        check(&c, &want, k, "sgemm_packed");
+        // With a fused epilogue: the bits of applying it after.
         let fuse = Fuse {
             row_bias: Some(&rb),
             col_bias: Some(&cb),
             bounds: Some((-0.25, 0.5)),
         };
-        for parallel in [true, false] {
-            let mut c7 = vec![9.0f32; m * n];
-            sgemm_rows_packed_a(&pa, rows, &mut c7, parallel, &Fuse::default()).unwrap();
-            assert_eq!(c3, c7, "sgemm_rows_packed_a {m}x{n}x{k}");
-            let (mut c8, mut want8) = (vec![9.0f32; m * n], vec![9.0f32; m * n]);
-            sgemm_rows_packed_a(&pa, rows, &mut c8, parallel, &fuse).unwrap();
-            sgemm_packed_a(&pa, n, &b, &mut want8, parallel, &fuse).unwrap();
-            let same = same_bits(&c8, &want8);
-            assert!(same, "sgemm_rows_packed_a fused {m}x{n}x{k}");
+        let mut cf = vec![9.0f32; m * n];
+        sgemm_packed(m, &a, a_t, &pb, &mut cf, true, &fuse).unwrap();
+        for (i, row) in c.chunks_exact_mut(n.max(1)).enumerate() {
+            fuse.apply(i, 0, row);
         }
-        // Rows must lie inside the buffer; one row per K.
-        if k > 0 && n > 0 {
-            let past = vec![b.len() - n + 1; k];
-            assert!(RowsB::new(&b, &past, n).is_err());
-            let few = RowsB::new(&b, &offs[..k - 1], n).unwrap();
-            assert!(sgemm_rows_packed_a(&pa, few, &mut c3.clone(), true, &fuse).is_err());
-        }
-        for (a_t, b_t) in [(true, false), (false, true), (true, true)] {
-            let want = naive(m, n, k, &a, a_t, &b, b_t);
-            let mut c = vec![9.0f32; m * n];
-            sgemm_t(m, n, k, &a, a_t, &b, b_t, &mut c, true).unwrap();
-            check(&c, &want, k, "sgemm_t");
-            let pb = PackedB::new(&b, k, n, b_t).unwrap();
-            assert_eq!((pb.k(), pb.n()), (k, n));
-            let mut c = vec![9.0f32; m * n];
-            sgemm_packed(m, &a, a_t, &pb, &mut c, true, &Fuse::default()).unwrap();
-            check(&c, &want, k, "sgemm_packed");
-            // With a fused epilogue: the bits of applying it after.
-            let fuse = Fuse {
-                row_bias: Some(&rb),
-                col_bias: Some(&cb),
-                bounds: Some((-0.25, 0.5)),
-            };
-            let mut cf = vec![9.0f32; m * n];
-            sgemm_packed(m, &a, a_t, &pb, &mut cf, true, &fuse).unwrap();
-            for (i, row) in c.chunks_exact_mut(n.max(1)).enumerate() {
-                fuse.apply(i, 0, row);
-            }
-            let same = same_bits(&cf, &c);
-            assert!(same, "sgemm_packed fused {m}x{n}x{k} a_t={a_t} b_t={b_t}");
-        }
+        let same = same_bits(&cf, &c);
+        assert!(same, "sgemm_packed fused {m}x{n}x{k} a_t={a_t} b_t={b_t}");
     }
 }
 
@@ -435,77 +472,89 @@ fn edge_kernels_give_the_bits_of_the_scratch_path() {
             (4, 96, 800),
             (2, 70, 7),
         ] {
-            let a = data(m * k, 3 + m as u64);
-            let b = data(k * n, 4 + n as u64);
-            let (rbias, cbias) = (data(m, 5), data(n, 6));
-            let am = Mat::new(&a, m, k, false).unwrap();
-            let bm = Mat::new(&b, k, n, false).unwrap();
-            let offs: Vec<usize> = (0..k).map(|p| p * n).collect();
-            let rb = RowsB::new(&b, &offs, n).unwrap();
-            let fuses = [
-                None,
-                Some(Fuse {
-                    row_bias: Some(&rbias),
-                    col_bias: None,
-                    bounds: Some((-0.5, 0.5)),
-                }),
-                Some(Fuse {
-                    row_bias: None,
-                    col_bias: Some(&cbias),
-                    bounds: None,
-                }),
-            ];
-            for fuse in &fuses {
-                for threads in [1, 2] {
-                    let run = |kn: &'static Kernel, rows: bool| {
-                        let mut c = vec![2.0f32; m * n];
-                        let pb = PackedB::with_kernel(kn, &b, k, n, false).unwrap();
-                        let src = if rows {
-                            BSrc::Rows(rb)
-                        } else {
-                            BSrc::Packed(&pb)
-                        };
-                        gemm_blocked_a(
-                            kn,
-                            m,
-                            n,
-                            k,
-                            ASrc::Plain(am),
-                            src,
-                            &mut c,
-                            threads,
-                            fuse.as_ref(),
-                        );
-                        c
-                    };
-                    for rows in [false, true] {
-                        let what = format!(
-                            "{} {m}x{n}x{k} rows={rows} threads={threads} fuse={fuse:?}",
-                            kern.name
-                        );
-                        let (got, want) = (run(kern, rows), run(plain, rows));
-                        assert!(same_bits(&got, &want), "{what}");
-                        check(&got, &naive_fused(m, n, k, &a, &b, fuse.as_ref()), k, &what);
-                    }
-                    let mut c = vec![2.0f32; m * n];
-                    gemm_blocked_a(
-                        kern,
-                        m,
-                        n,
-                        k,
-                        ASrc::Plain(am),
-                        BSrc::Plain(bm),
-                        &mut c,
-                        threads,
-                        fuse.as_ref(),
-                    );
-                    assert!(
-                        same_bits(&c, &run(plain, false)),
-                        "{} {m}x{n}x{k} plain B",
-                        kern.name
-                    );
-                }
+            edge_paths(kern, plain, (m, n, k), ALL_THREADS);
+        }
+    }
+}
+
+/// [`edge_kernels_give_the_bits_of_the_scratch_path`] on one shape:
+/// `plain` is `kern` without its edge kernels.
+/// Thread counts as in [`kernel_paths`].
+fn edge_paths(
+    kern: &'static Kernel,
+    plain: &'static Kernel,
+    (m, n, k): (usize, usize, usize),
+    threads: &[usize],
+) {
+    let a = data(m * k, 3 + m as u64);
+    let b = data(k * n, 4 + n as u64);
+    let (rbias, cbias) = (data(m, 5), data(n, 6));
+    let am = Mat::new(&a, m, k, false).unwrap();
+    let bm = Mat::new(&b, k, n, false).unwrap();
+    let offs: Vec<usize> = (0..k).map(|p| p * n).collect();
+    let rb = RowsB::new(&b, &offs, n).unwrap();
+    let fuses = [
+        None,
+        Some(Fuse {
+            row_bias: Some(&rbias),
+            col_bias: None,
+            bounds: Some((-0.5, 0.5)),
+        }),
+        Some(Fuse {
+            row_bias: None,
+            col_bias: Some(&cbias),
+            bounds: None,
+        }),
+    ];
+    for fuse in &fuses {
+        for threads in some(threads, &[1, 2]) {
+            let run = |kn: &'static Kernel, rows: bool| {
+                let mut c = vec![2.0f32; m * n];
+                let pb = PackedB::with_kernel(kn, &b, k, n, false).unwrap();
+                let src = if rows {
+                    BSrc::Rows(rb)
+                } else {
+                    BSrc::Packed(&pb)
+                };
+                gemm_blocked_a(
+                    kn,
+                    m,
+                    n,
+                    k,
+                    ASrc::Plain(am),
+                    src,
+                    &mut c,
+                    threads,
+                    fuse.as_ref(),
+                );
+                c
+            };
+            for rows in [false, true] {
+                let what = format!(
+                    "{} {m}x{n}x{k} rows={rows} threads={threads} fuse={fuse:?}",
+                    kern.name
+                );
+                let (got, want) = (run(kern, rows), run(plain, rows));
+                assert!(same_bits(&got, &want), "{what}");
+                check(&got, &naive_fused(m, n, k, &a, &b, fuse.as_ref()), k, &what);
             }
+            let mut c = vec![2.0f32; m * n];
+            gemm_blocked_a(
+                kern,
+                m,
+                n,
+                k,
+                ASrc::Plain(am),
+                BSrc::Plain(bm),
+                &mut c,
+                threads,
+                fuse.as_ref(),
+            );
+            assert!(
+                same_bits(&c, &run(plain, false)),
+                "{} {m}x{n}x{k} plain B",
+                kern.name
+            );
         }
     }
 }
@@ -526,4 +575,95 @@ fn naive_fused(
         }
     }
     c
+}
+
+/// The paths above on shapes small enough for Miri (`scripts/miri.sh`),
+/// which interprets the packing, the kernels' raw pointer reads and
+/// writes and the tasks' shared C for undefined behaviour. Each shape
+/// is a few thousand multiply-adds at most, yet together they reach
+/// every edge of the blocked product for the portable kernel (4 x 8
+/// tiles) and AVX2's (6 x 16, edge kernels of 2 and 4 rows): partial
+/// row and column panels, two KC blocks (the second accumulating, and
+/// shallow), two MC row blocks, two NC column blocks, B packed in
+/// parallel groups of 8 panels, one row, and empty dimensions. They run
+/// on one thread, except the shapes of `SPLIT`: under Miri a
+/// parallel section costs about a second (its threads are interpreted
+/// too, spinning included).
+mod miri {
+    use super::*;
+
+    const SHAPES: &[(usize, usize, usize)] = &[
+        (0, 3, 4),
+        (3, 0, 4),
+        (3, 4, 0),
+        (1, 1, 1),
+        (1, 20, 3),
+        (2, 3, 4),
+        (4, 8, 3),
+        (6, 16, 3),
+        (7, 17, 5),
+        (8, 33, 2),
+        (10, 16, 2),
+        (5, 9, 257),
+        (145, 2, 3),
+    ];
+
+    /// Shapes split across two threads: tiles of one C written from
+    /// both (row blocks, then column chunks), B packed in parallel
+    /// groups of 8 panels, one row streamed in parallel.
+    const SPLIT: &[(usize, usize, usize)] = &[(3, 130, 2), (145, 17, 2), (1, 40, 3)];
+
+    /// Two NC blocks of columns (4096 for every kernel): one thread,
+    /// one transposition, as the column count makes it the longest
+    /// case here.
+    const WIDE: (usize, usize, usize) = (2, 4097, 1);
+
+    #[test]
+    fn every_kernel_matches_naive_small() {
+        for kern in available_kernels() {
+            for &(m, n, k) in SHAPES {
+                for (a_t, b_t) in [(false, false), (true, false), (false, true), (true, true)] {
+                    kernel_paths(kern, m, n, k, a_t, b_t, &[1]);
+                }
+            }
+            let (m, n, k) = WIDE;
+            kernel_paths(kern, m, n, k, false, false, &[1]);
+        }
+    }
+
+    #[test]
+    fn every_kernel_splits_across_threads_small() {
+        for kern in available_kernels() {
+            for &(m, n, k) in SPLIT {
+                kernel_paths(kern, m, n, k, false, false, &[1, 2]);
+            }
+        }
+    }
+
+    #[test]
+    fn public_entry_points_small() {
+        for &(m, n, k) in SHAPES {
+            entry_points(m, n, k);
+        }
+    }
+
+    #[test]
+    fn edge_kernels_give_the_bits_of_the_scratch_path_small() {
+        for kern in available_kernels()
+            .into_iter()
+            .filter(|k| !k.edges.is_empty())
+        {
+            let plain: &'static Kernel = Box::leak(Box::new(Kernel {
+                edges: &[],
+                ..*kern
+            }));
+            // Edges of 2 and 4 rows (AVX2) or 4 and 8 (AVX-512), one KC
+            // block and two, whole and partial column panels; one
+            // split across threads.
+            for &(m, n, k) in &[(8, 32, 3), (10, 33, 2), (4, 16, 257)] {
+                edge_paths(kern, plain, (m, n, k), &[1]);
+            }
+            edge_paths(kern, plain, (20, 40, 2), &[1, 2]);
+        }
+    }
 }

@@ -659,18 +659,34 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool, isa: Isa) -> Result<Buf>
     Ok(Buf::F32(out))
 }
 
-/// Whether `p` has output pixels and every tap of each lies inside the
-/// padded input.
+/// Whether `p` has output pixels, every tap of each lies inside the
+/// padded input, and a padded plane is not far larger than an input
+/// and an output plane together.
+///
+/// The last bounds the kernels' padded copies, and keeps their sizes
+/// and offsets from overflowing: padding and strides of up to 2^32 - 1
+/// each make a padded plane of up to 2^66 floats for a 3x3 output (a
+/// product that wrapped to an empty copy, read far outside of).
 fn taps_fit(p: &Conv2dParams) -> bool {
     let reach = |o: usize, k: usize, s: usize, d: usize| (o - 1) * s + (k - 1) * d;
     let [pt, pb, pl, pr] = p.padding;
+    let (hp, wp) = (p.in_h + pt + pb, p.in_w + pl + pr);
+    let planes = p.in_h * p.in_w + p.out_h * p.out_w;
     p.out_h > 0
         && p.out_w > 0
         && p.kernel_h > 0
         && p.kernel_w > 0
-        && reach(p.out_h, p.kernel_h, p.strides[0], p.dilations[0]) < p.in_h + pt + pb
-        && reach(p.out_w, p.kernel_w, p.strides[1], p.dilations[1]) < p.in_w + pl + pr
+        && reach(p.out_h, p.kernel_h, p.strides[0], p.dilations[0]) < hp
+        && reach(p.out_w, p.kernel_w, p.strides[1], p.dilations[1]) < wp
+        && hp
+            .checked_mul(wp)
+            .is_some_and(|padded| padded <= 4 * planes + MAX_PAD_FLOATS)
 }
+
+/// Floats of a padded plane allowed beyond four times its input and
+/// output planes (see [`taps_fit`]): padding up to 127 around a single
+/// pixel, whatever the strides.
+const MAX_PAD_FLOATS: usize = 1 << 16;
 
 /// A convolution's bias (or none) and bounds `(lo, hi)`.
 type Epilogue<'a> = (Option<&'a [f32]>, (f32, f32));

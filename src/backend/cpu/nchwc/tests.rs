@@ -1196,3 +1196,39 @@ mod miri {
         }
     }
 }
+
+/// Padding and strides so large that a padded plane's size overflows:
+/// 2^31 rows by 2^30 columns of 8 floats is 2^64, which wrapped to an
+/// empty copy that the depthwise kernel then read far outside of (the
+/// direct kernel's padded copy wrapped the same way). Such a
+/// convolution is refused with an error, in every form.
+#[test]
+fn padding_whose_padded_plane_overflows_is_refused() {
+    let (sh, sw) = ((1 << 30) - 1, (1 << 29) - 1);
+    let padding = [1 << 30, (1 << 30) - 1, 1 << 29, (1 << 29) - 1];
+    for groups in [8, 1] {
+        let p = Conv2dParams {
+            has_bias: true,
+            ..crate::backend::cpu::conv::tests::params(
+                (1, 8, 1, 1),
+                (8, 2, 2),
+                padding,
+                [sh, sw],
+                [1, 1],
+                groups,
+            )
+        };
+        assert_eq!((p.out_h, p.out_w), (3, 3));
+        let f = random(8 * (8 / groups) * 4, 3);
+        for isa in isas() {
+            let (g, c) = one_conv(&p, &f, isa);
+            let (x, fb, bb) = (
+                Buf::F32(random(8, 1)),
+                Buf::F32(f.clone()),
+                Buf::F32(vec![0.5; 8]),
+            );
+            let got = conv(&c, &p, &[&x, &fb, &bb], None, &g.operands[3]);
+            assert!(got.is_err(), "groups {groups} {isa:?}");
+        }
+    }
+}

@@ -586,3 +586,40 @@ fn sign_of_nan_is_zero() {
     }
     assert_cases(&cases);
 }
+
+/// Padding is zeros added to the input, so a NaN weight whose tap falls in
+/// the padding still makes that output NaN (0 * NaN); the GPU skipped
+/// padded taps and gave the bias.
+#[test]
+fn conv2d_nan_weight_meets_the_padding() {
+    let nan = f64::NAN;
+    let case = Case {
+        family: "conv2d",
+        inputs: vec![
+            input(DataType::Float32, &[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]),
+            Input {
+                t: Tensor::new(
+                    DataType::Float32,
+                    vec![1, 1, 2, 2],
+                    vec![nan, 1.0, 1.0, 1.0],
+                ),
+                constant: true,
+            },
+        ],
+        nodes: vec![node(
+            Op::Conv2d(model::Conv {
+                pad: [1, 0, 1, 0],
+                strides: [1, 1],
+                dil: [1, 1],
+                groups: 1,
+                nhwc: false,
+                filter_layout: "oihw",
+                bias: false,
+                out_pad: [0, 0],
+                out_sizes: None,
+            }),
+            &[Src::In(0), Src::In(1)],
+        )],
+    };
+    assert_cases(&[case]);
+}

@@ -848,7 +848,8 @@ macro_rules! with_float_unary {
                 let $f = f32::sin;
                 $body
             }
-            // 1 if > 0, -1 if < 0, else the input itself (±0 and NaN).
+            // 1 if > 0, -1 if < 0, else 0: the spec's "0 otherwise" takes
+            // in NaN.
             UnaryKind::Sign => {
                 let $f = |x: f32| {
                     if x > 0.0 {
@@ -856,7 +857,7 @@ macro_rules! with_float_unary {
                     } else if x < 0.0 {
                         -1.0
                     } else {
-                        x
+                        0.0f32
                     }
                 };
                 $body
@@ -1033,9 +1034,11 @@ fn softmax_row(row: &mut [f32]) {
     // Subtracting the maximum keeps exp() from overflowing; the result is
     // mathematically unchanged.
     let mut m = max_lanes(row);
-    if m.is_infinite() {
-        // All -inf (0/0) or some +inf (inf/inf): no finite shift exists;
-        // compute without it, which yields NaN like the formula does.
+    if m == f32::NEG_INFINITY {
+        // All -inf: no finite shift exists; compute without it, which
+        // yields NaN (0/0) like the formula does. A +inf maximum stays:
+        // x - inf then gives NaN at the infinity and so NaN everywhere
+        // through the sum, as the formula does.
         m = 0.0;
     }
     for i in 0..row.len() {
@@ -1054,7 +1057,7 @@ fn softmax_strided(x: &mut [f32], n: usize, stride: usize) {
     for i in 0..n {
         m = fmax(m, x[i * stride]);
     }
-    if m.is_infinite() {
+    if m == f32::NEG_INFINITY {
         m = 0.0;
     }
     let mut sum = 0.0f32;

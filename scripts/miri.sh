@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Miri (nightly's interpreter that reports undefined behaviour) over the
+# unsafe code it can interpret: SGEMM packing, the portable and AVX2
+# micro-kernels and edge kernels and the blocked driver's tasks; the
+# NCHWc relayouts and the direct, depthwise and Winograd kernels (their
+# portable 16-lane form and AVX2's); the element-wise loops written into
+# uninitialised memory at each width; the completion inbox and the
+# threadsafe function's data in binding/completion.rs (the pending
+# promise table needs a live N-API environment: see its tests' comment).
+#
+#   scripts/miri.sh [ci|full]     (default: ci)
+#
+# Each mode runs the test binary twice, as Miri only enables the CPU
+# features the build does (is_x86_feature_detected! reports nothing
+# else there):
+#   portable  no target features: the portable kernels, the baseline
+#             element-wise loops;
+#   avx2      RUSTFLAGS=-Ctarget-feature=+avx2,+fma: the AVX2 kernels,
+#             edge kernels and rows-in-place forms, the relayouts and the
+#             NCHW input interleave (AVX2 only), the AVX2 element-wise
+#             width. It builds in target/miri-avx2, since other
+#             RUSTFLAGS would rebuild target/miri's dependencies.
+# AVX-512 does not run: Miri implements few of its intrinsics, and the
+# kernels only take that path where the build enables avx512f.
+#
+# ci    the Miri-sized tests (tests::miri modules, *_small), the
+#       completion tests and the small native ones, in both builds.
+# full  ci, plus the same tests with -Zmiri-many-seeds=0..4 for the
+#       threaded ones (other thread interleavings), and the completion
+#       and relayout tests under Stacked Borrows.
+#
+# MIRIFLAGS (override by setting it):
+#   -Zmiri-tree-borrows         rayon's deque (crossbeam-epoch) breaks
+#                               Stacked Borrows in its own code as soon
+#                               as the thread pool starts (crossbeam
+#                               issue 545; crossbeam runs Miri under Tree
+#                               Borrows too); nearly every kernel asks
+#                               rayon for its thread count.
+#   -Zmiri-permissive-provenance  crossbeam-epoch's tagged pointers and
+#                               the NCHWc kernels' base pointers passed
+#                               to tasks as usize are integer-to-pointer
+#                               casts; this keeps Miri quiet about them
+#                               (it still checks every access).
+# No -Zmiri-disable-isolation: nothing here reads the clock, the
+# environment or files outside what isolation allows.
+#
+# The first run builds Miri's sysroot (about 2 minutes; it fetches the
+# standard library's dependencies from the registry unless they are
+# cached) and the dependencies for Miri (about 5 minutes per build on
+# 2 cores). Times on this 2-core machine are at the end of the mode's
+# output and in docs/memory-safety.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-ci}
+case "$mode" in
+ci | full) ;;
+*)
+  echo "usage: $0 [ci|full]" >&2
+  exit 2
+  ;;
+esac
+
+export MIRIFLAGS=${MIRIFLAGS:--Zmiri-tree-borrows -Zmiri-permissive-provenance}
+
+# The tests Miri runs: sized for it, or small already.
+tests=(
+  sgemm::tests::miri::
+  sgemm::tests::short_buffers_are_errors
+  nchwc::tests::miri::
+  nchwc::tests::layout_changes_place_each_element_and_invert
+  nchwc::relayout::tests::the_16x8_tables_transpose
+  nchwc::relayout::tests::reorder_matches_the_reference
+  elementwise::tests::binary_broadcast_matches_naive_small
+  elementwise::tests::every_width_gives_the_same_bits
+  binding::completion::tests::
+)
+
+start=$SECONDS
+run() {
+  local what=$1
+  shift
+  echo "== miri: $what" >&2
+  local t0=$SECONDS
+  "$@"
+  echo "== miri: $what: $((SECONDS - t0)) s" >&2
+}
+
+# The relayout tests need AVX2 (they return at once without it): the
+# avx2 build only.
+avx2_only=(
+  nchwc::tests::layout_changes_place_each_element_and_invert
+  nchwc::relayout::tests::reorder_matches_the_reference
+)
+portable=()
+for t in "${tests[@]}"; do
+  case " ${avx2_only[*]} " in
+  *" $t "*) ;;
+  *) portable+=("$t") ;;
+  esac
+done
+
+run portable cargo +nightly miri test --lib -- "${portable[@]}"
+run avx2 env RUSTFLAGS="-Ctarget-feature=+avx2,+fma" CARGO_TARGET_DIR=target/miri-avx2 \
+  cargo +nightly miri test --lib -- "${tests[@]}"
+
+if [ "$mode" = full ]; then
+  threaded=(
+    sgemm::tests::miri::every_kernel_splits_across_threads_small
+    binding::completion::tests::a_completion_racing_the_inline_wait_is_delivered_once
+  )
+  run "portable, seeds 0..4" env MIRIFLAGS="$MIRIFLAGS -Zmiri-many-seeds=0..4" \
+    cargo +nightly miri test --lib -- "${threaded[@]}"
+  run "avx2, seeds 0..4" env MIRIFLAGS="$MIRIFLAGS -Zmiri-many-seeds=0..4" \
+    RUSTFLAGS="-Ctarget-feature=+avx2,+fma" CARGO_TARGET_DIR=target/miri-avx2 \
+    cargo +nightly miri test --lib -- "${threaded[@]}"
+  # No rayon pool in these: the stricter Stacked Borrows model applies.
+  run "stacked borrows" env MIRIFLAGS="-Zmiri-permissive-provenance" \
+    RUSTFLAGS="-Ctarget-feature=+avx2,+fma" CARGO_TARGET_DIR=target/miri-avx2 \
+    cargo +nightly miri test --lib -- binding::completion::tests:: nchwc::relayout::tests::
+fi
+echo "== miri: $mode done in $((SECONDS - start)) s" >&2

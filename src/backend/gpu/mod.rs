@@ -1943,6 +1943,16 @@ mod tests {
         }
     }
 
+    /// The six comparison operators, which several tests run alike.
+    const COMPARISONS: [&str; 6] = [
+        "equal",
+        "notEqual",
+        "greater",
+        "greaterOrEqual",
+        "lesser",
+        "lesserOrEqual",
+    ];
+
     /// Runs `g` on the GPU and on the CPU backend with the same inputs and
     /// asserts the outputs are identical.
     fn same_as_cpu(be: &mut GpuBackend, g: Graph, inputs: Vec<Buf>, what: &str) {
@@ -2009,14 +2019,7 @@ mod tests {
             -0.0,
         ];
         let b = vec![f32::NAN, 1.0, f32::NAN, 3.0, f32::NAN, 2.0, -0.0, 1.0];
-        for name in [
-            "equal",
-            "notEqual",
-            "greater",
-            "greaterOrEqual",
-            "lesser",
-            "lesserOrEqual",
-        ] {
+        for name in COMPARISONS {
             for dt in [F, DataType::Float16] {
                 let mut gb = GraphBuilder::new();
                 let x = gb.input("a", desc(dt, &[8])).unwrap();
@@ -2118,14 +2121,7 @@ mod tests {
         let u8t = DataType::Uint8;
         let shapes: &[(&[usize], &[usize])] =
             &[(&[7, 9], &[9]), (&[3, 1, 5], &[1, 4, 1]), (&[], &[])];
-        for name in [
-            "equal",
-            "notEqual",
-            "greater",
-            "greaterOrEqual",
-            "lesser",
-            "lesserOrEqual",
-        ] {
+        for name in COMPARISONS {
             for dt in [F, I, U, u8t] {
                 for (sa, sb) in shapes {
                     check_vs_cpu(&mut be, name, &[dt, dt], &[sa, sb], &[], 0.0);

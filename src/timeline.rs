@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -126,27 +126,46 @@ pub type BackendFactory = Box<dyn FnOnce() -> Result<Box<dyn Backend>> + Send>;
 /// The JS-thread handle of a timeline.
 pub struct Timeline {
     sender: Option<Sender<Command>>,
-    thread: Option<JoinHandle<()>>,
+    /// Disconnected once the worker has ended and dropped its backend.
+    ended: Option<Receiver<()>>,
 }
 
 impl Timeline {
     /// Starts the worker. `ready` (a JS request id) completes with
     /// [`Payload::Ready`] once the backend exists, or with its error (after
-    /// which the worker ends).
+    /// which the worker ends). With `host`, the worker runs as a job on one
+    /// of that pool's threads (a CPU context with its own threads, whose
+    /// kernels run on that pool: see [`crate::backend::cpu::pool`]);
+    /// without, on a thread of its own named `name`.
     pub fn start(
         name: String,
+        host: Option<Arc<rayon::ThreadPool>>,
         factory: BackendFactory,
         sink: Box<dyn CompletionSink>,
         ready: u64,
     ) -> Result<Timeline> {
         let (sender, receiver) = crossbeam_channel::unbounded();
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || run(factory, sink, ready, receiver))
-            .map_err(|e| Error::not_supported(format!("cannot start the context's thread: {e}")))?;
+        let (ended_tx, ended) = crossbeam_channel::bounded::<()>(0);
+        let work = move || {
+            // Dropped last, after the backend: whoever waits for the end
+            // knows the device has been released.
+            let _ended = ended_tx;
+            run(factory, sink, ready, receiver)
+        };
+        match host {
+            Some(pool) => pool.spawn(work),
+            None => {
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(work)
+                    .map_err(|e| {
+                        Error::not_supported(format!("cannot start the context's thread: {e}"))
+                    })?;
+            }
+        }
         Ok(Timeline {
             sender: Some(sender),
-            thread: Some(thread),
+            ended: Some(ended),
         })
     }
 
@@ -162,23 +181,19 @@ impl Timeline {
     /// `limit` for it. For environment teardown: a GPU device must be
     /// released before the process exits, or the Vulkan driver's own
     /// teardown may run while its threads still serve the device.
-    pub fn close_and_wait(&mut self, limit: std::time::Duration) {
+    pub fn close_and_wait(&mut self, limit: Duration) {
         self.sender = None;
-        if let Some(t) = self.thread.take() {
-            let start = std::time::Instant::now();
-            while !t.is_finished() && start.elapsed() < limit {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            if t.is_finished() {
-                let _ = t.join();
-            }
+        if let Some(ended) = self.ended.take() {
+            // Nothing is ever sent: this returns when the worker drops its
+            // end (it has ended) or at the limit.
+            let _ = ended.recv_timeout(limit);
         }
     }
 
     /// Ends the worker after the commands already queued, without waiting.
     pub fn close(&mut self) {
         self.sender = None;
-        self.thread = None;
+        self.ended = None;
     }
 }
 

@@ -327,5 +327,6 @@ pub fn operator_names(env: Env) -> Vec<&'static str> {
     // index.js calls this as it loads: the moment to keep the intrinsics
     // that must not be taken from a global object the caller may change.
     raw::capture_intrinsics(env.raw());
+    super::completion::hook_teardown(env.raw());
     crate::graph::ops::all().map(|d| d.name).collect()
 }

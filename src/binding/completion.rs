@@ -82,39 +82,56 @@ thread_local! {
     static CONTEXTS: RefCell<HashMap<u64, Weak<CtxShared>>> = RefCell::new(HashMap::new());
 }
 
-/// Ends the workers of this JS thread's live contexts when its environment
-/// is torn down (at the process's exit, or a worker_thread's end), so that
-/// no backend outlives it.
+/// Tears this JS thread's part down with its environment (at the
+/// process's exit, or a worker_thread's end): ends the workers of its live
+/// contexts, so that no backend outlives it, and deletes every reference
+/// it still holds (Node frees none of them itself).
 ///
 /// # Safety
-/// None beyond being an environment cleanup hook: it reads no argument and
-/// touches only this thread's tables.
-unsafe extern "C" fn release_contexts(_arg: *mut c_void) {
-    let live: Vec<Rc<CtxShared>> = CONTEXTS
-        .try_with(|c| c.borrow().values().filter_map(|w| w.upgrade()).collect())
-        .unwrap_or_default();
-    for ctx in live {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.release_at_exit()));
-    }
+/// An environment cleanup hook whose argument is the `napi_env` it was
+/// added with ([`hook_teardown`]). Node runs cleanup hooks in the reverse
+/// order of their addition, and the env's own teardown was added when the
+/// addon loaded, before this hook: the env is still alive here.
+unsafe extern "C" fn teardown(arg: *mut c_void) {
+    let env = arg as napi_env;
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let live: Vec<Rc<CtxShared>> = CONTEXTS
+            .try_with(|c| c.borrow().values().filter_map(|w| w.upgrade()).collect())
+            .unwrap_or_default();
+        for ctx in live {
+            ctx.release_at_exit();
+        }
+        // Promises that will never settle: their held views go.
+        let _ = PENDING.try_with(|p| p.borrow_mut().clear());
+        let _ = MICROTASK.try_with(|m| m.borrow_mut().take());
+        raw::release_intrinsics();
+        raw::sweep(env);
+    }));
 }
 
 thread_local! {
-    /// Whether this JS thread's environment has [`release_contexts`].
-    static RELEASE_HOOKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether this JS thread's environment has [`teardown`].
+    static TEARDOWN_HOOKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Adds [`teardown`] to this JS thread's environment, once.
+pub fn hook_teardown(env: napi_env) {
+    if !TEARDOWN_HOOKED.with(|h| h.replace(true)) {
+        // SAFETY: `env` is the environment of the callback now running on
+        // this JS thread (raw.rs's rules), alive until its teardown, when
+        // the hook runs with it as its argument (see `teardown`); the
+        // (hook, argument) pair is added once per thread (TEARDOWN_HOOKED),
+        // as N-API requires.
+        unsafe {
+            sys::napi_add_env_cleanup_hook(env, Some(teardown), env.cast());
+        }
+    }
 }
 
 /// Makes a context findable by its completions.
 pub fn register_context(env: napi_env, ctx: &Rc<CtxShared>) {
-    if !RELEASE_HOOKED.with(|h| h.replace(true)) {
-        // SAFETY: `env` is the environment of the callback now running on
-        // this JS thread (raw.rs's rules), alive until its teardown, when
-        // the hook runs; the hook reads no argument (null), and is added
-        // once per thread (RELEASE_HOOKED), as N-API requires of a
-        // (hook, argument) pair.
-        unsafe {
-            sys::napi_add_env_cleanup_hook(env, Some(release_contexts), ptr::null_mut());
-        }
-    }
+    hook_teardown(env);
+    raw::sweep(env);
     CONTEXTS.with(|c| {
         let mut c = c.borrow_mut();
         c.retain(|_, w| w.strong_count() > 0);
@@ -130,6 +147,7 @@ pub fn register(
     ctx: &Rc<CtxShared>,
     kind: PendingKind,
 ) -> napi::Result<(u64, napi_value)> {
+    raw::sweep(env);
     let (deferred, promise) = raw::create_promise(env)?;
     let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
     ctx.add_pending(env, 1);

@@ -154,6 +154,9 @@ impl CtxShared {
         if let Some(mut t) = self.timeline.borrow_mut().take() {
             t.close_and_wait(std::time::Duration::from_secs(5));
         }
+        // The `lost` promise's reference goes with the environment (the
+        // cleanup hook sweeps it right after).
+        self.lost_promise.borrow_mut().take();
     }
 
     pub fn send(&self, c: Command) -> Result<()> {
@@ -978,8 +981,12 @@ fn check_source(
     Ok(unsafe { src.bytes() }.to_vec())
 }
 
+/// What starts a context: the backend's factory, the label, and the pool
+/// whose thread runs the timeline (a CPU context with `numThreads`).
+type ContextPlan = (BackendFactory, String, Option<Arc<rayon::ThreadPool>>);
+
 /// Reads `MLContextOptions` and picks the backend.
-fn context_factory(opts: &Val) -> Result<(BackendFactory, String)> {
+fn context_factory(opts: &Val) -> Result<ContextPlan> {
     let ctx = Ctx::new("createContext");
     if !matches!(opts, Val::Undefined | Val::Null | Val::Dict(_)) {
         return Err(ctx.err("options must be a dictionary"));
@@ -1028,15 +1035,35 @@ fn context_factory(opts: &Val) -> Result<(BackendFactory, String)> {
     };
     Ok(match device {
         "npu" => return Err(Error::not_supported("createContext: no NPU is available")),
-        "gpu" => (Box::new(move || crate::backend::gpu::create(&power)), label),
+        "gpu" => (
+            Box::new(move || crate::backend::gpu::create(&power)),
+            label,
+            None,
+        ),
         // `accelerated: true` without a device type asks for the GPU where
-        // one exists, and settles for the CPU otherwise; `deviceType`
+        // one exists, and settles for the CPU otherwise (then with threads
+        // of its own that the timeline is not one of); `deviceType`
         // decides when both are given.
         "" if accelerated => (
             Box::new(move || crate::backend::gpu::create(&power).or_else(|_| cpu())),
             label,
+            None,
         ),
-        _ => (Box::new(cpu), label),
+        _ => match threads {
+            None => (Box::new(cpu), label, None),
+            // The timeline runs on a thread of the kernels' pool.
+            Some(n) => {
+                let pool = crate::backend::cpu::pool(n)?;
+                let kernels = pool.clone();
+                let factory: BackendFactory = Box::new(move || {
+                    Ok(Box::new(
+                        crate::backend::cpu::CpuBackend::with_pool(Some(kernels))
+                            .with_memory_limit(memory_limit),
+                    ))
+                });
+                (factory, label, Some(pool))
+            }
+        },
     })
 }
 
@@ -1049,8 +1076,8 @@ pub fn create_context(env: Env, options: Option<JsRaw>) -> napi::Result<JsRaw> {
             Some(o) => to_val(e, o.0)?,
             None => Val::Undefined,
         };
-        let (factory, label) = context_factory(&opts)?;
-        start_context(e, factory, label, None)
+        let (factory, label, host) = context_factory(&opts)?;
+        start_context(e, factory, label, host, None)
     })
 }
 
@@ -1078,7 +1105,7 @@ pub fn create_webgpu_context(env: Env, adapter: JsRaw) -> napi::Result<JsRaw> {
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = chose;
             Ok(backend)
         });
-        start_context(e, factory, text("label")?, Some(choice))
+        start_context(e, factory, text("label")?, None, Some(choice))
     })
 }
 
@@ -1087,6 +1114,7 @@ fn start_context(
     e: napi_env,
     factory: BackendFactory,
     label: String,
+    host: Option<Arc<rayon::ThreadPool>>,
     webgpu: Option<Arc<std::sync::Mutex<String>>>,
 ) -> Result<napi_value> {
     let id = NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed);
@@ -1112,6 +1140,7 @@ fn start_context(
     let (req, p) = map_err(completion::register(e, &shared, PendingKind::Context))?;
     match Timeline::start(
         format!("webnn-context-{}", shared.id),
+        host,
         factory,
         Box::new(sink),
         req,

@@ -321,6 +321,12 @@ pub fn capture_intrinsics(env: napi_env) {
     let _ = sab_intrinsics(env);
 }
 
+/// Lets go of the intrinsics as the environment ends (their references
+/// are then deleted by the [`sweep`] that follows).
+pub fn release_intrinsics() {
+    let _ = SAB_INTRINSICS.try_with(|slot| slot.borrow_mut().take());
+}
+
 /// Data and length of `v` when it is a SharedArrayBuffer (of any realm),
 /// `None` otherwise. Runs none of the caller's code: the byteLength
 /// getter checks the internal slot and throws for anything else (a Proxy
@@ -505,8 +511,20 @@ pub fn reject(env: napi_env, d: sys::napi_deferred, v: napi_value) -> Result<()>
 /// neither `Send` nor `Sync` (a raw pointer inside), so it stays on the JS
 /// thread whose environment made it, the only one that may use it; every
 /// one is kept in a thread-local table or a value of that thread.
+///
+/// Node does not free a reference made by `napi_create_reference` when
+/// the environment ends: each must be deleted, which needs the env. One
+/// dropped without [`StrongRef::delete`] (a value dropped in a finalizer,
+/// or a table emptied at teardown) is queued on its thread and deleted by
+/// the next [`sweep`], which the binding runs on entry to its common calls
+/// and last in the environment's cleanup hook.
 pub struct StrongRef {
     r: sys::napi_ref,
+}
+
+thread_local! {
+    /// References of this JS thread dropped without an env at hand.
+    static DROPPED: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl StrongRef {
@@ -521,11 +539,41 @@ impl StrongRef {
         Ok(v)
     }
     /// Deletes the reference (must run on the JS thread).
-    pub fn delete(self, env: napi_env) {
-        // SAFETY: `self.r` was made by `napi_create_reference` on this
-        // thread (the type is not Send), in the environment `env` belongs
-        // to (one per JS thread), and is deleted once: `delete` takes the
-        // reference by value and nothing copies `r`.
-        unsafe { sys::napi_delete_reference(env, self.r) };
+    pub fn delete(mut self, env: napi_env) {
+        let r = std::mem::replace(&mut self.r, ptr::null_mut());
+        // SAFETY: `r` was made by `napi_create_reference` on this thread
+        // (the type is not Send), in the environment `env` belongs to (one
+        // per JS thread), and is deleted once: it was taken out of `self`,
+        // whose drop then sees null and queues nothing.
+        unsafe { sys::napi_delete_reference(env, r) };
+    }
+}
+
+impl Drop for StrongRef {
+    fn drop(&mut self) {
+        if self.r.is_null() {
+            return;
+        }
+        let r = self.r as usize;
+        // At thread exit the queue may be gone already; the environment
+        // (and so every reference) is then being torn down without us.
+        let _ = DROPPED.try_with(|d| d.borrow_mut().push(r));
+    }
+}
+
+/// Deletes the references of this JS thread that were dropped since the
+/// last sweep. `env` must be the environment of the current callback (or
+/// cleanup hook) on this thread.
+pub fn sweep(env: napi_env) {
+    let dropped = DROPPED
+        .try_with(|d| std::mem::take(&mut *d.borrow_mut()))
+        .unwrap_or_default();
+    for r in dropped {
+        // SAFETY: each entry is a reference that `napi_create_reference`
+        // made on this thread (StrongRef is not Send, and the queue is
+        // thread-local) in the environment of this thread, `env`, that no
+        // StrongRef holds any more (its drop queued it) and that is taken
+        // out of the queue once, so it is deleted once.
+        unsafe { sys::napi_delete_reference(env, r as sys::napi_ref) };
     }
 }

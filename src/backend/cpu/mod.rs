@@ -70,11 +70,10 @@ pub struct CpuBackend {
     graphs: HashMap<GraphId, CompiledGraph>,
     /// A pool of the requested size; `None` uses rayon's global pool, which
     /// all contexts share so that several contexts do not oversubscribe the
-    /// cores.
-    pool: Option<rayon::ThreadPool>,
-    /// Whether the calling (timeline) thread is the pool's first thread,
-    /// which `run_hot` needs to keep the others busy without deadlock.
-    pool_has_caller: bool,
+    /// cores. A context's timeline runs on a thread of its own pool (see
+    /// [`pool`]), which `run_hot` needs to keep the others busy without
+    /// deadlock.
+    pool: Option<Arc<rayon::ThreadPool>>,
     /// The most bytes of tensors and intermediates this context may hold
     /// at once (the `memoryLimit` context option); `None`: no limit.
     memory_limit: Option<usize>,
@@ -165,42 +164,19 @@ impl CpuBackend {
     }
 
     /// A backend whose kernels use `threads` threads (`None`: the shared
-    /// pool, sized to the machine).
+    /// pool, sized to the machine), in a pool of their own that the caller
+    /// is not part of (a context's timeline instead runs on a thread of the
+    /// pool: [`pool`] and [`CpuBackend::with_pool`]).
     pub fn with_threads(threads: Option<usize>) -> Result<Self> {
-        let pool = match threads {
-            None => None,
-            Some(n) => {
-                let builder = || {
-                    rayon::ThreadPoolBuilder::new()
-                        .num_threads(n.max(1))
-                        .thread_name(|i| format!("webnn-cpu-{i}"))
-                };
-                // The calling thread (the context's timeline thread, which
-                // later runs every dispatch) is the pool's first thread, so
-                // a dispatch starts on it directly: no hand-over to another
-                // thread and back (two wake-ups, tens of microseconds), and
-                // n threads means n, not n + 1. rayon then keeps this
-                // thread's small worker record for the life of the process
-                // (a few kilobytes per context). A thread that is already in
-                // a pool cannot join another: start n threads then.
-                match builder().use_current_thread().build() {
-                    Ok(p) => Some((p, true)),
-                    Err(_) => Some((
-                        builder().build().map_err(|e| {
-                            Error::not_supported(format!("cannot start {n} threads: {e}"))
-                        })?,
-                        false,
-                    )),
-                }
-            }
-        };
+        Ok(Self::with_pool(threads.map(pool).transpose()?))
+    }
+
+    /// A backend whose kernels run on `pool` (`None`: the shared pool).
+    pub fn with_pool(pool: Option<Arc<rayon::ThreadPool>>) -> Self {
         let mut backend = Self::default();
+        backend.pool = pool;
         backend.spin = spin_time();
-        if let Some((p, has_caller)) = pool {
-            backend.pool = Some(p);
-            backend.pool_has_caller = has_caller;
-        }
-        Ok(backend)
+        backend
     }
 
     /// Caps the memory this backend holds: an allocation beyond it fails
@@ -238,7 +214,11 @@ impl CpuBackend {
     /// be worth a wake-up), the same as `run`.
     fn run_hot<T: Send>(&self, hot: bool, f: impl FnOnce() -> T + Send) -> T {
         let Some(p) = &self.pool else { return f() };
-        if !hot || !self.pool_has_caller || p.current_num_threads() < 2 {
+        // The worker job is only safe from a thread of the pool: queued
+        // from outside, it could start on a thread that later has to
+        // wait for it.
+        let inside = p.current_thread_index().is_some();
+        if !hot || !inside || p.current_num_threads() < 2 {
             return p.install(f);
         }
         let busy = AtomicBool::new(true);
@@ -292,6 +272,30 @@ impl CpuBackend {
             spinning.store(false, Ordering::Release);
         });
     }
+}
+
+/// A pool of `n` threads for one context's kernels (`numThreads`).
+///
+/// The context's timeline runs as a job on one of these threads
+/// ([`crate::timeline::Timeline::start`]), so a dispatch starts on it
+/// directly: no hand-over to another thread and back (two wake-ups, tens
+/// of microseconds), and n threads means n, not n + 1. (rayon's
+/// `use_current_thread` would give the same with the timeline's own thread,
+/// but it leaks that thread's worker record, and the pool's registry with
+/// it, about 9 KB per context.) When the timeline ends, the backend drops
+/// the pool from inside it; the threads then end on their own.
+pub fn pool(n: usize) -> Result<Arc<rayon::ThreadPool>> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n.max(1))
+        .thread_name(|i| format!("webnn-cpu-{i}"))
+        // A spawned job that panics (the timeline itself, or a spinning
+        // thread) must not abort the process, which is rayon's default;
+        // the timeline turns every panic inside a command into an error,
+        // and one outside ends the context.
+        .panic_handler(|_| {})
+        .build()
+        .map(Arc::new)
+        .map_err(|e| Error::not_supported(format!("cannot start {n} threads: {e}")))
 }
 
 /// The time a pool thread spins after a hot dispatch: `WEBNN_CPU_SPIN_MS`
@@ -993,9 +997,10 @@ mod tests {
     #[test]
     fn run_hot_shares_work_and_ends_on_panic() {
         use rayon::prelude::*;
-        // A thread of its own: the pool takes its caller in for good.
-        std::thread::spawn(|| {
-            let b = CpuBackend::with_threads(Some(2)).unwrap();
+        // From a thread of the pool, as a context's timeline runs.
+        let p = pool(2).unwrap();
+        p.install(|| {
+            let b = CpuBackend::with_pool(Some(p.clone()));
             let sum: u64 = b.run_hot(true, || (0..1000u64).into_par_iter().sum());
             assert_eq!(sum, 499_500);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -1018,9 +1023,7 @@ mod tests {
                 ids.len() == 2
             });
             assert!(both, "the second thread never took work");
-        })
-        .join()
-        .unwrap();
+        });
     }
 
     /// After a hot dispatch one thread spins for the set time, dispatches
@@ -1031,8 +1034,9 @@ mod tests {
     fn a_thread_spins_after_a_hot_dispatch_then_stops() {
         use rayon::prelude::*;
         use std::time::{Duration, Instant};
-        std::thread::spawn(|| {
-            let mut b = CpuBackend::with_threads(Some(2)).unwrap();
+        let p = pool(2).unwrap();
+        p.install(|| {
+            let mut b = CpuBackend::with_pool(Some(p.clone()));
             b.spin = Duration::from_millis(30);
             let sum =
                 |b: &CpuBackend| b.run_hot(true, || (0..1000u64).into_par_iter().sum::<u64>());
@@ -1058,9 +1062,7 @@ mod tests {
             b.spin = Duration::ZERO;
             assert_eq!(sum(&b), 499_500);
             assert!(!b.spinning.load(Ordering::Acquire));
-        })
-        .join()
-        .unwrap();
+        });
     }
 
     /// The worker job never deadlocks a graph: thousands of dispatches of
@@ -1074,22 +1076,25 @@ mod tests {
         use rayon::prelude::*;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let b = CpuBackend::with_threads(Some(2)).unwrap();
-            let mut v = vec![0u64; 4096];
-            for round in 0..3000u64 {
-                let total: u64 = b.run_hot(true, || {
-                    v.par_chunks_mut(256).enumerate().for_each(|(i, c)| {
-                        let (x, y) = rayon::join(
-                            || (0..64u64).into_par_iter().sum::<u64>(),
-                            || i as u64 + round,
-                        );
-                        c.iter_mut().for_each(|e| *e = x + y);
+            let p = pool(2).unwrap();
+            let b = CpuBackend::with_pool(Some(p.clone()));
+            p.install(|| {
+                let mut v = vec![0u64; 4096];
+                for round in 0..3000u64 {
+                    let total: u64 = b.run_hot(true, || {
+                        v.par_chunks_mut(256).enumerate().for_each(|(i, c)| {
+                            let (x, y) = rayon::join(
+                                || (0..64u64).into_par_iter().sum::<u64>(),
+                                || i as u64 + round,
+                            );
+                            c.iter_mut().for_each(|e| *e = x + y);
+                        });
+                        v.par_iter().sum()
                     });
-                    v.par_iter().sum()
-                });
-                let want: u64 = (0..16u64).map(|i| 256 * (2016 + i + round)).sum();
-                assert_eq!(total, want, "round {round}");
-            }
+                    let want: u64 = (0..16u64).map(|i| 256 * (2016 + i + round)).sum();
+                    assert_eq!(total, want, "round {round}");
+                }
+            });
             tx.send(()).unwrap();
         });
         rx.recv_timeout(std::time::Duration::from_secs(120))

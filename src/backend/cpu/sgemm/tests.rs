@@ -460,10 +460,7 @@ fn edge_kernels_give_the_bits_of_the_scratch_path() {
         .into_iter()
         .filter(|k| !k.edges.is_empty())
     {
-        let plain: &'static Kernel = Box::leak(Box::new(Kernel {
-            edges: &[],
-            ..*kern
-        }));
+        let plain = without_edges(kern);
         for &(m, n, k) in &[
             (8, 70, 400),
             (20, 64, 100),
@@ -475,6 +472,22 @@ fn edge_kernels_give_the_bits_of_the_scratch_path() {
             edge_paths(kern, plain, (m, n, k), ALL_THREADS);
         }
     }
+}
+
+/// `kern` with no edge kernels (so its edges take the scratch path), from
+/// a static table: the packed forms hold `&'static Kernel`.
+fn without_edges(kern: &'static Kernel) -> &'static Kernel {
+    static PLAIN: std::sync::OnceLock<Vec<Kernel>> = std::sync::OnceLock::new();
+    PLAIN
+        .get_or_init(|| {
+            available_kernels()
+                .into_iter()
+                .map(|k| Kernel { edges: &[], ..*k })
+                .collect()
+        })
+        .iter()
+        .find(|p| p.name == kern.name)
+        .expect("every available kernel has a plain form")
 }
 
 /// [`edge_kernels_give_the_bits_of_the_scratch_path`] on one shape:
@@ -653,10 +666,7 @@ mod miri {
             .into_iter()
             .filter(|k| !k.edges.is_empty())
         {
-            let plain: &'static Kernel = Box::leak(Box::new(Kernel {
-                edges: &[],
-                ..*kern
-            }));
+            let plain = without_edges(kern);
             // Edges of 2 and 4 rows (AVX2) or 4 and 8 (AVX-512), one KC
             // block and two, whole and partial column panels; one
             // split across threads.

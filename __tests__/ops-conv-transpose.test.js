@@ -53,6 +53,33 @@ describe('convTranspose2d', () => {
     expectClose(results.sized, [1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4, 0, 0, 0, 0]);
   });
 
+  test('outputPadding or outputSizes may make a calculated size of zero or less valid', async () => {
+    // A 1x1 input and filter, strides 2, padding 1 at the top and the
+    // left: the calculated size is 0, made 1x1 by outputPadding 1. The
+    // one tap falls in the padding, so only the bias remains.
+    const { results, outputs } = await run(context, { x: f32([1, 1, 1, 1], [5]) }, (b, { x }) => ({
+      padded: b.convTranspose2d(x, constF32(b, [1, 1, 1, 1], [2]), {
+        strides: [2, 2], padding: [1, 0, 1, 0], outputPadding: [1, 1], bias: constF32(b, [1], [0.25]),
+      }),
+      sized: b.convTranspose2d(x, constF32(b, [1, 1, 1, 1], [2]), {
+        strides: [3, 3], padding: [0, 1, 0, 0], outputSizes: [1, 2], bias: constF32(b, [1], [0.5]),
+      }),
+    }));
+    expect(outputs.padded.shape).toEqual([1, 1, 1, 1]);
+    expectClose(results.padded, [0.25]);
+    // Height: 1 - 0 - 1 = 0, so 1 is in [0, 3); width: 1, so 2 is in
+    // [1, 4). The one tap lands at (0, 0).
+    expect(outputs.sized.shape).toEqual([1, 1, 1, 2]);
+    expectClose(results.sized, [10.5, 0.5]);
+    // Still nothing when the final size is not positive.
+    const { MLGraphBuilder } = require('..');
+    const b = new MLGraphBuilder(context);
+    const x = b.input('x', { dataType: 'float32', shape: [1, 1, 1, 1] });
+    const w = constF32(b, [1, 1, 1, 1], [2]);
+    expectThrow(() => b.convTranspose2d(x, w, { strides: [2, 2], padding: [1, 0, 0, 0] }), 'TypeError', 'not a valid dimension');
+    expectThrow(() => b.convTranspose2d(x, w, { strides: [3, 3], padding: [1, 1, 0, 0], outputSizes: [0, 1] }), 'TypeError', 'not a valid dimension');
+  });
+
   test('padding crops the full output', async () => {
     // The 4x4 strided output above minus one row/column on each side:
     // rows 1..2, cols 1..2 -> [1, 2, 3, 4]; size (2-1)*2 + 2 - 1 - 1 = 2.

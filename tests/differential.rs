@@ -205,7 +205,168 @@ fn cpu_vs_reference(cpu: &mut dyn Backend, case: &Case) -> Option<String> {
 enum GpuCheck {
     Pass,
     Unsupported,
+    /// Fails only by a disagreement that the fuzzer found and that is not
+    /// fixed (see [`known_gpu_disagreement`]).
+    Known(&'static str),
     Fail(String),
+}
+
+/// The GPU backend's disagreements that the fuzzer found and that remain
+/// (docs/memory-safety.md says why each is left): a case whose every
+/// mismatch is explained by one of them is counted under its name and
+/// printed, never passed silently, and any other mismatch still fails.
+///
+/// - sin and cos of |x| > 2^24: WGSL defines their accuracy on [-pi, pi]
+///   only, and the drivers reduce larger arguments with a float pi, which
+///   leaves nothing of the result at that size (lavapipe gives -1 for
+///   sin(1e30), whose value is -0.79). Only single sin/cos nodes on a
+///   graph input are judged; the elements of smaller |x| must pass.
+/// - layerNormalization and reduceLogSumExp whose result is the
+///   difference of numbers much larger than itself (x - mean with x near
+///   the mean, a bias cancelling the normalised value; m + log(sum) with
+///   the sum near 1): a rounding of those float32 intermediates, which
+///   the spec's own float32 decomposition has too, is many ULP of the
+///   result. The CPU backend computes these in f64 and does not show it.
+///   Judged with the operator's own ULP count, measured at the
+///   magnitude of its inputs (|x| |scale|, |bias|; max(1, |x|)) where
+///   that exceeds the result's.
+/// - pow with |y ln x| > 16: WGSL defines pow as exp2(y log2(x)), whose
+///   error grows with the exponent (55 ULP for 1.98^31.2); only pow on
+///   two graph inputs of one shape is judged, and the elements of smaller
+///   exponent must pass.
+fn known_gpu_disagreement(
+    case: &Case,
+    shape: &[usize],
+    dt: DataType,
+    got: &[f64],
+    want: &[f64],
+    tol: tolerance::Tol,
+) -> Option<&'static str> {
+    let [node] = case.nodes.as_slice() else {
+        return None;
+    };
+    match &node.op {
+        model::Op::Unary(k) if matches!(*k, "sin" | "cos") => {
+            let model::Src::In(i) = node.args[0] else {
+                return None;
+            };
+            let x = &case.inputs[i].t.v;
+            if x.len() != got.len() || !x.iter().any(|v| v.abs() > 16_777_216.0) {
+                return None;
+            }
+            let inside = |v: &[f64]| -> Vec<f64> {
+                v.iter()
+                    .zip(x)
+                    .filter(|(_, x)| x.abs() <= 16_777_216.0)
+                    .map(|(v, _)| *v)
+                    .collect()
+            };
+            tolerance::compare(dt, &inside(got), &inside(want), tol)
+                .is_none()
+                .then_some("sin/cos of |x| > 2^24")
+        }
+        model::Op::LayerNorm { scale, bias, .. } if dt == DataType::Float32 => {
+            // The largest magnitude among the normalised values' inputs
+            // (|x| times |scale|) and the bias.
+            let most = |k: usize| -> Option<f64> {
+                match node.args.get(k)? {
+                    model::Src::In(i) => Some(
+                        case.inputs[*i]
+                            .t
+                            .v
+                            .iter()
+                            .fold(0.0f64, |m, v| m.max(v.abs())),
+                    ),
+                    model::Src::Node(_) => None,
+                }
+            };
+            let x = most(0)?;
+            let s = if *scale { most(1)? } else { 1.0 };
+            let b = if *bias {
+                most(1 + *scale as usize)?
+            } else {
+                0.0
+            };
+            within_at(dt, got, want, tol, (x * s).max(b))
+                .then_some("layerNormalization that cancels")
+        }
+        model::Op::Binary("pow") if dt == DataType::Float32 => {
+            // The elements whose |y ln x| is at most 16 must pass.
+            let (model::Src::In(a), model::Src::In(b)) = (node.args[0], node.args[1]) else {
+                return None;
+            };
+            let (xa, xb) = (&case.inputs[a].t, &case.inputs[b].t);
+            let small: Vec<bool> = (0..got.len())
+                .map(|i| {
+                    let (x, y) = (broadcast_at(xa, shape, i), broadcast_at(xb, shape, i));
+                    let z = y * x.abs().ln();
+                    !z.is_finite() || z.abs() <= 16.0
+                })
+                .collect();
+            if small.iter().all(|&s| s) {
+                return None;
+            }
+            let keep = |v: &[f64]| -> Vec<f64> {
+                v.iter()
+                    .zip(&small)
+                    .filter(|(_, &s)| s)
+                    .map(|(v, _)| *v)
+                    .collect()
+            };
+            tolerance::compare(dt, &keep(got), &keep(want), tol)
+                .is_none()
+                .then_some("pow with |y ln x| > 16")
+        }
+        model::Op::Reduce {
+            kind: "reduceLogSumExp",
+            ..
+        } if dt == DataType::Float32 => {
+            let model::Src::In(i) = node.args[0] else {
+                return None;
+            };
+            let x = case.inputs[i]
+                .t
+                .v
+                .iter()
+                .fold(1.0f64, |m, v| m.max(v.abs()));
+            within_at(dt, got, want, tol, x).then_some("reduceLogSumExp that cancels")
+        }
+        _ => None,
+    }
+}
+
+/// The value of `t` at element `i` of `out`, `t` broadcast to it (numpy's
+/// rules: trailing dimensions aligned, 1 stretched).
+fn broadcast_at(t: &Tensor, out: &[usize], mut i: usize) -> f64 {
+    let lead = out.len() - t.shape.len();
+    let (mut at, mut stride) = (0, 1);
+    for d in (0..out.len()).rev() {
+        let coord = i % out[d];
+        i /= out[d];
+        if d >= lead {
+            let n = t.shape[d - lead];
+            if n != 1 {
+                at += coord * stride;
+            }
+            stride *= n;
+        }
+    }
+    t.v[at]
+}
+
+/// Whether every element of `got` is within `tol` of `want`, its ULP
+/// counted at the magnitude `at` where that exceeds the element's own.
+fn within_at(dt: DataType, got: &[f64], want: &[f64], tol: tolerance::Tol, at: f64) -> bool {
+    let tolerance::Tol::Ulp(n) = tol else {
+        return false;
+    };
+    let ulp = |v: f64| {
+        let f = (v.abs() as f32).max(f32::MIN_POSITIVE);
+        (f32::from_bits(f.to_bits() + 1) - f) as f64
+    };
+    got.iter().zip(want).all(|(&g, &w)| {
+        tolerance::check(dt, g, w, tol).0 || (g - w).abs() <= n as f64 * ulp(w.abs().max(at))
+    })
 }
 
 /// The GPU backend against the CPU backend (the reference's value is
@@ -223,17 +384,44 @@ fn gpu_vs_cpu(gpu: &mut dyn Backend, cpu: &mut dyn Backend, case: &Case) -> GpuC
             let e = tolerance::values(&expected);
             match compare("gpu vs cpu", &s, &got, &shape, &e, want.dt, tol) {
                 None => GpuCheck::Pass,
-                Some(mut m) => {
-                    if let Some(mm) = tolerance::compare(want.dt, &tolerance::values(&got), &e, tol)
-                    {
-                        m += &format!("; reference there: {}", show(want.dt, want.v[mm.index]));
+                Some(_) if s == shape => {
+                    match known_gpu_disagreement(
+                        case,
+                        &s,
+                        want.dt,
+                        &tolerance::values(&got),
+                        &e,
+                        tol,
+                    ) {
+                        Some(name) => GpuCheck::Known(name),
+                        None => gpu_failure(&s, &got, &shape, &e, &want, tol),
                     }
-                    GpuCheck::Fail(m)
                 }
+                Some(_) => gpu_failure(&s, &got, &shape, &e, &want, tol),
             }
         }
         Run::Unsupported(_) => GpuCheck::Unsupported,
         Run::Failed(m) => GpuCheck::Fail(format!("gpu: {m}")),
+    }
+}
+
+/// The report of a GPU result that disagrees with the CPU's `e`.
+fn gpu_failure(
+    s: &[usize],
+    got: &Buf,
+    shape: &[usize],
+    e: &[f64],
+    want: &Tensor,
+    tol: tolerance::Tol,
+) -> GpuCheck {
+    match compare("gpu vs cpu", s, got, shape, e, want.dt, tol) {
+        None => GpuCheck::Pass,
+        Some(mut m) => {
+            if let Some(mm) = tolerance::compare(want.dt, &tolerance::values(got), e, tol) {
+                m += &format!("; reference there: {}", show(want.dt, want.v[mm.index]));
+            }
+            GpuCheck::Fail(m)
+        }
     }
 }
 
@@ -285,6 +473,7 @@ struct Tally {
     run: usize,
     failed: usize,
     unsupported: usize,
+    known: usize,
 }
 
 fn families() -> Vec<(&'static str, gen::Family)> {
@@ -305,6 +494,8 @@ fn families() -> Vec<(&'static str, gen::Family)> {
 enum Verdict {
     Pass,
     Unsupported,
+    /// A named known disagreement (counted and printed, not a failure).
+    Known(&'static str),
     Fail(String),
 }
 
@@ -316,6 +507,7 @@ fn fuzz(name: &str, gpu_mode: bool, default_cases: usize, mut check: impl FnMut(
     let mut tally: BTreeMap<&str, Tally> = BTreeMap::new();
     let mut reports = Vec::new();
     let mut failed_families = Vec::new();
+    let mut known: BTreeMap<&str, usize> = BTreeMap::new();
     let range: Vec<u64> = match one {
         Some(i) => vec![i],
         None => (0..cases as u64).collect(),
@@ -327,10 +519,16 @@ fn fuzz(name: &str, gpu_mode: bool, default_cases: usize, mut check: impl FnMut(
             run: 0,
             failed: 0,
             unsupported: 0,
+            known: 0,
         });
         match check(&case) {
             Verdict::Pass => t.run += 1,
             Verdict::Unsupported => t.unsupported += 1,
+            Verdict::Known(name) => {
+                t.run += 1;
+                t.known += 1;
+                *known.entry(name).or_insert(0usize) += 1;
+            }
             Verdict::Fail(first) => {
                 t.run += 1;
                 t.failed += 1;
@@ -353,13 +551,19 @@ fn fuzz(name: &str, gpu_mode: bool, default_cases: usize, mut check: impl FnMut(
             }
         }
     }
-    eprintln!("{name}: seed {seed:#x}, per generator (run / failed / unsupported):");
+    eprintln!("{name}: seed {seed:#x}, per generator (run / failed / unsupported / known):");
     let mut total = 0;
     for (f, t) in &tally {
         total += t.run;
-        eprintln!("  {f:20} {:5} {:5} {:5}", t.run, t.failed, t.unsupported);
+        eprintln!(
+            "  {f:20} {:5} {:5} {:5} {:5}",
+            t.run, t.failed, t.unsupported, t.known
+        );
     }
     eprintln!("{name}: {total} cases compared");
+    for (k, n) in &known {
+        eprintln!("{name}: {n} cases fail only by the known disagreement \"{k}\"");
+    }
     assert!(reports.is_empty(), "\n{}", reports.join("\n\n"));
 }
 
@@ -398,7 +602,6 @@ fn cpu_matches_reference() {
 }
 
 #[test]
-#[ignore = "known GPU disagreements not yet fixed (padded taps skip NaN weights; exp and softmax precision; log of subnormals; clamp and max drop NaN): run with --ignored"]
 fn gpu_matches_cpu() {
     let Some(mut gpu) = gpu_backend() else {
         return;
@@ -408,6 +611,7 @@ fn gpu_matches_cpu() {
         match gpu_vs_cpu(gpu.as_mut(), &mut cpu, case) {
             GpuCheck::Pass => Verdict::Pass,
             GpuCheck::Unsupported => Verdict::Unsupported,
+            GpuCheck::Known(name) => Verdict::Known(name),
             GpuCheck::Fail(m) => Verdict::Fail(m),
         }
     });
@@ -458,6 +662,9 @@ fn assert_cases(cases: &[Case]) {
                 GpuCheck::Pass => {}
                 GpuCheck::Unsupported => {
                     failures.push(format!("the GPU backend does not support\n{case}"))
+                }
+                GpuCheck::Known(k) => {
+                    failures.push(format!("the known disagreement \"{k}\"\n{case}"))
                 }
                 GpuCheck::Fail(m) => failures.push(format!("{m}\n{case}")),
             }
@@ -588,11 +795,108 @@ fn sign_of_nan_is_zero() {
     assert_cases(&cases);
 }
 
+/// What the GPU comparison found in the GPU's element-wise operators, each
+/// fixed there (shaders/float.wgsl, binary.wgsl): NaN dropped by relu,
+/// max, min and clamp (drivers' max(NaN, 0) is 0); pow with a NaN or an
+/// infinite base ((-inf)^0.5 was NaN, 0^NaN inf); exp 36 ULP off at large
+/// arguments; log near 1 (21 ULP at 0.95) and of subnormals (-inf); and
+/// the log-sum reductions built on them.
+#[test]
+fn gpu_nan_and_precision_regressions() {
+    let (nan, inf) = (f64::NAN, f64::INFINITY);
+    let mut cases = Vec::new();
+    for dt in [DataType::Float32, DataType::Float16] {
+        let x = [nan, -1.5, 0.0, 2.0, -inf, inf];
+        for k in ["relu", "exp", "log", "sign"] {
+            cases.push(Case {
+                family: "unary",
+                inputs: vec![input(dt, &[6], &x)],
+                nodes: vec![node(Op::Unary(k), &[Src::In(0)])],
+            });
+        }
+        for k in ["max", "min"] {
+            cases.push(Case {
+                family: "binary",
+                inputs: vec![
+                    input(dt, &[4], &[nan, 1.0, nan, -2.0]),
+                    input(dt, &[4], &[0.0, nan, nan, 3.0]),
+                ],
+                nodes: vec![node(Op::Binary(k), &[Src::In(0), Src::In(1)])],
+            });
+        }
+        cases.push(Case {
+            family: "clamp",
+            inputs: vec![input(dt, &[4], &[nan, -7.0, 0.5, 9.0])],
+            nodes: vec![node(
+                Op::Clamp {
+                    min: Some(-1.0),
+                    max: Some(1.0),
+                },
+                &[Src::In(0)],
+            )],
+        });
+    }
+    // pow: NaN and infinite bases, 1 to a NaN power, 0 to a NaN power.
+    cases.push(Case {
+        family: "binary",
+        inputs: vec![
+            input(
+                DataType::Float32,
+                &[8],
+                &[-inf, -inf, -inf, -inf, 0.0, 1.0, nan, 2.0],
+            ),
+            input(
+                DataType::Float32,
+                &[8],
+                &[0.5, -0.5, 3.0, -3.0, nan, nan, 0.0, nan],
+            ),
+        ],
+        nodes: vec![node(Op::Binary("pow"), &[Src::In(0), Src::In(1)])],
+    });
+    // exp near the ends of its range; log near 1 and of subnormals.
+    cases.push(Case {
+        family: "unary",
+        inputs: vec![input(
+            DataType::Float32,
+            &[6],
+            &[80.0, 88.5, -87.0, -100.0, 60.25, -45.75],
+        )],
+        nodes: vec![node(Op::Unary("exp"), &[Src::In(0)])],
+    });
+    cases.push(Case {
+        family: "unary",
+        inputs: vec![input(
+            DataType::Float32,
+            &[7],
+            &[0.95, 1.0000001, 0.99999994, 1.3, 1e-40, 1.4e-45, 3.0e38],
+        )],
+        nodes: vec![node(Op::Unary("log"), &[Src::In(0)])],
+    });
+    for kind in ["reduceLogSum", "reduceLogSumExp"] {
+        cases.push(Case {
+            family: "reduce",
+            inputs: vec![input(
+                DataType::Float32,
+                &[2, 2],
+                &[0.33908361196517944, 0.6109428405761719, -3.5, -4.25],
+            )],
+            nodes: vec![node(
+                Op::Reduce {
+                    kind,
+                    axes: Some(vec![1]),
+                    keep: false,
+                },
+                &[Src::In(0)],
+            )],
+        });
+    }
+    assert_cases(&cases);
+}
+
 /// Padding is zeros added to the input, so a NaN weight whose tap falls in
 /// the padding still makes that output NaN (0 * NaN); the GPU skipped
 /// padded taps and gave the bias.
 #[test]
-#[ignore = "the GPU skips padded taps, so a NaN weight there is lost: not yet fixed"]
 fn conv2d_nan_weight_meets_the_padding() {
     let nan = f64::NAN;
     let case = Case {

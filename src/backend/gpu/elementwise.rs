@@ -11,10 +11,16 @@ use crate::graph::ops::activation::ActivationOp;
 use crate::types::{DataType, OperandDescriptor};
 
 const BINARY: &str = include_str!("shaders/binary.wgsl");
-const UNARY: &str = include_str!("shaders/unary.wgsl");
+const UNARY: &str = concat!(
+    include_str!("shaders/unary.wgsl"),
+    "\n",
+    include_str!("shaders/float.wgsl")
+);
 /// 64-bit integer arithmetic on word pairs, shared with the other families
 /// that compute on int64/uint64.
 pub(super) const INT64: &str = include_str!("shaders/int64.wgsl");
+/// NaN-aware and more exact float helpers (exp, log, max, min).
+pub(super) const FLOAT: &str = include_str!("shaders/float.wgsl");
 
 /// The family's answer to [`super::supports`]: every operand of these
 /// operators has the output's type, computed in one word.
@@ -120,11 +126,14 @@ pub(super) fn binary(
         BinaryKind::Div if t == "f32" => "x / y".into(),
         // WGSL's integer x / 0 is x; the CPU backend (and this one) give 0.
         BinaryKind::Div => "select(x / y, x - x, y == y - y)".into(),
+        BinaryKind::Max if t == "f32" => "max_nan(x, y)".into(),
+        BinaryKind::Min if t == "f32" => "min_nan(x, y)".into(),
         BinaryKind::Max => "max(x, y)".into(),
         BinaryKind::Min => "min(x, y)".into(),
         BinaryKind::Pow => format!("pow_{t}(x, y)"),
     };
     let mut source = BINARY.replace("{{T}}", t).replace("{{EXPR}}", &expr);
+    source += FLOAT;
     if pairs {
         source += INT64;
     }
@@ -236,14 +245,16 @@ pub(super) fn unary(
         UnaryKind::Abs => "abs(v)",
         UnaryKind::Neg if t == "u32" => "0u - v",
         UnaryKind::Neg => "-v",
+        // NaN stays NaN (drivers' max(NaN, 0) is 0), as on the CPU backend.
+        UnaryKind::Relu if float => "select(max(v, 0.0), v, is_nan_f(v))",
         UnaryKind::Relu => "max(v, {{T}}(0))",
-        UnaryKind::Exp if float => "exp(v)",
-        UnaryKind::Log if float => "log(v)",
+        UnaryKind::Exp if float => "exp_r(v)",
+        UnaryKind::Log if float => "log_r(v)",
         UnaryKind::Sqrt if float => "sqrt(v)",
-        UnaryKind::Sigmoid if float => "1.0 / (1.0 + exp(-v))",
+        UnaryKind::Sigmoid if float => "1.0 / (1.0 + exp_r(-v))",
         // Some drivers compute tanh as a ratio of exponentials, which gives
         // NaN once they overflow; tanh(±10) already rounds to ±1 in f32.
-        UnaryKind::Tanh if float => "tanh(clamp(v, -10.0, 10.0))",
+        UnaryKind::Tanh if float => "select(tanh(clamp(v, -10.0, 10.0)), v, is_nan_f(v))",
         UnaryKind::Ceil if float => "ceil(v)",
         UnaryKind::Cos if float => "cos(v)",
         UnaryKind::Floor if float => "floor(v)",
@@ -255,7 +266,9 @@ pub(super) fn unary(
         // WGSL's round() rounds halfway cases to even.
         UnaryKind::RoundEven if float => "round(v)",
         UnaryKind::Sin if float => "sin(v)",
-        UnaryKind::Sign if float || t == "i32" => "sign(v)",
+        // sign(NaN) is 0, as the CPU backend's (x > 0 ? 1 : x < 0 ? -1 : 0).
+        UnaryKind::Sign if float => "select(sign(v), 0.0, is_nan_f(v))",
+        UnaryKind::Sign if t == "i32" => "sign(v)",
         UnaryKind::Tan if float => "tan_reduced(v)",
         _ => {
             return Err(Error::not_supported(format!(
@@ -318,7 +331,12 @@ pub(super) fn clamp(
     run_unary(
         gpu,
         t,
-        "min(max(v, lo()), hi())",
+        if t == "f32" {
+            // NaN stays NaN, as on the CPU backend.
+            "select(min(max(v, lo()), hi()), v, is_nan_f(v))"
+        } else {
+            "min(max(v, lo()), hi())"
+        },
         bounds,
         input,
         out,

@@ -74,7 +74,7 @@ fn body(kind: ReduceKind, dt: DataType) -> Option<(String, String, String)> {
         Product => plain(&format!("{t}(1)"), "acc * v", "acc"),
         Mean if float => plain("0.0", "acc + v", "acc / f32(p[3])"),
         L2 if float => plain("0.0", "acc + v * v", "sqrt(acc)"),
-        LogSum if float => plain("0.0", "acc + v", "log(acc)"),
+        LogSum if float => plain("0.0", "acc + v", "log_r(acc)"),
         // NaN propagates through the flag `nan`.
         Max if float => plain(lowest, "max(acc, v)", "select(acc, nanv(), nan)"),
         Min if float => plain(highest, "min(acc, v)", "select(acc, nanv(), nan)"),
@@ -82,8 +82,8 @@ fn body(kind: ReduceKind, dt: DataType) -> Option<(String, String, String)> {
         Min => plain(highest, "min(acc, v)", "acc"),
         LogSumExp if float => plain(
             "0.0",
-            "acc + exp(v - m)",
-            "select(select(m, m + log(acc), abs(m) <= 3.4028235e38), nanv(), nan)",
+            "acc + exp_r(v - m)",
+            "select(select(m, m + log_r(acc), abs(m) <= 3.4028235e38), nanv(), nan)",
         ),
         _ => None,
     }
@@ -432,6 +432,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     );
     if convert::words(dt) == 2 {
         source += INT64;
+    }
+    if t == "f32" {
+        source += super::elementwise::FLOAT;
     }
     let params = gpu.params(&p)?;
     let grid = gpu.grid_1d(n)?;

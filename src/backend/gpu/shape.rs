@@ -8,7 +8,11 @@ use crate::error::{Error, Result};
 use crate::types::{DataType, OperandDescriptor};
 
 const COPY: &str = include_str!("shaders/copy.wgsl");
-const SOFTMAX: &str = include_str!("shaders/softmax.wgsl");
+const SOFTMAX: &str = concat!(
+    include_str!("shaders/softmax.wgsl"),
+    "\n",
+    include_str!("shaders/float.wgsl")
+);
 
 /// Row-major element strides of `shape`.
 pub(super) fn strides(shape: &[usize]) -> Vec<u64> {

@@ -69,12 +69,12 @@ impl Window {
     /// The output (height, width) for a `kernel` over `input`, where
     /// `axis(input, kernel, pad_begin, pad_end, stride, dilation)` gives
     /// one axis' size; `None` where either axis has none.
-    fn output(
+    fn output<T>(
         &self,
         input: [usize; 2],
         kernel: [usize; 2],
-        axis: impl Fn(usize, usize, usize, usize, usize, usize) -> Option<usize>,
-    ) -> Option<(usize, usize)> {
+        axis: impl Fn(usize, usize, usize, usize, usize, usize) -> Option<T>,
+    ) -> Option<(T, T)> {
         let (p, s, d) = (self.padding, self.strides, self.dilations);
         let h = axis(input[0], kernel[0], p[0], p[1], s[0], d[0]);
         let w = axis(input[1], kernel[1], p[2], p[3], s[1], d[1]);
@@ -353,7 +353,9 @@ pub enum TransposeFilterLayout {
 pub type ConvTranspose2dParams = ConvParams<TransposeFilterLayout>;
 
 /// The spec's "calculate convtranspose output size" (without
-/// outputPadding); `None` when it is not positive or overflows.
+/// outputPadding). It may be zero or negative: outputPadding or
+/// outputSizes can still make the output a valid dimension, and only the
+/// final size is checked (i128 holds every value from usize arguments).
 fn conv_transpose_size(
     input: usize,
     filter: usize,
@@ -361,15 +363,9 @@ fn conv_transpose_size(
     pad_end: usize,
     stride: usize,
     dilation: usize,
-) -> Option<usize> {
+) -> Option<i128> {
     let effective = (filter as i128 - 1) * dilation as i128 + 1;
-    let size =
-        (input as i128 - 1) * stride as i128 + effective - pad_begin as i128 - pad_end as i128;
-    if size > 0 && size <= u32::MAX as i128 {
-        Some(size as usize)
-    } else {
-        None
-    }
+    Some((input as i128 - 1) * stride as i128 + effective - pad_begin as i128 - pad_end as i128)
 }
 
 /// `convTranspose2d(input, filter, options)`, following the spec's steps
@@ -455,31 +451,41 @@ fn build_conv_transpose2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Oper
         }
         inputs.push(bias);
     }
-    let calc = win.output([in_h, in_w], [kernel_h, kernel_w], conv_transpose_size);
-    let (calc_h, calc_w) = calc.ok_or_else(|| {
-        ctx.err(format!(
-            "the padding {:?} leaves no output for a {in_h}x{in_w} input and a {kernel_h}x{kernel_w} filter",
-            win.padding
-        ))
-    })?;
+    let (calc_h, calc_w) = win
+        .output([in_h, in_w], [kernel_h, kernel_w], conv_transpose_size)
+        .expect("conv_transpose_size always has a value");
+    let strides = win.strides.map(|s| s as i128);
     let (out_h, out_w) = match output_sizes {
         Some([oh, ow]) => {
-            if oh < calc_h || oh >= calc_h + win.strides[0] {
+            let (oh, ow) = (oh as i128, ow as i128);
+            if oh < calc_h || oh >= calc_h + strides[0] {
                 return Err(ctx.err(format!(
                     "outputSizes[0] ({oh}) must be in [{calc_h}, {})",
-                    calc_h + win.strides[0]
+                    calc_h + strides[0]
                 )));
             }
-            if ow < calc_w || ow >= calc_w + win.strides[1] {
+            if ow < calc_w || ow >= calc_w + strides[1] {
                 return Err(ctx.err(format!(
                     "outputSizes[1] ({ow}) must be in [{calc_w}, {})",
-                    calc_w + win.strides[1]
+                    calc_w + strides[1]
                 )));
             }
             (oh, ow)
         }
-        None => (calc_h + output_padding[0], calc_w + output_padding[1]),
+        None => (
+            calc_h + output_padding[0] as i128,
+            calc_w + output_padding[1] as i128,
+        ),
     };
+    // A valid dimension: greater than zero and within `long`.
+    let valid = |v: i128| v > 0 && v <= i32::MAX as i128;
+    if !valid(out_h) || !valid(out_w) {
+        return Err(ctx.err(format!(
+            "the output size {out_h}x{out_w} (padding {:?}, a {in_h}x{in_w} input, a {kernel_h}x{kernel_w} filter) is not a valid dimension",
+            win.padding
+        )));
+    }
+    let (out_h, out_w) = (out_h as usize, out_w as usize);
     let params = ConvParams {
         nhwc,
         filter_layout,

@@ -773,8 +773,15 @@ pub fn binary_owned(
 }
 
 fn sigmoid(x: f32) -> f32 {
-    // exp(-x) overflows to inf for very negative x, giving exactly 0.
-    1.0 / (1.0 + (-x).exp())
+    // Below about -87.3, exp(-x) overflows to inf and the quotient to 0,
+    // where the true value is subnormal down to about -103.9. There
+    // sigmoid(x) = e^x / (1 + e^x) is e^x to within a relative e^x
+    // (under 1e-34 from -80 down).
+    if x < -80.0 {
+        x.exp()
+    } else {
+        1.0 / (1.0 + (-x).exp())
+    }
 }
 
 /// Binds `$f` to the f32 function of `$k` (monomorphised per arm, so the

@@ -329,6 +329,26 @@ fn unary_ops() {
         panic!()
     };
     assert_eq!(r, vec![0.0, 1.0]);
+    // Below about -87.3 the value is subnormal, not 0 (as long as e^x is:
+    // to about -103.3, the last subnormal of f32); just above the switch
+    // to e^x the two forms agree.
+    let xs = vec![-90.0f32, -100.0, -103.0, -80.001, -79.999];
+    let Buf::F32(r) = unary(
+        UnaryKind::Sigmoid,
+        &Buf::F32(xs.clone()),
+        &desc(DataType::Float32, &[5]),
+    )
+    .unwrap() else {
+        panic!()
+    };
+    for (&x, &y) in xs.iter().zip(&r) {
+        let want = (x as f64).exp() / (1.0 + (x as f64).exp());
+        assert!(y > 0.0, "sigmoid({x}) = {y}");
+        assert!(
+            ((y as f64 - want) / want).abs() < 1e-6 || (y as f64 - want).abs() < 1e-44,
+            "sigmoid({x}) = {y:e}, want {want:e}"
+        );
+    }
     let di = desc(DataType::Int32, &[3]);
     let xi = Buf::I32(vec![i32::MIN, -3, 4]);
     assert_eq!(

@@ -14,7 +14,9 @@
 @group(0) @binding(3) var<storage, read_write> out: array<{{T}}>;
 
 // SPIR-V leaves pow() undefined for x < 0 and for x == 0 with y <= 0, so the
-// float version handles those cases itself, as C's pow does.
+// float version handles those cases itself, as C's pow does. The base's
+// sign and zero are read from its bits: drivers flush a subnormal base to
+// zero, in comparisons too.
 fn pow_f32(x: f32, y: f32) -> f32 {
     if (y == 0.0) {
         return 1.0;
@@ -23,24 +25,64 @@ fn pow_f32(x: f32, y: f32) -> f32 {
     // non-finite literal.
     let inf = bitcast<f32>(p[0] * 0u + 0x7f800000u);
     let nan = bitcast<f32>(p[0] * 0u + 0x7fc00000u);
-    if (x == 0.0) {
+    // As C's pow: 1 to any power is 1, and otherwise NaN in gives NaN
+    // (tested by the bits: comparisons may assume there is none).
+    if (x == 1.0) {
+        return 1.0;
+    }
+    if (is_nan_f(x) || is_nan_f(y)) {
+        return nan;
+    }
+    let bx = bitcast<u32>(x);
+    let mag = bx & 0x7fffffffu;
+    if (mag == 0u) {
         if (y > 0.0) {
             return 0.0;
         }
         return inf;
     }
-    if (x < 0.0) {
+    if (bx >= 0x80000000u) {
+        // (-inf)^y: inf or 0 by the sign of y, negative for an odd
+        // integer y, as C's pow (not NaN for a fraction, as a finite
+        // negative base gives).
+        let odd = abs(y) < 16777216.0 && y == floor(y) && (u32(abs(y)) & 1u) == 1u;
+        if (mag == 0x7f800000u) {
+            let r = select(0.0, inf, y > 0.0);
+            return select(r, -r, odd);
+        }
         if (y != floor(y)) {
             return nan;
         }
-        let r = pow(-x, y);
         // Every float at or above 2^24 is an even integer.
-        if (abs(y) < 16777216.0 && (u32(abs(y)) & 1u) == 1u) {
-            return -r;
-        }
-        return r;
+        let r = pow_mag(mag, y, inf);
+        return select(r, -r, odd);
     }
-    return pow(x, y);
+    return pow_mag(mag, y, inf);
+}
+
+// |x|^y for |x| given by its bits (finite, not zero). A subnormal
+// |x| = b 2^-149 (which drivers flush to 0) is b^y 2^(-149 y): the power of
+// two split into an integer n, applied exactly by ldexp in steps that stay
+// within its range, and 2^f for the rest, with the rounding error of
+// -149 y (exact by fma) folded in. Beyond |y| >= 2 the result is 0 or inf
+// in float32 anyway, which b^y alone could not give.
+fn pow_mag(mag: u32, y: f32, inf: f32) -> f32 {
+    if (mag >= 0x00800000u) {
+        return pow(bitcast<f32>(mag), y);
+    }
+    if (y >= 2.0) {
+        return 0.0;
+    }
+    if (y <= -2.0) {
+        return inf;
+    }
+    let t = -149.0 * y;
+    let err = fma(-149.0, y, -t);
+    let n = floor(t);
+    let r = pow(f32(mag), y) * exp2(t - n) * (1.0 + err * 0.6931472);
+    let k = i32(n);
+    let h = k / 4;
+    return ldexp(ldexp(ldexp(ldexp(r, h), h), h), k - 3 * h);
 }
 
 // Integer powers by repeated squaring (wrapping on overflow); negative

@@ -20,16 +20,18 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let len = p[1];
     let inner = p[2];
     let base = (i / inner) * len * inner + i % inner;
+    // A NaN anywhere makes the maximum NaN, and so every output, as on the
+    // CPU backend (float.wgsl: max_nan, exp_r).
     var m = x[base];
     for (var k = 1u; k < len; k++) {
-        m = max(m, x[base + k * inner]);
+        m = max_nan(m, x[base + k * inner]);
     }
     var s = 0.0;
     for (var k = 0u; k < len; k++) {
-        s += exp(x[base + k * inner] - m);
+        s += exp_r(x[base + k * inner] - m);
     }
     for (var k = 0u; k < len; k++) {
         let j = base + k * inner;
-        out[j] = exp(x[j] - m) / s;
+        out[j] = exp_r(x[j] - m) / s;
     }
 }

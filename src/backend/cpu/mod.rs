@@ -7,13 +7,11 @@
 
 mod activation;
 mod conv;
-mod depthwise;
 mod elementwise;
 mod gather;
 mod logical;
 mod matmul;
 mod movement;
-mod nchwc;
 mod norm;
 mod profile;
 mod quantize;
@@ -32,6 +30,8 @@ use crate::error::{Error, Result};
 use crate::graph::{Graph, Op, Source};
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
+
+use conv::nchwc;
 
 struct CpuTensor {
     desc: OperandDescriptor,

@@ -11,7 +11,7 @@
 use rayon::prelude::*;
 
 use super::L;
-use crate::backend::cpu::conv::{is_global_pool, pool_finish, pool_identity, pool_step};
+use crate::backend::cpu::conv::common::{is_global_pool, pool_finish, pool_identity, pool_step};
 use crate::error::{Error, Result};
 use crate::graph::op::Pool2dParams;
 

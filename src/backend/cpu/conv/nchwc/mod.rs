@@ -21,7 +21,7 @@
 //! their own shape. A node that wants an input in the other layout gets a
 //! converted copy (`Plan::to_blocked`, `Plan::to_nchw`); graph outputs are always
 //! NCHW. Only on x86-64 with AVX2 and FMA; elsewhere the plan is empty
-//! and every convolution runs in `conv.rs`.
+//! and every convolution runs on the NCHW paths of `conv/`.
 //!
 //! The kernels are written once over a vector type (`simd::Vf`) and run
 //! on AVX-512 where the CPU has it (chosen at build, [`Isa`]), with the
@@ -71,7 +71,7 @@ pub(super) const L: usize = 8;
 
 /// Which operands of a compiled graph are stored blocked, and the
 /// filters of the convolutions that run blocked.
-pub(super) struct Plan {
+pub(in crate::backend::cpu) struct Plan {
     blocked: Vec<bool>,
     convs: HashMap<usize, Conv>,
     /// Direct convolutions (by node) that add a residual in their
@@ -94,7 +94,7 @@ pub(super) struct Plan {
 /// conv(...) + residual`, where the add read the convolution's output
 /// (read by nothing else) and `residual`, an operand computed before the
 /// convolution. The same two roundings as the two nodes.
-pub(super) struct Sum {
+pub(in crate::backend::cpu) struct Sum {
     pub residual: usize,
     pub out: usize,
 }
@@ -103,13 +103,13 @@ pub(super) struct Sum {
 /// depthwise one and a projecting 1x1 one (at least one of the two),
 /// run by the first node a band of rows at a time; the operand it
 /// writes.
-pub(super) struct Chain {
-    pub(super) expand: Option<usize>,
-    pub(super) depthwise: usize,
-    pub(super) project: Option<usize>,
+pub(in crate::backend::cpu) struct Chain {
+    pub(in crate::backend::cpu) expand: Option<usize>,
+    pub(in crate::backend::cpu) depthwise: usize,
+    pub(in crate::backend::cpu) project: Option<usize>,
     /// The last convolution's output, or the output of the residual add
     /// that the projection does.
-    pub(super) out: usize,
+    pub(in crate::backend::cpu) out: usize,
 }
 
 impl Chain {
@@ -121,7 +121,7 @@ impl Chain {
 }
 
 /// A convolution that runs in the blocked layout, its filter packed.
-pub(super) enum Conv {
+pub(in crate::backend::cpu) enum Conv {
     /// groups = 1: `w` holds one panel per 16 output channels (8 for an
     /// odd last block), each `[ic / 8][kh * kw][8 input][nb * 8 output]`,
     /// or with `plain` (the input read in NCHW: the few input channels of
@@ -155,11 +155,11 @@ pub(super) use simd::Isa;
 /// Elsewhere no kernel runs blocked.
 #[cfg(not(target_arch = "x86_64"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Isa {}
+pub(in crate::backend::cpu) enum Isa {}
 
 #[cfg(not(target_arch = "x86_64"))]
 impl Isa {
-    pub(super) fn name(self) -> &'static str {
+    pub(in crate::backend::cpu) fn name(self) -> &'static str {
         match self {}
     }
 }
@@ -167,7 +167,7 @@ impl Isa {
 /// A panel of a direct convolution's filter: output channel block `ob0`
 /// and the next `nb - 1`, at `off` in the packed filter.
 #[derive(Clone, Copy)]
-pub(super) struct Panel {
+pub(in crate::backend::cpu) struct Panel {
     ob0: usize,
     nb: usize,
     off: usize,
@@ -187,7 +187,7 @@ pub(super) fn available() -> bool {
 
 /// The blocked kernels' vectors as the bench prints them: the depthwise
 /// form where it differs (see [`depthwise::preferred`]).
-pub(super) fn isa_name() -> String {
+pub(in crate::backend::cpu) fn isa_name() -> String {
     match best() {
         None => "off (no AVX2+FMA)".into(),
         #[cfg(target_arch = "x86_64")]
@@ -261,7 +261,7 @@ fn blocked_conv(
     if f.len() != p.out_channels * cg * khw {
         return None;
     }
-    let f = super::conv::filter_oihw(f, p);
+    let f = super::common::filter_oihw(f, p);
     if depthwise {
         let c = p.in_channels;
         let mut w = vec![0.0f32; c * khw];
@@ -345,7 +345,7 @@ fn winograd_conv(
     if f.len() != oc * ic * 9 {
         return None;
     }
-    let f = super::conv::filter_oihw(f, p);
+    let f = super::common::filter_oihw(f, p);
     let panels = panel_list(oc / L, isa, ic);
     let u = winograd::pack(&f, ic, oc, &panels);
     Some(Conv::Winograd { u, panels, isa })
@@ -392,7 +392,10 @@ fn panel_blocks(isa: Isa) -> usize {
 
 /// Decides the layout of every operand of `graph` (see the module
 /// comment); `None` when nothing would run blocked.
-pub(super) fn plan(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Plan> {
+pub(in crate::backend::cpu) fn plan(
+    graph: &Graph,
+    constants: &HashMap<usize, Buf>,
+) -> Option<Plan> {
     match disabled() {
         true => None,
         false => plan_for(graph, constants, best()?),
@@ -540,12 +543,17 @@ fn residual_sums(
 
 impl Plan {
     /// Whether operand `i` is stored blocked.
-    pub(super) fn is_blocked(&self, i: usize) -> bool {
+    pub(in crate::backend::cpu) fn is_blocked(&self, i: usize) -> bool {
         self.blocked[i]
     }
 
     /// Whether node `n` reads its input `index` in the blocked layout.
-    pub(super) fn wants_blocked(&self, graph: &Graph, n: usize, index: usize) -> bool {
+    pub(in crate::backend::cpu) fn wants_blocked(
+        &self,
+        graph: &Graph,
+        n: usize,
+        index: usize,
+    ) -> bool {
         if let Some(c) = self.convs.get(&n) {
             let nchw = matches!(c, Conv::Direct { plain: true, .. })
                 || matches!(c, Conv::Direct { nchw_in: true, .. });
@@ -560,38 +568,42 @@ impl Plan {
 
     /// Whether pooling node `n` reads its blocked input where it lies
     /// (run it with [`global_pool`]).
-    pub(super) fn is_pool(&self, n: usize) -> bool {
+    pub(in crate::backend::cpu) fn is_pool(&self, n: usize) -> bool {
         self.pools.get(n).copied().unwrap_or(false)
     }
 
     /// The blocked convolution of node `n`, when it runs blocked.
-    pub(super) fn conv(&self, n: usize) -> Option<&Conv> {
+    pub(in crate::backend::cpu) fn conv(&self, n: usize) -> Option<&Conv> {
         self.convs.get(&n)
     }
 
     /// The depthwise chain that node `n` runs, when it starts one.
-    pub(super) fn chain(&self, n: usize) -> Option<&Chain> {
+    pub(in crate::backend::cpu) fn chain(&self, n: usize) -> Option<&Chain> {
         self.chains.get(&n)
     }
 
     /// The residual add that convolution node `n` does, when it does one.
-    pub(super) fn sum(&self, n: usize) -> Option<&Sum> {
+    pub(in crate::backend::cpu) fn sum(&self, n: usize) -> Option<&Sum> {
         self.sums.get(&n)
     }
 
     /// NCHW `x` of descriptor `d` in the blocked layout.
-    pub(super) fn to_blocked(&self, x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
+    pub(in crate::backend::cpu) fn to_blocked(
+        &self,
+        x: &Buf,
+        d: &OperandDescriptor,
+    ) -> Result<Buf> {
         to_blocked(x, d, self.isa)
     }
 
     /// Blocked `x` of descriptor `d` back in NCHW.
-    pub(super) fn to_nchw(&self, x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
+    pub(in crate::backend::cpu) fn to_nchw(&self, x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
         to_nchw(x, d, self.isa)
     }
 
     /// Whether node `n`'s work is done by an earlier node: an add by the
     /// convolution before it, a convolution by its chain's first node.
-    pub(super) fn is_fused(&self, n: usize) -> bool {
+    pub(in crate::backend::cpu) fn is_fused(&self, n: usize) -> bool {
         self.fused.get(n).copied().unwrap_or(false)
     }
 }
@@ -615,7 +627,10 @@ fn f32s(b: &Buf) -> Result<&[f32]> {
 
 /// Global pooling `p` of blocked `x`, into NCHW `[n, c, 1, 1]` (a node
 /// that [`Plan::is_pool`] names).
-pub(super) fn global_pool(p: &crate::graph::op::Pool2dParams, x: &Buf) -> Result<Buf> {
+pub(in crate::backend::cpu) fn global_pool(
+    p: &crate::graph::op::Pool2dParams,
+    x: &Buf,
+) -> Result<Buf> {
     pool::global(p, f32s(x)?).map(Buf::F32)
 }
 
@@ -721,7 +736,7 @@ fn ends<'a>(
 /// takes them); the output is blocked.
 /// Runs blocked convolution `c`; with `sum` (a direct convolution's
 /// residual, blocked, of the output's shape) adds it to the result.
-pub(super) fn conv(
+pub(in crate::backend::cpu) fn conv(
     c: &Conv,
     p: &Conv2dParams,
     inputs: &[&Buf],
@@ -832,7 +847,7 @@ impl Plan {
     /// biases and bounds are constants), `sum` the residual when the
     /// projection adds one. The result is blocked, the shape of
     /// `ch.out`.
-    pub(super) fn run_chain<'a>(
+    pub(in crate::backend::cpu) fn run_chain<'a>(
         &'a self,
         g: &Graph,
         ch: &Chain,

@@ -5,7 +5,7 @@ use crate::backend::gpu::testing::random;
 use crate::graph::op::{BinaryKind, UnaryKind};
 use crate::graph::{Node, Source};
 
-/// conv.rs's test parameters, square strides and dilations, with a
+/// conv/tests.rs's test parameters, square strides and dilations, with a
 /// bias.
 fn params(
     x: (usize, usize, usize, usize),
@@ -388,13 +388,20 @@ fn depthwise_case(i: usize, (x, (kh, kw), pad, s, d): DepthwiseCase) {
         let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
         let mut m = vec![0.0f32; p.batch * c * p.out_h * p.out_w];
         let (xa, fa, ba) = (abs(&xs), abs(&f), abs(&bias));
-        crate::backend::cpu::conv::depthwise_nchw(&xa, &fa, Some(&ba), None, &p, &mut m);
+        crate::backend::cpu::conv::depthwise::depthwise_nchw(&xa, &fa, Some(&ba), None, &p, &mut m);
         m
     });
     let terms = (kh * kw + 1) as f32;
     for bounds in [None, Some((-0.25f32, 0.5f32))] {
         let mut want = vec![7.0f32; p.batch * c * p.out_h * p.out_w];
-        crate::backend::cpu::conv::depthwise_nchw(&xs, &f, Some(&bias), bounds, &p, &mut want);
+        crate::backend::cpu::conv::depthwise::depthwise_nchw(
+            &xs,
+            &f,
+            Some(&bias),
+            bounds,
+            &p,
+            &mut want,
+        );
         for isa in isas() {
             let (g, conv_b) = one_conv(&p, &f, isa);
             let out = &g.operands[3];

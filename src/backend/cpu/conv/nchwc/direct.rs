@@ -396,7 +396,7 @@ unsafe fn interleave8(x: *const f32, hw: usize, out: *mut f32, w: usize) -> usiz
             for (k, vk) in v.iter_mut().enumerate() {
                 *vk = _mm256_loadu_ps(x.add(k * hw + q));
             }
-            let t = crate::backend::cpu::depthwise::transpose(v);
+            let t = crate::backend::cpu::conv::common::transpose(v);
             for (j, tj) in t.iter().enumerate() {
                 _mm256_storeu_ps(out.add((q + j) * L), *tj);
             }

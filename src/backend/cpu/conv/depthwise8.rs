@@ -20,6 +20,8 @@ use rayon::prelude::*;
 
 use crate::graph::op::Conv2dParams;
 
+use super::common::transpose;
+
 /// Lanes of a block: channels computed together.
 const L: usize = 8;
 
@@ -45,45 +47,6 @@ thread_local! {
 /// Whether this CPU runs [`depthwise8`].
 pub(super) fn available() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-}
-
-/// Transposes 8 vectors of 8 lanes (row i lane j -> row j lane i).
-///
-/// # Safety
-/// The CPU must have AVX (inlined into code compiled for AVX2, whose
-/// caller checked [`available`]).
-#[inline(always)]
-pub(super) unsafe fn transpose(r: [__m256; 8]) -> [__m256; 8] {
-    // SAFETY: register shuffles only, no memory; AVX is the caller's
-    // contract.
-    unsafe {
-        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-        let u1 = _mm256_shuffle_ps::<0xee>(t0, t2);
-        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-        let u3 = _mm256_shuffle_ps::<0xee>(t1, t3);
-        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-        let u5 = _mm256_shuffle_ps::<0xee>(t4, t6);
-        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-        let u7 = _mm256_shuffle_ps::<0xee>(t5, t7);
-        [
-            _mm256_permute2f128_ps::<0x20>(u0, u4),
-            _mm256_permute2f128_ps::<0x20>(u1, u5),
-            _mm256_permute2f128_ps::<0x20>(u2, u6),
-            _mm256_permute2f128_ps::<0x20>(u3, u7),
-            _mm256_permute2f128_ps::<0x31>(u0, u4),
-            _mm256_permute2f128_ps::<0x31>(u1, u5),
-            _mm256_permute2f128_ps::<0x31>(u2, u6),
-            _mm256_permute2f128_ps::<0x31>(u3, u7),
-        ]
-    }
 }
 
 /// Depthwise conv2d of NCHW `x` with OIHW filter `f` ([c, 1, kh, kw]) into
@@ -165,7 +128,7 @@ unsafe fn block(
     let (dh, dw) = (p.dilations[0], p.dilations[1]);
     let (pt, pl) = (p.padding[0], p.padding[2]);
     // Padded rows and columns the taps reach.
-    let (hu, wu) = super::conv::reach(p);
+    let (hu, wu) = super::common::reach(p);
     let plane = oh * ow;
     inb.resize(hu * wu * L, 0.0);
     outb.resize(plane * L, 0.0);
@@ -356,7 +319,7 @@ mod tests {
                 (Some(&b[..]), None),
             ] {
                 let mut want = vec![7.0f32; n * c * oh * ow];
-                super::super::conv::depthwise_nchw(&x, &f, bias, act, &p, &mut want);
+                super::super::depthwise::depthwise_nchw(&x, &f, bias, act, &p, &mut want);
                 let mut got = vec![7.0f32; want.len()];
                 let bounds = act.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
                 // SAFETY: the test returned at its start unless

@@ -219,7 +219,7 @@ unsafe fn reorder_block(x: *const f32, out: *mut f32, from: usize, hw: usize, in
                     x.add((p + k) * L)
                 });
             }
-            let t = crate::backend::cpu::depthwise::transpose(v);
+            let t = crate::backend::cpu::conv::common::transpose(v);
             for (k, tk) in t.iter().enumerate() {
                 _mm256_storeu_ps(
                     if into {

@@ -1,0 +1,193 @@
+//! Helpers that several convolution and pooling paths share (a leaf: it
+//! imports none of them): the layout permutations, the filter in OIHW
+//! order, the padded extent the taps reach and the phase-split padded copy
+//! of a plane, pooling's window reductions, and the 8x8 register transpose
+//! of the 8-channel kernels (x86-64).
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use crate::backend::cpu::shape::transpose_vec;
+use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
+
+/// Multiply-adds per (batch, group) unit below which units run in parallel
+/// with serial sgemms, rather than one after another with parallel sgemms.
+pub(super) const UNIT_PAR_WORK: usize = 1 << 22;
+
+/// NHWC -> NCHW.
+pub(super) const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+/// NCHW -> NHWC.
+pub(super) const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+
+/// The filter in OIHW order, whatever its layout (borrowed when it is).
+pub(super) fn filter_oihw<'a>(f: &'a [f32], p: &Conv2dParams) -> std::borrow::Cow<'a, [f32]> {
+    let (o, i, h, w) = (
+        p.out_channels,
+        p.in_channels / p.groups,
+        p.kernel_h,
+        p.kernel_w,
+    );
+    std::borrow::Cow::Owned(match p.filter_layout {
+        FilterLayout::Oihw => return std::borrow::Cow::Borrowed(f),
+        FilterLayout::Hwio => transpose_vec(f, &[h, w, i, o], &[3, 2, 0, 1]),
+        FilterLayout::Ohwi => transpose_vec(f, &[o, h, w, i], &[0, 3, 1, 2]),
+        FilterLayout::Ihwo => transpose_vec(f, &[i, h, w, o], &[3, 0, 1, 2]),
+    })
+}
+
+/// The padded rows and columns the taps of a convolution reach (the
+/// extent of the padded input that is read; needs out_h, out_w >= 1).
+pub(super) fn reach(p: &Conv2dParams) -> (usize, usize) {
+    let (oh, ow) = (p.out_h, p.out_w);
+    (
+        (oh - 1) * p.strides[0] + (p.kernel_h - 1) * p.dilations[0] + 1,
+        (ow - 1) * p.strides[1] + (p.kernel_w - 1) * p.dilations[1] + 1,
+    )
+}
+
+/// Writes one input plane `x` ([h, w]) with its padding into `dst`, split
+/// by column phase for stride `sw`: `dst[(q * hu + r) * wq + t]` is padded
+/// row `r`, padded column `q + t * sw` (`wq = ceil(wu / sw)`), for the `hu`
+/// rows and `wu` columns the taps reach. Only the cells the input covers
+/// are written: `dst` must hold zeros in the others (the geometry fixes
+/// which cells those are, so a buffer zeroed once serves every plane).
+#[inline(always)]
+pub(super) fn pad_split(
+    x: &[f32],
+    (h, w): (usize, usize),
+    (pt, pl): (usize, usize),
+    (hu, wu, sw): (usize, usize, usize),
+    scratch: &mut [f32],
+) {
+    let wq = wu.div_ceil(sw);
+    for r in 0..hu {
+        let Some(iy) = r.checked_sub(pt).filter(|&iy| iy < h) else {
+            continue;
+        };
+        let src = &x[iy * w..(iy + 1) * w];
+        if sw == 1 {
+            let (lo, hi) = (pl.min(wu), (pl + w).min(wu));
+            if lo < hi {
+                scratch[r * wq + lo..r * wq + hi].copy_from_slice(&src[..hi - lo]);
+            }
+        } else {
+            // Phase q holds padded columns q, q + sw, ...; of those, the
+            // ones in [pl, hi) come from the input, a strided run of it.
+            let hi = (pl + w).min(wu);
+            for q in 0..sw {
+                let t0 = pl.saturating_sub(q).div_ceil(sw);
+                let t1 = hi.saturating_sub(q).div_ceil(sw).max(t0);
+                if t0 == t1 {
+                    continue;
+                }
+                let base = (q * hu + r) * wq;
+                let row = &mut scratch[base + t0..base + t1];
+                let src = &src[q + t0 * sw - pl..];
+                if sw == 2 {
+                    // A constant stride: the loop becomes vector shuffles.
+                    let full = (src.len() / 2).min(row.len());
+                    for (d, pair) in row[..full].iter_mut().zip(src.chunks_exact(2)) {
+                        *d = pair[0];
+                    }
+                    for (t, d) in row.iter_mut().enumerate().skip(full) {
+                        *d = src[2 * t];
+                    }
+                } else {
+                    for (d, s) in row.iter_mut().zip(src.iter().step_by(sw)) {
+                        *d = *s;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where a window's reduction starts.
+pub(super) fn pool_identity(kind: PoolKind) -> f32 {
+    match kind {
+        PoolKind::Max => f32::NEG_INFINITY,
+        _ => 0.0,
+    }
+}
+
+/// One element into a window's reduction.
+#[inline(always)]
+pub(super) fn pool_step(kind: PoolKind, acc: f32, v: f32) -> f32 {
+    match kind {
+        // NaN propagates: once acc is NaN, nothing replaces it.
+        PoolKind::Max => {
+            if (v > acc || v.is_nan()) && !acc.is_nan() {
+                v
+            } else {
+                acc
+            }
+        }
+        PoolKind::Average => acc + v,
+        PoolKind::L2 => acc + v * v,
+    }
+}
+
+/// A window's result from its reduction over `count` input elements.
+pub(super) fn pool_finish(kind: PoolKind, acc: f32, count: usize) -> f32 {
+    // Padding is not part of any reduction: the average divides by the
+    // number of input elements in the window. A window wholly in the
+    // padding (possible with ceil rounding or large padding) reduces
+    // nothing: 0 for average and l2, -inf (the identity of max) for max.
+    match kind {
+        PoolKind::Max => acc,
+        PoolKind::Average if count > 0 => acc / count as f32,
+        PoolKind::Average => 0.0,
+        PoolKind::L2 => acc.sqrt(),
+    }
+}
+
+/// Whether pooling `p` reduces each whole plane to one value: one window
+/// over the plane, no padding, no dilation.
+pub(super) fn is_global_pool(p: &Pool2dParams) -> bool {
+    p.out_h == 1
+        && p.out_w == 1
+        && p.window == [p.in_h, p.in_w]
+        && p.padding == [0; 4]
+        && p.dilations == [1, 1]
+        && p.in_h * p.in_w > 0
+}
+
+/// Transposes 8 vectors of 8 lanes (row i lane j -> row j lane i).
+///
+/// # Safety
+/// The CPU must have AVX (inlined into code compiled for AVX2, whose
+/// caller checked [`available`](super::depthwise8::available)).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn transpose(r: [__m256; 8]) -> [__m256; 8] {
+    // SAFETY: register shuffles only, no memory; AVX is the caller's
+    // contract.
+    unsafe {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xee>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xee>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xee>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xee>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ]
+    }
+}

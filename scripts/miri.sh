@@ -8,7 +8,7 @@
 # threadsafe function's data in binding/completion.rs (the pending
 # promise table needs a live N-API environment: see its tests' comment).
 #
-#   scripts/miri.sh [ci|full]     (default: ci)
+#   scripts/miri.sh [smoke|ci|full]     (default: ci)
 #
 # Each mode runs the test binary twice, as Miri only enables the CPU
 # features the build does (is_x86_feature_detected! reports nothing
@@ -23,6 +23,7 @@
 # AVX-512 does not run: Miri implements few of its intrinsics, and the
 # kernels only take that path where the build enables avx512f.
 #
+# smoke what CI runs: a handful of quick tests in the portable build.
 # ci    the Miri-sized tests (tests::miri modules, *_small), the
 #       completion tests and the small native ones, in both builds.
 # full  ci, plus the same tests with -Zmiri-many-seeds=0..4 for the
@@ -54,7 +55,7 @@ cd "$(dirname "$0")/.."
 
 mode=${1:-ci}
 case "$mode" in
-ci | full) ;;
+smoke | ci | full) ;;
 *)
   echo "usage: $0 [ci|full]" >&2
   exit 2
@@ -99,6 +100,21 @@ for t in "${tests[@]}"; do
   *) portable+=("$t") ;;
   esac
 done
+
+if [ "$mode" = smoke ]; then
+  # CI's slice: the portable build only, tests that finish in seconds each
+  # under Miri (the element-wise loops written into uninitialised memory,
+  # the NCHWc 16x8 transposes, the SGEMM size checks, the completion inbox
+  # and the threadsafe function's data).
+  run "portable (smoke)" cargo +nightly miri test --lib -- \
+    elementwise::tests::every_width_gives_the_same_bits \
+    elementwise::tests::binary_broadcast_matches_naive_small \
+    nchwc::relayout::tests::the_16x8_tables_transpose \
+    sgemm::tests::short_buffers_are_errors \
+    binding::completion::tests::
+  echo "== miri: smoke done in $((SECONDS - start)) s" >&2
+  exit 0
+fi
 
 run portable cargo +nightly miri test --lib -- "${portable[@]}"
 run avx2 env RUSTFLAGS="-Ctarget-feature=+avx2,+fma" CARGO_TARGET_DIR=target/miri-avx2 \

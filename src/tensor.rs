@@ -276,15 +276,8 @@ impl Buf {
     /// The in-memory bytes of the elements (equal to the external layout for
     /// every type but int4/uint4, on little-endian machines).
     pub fn raw_bytes(&self) -> &[u8] {
-        with_buf!(self, v => {
-            let len = std::mem::size_of_val(v.as_slice());
-            // SAFETY: the vector's first `len` bytes (size_of_val of its
-            // initialised elements) are initialised; every element type is
-            // a plain integer or float without padding, so each byte is
-            // initialised too, and u8 has alignment 1; the slice borrows
-            // `self`, so the vector cannot change under it.
-            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), len) }
-        })
+        // Every element type is a plain integer or float (Pod).
+        with_buf!(self, v => bytemuck::cast_slice(v.as_slice()))
     }
 
     /// Element `i` as f64 (for tests, reductions of small tensors and

@@ -4,7 +4,7 @@
 use super::*;
 
 /// unaligned packed row would split a cache line on every vector load.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, align(64))]
 pub(super) struct Line([f32; 16]);
 
@@ -34,18 +34,14 @@ impl AlignedBuf {
     }
 
     pub(super) fn as_slice(&self) -> &[f32] {
-        // SAFETY: `Line` is `repr(C)` around [f32; 16], size 64 and no
-        // padding, so the vector's storage is lines.len() * 16 contiguous
-        // initialised floats (aligned to 64, more than f32 needs), and
-        // len <= lines.len() * 16 (the struct's invariant); the slice
-        // borrows `self`, so the vector cannot be reallocated under it.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<f32>(), self.len) }
+        // `Line` is Pod (repr(C) around [f32; 16], no padding), so its
+        // storage is lines.len() * 16 floats, and len is within it (the
+        // struct's invariant).
+        &bytemuck::cast_slice::<Line, f32>(&self.lines)[..self.len]
     }
 
     pub(super) fn as_mut_slice(&mut self) -> &mut [f32] {
-        // SAFETY: as in `as_slice`; `&mut self` makes the slice the only
-        // reference to the storage while it lives.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<f32>(), self.len) }
+        &mut bytemuck::cast_slice_mut::<Line, f32>(&mut self.lines)[..self.len]
     }
 }
 

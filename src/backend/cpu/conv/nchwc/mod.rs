@@ -61,7 +61,8 @@ mod pool;
 mod relayout;
 #[cfg(target_arch = "x86_64")]
 pub(super) mod simd;
-#[cfg(test)]
+// The tests drive the x86-64 kernels directly, as the code they test is.
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests;
 #[cfg(target_arch = "x86_64")]
 mod winograd;

@@ -42,6 +42,13 @@
 #                               to tasks as usize are integer-to-pointer
 #                               casts; this keeps Miri quiet about them
 #                               (it still checks every access).
+#   -Zmiri-ignore-leaks         rayon's global pool keeps its threads for
+#                               the life of the process, by design, and
+#                               Miri refuses a main thread that exits
+#                               while they run; this flag is the only one
+#                               that allows it, and it also turns off
+#                               Miri's leak check (LeakSanitizer checks
+#                               for leaks in real runs: scripts/asan.sh).
 # No -Zmiri-disable-isolation: nothing here reads the clock, the
 # environment or files outside what isolation allows.
 #
@@ -62,7 +69,7 @@ smoke | ci | full) ;;
   ;;
 esac
 
-export MIRIFLAGS=${MIRIFLAGS:--Zmiri-tree-borrows -Zmiri-permissive-provenance}
+export MIRIFLAGS=${MIRIFLAGS:--Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks}
 
 # The tests Miri runs: sized for it, or small already.
 tests=(
@@ -131,7 +138,7 @@ if [ "$mode" = full ]; then
     RUSTFLAGS="-Ctarget-feature=+avx2,+fma" CARGO_TARGET_DIR=target/miri-avx2 \
     cargo +nightly miri test --lib -- "${threaded[@]}"
   # No rayon pool in these: the stricter Stacked Borrows model applies.
-  run "stacked borrows" env MIRIFLAGS="-Zmiri-permissive-provenance" \
+  run "stacked borrows" env MIRIFLAGS="-Zmiri-permissive-provenance -Zmiri-ignore-leaks" \
     RUSTFLAGS="-Ctarget-feature=+avx2,+fma" CARGO_TARGET_DIR=target/miri-avx2 \
     cargo +nightly miri test --lib -- binding::completion::tests:: nchwc::relayout::tests::
 fi

@@ -259,9 +259,7 @@ pub(super) fn unary(
         UnaryKind::Cos if float => "cos(v)",
         UnaryKind::Floor if float => "floor(v)",
         UnaryKind::Identity => "v",
-        UnaryKind::Erf if float => {
-            "select(erf_as(v), v, (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u)"
-        }
+        UnaryKind::Erf if float => "select(erf_as(v), v, is_nan_f(v))",
         UnaryKind::Reciprocal if float => "1.0 / v",
         // WGSL's round() rounds halfway cases to even.
         UnaryKind::RoundEven if float => "round(v)",
@@ -375,7 +373,7 @@ pub(super) fn activation(
         ActivationOp::LeakyRelu { alpha } => ("select(lo() * v, v, v >= 0.0)", alpha, 0.0),
         ActivationOp::Linear { alpha, beta } => ("fma(lo(), v, hi())", alpha, beta),
         ActivationOp::Softplus => (
-            "select(max(v, 0.0) + log1p_f(exp(-abs(v))), v, (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u)",
+            "select(max(v, 0.0) + log1p_f(exp(-abs(v))), v, is_nan_f(v))",
             0.0,
             0.0,
         ),

@@ -357,7 +357,7 @@ pub(super) fn reduce(
     }
     let float = t == "f32";
     let nan_check = if float {
-        "        nan = nan || (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;\n"
+        "        nan = nan || is_nan_f(v);\n"
     } else {
         ""
     };

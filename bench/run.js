@@ -184,6 +184,10 @@ async function benchWorkload(workload, threads, context, opts) {
       // FLOP per ms / 1e6 = GFLOP/s
       row.ours_gflops = workload.flops / t.ours / 1e6;
       row.ort_gflops = workload.flops / t.ort / 1e6;
+      if (opts.peaks && opts.peaks.has(threads)) {
+        row.ours_of_peak = row.ours_gflops / opts.peaks.get(threads);
+        row.ort_of_peak = row.ort_gflops / opts.peaks.get(threads);
+      }
     }
     if (workload.perCallMicros) {
       row.ours_us = t.ours * 1000;
@@ -254,7 +258,8 @@ function measureRss(side, threads, runs) {
 
 
 function printResults(rows) {
-  const header = ['workload', 'thr', 'runs', 'ours ms', 'ORT ms', 'ours/ORT', 'ours GFLOP/s', 'ORT GFLOP/s', 'max rel err', 'status'];
+  const header = ['workload', 'thr', 'runs', 'ours ms', 'ORT ms', 'ours/ORT', 'ours GFLOP/s', 'ORT GFLOP/s', 'ours/peak', 'ORT/peak', 'max rel err', 'status'];
+  const pct = (x) => (x === undefined ? '-' : `${(100 * x).toFixed(0)}%`);
   const lines = rows.map((r) => [
     `${r.workload} ${r.title}`,
     String(r.threads),
@@ -264,10 +269,48 @@ function printResults(rows) {
     fmt(r.ratio, 2),
     fmt(r.ours_gflops, 1),
     fmt(r.ort_gflops, 1),
+    pct(r.ours_of_peak),
+    pct(r.ort_of_peak),
     fmtErr(r.max_rel_err),
     r.status,
   ]);
   printTable(header, lines);
+}
+
+// The machine's float32 multiply-add peak, measured in this process just
+// before the workloads (the addon's cpuPeak: independent FMA chains on
+// every thread, no memory traffic; see src/backend/cpu/sgemm/peak.rs),
+// at each thread count, for each instruction set the CPU has. Returns
+// the GEMM kernel's figures by thread count (the denominator of every
+// "of peak" column) and all of them for the report.
+function measurePeaks(opts) {
+  const native = require('../binding.js').load();
+  if (typeof native.cpuPeak !== 'function') {
+    console.log('peak: not measured (this build has no cpuPeak)\n');
+    return { gemm: new Map(), all: [] };
+  }
+  const millis = opts.quick ? 50 : 250;
+  const gemmIsa = native.cpuPeak(1, 1).isa;
+  const isas = ['avx512f', 'avx2+fma', 'portable'].filter((isa) => {
+    try {
+      native.cpuPeak(1, 1, isa);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+  const all = [];
+  for (const isa of isas) {
+    for (const n of opts.threads) all.push(native.cpuPeak(n, millis, isa));
+  }
+  const gemm = new Map(all.filter((p) => p.isa === gemmIsa).map((p) => [p.threads, p.gflops]));
+  console.log(`measured float32 FMA peak (${millis} ms rounds, best of 3, 12 independent chains per thread), GFLOP/s:`);
+  for (const isa of isas) {
+    const cells = opts.threads.map((n) => `${n} thr ${all.find((p) => p.isa === isa && p.threads === n).gflops.toFixed(1)}`);
+    console.log(`  ${isa.padEnd(9)} ${cells.join(', ')}${isa === gemmIsa ? '   <- our GEMM kernel; "of peak" divides by these' : ''}`);
+  }
+  console.log('');
+  return { gemm, all };
 }
 
 // The x86 vector extensions the CPU reports (Linux: /proc/cpuinfo's
@@ -300,13 +343,13 @@ function instructionSets() {
 async function main(opts) {
   const loadStart = loadavg();
   const selected = WORKLOADS.filter(
-    (w) => !opts.only || opts.only.some((id) => w.id === id || (id === 'a' && w.id.startsWith('a'))),
+    (w) => !opts.only || opts.only.some((id) => w.id === id || (id.length === 1 && w.id.startsWith(id))),
   );
   // g: all-MiniLM-L6-v2 sentences per second (bench/minilm.js), when its
   // files are in the cache (node scripts/fetch-minilm.js).
   const wantMinilm = !opts.only || opts.only.includes('g');
   if (!selected.length && !wantMinilm) {
-    throw new Error(`--only ${opts.only}: no such workload (a, a1, a2, b, c, d, e, f, g)`);
+    throw new Error(`--only ${opts.only}: no such workload (a, a1, a2, b, c, d, e, f, g, h, h1-h4, i, i1-i3)`);
   }
   const ortVersion = require('onnxruntime-node/package.json').version;
   const cpus = os.cpus();
@@ -321,6 +364,9 @@ async function main(opts) {
       `outputs checked first: max |ours-ort|/max(|ort|, ${REL_FLOOR}, ${RMS_FRACTION}*rms(ort)) < ${MAX_REL_ERR}`,
   );
   console.log('');
+
+  const peaks = measurePeaks(opts);
+  opts = { ...opts, peaks: peaks.gemm };
 
   const { ml } = webnn();
   const contexts = new Map();
@@ -391,6 +437,7 @@ async function main(opts) {
     load_start: loadStart,
     load_end: loadEnd,
     max_rel_err_limit: MAX_REL_ERR,
+    peak_gflops: peaks.all.map((p) => ({ isa: p.isa, threads: p.threads, gflops: round(p.gflops) })),
     results: rows.map((r) => {
       const out = {};
       for (const [k, v] of Object.entries(r)) if (k !== 'failed') out[k] = round(v);

@@ -49,49 +49,50 @@ const size = (shape) => shape.reduce((a, b) => a * b, 1);
 
 // --- the workloads ---
 
-function matmulWorkload(constantB) {
-  const n = 1024;
+// C = A B with A m x k and B k x n; B a constant (as a model's weights) or
+// a second input.
+function matmulWorkload({ id, title, m, k, n, constantB, runs }) {
   return {
-    id: constantB ? 'a1' : 'a2',
-    title: constantB ? 'matmul 1024^3, B constant' : 'matmul 1024^3, A and B inputs',
-    inputs: constantB ? [{ name: 'a', shape: [n, n] }] : [{ name: 'a', shape: [n, n] }, { name: 'b', shape: [n, n] }],
-    outputs: [{ name: 'c', shape: [n, n] }],
-    flops: 2 * n * n * n,
-    runs: 20,
+    id,
+    title,
+    inputs: constantB ? [{ name: 'a', shape: [m, k] }] : [{ name: 'a', shape: [m, k] }, { name: 'b', shape: [k, n] }],
+    outputs: [{ name: 'c', shape: [m, n] }],
+    flops: 2 * m * n * k,
+    runs,
     build(g, rand) {
-      const a = g.input('a', [n, n]);
+      const a = g.input('a', [m, k]);
       // Scaled by 1/sqrt(K): the products then sum to values of order 1.
-      const b = constantB ? g.constant([n, n], rand.uniform([n, n], 1 / Math.sqrt(n))) : g.input('b', [n, n]);
-      g.output('c', g.matmul(a, b), [n, n]);
+      const b = constantB ? g.constant([k, n], rand.uniform([k, n], 1 / Math.sqrt(k))) : g.input('b', [k, n]);
+      g.output('c', g.matmul(a, b), [m, n]);
     },
     // The inputs' own scales (B as an input gets the same 1/sqrt(K)).
     inputData(rand) {
-      const data = { a: rand.uniform([n, n]) };
-      if (!constantB) data.b = rand.uniform([n, n], 1 / Math.sqrt(n));
+      const data = { a: rand.uniform([m, k]) };
+      if (!constantB) data.b = rand.uniform([k, n], 1 / Math.sqrt(k));
       return data;
     },
   };
 }
 
-function conv2dWorkload() {
-  const [cin, cout, h, w, k] = [64, 64, 56, 56, 3];
+// One conv2d with bias, NCHW, stride 1, the output the input's size.
+function conv2dWorkload({ id, title, cin, cout, hw, k, runs }) {
+  const pad = (k - 1) / 2;
   return {
-    id: 'b',
-    title: 'conv2d 1x64x56x56, 64 3x3, pad 1',
-    inputs: [{ name: 'x', shape: [1, cin, h, w] }],
-    outputs: [{ name: 'y', shape: [1, cout, h, w] }],
-    // Output is the same size as the input (stride 1, padding 1).
-    flops: 2 * 1 * cout * h * w * cin * k * k,
-    runs: 30,
+    id,
+    title,
+    inputs: [{ name: 'x', shape: [1, cin, hw, hw] }],
+    outputs: [{ name: 'y', shape: [1, cout, hw, hw] }],
+    flops: 2 * cout * hw * hw * cin * k * k,
+    runs,
     build(g, rand) {
-      const x = g.input('x', [1, cin, h, w]);
+      const x = g.input('x', [1, cin, hw, hw]);
       const filter = g.constant([cout, cin, k, k], rand.uniform([cout, cin, k, k], heScale(cin * k * k)));
       const bias = g.constant([cout], rand.uniform([cout], BIAS_SCALE));
-      const y = g.conv2d(x, filter, bias, { kernel: [k, k], pads: [1, 1, 1, 1] });
-      g.output('y', y, [1, cout, h, w]);
+      const y = g.conv2d(x, filter, bias, { kernel: [k, k], pads: [pad, pad, pad, pad] });
+      g.output('y', y, [1, cout, hw, hw]);
     },
     inputData(rand) {
-      return { x: rand.uniform([1, cin, h, w]) };
+      return { x: rand.uniform([1, cin, hw, hw]) };
     },
   };
 }
@@ -109,10 +110,28 @@ const MOBILENET_V2_BLOCKS = [
   [6, 320, 1, 1],
 ];
 
+// Multiply-adds of MobileNetV2 as mobilenetWorkload builds it, times 2.
+function mobilenetFlops() {
+  let hw = 112; // after the stem
+  let flops = 2 * hw * hw * 32 * 3 * 9;
+  let channels = 32;
+  for (const [t, c, n, s] of MOBILENET_V2_BLOCKS) {
+    for (let i = 0; i < n; i++) {
+      const hidden = channels * t;
+      if (t !== 1) flops += 2 * hw * hw * channels * hidden;
+      if (i === 0 && s === 2) hw /= 2;
+      flops += 2 * hw * hw * hidden * 9 + 2 * hw * hw * hidden * c;
+      channels = c;
+    }
+  }
+  return flops + 2 * hw * hw * channels * 1280 + 2 * 1280 * 1000;
+}
+
 function mobilenetWorkload() {
   return {
     id: 'c',
     title: 'MobileNetV2 224x224',
+    flops: mobilenetFlops(),
     inputs: [{ name: 'image', shape: [1, 3, 224, 224] }],
     outputs: [{ name: 'probs', shape: [1, 1000] }],
     runs: 20,
@@ -169,6 +188,9 @@ function transformerWorkload() {
   return {
     id: 'd',
     title: 'transformer encoder block 128x384, 6 heads',
+    // Six products by weights (Q, K, V, the output projection, the FFN's
+    // two) and the attention's two per head.
+    flops: 2 * (4 * seq * hidden * hidden + 2 * seq * hidden * ff + 2 * heads * seq * seq * headDim),
     inputs: [{ name: 'x', shape: [1, seq, hidden] }],
     outputs: [{ name: 'y', shape: [1, seq, hidden] }],
     runs: 30,
@@ -228,13 +250,24 @@ function addWorkload(n, id, title, runs) {
 }
 
 const WORKLOADS = [
-  matmulWorkload(true),
-  matmulWorkload(false),
-  conv2dWorkload(),
+  matmulWorkload({ id: 'a1', title: 'matmul 1024^3, B constant', m: 1024, k: 1024, n: 1024, constantB: true, runs: 20 }),
+  matmulWorkload({ id: 'a2', title: 'matmul 1024^3, A and B inputs', m: 1024, k: 1024, n: 1024, constantB: false, runs: 20 }),
+  conv2dWorkload({ id: 'b', title: 'conv2d 1x64x56x56, 64 3x3, pad 1', cin: 64, cout: 64, hw: 56, k: 3, runs: 30 }),
   mobilenetWorkload(),
   transformerWorkload(),
   addWorkload(1000, 'e', 'add 1000 elements', 2000),
   addWorkload(1000000, 'f', 'add 1M elements', 200),
+
+  // The products inside the transformer block and MiniLM (sequence 128,
+  // hidden 384, FFN 1536; batch 8 stacks 1024 rows), weights constant.
+  matmulWorkload({ id: 'h1', title: 'matmul 128x384 by 384x384', m: 128, k: 384, n: 384, constantB: true, runs: 200 }),
+  matmulWorkload({ id: 'h2', title: 'matmul 128x384 by 384x1536', m: 128, k: 384, n: 1536, constantB: true, runs: 100 }),
+  matmulWorkload({ id: 'h3', title: 'matmul 128x1536 by 1536x384', m: 128, k: 1536, n: 384, constantB: true, runs: 100 }),
+  matmulWorkload({ id: 'h4', title: 'matmul 1024x384 by 384x1536', m: 1024, k: 384, n: 1536, constantB: true, runs: 30 }),
+  // MobileNetV2's 1x1 convolutions at three of its plane sizes.
+  conv2dWorkload({ id: 'i1', title: 'conv2d 1x1 1x32x112x112 to 96', cin: 32, cout: 96, hw: 112, k: 1, runs: 50 }),
+  conv2dWorkload({ id: 'i2', title: 'conv2d 1x1 1x96x14x14 to 576', cin: 96, cout: 576, hw: 14, k: 1, runs: 200 }),
+  conv2dWorkload({ id: 'i3', title: 'conv2d 1x1 1x320x7x7 to 1280', cin: 320, cout: 1280, hw: 7, k: 1, runs: 200 }),
 ];
 
 // Seeds: one for the weights (drawn by build), another for the inputs, so a

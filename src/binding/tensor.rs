@@ -374,3 +374,44 @@ pub fn external_memory(env: napi::Env) -> napi::Result<i64> {
 pub fn cpu_isa() -> String {
     crate::backend::cpu::isa_report()
 }
+
+/// The float32 multiply-add peak, measured now (see
+/// `backend::cpu::sgemm::peak`): the benchmark's denominator for every
+/// GEMM-bound row. Not public API. `isa` defaults to the GEMM kernel's
+/// instruction set; `millis` is each of the four rounds' length (the
+/// first a warm-up). It blocks the calling thread for that long, which a
+/// benchmark wants (nothing else should run meanwhile).
+#[napi(js_name = "cpuPeak")]
+pub fn cpu_peak(threads: u32, millis: u32, isa: Option<String>) -> napi::Result<CpuPeak> {
+    use crate::backend::cpu;
+    if !(1..=1024).contains(&threads) || !(1..=10_000).contains(&millis) {
+        return Err(napi::Error::new(
+            napi::Status::InvalidArg,
+            "cpuPeak: threads in 1..=1024 and millis in 1..=10000",
+        ));
+    }
+    let isa = isa.unwrap_or_else(|| cpu::gemm_isa().to_string());
+    let run = std::time::Duration::from_millis(millis.into());
+    let p = cpu::measure_peak(&isa, threads as usize, run).ok_or_else(|| {
+        napi::Error::new(
+            napi::Status::InvalidArg,
+            format!(
+                "cpuPeak: {isa} is not an instruction set of this CPU ({})",
+                cpu::peak_isas().join(", ")
+            ),
+        )
+    })?;
+    Ok(CpuPeak {
+        isa: p.isa.to_string(),
+        threads,
+        gflops: p.gflops,
+    })
+}
+
+/// One [`cpu_peak`] measurement.
+#[napi(object)]
+pub struct CpuPeak {
+    pub isa: String,
+    pub threads: u32,
+    pub gflops: f64,
+}

@@ -372,6 +372,13 @@ fn avx2_requested() -> bool {
     std::env::var("WEBNN_CPU_ISA").is_ok_and(|v| v == "avx2")
 }
 
+pub use sgemm::{measure_peak, peak_isas, Peak};
+
+/// The instruction set of the GEMM kernel this process uses.
+pub fn gemm_isa() -> &'static str {
+    sgemm::best_kernel().name()
+}
+
 /// The vectors each kind of CPU kernel runs on in this process, as the
 /// bench prints them: the matrix products, the blocked convolutions and
 /// the element-wise loops.

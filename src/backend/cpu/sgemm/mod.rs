@@ -27,7 +27,8 @@
 //!
 //! The pieces: `kernels.rs` (the micro-kernels and their blocking),
 //! `pack.rs` (packing, and the operands packed once), `blocked.rs` (the
-//! block loops and their tasks), `gemv.rs` (one row times B); this file
+//! block loops and their tasks), `gemv.rs` (one row times B), `peak.rs` (the
+//! machine's multiply-add peak, for the benchmark); this file
 //! holds the epilogue a kernel fuses (`Fuse`) and the entry points.
 
 use std::cell::RefCell;
@@ -45,6 +46,7 @@ mod blocked;
 mod gemv;
 mod kernels;
 mod pack;
+mod peak;
 #[cfg(test)]
 mod tests;
 
@@ -52,6 +54,7 @@ use blocked::*;
 use gemv::*;
 pub use kernels::*;
 pub use pack::*;
+pub use peak::*;
 
 /// What a micro-kernel applies to a finished tile (final sums) as it
 /// stores it: `rb[r]` added to row `r` (when `rb` is not null), `cb[j]`

@@ -542,9 +542,9 @@ fn convert_inputs(
             .ok_or_else(|| Error::operation("an operand is missing"))?;
         let d = &g.operands[i];
         out.push(Some(if pl.is_blocked(i) {
-            pl.to_nchw(x, d)?
+            pl.to_plain(x, d, i)?
         } else {
-            pl.to_blocked(x, d)?
+            pl.to_blocked(x, d, i)?
         }));
     }
     if let Some(t) = started {
@@ -780,10 +780,10 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
     let mut results: Vec<Buf> = Vec::with_capacity(g.outputs.len());
     for (k, (_, id)) in g.outputs.iter().enumerate() {
         let out = match std::mem::replace(&mut slots[*id], Slot::Empty) {
-            // Graph outputs are plain NCHW.
+            // Graph outputs are in their own layout, not blocked.
             Slot::Owned(b) => match cg.nchwc.as_ref().filter(|pl| pl.is_blocked(*id)) {
                 Some(pl) => {
-                    let plain = pl.to_nchw(&b, &g.operands[*id]);
+                    let plain = pl.to_plain(&b, &g.operands[*id], *id);
                     b.recycle();
                     plain?
                 }

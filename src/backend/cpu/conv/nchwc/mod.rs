@@ -15,13 +15,18 @@
 //! at its ends.
 //!
 //! [`plan`] decides at build which operands are stored blocked: the
-//! outputs of the float32 NCHW convolutions whose channel counts are
+//! outputs of the float32 convolutions whose channel counts are
 //! multiples of 8 (plain or depthwise, constant filter), and of
 //! element-wise binary nodes whose two inputs are blocked operands of
-//! their own shape. A node that wants an input in the other layout gets a
-//! converted copy (`Plan::to_blocked`, `Plan::to_nchw`); graph outputs are always
-//! NCHW. Only on x86-64 with AVX2 and FMA; elsewhere the plan is empty
-//! and every convolution runs on the NCHW paths of `conv/`.
+//! their own shape and layout. A node that wants an input in the other
+//! layout gets a converted copy (`Plan::to_blocked`, `Plan::to_plain`);
+//! graph outputs are always in their own layout. Convolutions in `nhwc`
+//! run blocked too: the blocked form of an `[n, h, w, c]` operand is the
+//! same `[n, c / 8, h, w, 8]`, so the kernels are the same and only the
+//! layout changes at a chain's ends differ (each pixel's channels are
+//! contiguous there, so they are plain copies of 8 floats). Only on
+//! x86-64 with AVX2 and FMA; elsewhere the plan is empty and every
+//! convolution runs on the paths of `conv/`.
 //!
 //! The kernels are written once over a vector type (`simd::Vf`) and run
 //! on AVX-512 where the CPU has it (chosen at build, [`Isa`]), with the
@@ -74,6 +79,9 @@ pub(super) const L: usize = 8;
 /// filters of the convolutions that run blocked.
 pub(in crate::backend::cpu) struct Plan {
     blocked: Vec<bool>,
+    /// Each operand's layout as the blocked nodes that write or read it
+    /// see it (`true`: nhwc); for the others, false and unused.
+    nhwc: Vec<bool>,
     convs: HashMap<usize, Conv>,
     /// Direct convolutions (by node) that add a residual in their
     /// epilogue and write the sum: the add node runs no more.
@@ -236,7 +244,9 @@ fn blocked_conv(
     // Input channels that are not whole blocks are read in NCHW, for a
     // plain convolution of at most 8 of them (an image's 3 or 4).
     let plain = !p.in_channels.is_multiple_of(L);
-    if p.nhwc
+    // The plain form reads its input in NCHW: an nhwc one runs on the
+    // paths of `conv/` (a network's first layer, over 3 or 4 channels).
+    if (plain && p.nhwc)
         || !is_f32_4d(&graph.operands[x])
         || !is_f32_4d(&graph.operands[out])
         || (plain && (p.groups != 1 || p.in_channels > L))
@@ -406,6 +416,10 @@ pub(in crate::backend::cpu) fn plan(
 /// [`plan`] for the kernels of `isa`.
 fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<Plan> {
     let mut blocked = vec![false; graph.operands.len()];
+    // The layout each operand has been seen in by a blocked node (a
+    // tensor of shape [1, 8, 8, 8] could be read both ways by two
+    // nodes: the second does not run blocked).
+    let mut layout: Vec<Option<bool>> = vec![None; graph.operands.len()];
     let mut convs = HashMap::new();
     let mut pools = vec![false; graph.nodes.len()];
     for (ni, node) in graph.nodes.iter().enumerate() {
@@ -414,7 +428,10 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
             Op::Pool2d(p) => {
                 // Its output (1x1 planes) is the same in both layouts and
                 // stays NCHW.
-                pools[ni] = node.inputs.first().is_some_and(|&x| blocked[x])
+                pools[ni] = node
+                    .inputs
+                    .first()
+                    .is_some_and(|&x| blocked[x] && layout[x] == Some(p.nhwc))
                     && is_f32_4d(&graph.operands[out])
                     && pool::is_global(p);
             }
@@ -423,24 +440,36 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
                 // input pays a layout change (which the direct kernel
                 // folds into its padded copy), still far less than the
                 // products it saves.
+                let x = node.inputs[0];
+                if layout[x].is_some_and(|l| l != p.nhwc) {
+                    continue;
+                }
                 let winograd = winograd_conv(node, p, constants, isa);
                 if let Some(mut c) =
                     winograd.or_else(|| blocked_conv(graph, node, p, constants, isa))
                 {
                     match &mut c {
+                        // The padded copy that blocks as it pads reads
+                        // NCHW only.
                         Conv::Direct {
                             plain: false,
                             nchw_in,
                             ..
-                        } => *nchw_in = p.padding != [0; 4] && !blocked[node.inputs[0]],
+                        } => *nchw_in = !p.nhwc && p.padding != [0; 4] && !blocked[x],
                         // The form measured faster on this CPU (the same
                         // bits either way).
                         #[cfg(target_arch = "x86_64")]
                         Conv::Depthwise { isa, .. } => *isa = depthwise::preferred(*isa),
                         _ => {}
                     }
+                    // A plain input is read in NCHW whatever the
+                    // layout: none is set for it.
+                    if !matches!(c, Conv::Direct { plain: true, .. }) {
+                        layout[x] = Some(p.nhwc);
+                    }
                     convs.insert(ni, c);
                     blocked[out] = true;
+                    layout[out] = Some(p.nhwc);
                 }
             }
             Op::Binary(_) => {
@@ -448,9 +477,13 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
                 if let [a, b] = node.inputs[..] {
                     blocked[out] = blocked[a]
                         && blocked[b]
+                        && layout[a] == layout[b]
                         && is_f32_4d(d)
                         && graph.operands[a].shape == d.shape
                         && graph.operands[b].shape == d.shape;
+                    if blocked[out] {
+                        layout[out] = layout[a];
+                    }
                 }
             }
             _ => {}
@@ -467,6 +500,7 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
     }
     (!convs.is_empty()).then_some(Plan {
         blocked,
+        nhwc: layout.iter().map(|l| *l == Some(true)).collect(),
         convs,
         sums,
         chains,
@@ -588,18 +622,32 @@ impl Plan {
         self.sums.get(&n)
     }
 
-    /// NCHW `x` of descriptor `d` in the blocked layout.
+    /// Operand `i`, `x` of descriptor `d` (NCHW, or nhwc where the
+    /// blocked nodes read it so), in the blocked layout.
     pub(in crate::backend::cpu) fn to_blocked(
         &self,
         x: &Buf,
         d: &OperandDescriptor,
+        i: usize,
     ) -> Result<Buf> {
-        to_blocked(x, d, self.isa)
+        match self.nhwc[i] {
+            true => nhwc_relayout(x, d, true),
+            false => to_blocked(x, d, self.isa),
+        }
     }
 
-    /// Blocked `x` of descriptor `d` back in NCHW.
-    pub(in crate::backend::cpu) fn to_nchw(&self, x: &Buf, d: &OperandDescriptor) -> Result<Buf> {
-        to_nchw(x, d, self.isa)
+    /// Blocked operand `i`, `x` of descriptor `d`, back in its own
+    /// layout (NCHW or nhwc).
+    pub(in crate::backend::cpu) fn to_plain(
+        &self,
+        x: &Buf,
+        d: &OperandDescriptor,
+        i: usize,
+    ) -> Result<Buf> {
+        match self.nhwc[i] {
+            true => nhwc_relayout(x, d, false),
+            false => to_nchw(x, d, self.isa),
+        }
     }
 
     /// Whether node `n`'s work is done by an earlier node: an add by the
@@ -672,6 +720,78 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool, isa: Isa) -> Result<Buf>
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (into, isa);
+    Ok(Buf::F32(out))
+}
+
+/// An nhwc operand `x` of descriptor `d` (`[n, h, w, c]`, `c` whole
+/// blocks) into the blocked layout (`into`) or out of it. A pixel's
+/// channels are contiguous in both, 8 at a time, so this is a copy of
+/// 8-float runs: each blocked plane gathers one run from every pixel
+/// (into), or each pixel gathers one run from every plane (out of);
+/// bound by memory, in parallel over planes or rows of pixels.
+fn nhwc_relayout(x: &Buf, d: &OperandDescriptor, into: bool) -> Result<Buf> {
+    use rayon::prelude::*;
+    let (n, hw, c) = match d.shape[..] {
+        [n, h, w, c] if c.is_multiple_of(L) => (n, h * w, c),
+        _ => {
+            return Err(Error::operation(
+                "blocked layout: not a 4-D operand of whole channel blocks",
+            ))
+        }
+    };
+    let x = f32s(x)?;
+    if x.len() != n * hw * c {
+        return Err(Error::operation("blocked layout: operand size mismatch"));
+    }
+    let mut out = Buf::f32_for_overwrite(x.len());
+    if x.is_empty() {
+        return Ok(Buf::F32(out));
+    }
+    let o = &mut out[..];
+    let blocks = c / L;
+    // Small tensors stay on this thread: a fork costs more than the copy.
+    let parallel = x.len() >= 1 << 16;
+    if into {
+        // Plane (b, cb): pixel q's run is x[(b * hw + q) * c + cb * 8..].
+        let plane = |(k, dst): (usize, &mut [f32])| {
+            let (b, cb) = (k / blocks, k % blocks);
+            let src = &x[b * hw * c..(b + 1) * hw * c];
+            for (run, px) in dst.chunks_exact_mut(L).zip(src.chunks_exact(c)) {
+                run.copy_from_slice(&px[cb * L..(cb + 1) * L]);
+            }
+        };
+        match parallel {
+            true => o.par_chunks_mut(hw * L).enumerate().for_each(plane),
+            false => o.chunks_mut(hw * L).enumerate().for_each(plane),
+        }
+    } else {
+        // Rows of up to 64 pixels of one batch: pixel q of batch b takes
+        // run cb from x[((b * blocks + cb) * hw + q) * 8..].
+        let rows = 64usize.min(hw);
+        let row = |b: usize, (r, dst): (usize, &mut [f32])| {
+            for (dq, px) in dst.chunks_exact_mut(c).enumerate() {
+                let q = r * rows + dq;
+                for (cb, run) in px.chunks_exact_mut(L).enumerate() {
+                    let at = ((b * blocks + cb) * hw + q) * L;
+                    run.copy_from_slice(&x[at..at + L]);
+                }
+            }
+        };
+        match parallel {
+            true => o.par_chunks_mut(hw * c).enumerate().for_each(|(b, batch)| {
+                batch
+                    .par_chunks_mut(rows * c)
+                    .enumerate()
+                    .for_each(|r| row(b, r))
+            }),
+            false => o.chunks_mut(hw * c).enumerate().for_each(|(b, batch)| {
+                batch
+                    .chunks_mut(rows * c)
+                    .enumerate()
+                    .for_each(|r| row(b, r))
+            }),
+        }
+    }
     Ok(Buf::F32(out))
 }
 

@@ -18,7 +18,10 @@ use crate::graph::op::Pool2dParams;
 /// Whether pooling `p` of a float32 NCHW operand reduces each whole
 /// plane to one value, over whole channel blocks.
 pub(super) fn is_global(p: &Pool2dParams) -> bool {
-    !p.nhwc && is_global_pool(p) && p.channels.is_multiple_of(L)
+    // Either layout: the plan checks that the input is blocked from the
+    // pool's own layout, and the [n, c, 1, 1] result is [n, 1, 1, c]'s
+    // bytes too.
+    is_global_pool(p) && p.channels.is_multiple_of(L)
 }
 
 /// Global pooling of blocked `x` (`[n, c / 8, h, w, 8]`) into NCHW

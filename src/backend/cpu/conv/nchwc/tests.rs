@@ -1257,3 +1257,161 @@ fn padding_whose_padded_plane_overflows_is_refused() {
         }
     }
 }
+
+/// `g` (NCHW, as [`Block::graph`] builds it) with every convolution and
+/// pooling in nhwc: its 4-D activations `[n, h, w, c]`, the filters
+/// unchanged (OIHW), so that it computes the same function.
+fn in_nhwc(g: &Graph) -> Graph {
+    let mut g = g.clone();
+    let constant: Vec<bool> = g
+        .sources
+        .iter()
+        .map(|s| matches!(s, Source::Constant(_)))
+        .collect();
+    for (d, &c) in g.operands.iter_mut().zip(&constant) {
+        if let (&[n, ch, h, w], false) = (&d.shape[..], c) {
+            d.shape = vec![n, h, w, ch];
+        }
+    }
+    for node in &mut g.nodes {
+        match &mut node.op {
+            Op::Conv2d(p) => p.nhwc = true,
+            Op::Pool2d(p) => p.nhwc = true,
+            _ => {}
+        }
+    }
+    g
+}
+
+/// `x` of shape `[n, c, h, w]` in `[n, h, w, c]`, or back (`back`, the
+/// same dims named as NCHW).
+fn nhwc_of(x: &[f32], (n, c, h, w): (usize, usize, usize, usize), back: bool) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for b in 0..n {
+        for ci in 0..c {
+            for q in 0..h * w {
+                let (nchw, nhwc) = ((b * c + ci) * h * w + q, (b * h * w + q) * c + ci);
+                match back {
+                    false => out[nhwc] = x[nchw],
+                    true => out[nchw] = x[nhwc],
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The same networks in nhwc run on the blocked kernels as in NCHW: the
+/// same convolutions blocked, the same chains, residual sums and global
+/// pooling, and the same bits (the layout changes at the ends are
+/// copies), on every form of the kernels.
+#[test]
+fn nhwc_networks_run_blocked_with_the_bits_of_nchw() {
+    use crate::backend::Backend;
+    use crate::graph::op::{Pool2dParams, PoolKind};
+    if !available() {
+        return;
+    }
+    let block = |x, expand, c, s, project, residual| Block {
+        x,
+        expand,
+        c,
+        k: (3, 3),
+        pad: [1; 4],
+        s,
+        d: 1,
+        project,
+        residual,
+    };
+    let mut graphs: Vec<(Graph, (usize, usize, usize, usize))> = [
+        block((1, 16, 30, 29), true, 32, 1, Some(16), true),
+        block((2, 8, 57, 60), true, 24, 2, Some(16), false),
+        block((1, 16, 28, 28), false, 16, 1, Some(8), false),
+        block((1, 8, 9, 7), true, 16, 1, None, false),
+    ]
+    .iter()
+    .map(|b| (b.graph(), b.x))
+    .collect();
+    // A Winograd 3x3 (padded, from the graph input, so NCHW's form reads
+    // its input unblocked) into a global average pool.
+    {
+        let (n, c, h) = (1, 16, 10);
+        let mut g = Builder::new(&[n, c, h, h]);
+        let y = g.conv(0, params((n, c, h, h), (24, 3, 3), [1; 4], 1, 1, 1));
+        let pool = Pool2dParams {
+            kind: PoolKind::Average,
+            nhwc: false,
+            window: [h, h],
+            padding: [0; 4],
+            strides: [1, 1],
+            dilations: [1, 1],
+            batch: n,
+            channels: 24,
+            in_h: h,
+            in_w: h,
+            out_h: 1,
+            out_w: 1,
+        };
+        let y = g.push(Op::Pool2d(pool), vec![y], &[n, 24, 1, 1]);
+        graphs.push((g.output(y), (n, c, h, h)));
+    }
+    for (i, (nchw, x)) in graphs.into_iter().enumerate() {
+        let nhwc = in_nhwc(&nchw);
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        cpu.compile(1, Arc::new(nchw.clone())).unwrap();
+        cpu.compile(2, Arc::new(nhwc.clone())).unwrap();
+        let shape = |id: u64| {
+            let cg = &cpu.graphs[&id];
+            let pl = cg.nchwc.as_ref().expect("a plan");
+            let nodes = 0..cg.graph.nodes.len();
+            nodes
+                .map(|m| {
+                    (
+                        pl.conv(m).map(std::mem::discriminant),
+                        pl.chain(m).is_some(),
+                        pl.sum(m).is_some(),
+                        pl.is_pool(m),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(shape(1), shape(2), "case {i}: the plans differ");
+        assert!(
+            shape(2).iter().any(|s| s.0.is_some()),
+            "case {i}: nothing blocked"
+        );
+        let xs = random(x.0 * x.1 * x.2 * x.3, i as u64 + 3);
+        let out = &nchw.operands[nchw.outputs[0].1].shape;
+        let od = (out[0], out[1], out[2], out[3]);
+        for isa in isas() {
+            for id in [1, 2] {
+                let cg = cpu.graphs.get_mut(&id).unwrap();
+                cg.nchwc = plan_for(&cg.graph, &cg.constants, isa);
+            }
+            let want = run_graph(&mut cpu, 1, &nchw, &xs).remove(0);
+            let got = run_graph(&mut cpu, 2, &nhwc, &nhwc_of(&xs, x, false)).remove(0);
+            assert!(
+                same_bits(&nhwc_of(&got, od, true), &want),
+                "case {i} {isa:?}"
+            );
+        }
+    }
+}
+
+/// The nhwc layout changes place each element as the layout defines
+/// (checked by plain indexing), invert each other, and refuse channels
+/// that are not whole blocks; in parallel (large) and not.
+#[test]
+fn nhwc_layout_changes_place_each_element_and_invert() {
+    for (n, c, h, w) in [(2, 16, 3, 5), (1, 24, 70, 70), (3, 8, 1, 1)] {
+        let d = f32d(&[n, h, w, c]);
+        let x: Vec<f32> = (0..n * c * h * w).map(|i| i as f32).collect();
+        let b = nhwc_relayout(&Buf::F32(x.clone()), &d, true).unwrap();
+        let want = block(&nhwc_of(&x, (n, c, h, w), true), (n, c, h, w));
+        assert!(same_bits(&b.to_f32_vec(), &want), "{n} {c} {h} {w}");
+        let back = nhwc_relayout(&b, &d, false).unwrap();
+        assert!(same_bits(&back.to_f32_vec(), &x));
+    }
+    let bad = f32d(&[1, 1, 1, 12]);
+    assert!(nhwc_relayout(&Buf::F32(vec![0.0; 12]), &bad, true).is_err());
+}

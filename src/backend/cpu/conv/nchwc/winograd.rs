@@ -90,8 +90,8 @@ pub(super) fn pack(f: &[f32], ic: usize, oc: usize, panels: &[Panel]) -> Vec<f32
 /// Whether a conv2d of `p` can run here: plain, 3x3, unit strides and
 /// dilations, whole blocks of 8 channels in and out.
 pub(super) fn fits(p: &Conv2dParams) -> bool {
+    // Either layout: the input is read blocked.
     p.groups == 1
-        && !p.nhwc
         && p.kernel_h == 3
         && p.kernel_w == 3
         && p.strides == [1, 1]

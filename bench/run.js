@@ -385,8 +385,29 @@ async function main(opts) {
       process.stderr.write(`  ${workload.id} @${n}: ${row.status}\n`);
     }
   }
+  // MobileNetV2 in nhwc and in float16 against its nchw float32 form
+  // (ours only: bench/variants.js).
+  const variantRows = [];
+  const mobilenet = selected.find((w) => w.id === 'c');
+  if (mobilenet) {
+    const { benchVariants } = require('./variants');
+    const runs = opts.runs || (opts.quick ? 3 : mobilenet.runs);
+    for (const n of opts.threads) {
+      const r = await benchVariants(mobilenet, n, contexts.get(n), { runs, warmup: opts.quick ? 1 : WARMUP, settleMs: SETTLE_MS });
+      variantRows.push(...r);
+      process.stderr.write(`  c variants @${n}: ${r.map((x) => x.status).join(', ')}\n`);
+    }
+  }
   for (const context of contexts.values()) context.destroy();
   printResults(rows);
+  if (variantRows.length) {
+    console.log('');
+    console.log('c MobileNetV2 as built in other layouts and float types (ours only; ratio to nchw float32 in the same blocks):');
+    printTable(
+      ['variant', 'thr', 'runs', 'ms', 'ratio', 'max rel err vs nchw float32', 'status'],
+      variantRows.map((r) => [r.variant, String(r.threads), r.runs === undefined ? '-' : String(r.runs), fmtMs(r.ms), fmt(r.ratio, 2), fmtErr(r.max_rel_err), r.status]),
+    );
+  }
 
   for (const r of rows.filter((r) => r.ours_us !== undefined)) {
     console.log(`${r.title} @${r.threads} threads: round trip ${r.ours_us.toFixed(1)} us ours, ${r.ort_us.toFixed(1)} us ORT`);
@@ -441,6 +462,11 @@ async function main(opts) {
     results: rows.map((r) => {
       const out = {};
       for (const [k, v] of Object.entries(r)) if (k !== 'failed') out[k] = round(v);
+      return out;
+    }),
+    variants: variantRows.map((r) => {
+      const out = {};
+      for (const [k, v] of Object.entries(r)) out[k] = round(v);
       return out;
     }),
     max_rss_mb: round(maxRssMb),

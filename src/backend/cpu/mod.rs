@@ -158,6 +158,18 @@ fn held_bytes(d: &OperandDescriptor) -> usize {
     d.element_count() * d.data_type.bits().max(8) / 8
 }
 
+impl CompiledGraph {
+    /// The bytes operand `i` holds while computed: its type's, or
+    /// float32's for a float16 operand held blocked in float32.
+    fn operand_bytes(&self, i: usize) -> usize {
+        let d = &self.graph.operands[i];
+        match self.nchwc.as_ref().is_some_and(|pl| pl.is_half(i)) {
+            true => d.element_count() * 4,
+            false => held_bytes(d),
+        }
+    }
+}
+
 impl CpuBackend {
     pub fn new() -> Self {
         Self::default()
@@ -561,7 +573,7 @@ fn free_dead(cg: &CompiledGraph, n: usize, slots: &mut [Slot], live: &mut usize)
     for &i in &cg.graph.nodes[n].inputs {
         if cg.last_use[i] == n {
             if let Slot::Owned(b) = std::mem::replace(&mut slots[i], Slot::Empty) {
-                *live = live.saturating_sub(held_bytes(&cg.graph.operands[i]));
+                *live = live.saturating_sub(cg.operand_bytes(i));
                 b.recycle();
             }
         }
@@ -611,7 +623,10 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                 &multi
             }
         };
-        let needed: usize = out_descs.iter().map(held_bytes).sum();
+        let needed: usize = match chain {
+            Some(ch) => cg.operand_bytes(ch.out),
+            None => node.outputs.iter().map(|&o| cg.operand_bytes(o)).sum(),
+        };
         if let Some(budget) = budget {
             if live.saturating_add(needed) > budget {
                 return Err(Error::operation(format!(
@@ -623,6 +638,30 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             }
         }
         live += needed;
+        // A float16 node whose output is held blocked in float32 (see
+        // `nchwc`): its blocked inputs are float32 values too, so it
+        // computes on float32 descriptors, and its result is rounded to
+        // float16 below.
+        let half = plan.is_some_and(|pl| node.outputs.len() == 1 && pl.is_half(node.outputs[0]));
+        let (half_ins, half_out);
+        let (in_descs, out_descs) = match half {
+            true => {
+                let wide = |d: &OperandDescriptor| OperandDescriptor {
+                    data_type: match d.data_type {
+                        crate::types::DataType::Float16 => crate::types::DataType::Float32,
+                        t => t,
+                    },
+                    shape: d.shape.clone(),
+                };
+                half_ins = in_descs.iter().map(|d| wide(d)).collect::<Vec<_>>();
+                half_out = wide(&out_descs[0]);
+                (
+                    half_ins.iter().collect::<Vec<_>>(),
+                    std::slice::from_ref(&half_out),
+                )
+            }
+            false => (in_descs, out_descs),
+        };
         // Inputs stored in the other layout than this node reads them in,
         // converted (kept until the node is done).
         let converted = match &cg.nchwc {
@@ -648,7 +687,7 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             for &i in &node.inputs {
                 if reusable(&slots, i) {
                     if let Slot::Owned(b) = std::mem::replace(&mut slots[i], Slot::Empty) {
-                        live = live.saturating_sub(held_bytes(&g.operands[i]));
+                        live = live.saturating_sub(cg.operand_bytes(i));
                         taken.push(Some(b));
                         continue;
                     }
@@ -767,7 +806,13 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
             (None, Some(s)) => std::slice::from_ref(&s.out),
             (None, None) => &node.outputs[..],
         };
-        for (&o, r) in outputs.iter().zip(results) {
+        for (&o, mut r) in outputs.iter().zip(results) {
+            if half {
+                match &mut r {
+                    Buf::F32(v) => crate::f16::round_in_place(v),
+                    _ => return Err(Error::operation("a blocked float16 result is not float32")),
+                }
+            }
             slots[o] = Slot::Owned(r);
         }
         for b in converted.into_iter().flatten().flatten() {

@@ -256,7 +256,7 @@ pub(super) fn conv2d_packed(
     from_floats(out.data_type, res)
 }
 
-/// Fuses each float32 conv2d whose only reader is a clamp or relu (and
+/// Fuses each float32 or float16 conv2d whose only reader is a clamp or relu (and
 /// that is no graph output) with that activation: the conv2d node gets
 /// the activation's output and a trailing constant input `[min, max]`
 /// (see [`conv2d`]), and the activation node goes. Returns the rewritten
@@ -274,8 +274,16 @@ pub(super) fn fuse_activations(
     for (ni, node) in graph.nodes.iter().enumerate() {
         let Op::Conv2d(p) = &node.op else { continue };
         let [o] = node.outputs[..] else { continue };
+        // float16 too: rounding to float16 is monotonic, so clamping
+        // before the result's one rounding gives the bits that clamping
+        // the rounded result and rounding again give, for any bounds
+        // (a bound's nearest half is the nearest half to every value that
+        // rounds past it).
         if readers[o] != 1
-            || graph.operands[o].data_type != DataType::Float32
+            || !matches!(
+                graph.operands[o].data_type,
+                DataType::Float32 | DataType::Float16
+            )
             || node.inputs.len() != 2 + usize::from(p.has_bias)
         {
             continue;

@@ -307,7 +307,9 @@ fn rows_in_place_match_packed_panels() {
 
 /// compile() fuses conv2d + clamp and conv2d + relu, and the fused
 /// graph gives the bits of the unfused one (where the conv output is
-/// also a graph output, which prevents fusion).
+/// also a graph output, which prevents fusion), in float32 and float16
+/// (bounds that float16 cannot hold included: the one rounding after
+/// the clamp gives the two roundings' bits).
 #[test]
 fn compile_fuses_conv_activations() {
     use crate::backend::Backend;
@@ -316,10 +318,33 @@ fn compile_fuses_conv_activations() {
         has_bias: true,
         ..params((1, 4, 6, 6), (4, 3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1)
     };
-    let f32d = |shape: &[usize]| desc(DataType::Float32, shape);
-    let bytes = |v: &[f32]| Arc::new(v.iter().flat_map(|x| x.to_le_bytes()).collect());
     let x = data(144, 31);
-    for act in [Op::Clamp { min: 0.0, max: 6.0 }, Op::Unary(UnaryKind::Relu)] {
+    let acts = [
+        Op::Clamp { min: 0.0, max: 6.0 },
+        Op::Unary(UnaryKind::Relu),
+        Op::Clamp {
+            min: -0.1,
+            max: 0.3,
+        },
+    ];
+    for (dt, act) in [DataType::Float32, DataType::Float16]
+        .into_iter()
+        .flat_map(|dt| acts.iter().map(move |a| (dt, a)))
+    {
+        let f32d = |shape: &[usize]| desc(dt, shape);
+        let bytes = |v: &[f32]| -> Arc<Vec<u8>> {
+            Arc::new(match dt {
+                DataType::Float16 => v
+                    .iter()
+                    .flat_map(|&x| crate::f16::f32_to_f16(x).to_le_bytes())
+                    .collect(),
+                _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            })
+        };
+        let input = || match dt {
+            DataType::Float16 => Buf::f16_from_f32(&x),
+            _ => Buf::F32(x.clone()),
+        };
         // x -> conv -> act -> conv -> act (out); conv 2 reads act 1.
         let graph = |expose: bool| {
             let mut outputs = vec![("y".to_string(), 7)];
@@ -384,11 +409,15 @@ fn compile_fuses_conv_activations() {
         cpu.compile(2, plain.clone()).unwrap();
         assert_eq!(cpu.graphs[&1].graph.nodes.len(), 2);
         assert_eq!(cpu.graphs[&2].graph.nodes.len(), 4);
-        let a = cpu.compute(1, &fused, vec![Buf::F32(x.clone())]).unwrap();
-        let b = cpu.compute(2, &plain, vec![Buf::F32(x.clone())]).unwrap();
-        assert_eq!(bits(&a[0]), bits(&b[0]));
+        let a = cpu.compute(1, &fused, vec![input()]).unwrap();
+        let b = cpu.compute(2, &plain, vec![input()]).unwrap();
+        assert_eq!(bits(&a[0]), bits(&b[0]), "{dt:?} {act:?}");
         // Some values are clamped, so the activation did something.
-        assert!(b[1].to_f32_vec().iter().any(|&v| v < 0.0));
+        let c1 = b[1].to_f32_vec();
+        assert!(c1.iter().any(|&v| v < 0.0), "{dt:?} {act:?}");
+        if matches!(act, Op::Clamp { max, .. } if *max < 1.0) {
+            assert!(c1.iter().any(|&v| v > 0.3), "{dt:?} {act:?}");
+        }
     }
 }
 

@@ -24,7 +24,13 @@
 //! run blocked too: the blocked form of an `[n, h, w, c]` operand is the
 //! same `[n, c / 8, h, w, 8]`, so the kernels are the same and only the
 //! layout changes at a chain's ends differ (each pixel's channels are
-//! contiguous there, so they are plain copies of 8 floats). Only on
+//! contiguous there, so they are plain copies of 8 floats). So do
+//! float16 convolutions: their blocked operands hold float32 values that
+//! are float16 values (widened exactly as a chain starts, each blocked
+//! node's output rounded to float16 as the node's own would be, narrowed
+//! exactly at the end), which the float32 kernels compute on; residual
+//! adds and depthwise chains, which would round once where the nodes
+//! round twice, stay apart for them. Only on
 //! x86-64 with AVX2 and FMA; elsewhere the plan is empty and every
 //! convolution runs on the paths of `conv/`.
 //!
@@ -82,6 +88,9 @@ pub(in crate::backend::cpu) struct Plan {
     /// Each operand's layout as the blocked nodes that write or read it
     /// see it (`true`: nhwc); for the others, false and unused.
     nhwc: Vec<bool>,
+    /// Blocked operands that are float16 (held as float32 values that
+    /// float16 represents).
+    half: Vec<bool>,
     convs: HashMap<usize, Conv>,
     /// Direct convolutions (by node) that add a residual in their
     /// epilogue and write the sum: the add node runs no more.
@@ -229,8 +238,30 @@ fn is_f32_4d(d: &OperandDescriptor) -> bool {
     d.data_type == DataType::Float32 && d.rank() == 4
 }
 
-/// The blocked form of a conv2d node, when it has one: float32 NCHW, a
-/// constant float32 filter, channel counts multiples of 8, and plain
+/// For a 4-D float operand, whether it is float16; `None` for others.
+fn float_4d(d: &OperandDescriptor) -> Option<bool> {
+    match (d.data_type, d.rank()) {
+        (DataType::Float32, 4) => Some(false),
+        (DataType::Float16, 4) => Some(true),
+        _ => None,
+    }
+}
+
+/// A float constant as f32 values (float16 widened exactly).
+fn constant_f32(b: &Buf) -> Option<std::borrow::Cow<'_, [f32]>> {
+    match b {
+        Buf::F32(v) => Some(std::borrow::Cow::Borrowed(v)),
+        Buf::F16(h) => {
+            let mut v = vec![0.0; h.len()];
+            crate::f16::widen(h, &mut v);
+            Some(std::borrow::Cow::Owned(v))
+        }
+        _ => None,
+    }
+}
+
+/// The blocked form of a conv2d node, when it has one: float32 or
+/// float16, a constant filter, channel counts multiples of 8, and plain
 /// (groups 1) or depthwise; packed for the kernels of `isa`.
 fn blocked_conv(
     graph: &Graph,
@@ -244,11 +275,12 @@ fn blocked_conv(
     // Input channels that are not whole blocks are read in NCHW, for a
     // plain convolution of at most 8 of them (an image's 3 or 4).
     let plain = !p.in_channels.is_multiple_of(L);
-    // The plain form reads its input in NCHW: an nhwc one runs on the
-    // paths of `conv/` (a network's first layer, over 3 or 4 channels).
-    if (plain && p.nhwc)
-        || !is_f32_4d(&graph.operands[x])
-        || !is_f32_4d(&graph.operands[out])
+    let half = float_4d(&graph.operands[x])?;
+    // The plain form reads its input where it lies, as NCHW float32: an
+    // nhwc or float16 one runs on the paths of `conv/` (a network's first
+    // layer, over 3 or 4 channels).
+    if (plain && (p.nhwc || half))
+        || float_4d(&graph.operands[out]) != Some(half)
         || (plain && (p.groups != 1 || p.in_channels > L))
         || !p.out_channels.is_multiple_of(L)
         || p.kernel_h == 0
@@ -260,9 +292,7 @@ fn blocked_conv(
     {
         return None;
     }
-    let Buf::F32(f) = constants.get(&f)? else {
-        return None;
-    };
+    let f = constant_f32(constants.get(&f)?)?;
     let khw = p.kernel_h * p.kernel_w;
     let depthwise = p.groups == p.in_channels && p.groups == p.out_channels;
     if !depthwise && p.groups != 1 {
@@ -272,7 +302,7 @@ fn blocked_conv(
     if f.len() != p.out_channels * cg * khw {
         return None;
     }
-    let f = super::common::filter_oihw(f, p);
+    let f = super::common::filter_oihw(&f, p);
     if depthwise {
         let c = p.in_channels;
         let mut w = vec![0.0f32; c * khw];
@@ -349,14 +379,12 @@ fn winograd_conv(
     {
         return None;
     }
-    let Buf::F32(f) = constants.get(node.inputs.get(1)?)? else {
-        return None;
-    };
+    let f = constant_f32(constants.get(node.inputs.get(1)?)?)?;
     let (ic, oc) = (p.in_channels, p.out_channels);
     if f.len() != oc * ic * 9 {
         return None;
     }
-    let f = super::common::filter_oihw(f, p);
+    let f = super::common::filter_oihw(&f, p);
     let panels = panel_list(oc / L, isa, ic);
     let u = winograd::pack(&f, ic, oc, &panels);
     Some(Conv::Winograd { u, panels, isa })
@@ -420,6 +448,7 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
     // tensor of shape [1, 8, 8, 8] could be read both ways by two
     // nodes: the second does not run blocked).
     let mut layout: Vec<Option<bool>> = vec![None; graph.operands.len()];
+    let mut half = vec![false; graph.operands.len()];
     let mut convs = HashMap::new();
     let mut pools = vec![false; graph.nodes.len()];
     for (ni, node) in graph.nodes.iter().enumerate() {
@@ -455,7 +484,12 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
                             plain: false,
                             nchw_in,
                             ..
-                        } => *nchw_in = !p.nhwc && p.padding != [0; 4] && !blocked[x],
+                        } => {
+                            *nchw_in = !p.nhwc
+                                && p.padding != [0; 4]
+                                && !blocked[x]
+                                && graph.operands[x].data_type == DataType::Float32
+                        }
                         // The form measured faster on this CPU (the same
                         // bits either way).
                         #[cfg(target_arch = "x86_64")]
@@ -470,6 +504,7 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
                     convs.insert(ni, c);
                     blocked[out] = true;
                     layout[out] = Some(p.nhwc);
+                    half[out] = graph.operands[out].data_type == DataType::Float16;
                 }
             }
             Op::Binary(_) => {
@@ -478,11 +513,13 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
                     blocked[out] = blocked[a]
                         && blocked[b]
                         && layout[a] == layout[b]
-                        && is_f32_4d(d)
+                        && half[a] == half[b]
+                        && float_4d(d) == Some(half[a])
                         && graph.operands[a].shape == d.shape
                         && graph.operands[b].shape == d.shape;
                     if blocked[out] {
                         layout[out] = layout[a];
+                        half[out] = half[a];
                     }
                 }
             }
@@ -490,9 +527,18 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
         }
     }
     let uses = uses(graph);
-    let (sums, mut fused) = residual_sums(graph, &blocked, &convs, &uses);
+    let (sums, mut fused) = residual_sums(graph, &blocked, &half, &convs, &uses);
     #[cfg(target_arch = "x86_64")]
-    let chains = chain::find(graph, &convs, &sums, (&uses.0, &uses.1, &uses.2));
+    let mut chains = chain::find(graph, &convs, &sums, (&uses.0, &uses.1, &uses.2));
+    // A chain keeps its stages' results in f32 between them: float16
+    // ones would skip their roundings.
+    #[cfg(target_arch = "x86_64")]
+    chains.retain(|&first, ch| {
+        let out = |m: usize| graph.nodes[m].outputs[0];
+        !std::iter::once(first)
+            .chain(ch.absorbed())
+            .any(|m| half[out(m)])
+    });
     #[cfg(not(target_arch = "x86_64"))]
     let chains: HashMap<usize, Chain> = HashMap::new();
     for m in chains.values().flat_map(Chain::absorbed) {
@@ -501,6 +547,7 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
     (!convs.is_empty()).then_some(Plan {
         blocked,
         nhwc: layout.iter().map(|l| *l == Some(true)).collect(),
+        half,
         convs,
         sums,
         chains,
@@ -538,6 +585,7 @@ fn uses(graph: &Graph) -> Uses {
 fn residual_sums(
     graph: &Graph,
     blocked: &[bool],
+    half: &[bool],
     convs: &HashMap<usize, Conv>,
     (producer, readers, _): &Uses,
 ) -> (HashMap<usize, Sum>, Vec<bool>) {
@@ -549,7 +597,9 @@ fn residual_sums(
         else {
             continue;
         };
-        if !blocked[*out] || a == b {
+        // A float16 sum rounds the convolution's result, then the add's;
+        // the epilogue would round once.
+        if !blocked[*out] || half[*out] || a == b {
             continue;
         }
         for (c, r) in [(*a, *b), (*b, *a)] {
@@ -623,13 +673,23 @@ impl Plan {
     }
 
     /// Operand `i`, `x` of descriptor `d` (NCHW, or nhwc where the
-    /// blocked nodes read it so), in the blocked layout.
+    /// blocked nodes read it so; float16 widened), in the blocked layout.
     pub(in crate::backend::cpu) fn to_blocked(
         &self,
         x: &Buf,
         d: &OperandDescriptor,
         i: usize,
     ) -> Result<Buf> {
+        let wide;
+        let x = match x {
+            Buf::F16(h) => {
+                let mut v = Buf::f32_for_overwrite(h.len());
+                crate::f16::widen(h, &mut v);
+                wide = Buf::F32(v);
+                &wide
+            }
+            x => x,
+        };
         match self.nhwc[i] {
             true => nhwc_relayout(x, d, true),
             false => to_blocked(x, d, self.isa),
@@ -637,17 +697,34 @@ impl Plan {
     }
 
     /// Blocked operand `i`, `x` of descriptor `d`, back in its own
-    /// layout (NCHW or nhwc).
+    /// layout (NCHW or nhwc) and type (float16 narrowed: exact, as its
+    /// values are float16's).
     pub(in crate::backend::cpu) fn to_plain(
         &self,
         x: &Buf,
         d: &OperandDescriptor,
         i: usize,
     ) -> Result<Buf> {
-        match self.nhwc[i] {
+        let plain = match self.nhwc[i] {
             true => nhwc_relayout(x, d, false),
             false => to_nchw(x, d, self.isa),
+        }?;
+        match (self.half[i], &plain) {
+            (true, Buf::F32(v)) => {
+                let mut h = vec![0u16; v.len()];
+                crate::f16::narrow(v, &mut h);
+                plain.recycle();
+                Ok(Buf::F16(h))
+            }
+            _ => Ok(plain),
         }
+    }
+
+    /// Whether operand `i` is float16 held blocked in float32: the node
+    /// that writes it rounds its result to float16 (see the module
+    /// comment).
+    pub(in crate::backend::cpu) fn is_half(&self, i: usize) -> bool {
+        self.blocked[i] && self.half[i]
     }
 
     /// Whether node `n`'s work is done by an earlier node: an add by the
@@ -824,8 +901,11 @@ fn taps_fit(p: &Conv2dParams) -> bool {
 /// pixel, whatever the strides.
 const MAX_PAD_FLOATS: usize = 1 << 16;
 
-/// A convolution's bias (or none) and bounds `(lo, hi)`.
-type Epilogue<'a> = (Option<&'a [f32]>, (f32, f32));
+/// A convolution's bias (or none; float16 widened) and bounds `(lo, hi)`.
+type Epilogue<'a> = (Option<std::borrow::Cow<'a, [f32]>>, (f32, f32));
+
+/// [`Epilogue`] of a float32 convolution: the bias is the operand.
+type F32Epilogue<'a> = (Option<&'a [f32]>, (f32, f32));
 
 /// A convolution's bias (when `p.has_bias`) and fused bounds `[lo, hi]`
 /// (when it has more inputs than those), its input `k` being `input(k)`
@@ -837,7 +917,7 @@ fn ends<'a>(
 ) -> Result<Epilogue<'a>> {
     let bad = || Error::operation("conv2d: the operands do not match the parameters");
     let bias = match p.has_bias {
-        true => Some(f32s(input(2).ok_or_else(bad)?)?),
+        true => Some(constant_f32(input(2).ok_or_else(bad)?).ok_or_else(bad)?),
         false => None,
     };
     let at = 2 + usize::from(p.has_bias);
@@ -867,6 +947,7 @@ pub(in crate::backend::cpu) fn conv(
     let bad = || Error::operation("conv2d: the operands do not match the parameters");
     let x = f32s(inputs.first().ok_or_else(bad)?)?;
     let (bias, bounds) = ends(p, inputs.len(), |k| inputs.get(k).copied())?;
+    let bias = bias.as_deref();
     let (n, ic, oc) = (p.batch, p.in_channels, p.out_channels);
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     let fits = taps_fit(p);
@@ -977,16 +1058,20 @@ impl Plan {
         sum: Option<&Buf>,
     ) -> Result<Buf> {
         let bad = || Error::operation("conv2d chain: the operands do not match the parameters");
-        let stage = |m: usize| -> Result<(&Conv, &Conv2dParams, Epilogue<'a>)> {
+        let stage = |m: usize| -> Result<(&Conv, &Conv2dParams, F32Epilogue<'a>)> {
             let node = &g.nodes[m];
             let Op::Conv2d(p) = &node.op else {
                 return Err(bad());
             };
             let c = self.convs.get(&m).ok_or_else(bad)?;
             let (bias, bounds) = ends(p, node.inputs.len(), |k| operand(*node.inputs.get(k)?))?;
-            if bias.is_some_and(|b| b.len() != p.out_channels) {
-                return Err(bad());
-            }
+            // Chains are float32 (the plan keeps float16 apart), so the
+            // bias is the operand itself.
+            let bias = match bias {
+                None => None,
+                Some(std::borrow::Cow::Borrowed(b)) if b.len() == p.out_channels => Some(b),
+                Some(_) => return Err(bad()),
+            };
             Ok((c, p, (bias, bounds)))
         };
         #[cfg(target_arch = "x86_64")]

@@ -1415,3 +1415,108 @@ fn nhwc_layout_changes_place_each_element_and_invert() {
     let bad = f32d(&[1, 1, 1, 12]);
     assert!(nhwc_relayout(&Buf::F32(vec![0.0; 12]), &bad, true).is_err());
 }
+
+/// `g` (float32, as [`Block::graph`] builds it) in float16: every
+/// operand, constants rounded to float16.
+fn in_half(g: &Graph) -> Graph {
+    let mut g = g.clone();
+    for d in &mut g.operands {
+        d.data_type = DataType::Float16;
+    }
+    for s in &mut g.sources {
+        if let Source::Constant(b) = s {
+            let halves = b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .flat_map(|x| crate::f16::f32_to_f16(x).to_le_bytes());
+            *s = Source::Constant(Arc::new(halves.collect()));
+        }
+    }
+    g
+}
+
+/// float16 networks run on the blocked kernels (in both layouts), with
+/// their residual adds blocked but not summed in the convolutions'
+/// epilogue and no depthwise chains (both would round once where the
+/// nodes round twice), and agree with the paths of `conv/` within the
+/// one float16 rounding that a different summation order can move.
+#[test]
+fn float16_networks_run_blocked_and_round_as_their_nodes() {
+    use crate::backend::Backend;
+    if !available() {
+        return;
+    }
+    let block = |x, expand, c, s, project, residual| Block {
+        x,
+        expand,
+        c,
+        k: (3, 3),
+        pad: [1; 4],
+        s,
+        d: 1,
+        project,
+        residual,
+    };
+    let cases = [
+        block((1, 16, 30, 29), true, 32, 1, Some(16), true),
+        block((2, 8, 17, 20), true, 24, 2, Some(16), false),
+    ];
+    for (i, b) in cases.iter().enumerate() {
+        for nhwc in [false, true] {
+            let f32g = b.graph();
+            let g = Arc::new(in_half(&match nhwc {
+                true => in_nhwc(&f32g),
+                false => f32g,
+            }));
+            let mut cpu = crate::backend::cpu::CpuBackend::new();
+            cpu.compile(1, g.clone()).unwrap();
+            cpu.compile(2, g.clone()).unwrap();
+            cpu.graphs.get_mut(&2).unwrap().nchwc = None;
+            let cg = &cpu.graphs[&1];
+            let pl = cg.nchwc.as_ref().expect("a plan");
+            let nodes = 0..cg.graph.nodes.len();
+            let convs = nodes.clone().filter(|&m| pl.conv(m).is_some()).count();
+            let want = [b.residual, b.expand, true, b.project.is_some()];
+            assert_eq!(convs, want.iter().filter(|&&c| c).count(), "case {i}");
+            assert!(nodes
+                .clone()
+                .all(|m| pl.chain(m).is_none() && pl.sum(m).is_none()));
+            let out = cg.graph.outputs[0].1;
+            let add = cg
+                .graph
+                .nodes
+                .iter()
+                .position(|n| matches!(n.op, Op::Binary(_)));
+            if let Some(a) = add {
+                assert!(pl.is_half(cg.graph.nodes[a].outputs[0]), "case {i}: add");
+            }
+            assert!(pl.is_half(out), "case {i}");
+            let x = random(b.x.0 * b.x.1 * b.x.2 * b.x.3, i as u64 + 9);
+            let xh = Buf::f16_from_f32(&x);
+            let run = |cpu: &mut crate::backend::cpu::CpuBackend, id| {
+                let r = cpu.compute(id, &g, vec![xh.clone()]).unwrap().remove(0);
+                assert!(matches!(r, Buf::F16(_)), "case {i}: a float16 result");
+                r.to_f32_vec()
+            };
+            let (got, want) = (run(&mut cpu, 1), run(&mut cpu, 2));
+            assert_eq!(got.len(), want.len());
+            let mut moved = 0;
+            for (a, w) in got.iter().zip(&want) {
+                // One float16 step (2^-10 of the value's binade), or a
+                // step of the smallest normal's near zero.
+                let step = (w.abs().max(a.abs()) * 2f32.powi(-10)).max(2f32.powi(-24));
+                assert!(
+                    (a - w).abs() <= step * 1.001,
+                    "case {i} nhwc {nhwc}: {a} vs {w}"
+                );
+                moved += usize::from(a != w);
+            }
+            // Most elements round to the same half either way.
+            assert!(
+                moved * 20 < got.len(),
+                "case {i}: {moved} of {} moved",
+                got.len()
+            );
+        }
+    }
+}

@@ -1,0 +1,218 @@
+'use strict';
+// The same workload on our side only, in other layouts and float types:
+// nchw float32 (the form the comparison with onnxruntime-node times),
+// nhwc float32 and nchw float16, as a client that builds its graph in
+// that form would run it (the W3C webnn-samples build nhwc and float16
+// variants of their models). Each variant's time is reported as a ratio
+// to nchw float32's, measured in the same alternating blocks, so that a
+// change in load falls on all of them; and its outputs are checked
+// against nchw float32's (float16's to float16's precision).
+
+const { now, median } = require('./report');
+const { WebnnEmitter, makeRandom, WEIGHT_SEED, INPUT_SEED } = require('./workloads');
+const { maxRelativeError } = require('./check');
+
+const VARIANTS = [
+  { name: 'nchw float32', layout: 'nchw', dataType: 'float32' },
+  { name: 'nhwc float32', layout: 'nhwc', dataType: 'float32' },
+  { name: 'nchw float16', layout: 'nchw', dataType: 'float16' },
+];
+
+// [n, c, h, w] <-> [n, h, w, c] for a 4-D shape; others unchanged.
+const nhwcShape = (s) => (s.length === 4 ? [s[0], s[2], s[3], s[1]] : s);
+
+// x of NCHW shape s as NHWC (or back, with `back`).
+function permute(x, s, back = false) {
+  if (s.length !== 4) return x;
+  const [n, c, h, w] = s;
+  const out = new x.constructor(x.length);
+  for (let b = 0; b < n; b++) {
+    for (let ci = 0; ci < c; ci++) {
+      for (let q = 0; q < h * w; q++) {
+        const nchw = (b * c + ci) * h * w + q;
+        const nhwc = (b * h * w + q) * c + ci;
+        if (back) out[nchw] = x[nhwc];
+        else out[nhwc] = x[nchw];
+      }
+    }
+  }
+  return out;
+}
+
+// float32 -> float16 bits, rounded to nearest even (overflow to
+// infinity, NaN kept, subnormals included).
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+function toHalf(v) {
+  f32[0] = v;
+  const x = u32[0];
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  let e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    let h = mant >>> shift;
+    const rest = mant & ((1 << shift) - 1);
+    const half = 1 << (shift - 1);
+    if (rest > half || (rest === half && h & 1)) h++;
+    return sign | h;
+  }
+  let h = (e << 10) | (mant >>> 13);
+  const rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest === 0x1000 && h & 1)) h++;
+  return sign | h;
+}
+
+function fromHalf(h) {
+  const sign = h & 0x8000 ? -1 : 1;
+  const e = (h >>> 10) & 0x1f;
+  const m = h & 0x3ff;
+  if (e === 0) return sign * m * 2 ** -24;
+  if (e === 0x1f) return m ? NaN : sign * Infinity;
+  return sign * (1 + m / 1024) * 2 ** (e - 15);
+}
+
+const halves = (x) => Uint16Array.from(x, toHalf);
+const floats = (h) => Float32Array.from(h, fromHalf);
+
+// The WebNN emitter in `layout` and `dataType`: the description's shapes
+// and weights are NCHW float32; 4-D activations become nhwc, weights
+// float16 (filters stay OIHW, which nhwc inputs take too).
+class VariantEmitter extends WebnnEmitter {
+  constructor(builder, { layout, dataType }) {
+    super(builder);
+    this.nhwc = layout === 'nhwc';
+    this.dataType = dataType;
+  }
+  shape(s) {
+    return this.nhwc ? nhwcShape(s) : s;
+  }
+  input(name, shape) {
+    return this.b.input(name, { dataType: this.dataType, shape: this.shape(shape) });
+  }
+  constant(shape, data) {
+    if (this.dataType === 'float32') return super.constant(shape, data);
+    return this.b.constant({ dataType: 'float16', shape }, halves(data));
+  }
+  output(name, value, shape) {
+    super.output(name, value, this.shape(shape));
+  }
+  conv2d(x, w, bias, { strides = [1, 1], pads = [0, 0, 0, 0], groups = 1 }) {
+    const inputLayout = this.nhwc ? 'nhwc' : 'nchw';
+    return this.b.conv2d(x, w, { bias, strides, padding: pads, groups, inputLayout });
+  }
+  globalAveragePool(x) {
+    return this.b.averagePool2d(x, { layout: this.nhwc ? 'nhwc' : 'nchw' });
+  }
+}
+
+async function buildVariant(workload, context, variant) {
+  const { MLGraphBuilder } = require('..');
+  const builder = new MLGraphBuilder(context);
+  const emitter = new VariantEmitter(builder, variant);
+  workload.build(emitter, makeRandom(WEIGHT_SEED));
+  const graph = await builder.build(emitter.outputs);
+  const nhwc = variant.layout === 'nhwc';
+  const half = variant.dataType === 'float16';
+  const tensor = (shape, usage) =>
+    context.createTensor({ dataType: variant.dataType, shape: nhwc ? nhwcShape(shape) : shape, ...usage });
+  const inputs = {};
+  for (const { name, shape } of workload.inputs) inputs[name] = await tensor(shape, { writable: true });
+  const outputs = {};
+  for (const { name, shape } of workload.outputs) outputs[name] = await tensor(shape, { readable: true });
+  // The inputs in this variant's form, made once (as a client would hold
+  // them), from the description's NCHW float32 data.
+  let fed = null;
+  const feed = (data) => {
+    if (!fed) {
+      fed = {};
+      for (const { name, shape } of workload.inputs) {
+        const x = nhwc ? permute(data[name], shape) : data[name];
+        fed[name] = half ? halves(x) : x;
+      }
+    }
+    return fed;
+  };
+  return {
+    async run(data) {
+      const x = feed(data);
+      for (const name in inputs) context.writeTensor(inputs[name], x[name]);
+      context.dispatch(graph, inputs, outputs);
+      const names = Object.keys(outputs);
+      const results = await Promise.all(names.map((name) => context.readTensor(outputs[name])));
+      return Object.fromEntries(
+        names.map((name, i) => {
+          const { shape } = workload.outputs.find((o) => o.name === name);
+          const y = half ? floats(new Uint16Array(results[i])) : new Float32Array(results[i]);
+          return [name, nhwc ? permute(y, shape, true) : y];
+        }),
+      );
+    },
+    release() {
+      graph.destroy();
+      for (const t of [...Object.values(inputs), ...Object.values(outputs)]) t.destroy();
+    },
+  };
+}
+
+/**
+ * Times every variant of `workload` on `context` (ours only), in blocks
+ * that alternate between them after a pause, as bench/run.js does for the
+ * two runtimes. Returns one row per variant, with its median, its ratio
+ * to the first (nchw float32) and its largest relative difference from
+ * the first's outputs.
+ */
+async function benchVariants(workload, threads, context, { runs, warmup, settleMs }) {
+  const built = [];
+  const rows = [];
+  try {
+    for (const v of VARIANTS) {
+      try {
+        built.push({ v, impl: await buildVariant(workload, context, v) });
+      } catch (e) {
+        rows.push({ workload: workload.id, variant: v.name, threads, status: `failed: ${e.message}` });
+      }
+    }
+    const data = workload.inputData(makeRandom(INPUT_SEED));
+    const outs = [];
+    for (const { impl } of built) outs.push(await impl.run(data));
+    for (let i = 0; i < warmup; i++) for (const { impl } of built) await impl.run(data);
+    const times = built.map(() => []);
+    const block = Math.max(2, Math.ceil(runs / 4));
+    for (let done = 0; done < runs; done += block) {
+      for (const [k, { impl }] of built.entries()) {
+        await new Promise((resolve) => setTimeout(resolve, settleMs));
+        await impl.run(data);
+        for (let i = 0; i < Math.min(block, runs - done); i++) {
+          const t = now();
+          await impl.run(data);
+          times[k].push(now() - t);
+        }
+      }
+    }
+    const base = median(times[0]);
+    for (const [k, { v }] of built.entries()) {
+      const ms = median(times[k]);
+      rows.push({
+        workload: workload.id,
+        variant: v.name,
+        threads,
+        runs,
+        ms,
+        ratio: ms / base,
+        max_rel_err: maxRelativeError(outs[k], outs[0]),
+        status: 'ok',
+      });
+    }
+  } finally {
+    for (const { impl } of built) impl.release();
+  }
+  return rows;
+}
+
+module.exports = { VARIANTS, benchVariants, toHalf, fromHalf };

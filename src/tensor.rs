@@ -7,7 +7,7 @@
 //! [`Buf::to_bytes`]).
 
 use crate::error::{Error, Result};
-use crate::f16::{f16_to_f32, f32_to_f16};
+use crate::f16::f16_to_f32;
 use crate::types::DataType;
 
 /// Typed element storage. The variant is fixed by the data type
@@ -299,7 +299,11 @@ impl Buf {
     pub fn to_f32_vec(&self) -> Vec<f32> {
         match self {
             Buf::F32(v) => v.clone(),
-            Buf::F16(v) => v.iter().map(|&h| f16_to_f32(h)).collect(),
+            Buf::F16(v) => {
+                let mut out = vec![0.0; v.len()];
+                crate::f16::widen(v, &mut out);
+                out
+            }
             _ => (0..self.len()).map(|i| self.get_f64(i) as f32).collect(),
         }
     }
@@ -320,7 +324,9 @@ impl Buf {
 
     /// A float16 buffer from f32 values, rounding each once.
     pub fn f16_from_f32(v: &[f32]) -> Buf {
-        Buf::F16(v.iter().map(|&x| f32_to_f16(x)).collect())
+        let mut out = vec![0u16; v.len()];
+        crate::f16::narrow(v, &mut out);
+        Buf::F16(out)
     }
 }
 

@@ -3,7 +3,6 @@
 use std::borrow::Cow;
 
 use crate::error::{Error, Result};
-use crate::f16::f32_to_f16;
 use crate::tensor::Buf;
 use crate::types::DataType;
 
@@ -21,7 +20,7 @@ pub fn floats(b: &Buf) -> Result<Cow<'_, [f32]>> {
 pub fn from_floats(dt: DataType, v: Vec<f32>) -> Result<Buf> {
     match dt {
         DataType::Float32 => Ok(Buf::F32(v)),
-        DataType::Float16 => Ok(Buf::F16(v.iter().map(|&x| f32_to_f16(x)).collect())),
+        DataType::Float16 => Ok(Buf::f16_from_f32(&v)),
         _ => Err(Error::operation(
             "a float kernel produced a non-float output",
         )),

@@ -1301,6 +1301,29 @@ fn nhwc_of(x: &[f32], (n, c, h, w): (usize, usize, usize, usize), back: bool) ->
     out
 }
 
+/// An inverted residual block with a 3x3 depthwise convolution padded
+/// by 1 (MobileNetV2's), input `x`, `c` expanded channels, stride `s`.
+fn padded_3x3(
+    x: (usize, usize, usize, usize),
+    expand: bool,
+    c: usize,
+    s: usize,
+    project: Option<usize>,
+    residual: bool,
+) -> Block {
+    Block {
+        x,
+        expand,
+        c,
+        k: (3, 3),
+        pad: [1; 4],
+        s,
+        d: 1,
+        project,
+        residual,
+    }
+}
+
 /// The same networks in nhwc run on the blocked kernels as in NCHW: the
 /// same convolutions blocked, the same chains, residual sums and global
 /// pooling, and the same bits (the layout changes at the ends are
@@ -1312,17 +1335,7 @@ fn nhwc_networks_run_blocked_with_the_bits_of_nchw() {
     if !available() {
         return;
     }
-    let block = |x, expand, c, s, project, residual| Block {
-        x,
-        expand,
-        c,
-        k: (3, 3),
-        pad: [1; 4],
-        s,
-        d: 1,
-        project,
-        residual,
-    };
+    let block = padded_3x3;
     let mut graphs: Vec<(Graph, (usize, usize, usize, usize))> = [
         block((1, 16, 30, 29), true, 32, 1, Some(16), true),
         block((2, 8, 57, 60), true, 24, 2, Some(16), false),
@@ -1446,17 +1459,7 @@ fn float16_networks_run_blocked_and_round_as_their_nodes() {
     if !available() {
         return;
     }
-    let block = |x, expand, c, s, project, residual| Block {
-        x,
-        expand,
-        c,
-        k: (3, 3),
-        pad: [1; 4],
-        s,
-        d: 1,
-        project,
-        residual,
-    };
+    let block = padded_3x3;
     let cases = [
         block((1, 16, 30, 29), true, 32, 1, Some(16), true),
         block((2, 8, 17, 20), true, 24, 2, Some(16), false),

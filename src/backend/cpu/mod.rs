@@ -397,8 +397,9 @@ pub fn gemm_isa() -> &'static str {
 pub fn isa_report() -> String {
     let conv = nchwc::isa_name();
     format!(
-        "gemm {}, blocked convolutions {}, element-wise {}",
+        "gemm {} ({}), blocked convolutions {}, element-wise {}",
         sgemm::best_kernel().name(),
+        sgemm::best_kernel().blocking_report(),
         conv,
         elementwise::simd_level().name()
     )

@@ -130,6 +130,7 @@ pub(super) fn gemv_packed(
         }
     }
     match b.kern.nr {
+        8 => run::<8>(b, a, c, threads, fuse),
         16 => run::<16>(b, a, c, threads, fuse),
         32 => run::<32>(b, a, c, threads, fuse),
         _ => run::<PORTABLE_NR>(b, a, c, threads, fuse),

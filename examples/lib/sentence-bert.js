@@ -337,13 +337,29 @@ async function buildEmbedder(model, context, { batch, seqLength }) {
   };
 }
 
-/** Embeddings of `sentences` (one Float32Array each), as one batch. */
-async function embed(model, context, sentences) {
+/**
+ * Builds the model for `sentences`, one batch padded to the longest.
+ * Returns `{ seqLength, run() -> Promise<Float32Array[]>, destroy() }`;
+ * each `run` computes the embeddings again (one Float32Array a sentence).
+ */
+async function sentenceEmbedder(model, context, sentences) {
   const tokens = tokenize(model, sentences);
   const embedder = await buildEmbedder(model, context, { batch: sentences.length, seqLength: tokens.seqLength });
+  return {
+    seqLength: tokens.seqLength,
+    async run() {
+      const flat = await embedder.run(tokens);
+      return sentences.map((_, i) => flat.slice(i * model.dimension, (i + 1) * model.dimension));
+    },
+    destroy: () => embedder.destroy(),
+  };
+}
+
+/** Embeddings of `sentences` (one Float32Array each), as one batch. */
+async function embed(model, context, sentences) {
+  const embedder = await sentenceEmbedder(model, context, sentences);
   try {
-    const flat = await embedder.run(tokens);
-    return sentences.map((_, i) => flat.slice(i * model.dimension, (i + 1) * model.dimension));
+    return await embedder.run();
   } finally {
     embedder.destroy();
   }
@@ -374,4 +390,4 @@ function defaultModelDir() {
   return process.env.WEBNN_MINILM_DIR || path.join(require('os').homedir(), '.cache', 'webnn-node', 'all-minilm-l6-v2');
 }
 
-module.exports = { loadModel, isModelDir, tokenize, describe, WebnnEmitter, buildEmbedder, embed, cosine, summary, defaultModelDir, MODEL_FILES };
+module.exports = { loadModel, isModelDir, tokenize, describe, WebnnEmitter, buildEmbedder, sentenceEmbedder, embed, cosine, summary, defaultModelDir, MODEL_FILES };

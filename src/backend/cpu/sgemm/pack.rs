@@ -243,6 +243,8 @@ pub(super) fn pack_b_panel(
 #[inline(always)]
 pub fn copy_row(dst: &mut [f32], src: &[f32]) {
     let n = dst.len().min(src.len());
+    // Advanced only by the x86-64 loop.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     {

@@ -12,8 +12,8 @@
 #   aarch64-unknown-linux-gnu   cargo zigbuild, glibc 2.17 floor
 #   x86_64-unknown-linux-musl   cargo zigbuild, -C target-feature=-crt-static
 #   aarch64-unknown-linux-musl  cargo zigbuild, -C target-feature=-crt-static
-#   aarch64-apple-darwin        cargo zigbuild (links without an SDK)
-#   x86_64-apple-darwin         cargo zigbuild
+#   aarch64-apple-darwin        cargo zigbuild, with SDKROOT naming a MacOSX.sdk
+#   x86_64-apple-darwin         (Metal links against the SDK's frameworks)
 #   x86_64-pc-windows-gnu       mingw-w64 (x86_64-w64-mingw32-gcc) into win32-x64-msvc;
 #                               napi-build links it against node, so LIBNODE_PATH
 #                               must name a directory with libnode.dll
@@ -56,6 +56,8 @@ for t in "${TARGETS[@]}"; do
     elif [ -z "${LIBNODE_PATH:-}" ]; then
       reason="napi-build links windows-gnu against node: set LIBNODE_PATH to a directory with libnode.dll"
     fi
+  elif [[ "$t" == *-apple-darwin && -z "${SDKROOT:-}" ]]; then
+    reason="the Metal backend links against the macOS SDK's frameworks (Metal, QuartzCore, CoreGraphics, Foundation, libobjc): set SDKROOT to a MacOSX.sdk"
   elif [ "$t" = x86_64-pc-windows-msvc ]; then
     reason="the MSVC target is built on Windows (the release workflow)"
   elif ! have_zigbuild; then
@@ -75,7 +77,7 @@ for t in "${TARGETS[@]}"; do
     echo "   built: $info"
   else
     secs=$(($(date +%s) - start))
-    last=$(grep -E 'error|Error' "dist/cross-$t.log" | head -n 3 | tr '\n' ' ')
+    last=$(grep -E '(^|[[:space:]])error(\[|:)' "dist/cross-$t.log" | head -n 3 | tr -s ' \n' ' ')
     ROWS+=("$t|FAILED after ${secs} s|${last:-see dist/cross-$t.log}")
     echo "   FAILED: ${last:-see dist/cross-$t.log}"
     failed=1

@@ -17,8 +17,9 @@
 //   glibc (printed, and recorded): fine for a local test, not for a release.
 // - Linux musl: `cargo zigbuild` with `-C target-feature=-crt-static` (an
 //   addon is a shared object that the musl Node loads dynamically).
-// - macOS: natively with @napi-rs/cli on a Mac, else `cargo zigbuild` (links
-//   without an SDK; not stripped, as stripping Mach-O needs Apple's tools).
+// - macOS: natively with @napi-rs/cli on a Mac, else `cargo zigbuild`, which
+//   needs SDKROOT to name a MacOSX.sdk: the Metal backend links against its
+//   frameworks (not stripped, as stripping Mach-O needs Apple's tools).
 // - Windows x64: natively with @napi-rs/cli (MSVC) on Windows;
 //   `--target x86_64-pc-windows-gnu` builds the same package with mingw-w64
 //   (its linker on PATH). N-API is a plain C interface and the addon frees
@@ -113,6 +114,9 @@ if (target.includes('-linux-') && haveZigbuild()) {
   run('cargo', ['zigbuild', '--release', '--lib', '--target', zigTarget], { env });
   fs.copyFileSync(cargoArtifact, dest);
 } else if (target.includes('-apple-') && process.platform !== 'darwin' && haveZigbuild()) {
+  if (!process.env.SDKROOT) {
+    fail(`${target} links against the macOS SDK's frameworks (Metal, QuartzCore, Foundation, libobjc): set SDKROOT to a MacOSX.sdk`);
+  }
   method = `cargo zigbuild --target ${target} (not stripped)`;
   run('cargo', ['zigbuild', '--release', '--lib', '--target', target]);
   fs.copyFileSync(cargoArtifact, dest);

@@ -9,26 +9,54 @@
 const fs = require('fs');
 const path = require('path');
 
-/** 'gnu' or 'musl' on Linux, from the process report (no child process). */
+/** The platforms with a prebuilt package (package.json's optionalDependencies). */
+const PREBUILT = [
+  'linux-x64-gnu',
+  'linux-x64-musl',
+  'linux-arm64-gnu',
+  'linux-arm64-musl',
+  'darwin-arm64',
+  'darwin-x64',
+  'win32-x64-msvc',
+];
+
+/**
+ * 'gnu' or 'musl' on Linux. The process report names the glibc this Node
+ * runs on, or lists the musl loader among its shared objects; without a
+ * report (they can be disabled), the musl loader in /lib or an `ldd` that is
+ * musl's decides. No child process is started.
+ */
 function linuxLibc() {
   try {
-    const header = process.report && process.report.getReport().header;
-    if (header && header.glibcVersionRuntime) return 'gnu';
+    const report = process.report && process.report.getReport();
+    if (report && report.header) {
+      if (report.header.glibcVersionRuntime) return 'gnu';
+      const shared = Array.isArray(report.sharedObjects) ? report.sharedObjects : [];
+      if (shared.some((f) => /(^|\/)(ld-musl-|libc\.musl-)/.test(f))) return 'musl';
+    }
   } catch {
     // Reports can be disabled; fall through to the file system.
   }
   try {
     if (fs.readdirSync('/lib').some((f) => f.startsWith('ld-musl-'))) return 'musl';
   } catch {
-    // No /lib: assume glibc.
+    // No /lib: look at ldd below.
+  }
+  try {
+    if (fs.readFileSync('/usr/bin/ldd', 'latin1').includes('musl')) return 'musl';
+  } catch {
+    // No ldd: assume glibc.
   }
   return 'gnu';
 }
 
-/** The napi-rs platform name: linux-x64-gnu, darwin-arm64, win32-x64-msvc. */
-function platformName() {
-  const { platform, arch } = process;
-  if (platform === 'linux') return `linux-${arch}-${linuxLibc()}`;
+/**
+ * The napi-rs platform name: linux-x64-gnu, linux-arm64-musl, darwin-arm64,
+ * win32-x64-msvc. The arguments default to this process (libc is only
+ * looked up on Linux).
+ */
+function platformName(platform = process.platform, arch = process.arch, libc) {
+  if (platform === 'linux') return `linux-${arch}-${libc || linuxLibc()}`;
   if (platform === 'win32') return `win32-${arch}-msvc`;
   return `${platform}-${arch}`;
 }
@@ -59,10 +87,10 @@ function load() {
       (failures.length ? ` (${failures.join('; ')})` : '') +
       `. Either install a Rust toolchain (cargo) and build it from source with ` +
       `\`npx webnn-node-build\`, or use a platform that has a prebuilt package ` +
-      `(${pkg} is not installed; prebuilt: linux-x64-gnu).`,
+      `(${pkg} is not installed; prebuilt: ${PREBUILT.join(', ')}).`,
   );
   err.code = 'WEBNN_NODE_NO_ADDON';
   throw err;
 }
 
-module.exports = { load, platformName };
+module.exports = { load, platformName, linuxLibc, PREBUILT };

@@ -6,7 +6,7 @@
 'use strict';
 const { spawnSync } = require('child_process');
 const path = require('path');
-const { load, platformName } = require('../binding.js');
+const { load, platformName, PREBUILT } = require('../binding.js');
 
 try {
   load();
@@ -20,7 +20,7 @@ if (cargo.error || cargo.status !== 0) {
   console.error(
     `webnn-node: there is no prebuilt addon for ${platformName()} and no Rust toolchain ` +
       'to build one. Install Rust (rustup installs cargo) and run `npx webnn-node-build`, ' +
-      'or use a platform with a prebuilt package (linux-x64-gnu).',
+      `or use a platform with a prebuilt package (${PREBUILT.join(', ')}).`,
   );
   process.exit(1);
 }

@@ -151,6 +151,15 @@ pub(super) struct OpenDevice {
 /// saves the seconds that opening a device takes.
 pub(super) static DEVICES: Mutex<Vec<OpenDevice>> = Mutex::new(Vec::new());
 
+/// The platform's native GPU APIs, the ones wgpu is built with (Cargo.toml):
+/// Metal on Apple platforms, DX12 and Vulkan on Windows, Vulkan elsewhere.
+#[cfg(target_vendor = "apple")]
+const NATIVE_BACKENDS: wgpu::Backends = wgpu::Backends::METAL;
+#[cfg(windows)]
+const NATIVE_BACKENDS: wgpu::Backends = wgpu::Backends::DX12.union(wgpu::Backends::VULKAN);
+#[cfg(not(any(target_vendor = "apple", windows)))]
+const NATIVE_BACKENDS: wgpu::Backends = wgpu::Backends::VULKAN;
+
 /// Opens a device for `power_preference`, or on the adapter that `hint`
 /// matches when one does, or takes back a pooled one.
 pub(super) fn open_device(
@@ -159,13 +168,13 @@ pub(super) fn open_device(
 ) -> Result<OpenDevice> {
     let instance = || {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        desc.backends = wgpu::Backends::VULKAN;
+        desc.backends = NATIVE_BACKENDS;
         wgpu::Instance::new(desc)
     };
     // Only a hint needs the adapters listed before the pool is asked.
     let hinted = hint.map(|h| {
         let instance = instance();
-        let found = block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN))
+        let found = block_on(instance.enumerate_adapters(NATIVE_BACKENDS))
             .into_iter()
             .find(|a| h.matches(&a.get_info()));
         (instance, found)

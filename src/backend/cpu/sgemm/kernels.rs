@@ -421,8 +421,8 @@ pub(super) static PORTABLE: Kernel = Kernel {
 /// ymm registers; 12 FMAs per 2 loads and 6 broadcasts keep both FMA
 /// pipes busy. The B panel takes three quarters of L1d (384 x 16 on a
 /// 32 KiB L1d, where the A panels stream from L2 fast enough): measured
-/// on a Zen 3 (AVX2, one thread, the fastest tenth of 9 or more runs of
-/// each, interleaved), KC 384 with MC 168 against KC 256 with MC 252:
+/// on a Zen 2 (EPYC 7002, AVX2, one thread, the fastest tenth of 9 or
+/// more runs of each, interleaved), KC 384 with MC 168 against KC 256 with MC 252:
 /// 1024^3 by a packed B 34.6 against 36.2 ms, 1024 x 384 by 384 x 1536
 /// 19.8 against 20.6, 1x1 conv 320 to 1280 at 7x7 0.66 against 0.70, the
 /// other transformer and MiniLM shapes within 2% either way (KC 512: no

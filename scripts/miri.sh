@@ -12,7 +12,8 @@
 #
 # Each mode runs the test binary twice, as Miri only enables the CPU
 # features the build does (is_x86_feature_detected! reports nothing
-# else there):
+# else there), and ci and full also run the SGEMM tests for aarch64 (the
+# NEON kernel):
 #   portable  no target features: the portable kernels, the baseline
 #             element-wise loops;
 #   avx2      RUSTFLAGS=-Ctarget-feature=+avx2,+fma: the AVX2 kernels,
@@ -137,6 +138,11 @@ fi
 run portable cargo +nightly miri test --lib -- "${portable[@]}"
 run avx2 env RUSTFLAGS="-Ctarget-feature=+avx2,+fma" CARGO_TARGET_DIR=target/miri-avx2 \
   cargo +nightly miri test --lib -- "${tests[@]}"
+# The aarch64 NEON GEMM kernel, interpreted for that target (Miri needs no
+# aarch64 machine or toolchain for it; it builds that target's sysroot).
+run aarch64 env CARGO_TARGET_DIR=target/miri-aarch64 \
+  cargo +nightly miri test --target aarch64-unknown-linux-gnu --lib -- \
+  sgemm::tests::miri:: sgemm::tests::short_buffers_are_errors
 
 if [ "$mode" = full ]; then
   threaded=(

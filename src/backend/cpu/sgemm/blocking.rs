@@ -271,17 +271,19 @@ mod tests {
 
     #[test]
     fn blocking_follows_the_caches() {
+        let caches = |l1d, l2, l3| Caches {
+            l1d,
+            l2,
+            l3,
+            source: "test",
+        };
+        // A Zen 2 or Zen 3 core.
+        let zen = caches(32 << 10, 512 << 10, 4 << 20);
         for kern in available_kernels() {
-            // A Zen 2 or Zen 3 core: the AVX2 kernel takes the blocking
-            // measured best there (see `AVX2`): a 384 x 16 B panel, three
-            // quarters of L1d, and a 168 x 384 A block.
-            let zen = Caches {
-                l1d: 32 << 10,
-                l2: 512 << 10,
-                l3: 4 << 20,
-                source: "test",
-            };
             let b = kern.blocked_for(&zen);
+            // The AVX2 kernel takes the blocking measured best there (see
+            // `AVX2`): a 384 x 16 B panel, three quarters of L1d, and a
+            // 168 x 384 A block.
             if kern.name == "avx2+fma" {
                 assert_eq!((b.kc, b.mc), (384, 168));
             }
@@ -292,22 +294,10 @@ mod tests {
             assert!(b.mc * b.kc * 4 <= zen.l2 / 2, "{}: {b:?}", kern.name);
             assert!(b.kc * b.nc * 4 <= zen.l3 / 2, "{}: {b:?}", kern.name);
             // Larger caches never give smaller blocks.
-            let big = Caches {
-                l1d: 64 << 10,
-                l2: 2 << 20,
-                l3: 8 << 20,
-                source: "test",
-            };
-            let g = kern.blocked_for(&big);
+            let g = kern.blocked_for(&caches(64 << 10, 2 << 20, 8 << 20));
             assert!(g.kc >= b.kc && g.mc >= b.mc && g.nc >= b.nc, "{g:?} {b:?}");
             // Absurd reports stay within bounds.
-            let tiny = Caches {
-                l1d: 1,
-                l2: 1,
-                l3: 0,
-                source: "test",
-            };
-            let t = kern.blocked_for(&tiny);
+            let t = kern.blocked_for(&caches(1, 1, 0));
             assert!(t.kc >= 64 && t.mc >= kern.mr && t.nc >= kern.nr, "{t:?}");
         }
     }

@@ -22,6 +22,27 @@ const platformTgz = sh(process.execPath, [path.join(__dirname, 'prebuild.js')], 
   .split('\n')
   .pop();
 const dist = path.join(root, 'dist');
+
+// A Linux glibc package must load on glibc 2.28 or older (RHEL 8, Debian
+// 10 and later). Built through zig it targets 2.17: then the floor is
+// checked here, on the very addon that goes into the tarball. Built with
+// the system toolchain (no cargo-zigbuild on this machine) it needs this
+// machine's glibc, which is said rather than failed: it is a local build.
+const MAX_GLIBC = '2.28';
+const recordFile = path.join(dist, `${require('../binding.js').platformName()}.prebuild.json`);
+const record = fs.existsSync(recordFile) ? JSON.parse(fs.readFileSync(recordFile, 'utf8')) : {};
+let glibcLine = '';
+if (record.glibcFloor) {
+  const { compareVersions } = require('./glibc-floor');
+  if (!/zigbuild/.test(record.method)) {
+    glibcLine = `  glibc floor NOT CHECKED: built with the system toolchain (needs glibc ${record.glibcFloor}); \`pip install ziglang cargo-zigbuild\` builds for 2.17`;
+  } else if (compareVersions(record.glibcFloor, MAX_GLIBC) > 0) {
+    console.error(`install test: the addon needs glibc ${record.glibcFloor}, past ${MAX_GLIBC} (${record.method})`);
+    process.exit(1);
+  } else {
+    glibcLine = `  glibc floor: needs ${record.glibcFloor} (at most ${MAX_GLIBC} allowed; ${record.method})`;
+  }
+}
 const [{ filename }] = JSON.parse(sh('npm', ['pack', '--json', '--pack-destination', dist], { cwd: root }));
 const mainTgz = path.join(dist, filename);
 
@@ -88,4 +109,5 @@ console.log(`install test: npm install of both tarballs took ${seconds.toFixed(1
 console.log(`  ${path.basename(mainTgz)}: ${kib(mainTgz)}`);
 console.log(`  ${path.basename(platformTgz)}: ${kib(platformTgz)}`);
 console.log('  require: ok, import: ok, graph results correct');
+if (glibcLine) console.log(glibcLine);
 fs.rmSync(project, { recursive: true, force: true });

@@ -13,10 +13,10 @@ const {
   compareVersions,
   glibcVersionsNeeded,
   glibcFloor,
+  MAX_GLIBC: FLOOR,
 } = require('../scripts/glibc-floor.js');
 
 const root = path.resolve(__dirname, '..');
-const FLOOR = '2.28';
 const prebuilt = ['linux-x64-gnu', 'linux-arm64-gnu']
   .map((p) => path.join(root, 'npm', p, `webnn-node.${p}.node`))
   .filter((f) => fs.existsSync(f));

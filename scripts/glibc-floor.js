@@ -98,7 +98,10 @@ function glibcFloor(file) {
   return all.length ? all[all.length - 1].slice('GLIBC_'.length) : null;
 }
 
-module.exports = { versionNeeds, glibcVersion, compareVersions, glibcVersionsNeeded, glibcFloor };
+/** The newest glibc a Linux gnu package may need: RHEL 8 and Debian 10 have it. */
+const MAX_GLIBC = '2.28';
+
+module.exports = { MAX_GLIBC, versionNeeds, glibcVersion, compareVersions, glibcVersionsNeeded, glibcFloor };
 
 if (require.main === module) {
   const files = process.argv.slice(2);

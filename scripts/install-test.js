@@ -28,12 +28,11 @@ const dist = path.join(root, 'dist');
 // checked here, on the very addon that goes into the tarball. Built with
 // the system toolchain (no cargo-zigbuild on this machine) it needs this
 // machine's glibc, which is said rather than failed: it is a local build.
-const MAX_GLIBC = '2.28';
 const recordFile = path.join(dist, `${require('../binding.js').platformName()}.prebuild.json`);
 const record = fs.existsSync(recordFile) ? JSON.parse(fs.readFileSync(recordFile, 'utf8')) : {};
 let glibcLine = '';
 if (record.glibcFloor) {
-  const { compareVersions } = require('./glibc-floor');
+  const { compareVersions, MAX_GLIBC } = require('./glibc-floor');
   if (!/zigbuild/.test(record.method)) {
     glibcLine = `  glibc floor NOT CHECKED: built with the system toolchain (needs glibc ${record.glibcFloor}); \`pip install ziglang cargo-zigbuild\` builds for 2.17`;
   } else if (compareVersions(record.glibcFloor, MAX_GLIBC) > 0) {

@@ -28,6 +28,8 @@ const { REL_FLOOR, RMS_FRACTION, maxRelativeError } = require('./check');
 // stays below MAX_REL_ERR.
 const MAX_REL_ERR = 1e-3;
 const WARMUP = 5;
+// Warm-up time per side for the per-call rows (see timeAlternating).
+const PER_CALL_WARMUP_MS = 500;
 
 // Loaded lazily: the RSS children must load only the side they measure.
 const webnn = () => require('..');
@@ -132,10 +134,18 @@ async function buildOrt(workload, threads) {
 // them.
 const SETTLE_MS = 100;
 
-async function timeAlternating(ours, theirs, data, warmup, runs) {
+async function timeAlternating(ours, theirs, data, warmup, runs, warmupMs = 0) {
   for (let i = 0; i < warmup; i++) {
     await ours.run(data);
     await theirs.run(data);
+  }
+  // Per-call rows: each side also runs for `warmupMs` on its own, so that
+  // both are timed in their steady state (JavaScript compiled by the
+  // optimising tier, allocators and thread pools warm) rather than in the
+  // first few thousand calls, which a service making such calls leaves
+  // behind in its first second.
+  for (const impl of [ours, theirs]) {
+    for (const t = now(); now() - t < warmupMs; ) await impl.run(data);
   }
   const times = { ours: [], ort: [] };
   const block = blockSize(runs);
@@ -178,7 +188,8 @@ async function benchWorkload(workload, threads, context, opts) {
     if (!(row.max_rel_err < MAX_REL_ERR)) row.status = 'MISMATCH';
 
     const runs = opts.runs || (opts.quick ? Math.min(workload.runs, workload.perCallMicros ? 100 : 3) : workload.runs);
-    const t = await timeAlternating(ours, theirs, data, opts.quick ? 1 : WARMUP, runs);
+    const warmupMs = workload.perCallMicros && !opts.quick ? PER_CALL_WARMUP_MS : 0;
+    const t = await timeAlternating(ours, theirs, data, opts.quick ? 1 : WARMUP, runs, warmupMs);
     Object.assign(row, { runs, ours_ms: t.ours, ort_ms: t.ort, ratio: t.ours / t.ort });
     if (workload.flops) {
       // FLOP per ms / 1e6 = GFLOP/s

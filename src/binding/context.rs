@@ -1,7 +1,6 @@
 //! `ml.createContext()` and `MLContext`.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -339,13 +338,18 @@ fn record(env: napi_env, v: napi_value, what: &str) -> Result<Vec<(String, napi_
             "{what} must be a record (a plain object)"
         )));
     }
-    let keys = map_err(raw::keys(env, v, true))?;
-    keys.into_iter()
-        .map(|k| {
-            let item = map_err(raw::get(env, v, &k))?;
-            Ok((k, item))
-        })
-        .collect()
+    map_err(raw::entries(env, v))
+}
+
+/// An entry of a record argument, as errors name it (`inputs["x"]`):
+/// formatted only when an error is made, not on every call.
+#[derive(Clone, Copy)]
+struct Entry<'a>(&'a str, &'a str);
+
+impl std::fmt::Display for Entry<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[{:?}]", self.0, self.1)
+    }
 }
 
 /// Matches named values to a graph's inputs or outputs: the same names,
@@ -520,8 +524,8 @@ impl MLContext {
                     record(e, v.0, what)?
                         .into_iter()
                         .map(|(name, v)| {
-                            let label = format!("{what}[{name:?}]");
-                            Ok((name, MLTensor::from_arg(e, JsRaw(v), &label)?))
+                            let t = MLTensor::from_arg(e, JsRaw(v), Entry(what, &name))?;
+                            Ok((name, t))
                         })
                         .collect()
                 };
@@ -529,7 +533,8 @@ impl MLContext {
             let outs = tensors(outputs, "outputs")?;
             let label = label_of(e, options, "dispatch")?;
             g.check_usable(&self.shared)?;
-            let mut seen = HashSet::new();
+            // Few tensors as a rule: a linear scan beats hashing them.
+            let mut seen: Vec<u64> = Vec::with_capacity(ins.len() + outs.len());
             let mut check = |named: Vec<(String, ClassInstance<MLTensor>)>,
                              expected: &[(String, usize)],
                              what: &str|
@@ -539,11 +544,12 @@ impl MLContext {
                     .into_iter()
                     .zip(expected)
                     .map(|((name, t), (_, operand))| {
-                        let label = format!("{what}[{name:?}]");
-                        t.check_usable(&self.shared, &label)?;
-                        if !seen.insert(t.info.id) {
+                        let label = Entry(what, &name);
+                        t.check_usable(&self.shared, label)?;
+                        if seen.contains(&t.info.id) {
                             return Err(Error::type_error(format!("{label}: a tensor may appear only once among the inputs and outputs")));
                         }
+                        seen.push(t.info.id);
                         if t.info.constant.is_some() {
                             return Err(Error::type_error(format!("{label} is a constant tensor")));
                         }

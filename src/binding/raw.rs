@@ -159,7 +159,24 @@ pub fn get(env: napi_env, obj: napi_value, key: &str) -> Result<napi_value> {
 }
 
 pub fn get_string(env: napi_env, v: napi_value) -> Result<String> {
+    // Names and option strings are short: one call into a stack buffer
+    // reads most of them whole. N-API stops one byte short of the buffer
+    // (for the NUL), so a string that fills it may be longer: then ask for
+    // the length and read again.
+    let mut small = [0u8; 128];
     let mut len = 0;
+    call!(napi_get_value_string_utf8(
+        env,
+        v,
+        small.as_mut_ptr() as *mut _,
+        small.len(),
+        &mut len
+    ))?;
+    if len < small.len() - 1 {
+        return String::from_utf8(small[..len].to_vec())
+            .map_err(|_| NapiError::from_reason("invalid UTF-8"));
+    }
+    len = 0;
     call!(napi_get_value_string_utf8(
         env,
         v,
@@ -265,6 +282,30 @@ pub fn keys(env: napi_env, obj: napi_value, own_only: bool) -> Result<Vec<String
     let n = array_length(env, names)?;
     (0..n)
         .map(|i| get_string(env, element(env, names, i)?))
+        .collect()
+}
+
+/// The own enumerable string-keyed entries of an object (a record's
+/// conversion): each key with its value, read through the key value N-API
+/// returned rather than a string made again from it.
+pub fn entries(env: napi_env, obj: napi_value) -> Result<Vec<(String, napi_value)>> {
+    let mut names = ptr::null_mut();
+    call!(napi_get_all_property_names(
+        env,
+        obj,
+        sys::KeyCollectionMode::own_only,
+        sys::KeyFilter::enumerable | sys::KeyFilter::skip_symbols,
+        sys::KeyConversion::numbers_to_strings,
+        &mut names
+    ))?;
+    let n = array_length(env, names)?;
+    (0..n)
+        .map(|i| {
+            let key = element(env, names, i)?;
+            let mut v = ptr::null_mut();
+            call!(napi_get_property(env, obj, key, &mut v))?;
+            Ok((get_string(env, key)?, v))
+        })
         .collect()
 }
 

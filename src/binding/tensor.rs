@@ -61,7 +61,7 @@ impl MLTensor {
     pub fn from_arg<'a>(
         env: napi_env,
         v: JsRaw,
-        what: &str,
+        what: impl std::fmt::Display,
     ) -> Result<ClassInstance<'a, MLTensor>> {
         // SAFETY: the current callback's env and an argument handle
         // (raw.rs's rules); `from_napi_value` unwraps only an object napi-rs
@@ -75,7 +75,8 @@ impl MLTensor {
 
     /// Checks that the tensor belongs to `ctx` and is alive (TypeError
     /// otherwise, as the spec's steps say).
-    pub fn check_usable(&self, ctx: &CtxShared, what: &str) -> Result<()> {
+    /// `what` names the argument in an error; it is formatted only then.
+    pub fn check_usable(&self, ctx: &CtxShared, what: impl std::fmt::Display) -> Result<()> {
         if self.info.ctx.id != ctx.id {
             return Err(Error::type_error(format!(
                 "{what} belongs to another MLContext"

@@ -144,11 +144,23 @@ unsafe extern "C" fn free_buf(
     unsafe { Box::from_raw(hint as *mut Buf) }.recycle();
 }
 
+/// Results up to this many bytes are copied into a new ArrayBuffer rather
+/// than handed over (see [`arraybuffer_from_buf`]).
+const COPY_BELOW: usize = 16 * 1024;
+
 /// An ArrayBuffer of exactly the tensor's bytes. The buffer's own memory is
 /// handed to JS without a copy where its layout is the external one.
 pub fn arraybuffer_from_buf(env: napi_env, buf: Buf, dt: DataType) -> napi::Result<napi_value> {
     if matches!(dt, DataType::Int4 | DataType::Uint4) || buf.is_empty() {
         return raw::arraybuffer_copy(env, &buf.to_bytes(dt));
+    }
+    if buf.raw_bytes().len() <= COPY_BELOW {
+        // Small: a copy into memory V8 allocates costs less than an
+        // external buffer (its backing store, its finalizer's run after
+        // collection, and the external memory accounting).
+        let v = raw::arraybuffer_copy(env, buf.raw_bytes());
+        buf.recycle();
+        return v;
     }
     let bytes = buf.raw_bytes();
     let (ptr, len) = (bytes.as_ptr() as *mut std::ffi::c_void, bytes.len());

@@ -64,6 +64,7 @@ async function buildOurs(workload, context) {
   const emitter = new WebnnEmitter(builder);
   workload.build(emitter, makeRandom(WEIGHT_SEED));
   const graph = await builder.build(emitter.outputs);
+  if (workload.form === 'compute') return computeForm(workload, context, graph);
   const tensor = (shape, usage) => context.createTensor({ dataType: 'float32', shape, ...usage });
   const inputs = {};
   for (const { name, shape } of workload.inputs) inputs[name] = await tensor(shape, { writable: true });
@@ -85,6 +86,31 @@ async function buildOurs(workload, context) {
     },
   };
 }
+
+// The same inference through our `compute()` extension: the caller's
+// arrays are transferred in, and the arrays it returns (inputs unchanged,
+// outputs filled) are what the caller passes to the next call, so no
+// tensor is written or read.
+function computeForm(workload, context, graph) {
+  let ins = null;
+  let outs = Object.fromEntries(workload.outputs.map(({ name, shape }) => [name, new Float32Array(size(shape))]));
+  return {
+    async run(data) {
+      // The first call takes copies of the data, as the caller's own arrays
+      // are detached by the transfer.
+      if (!ins) ins = Object.fromEntries(Object.entries(data).map(([k, v]) => [k, v.slice()]));
+      const r = await context.compute(graph, ins, outs);
+      ins = r.inputs;
+      outs = r.outputs;
+      return outs;
+    },
+    release() {
+      graph.destroy();
+    },
+  };
+}
+
+const size = (shape) => shape.reduce((a, b) => a * b, 1);
 
 const modelCache = new Map();
 function onnxModel(workload) {

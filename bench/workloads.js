@@ -231,10 +231,11 @@ function transformerWorkload() {
   };
 }
 
-function addWorkload(n, id, title, runs) {
+function addWorkload(n, id, title, runs, form) {
   return {
     id,
     title,
+    form,
     inputs: [{ name: 'a', shape: [n] }, { name: 'b', shape: [n] }],
     outputs: [{ name: 'c', shape: [n] }],
     runs,
@@ -257,6 +258,7 @@ const WORKLOADS = [
   transformerWorkload(),
   addWorkload(1000, 'e', 'add 1000 elements', 2000),
   addWorkload(1000000, 'f', 'add 1M elements', 200),
+  addWorkload(1000000, 'f2', 'add 1M elements, compute()', 200, 'compute'),
 
   // The products inside the transformer block and MiniLM (sequence 128,
   // hidden 384, FFN 1536; batch 8 stacks 1024 rows), weights constant.

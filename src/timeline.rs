@@ -38,7 +38,12 @@ pub enum Payload {
         max_tensor_byte_length: usize,
     },
     Tensor(Buf),
-    Outputs(Vec<Buf>),
+    /// A `compute()`'s results, and its inputs handed back (the caller's
+    /// transferred buffers return as these, with no copy).
+    Outputs {
+        outputs: Vec<Buf>,
+        inputs: Vec<Buf>,
+    },
 }
 
 /// A finished JS request.
@@ -458,9 +463,13 @@ impl Worker {
                 inputs,
                 respond: r,
             } => {
-                let result = guarded("compute", || b.compute(id, &graph, inputs))
+                let result = guarded("compute", || b.compute_borrowed(id, &graph, &inputs))
                     .map_err(|e| Error::operation(format!("compute: {}", e.message)));
-                respond(sink, r, result.map(Payload::Outputs));
+                respond(
+                    sink,
+                    r,
+                    result.map(|outputs| Payload::Outputs { outputs, inputs }),
+                );
             }
         }
     }

@@ -59,9 +59,16 @@ pub trait Backend {
         -> Result<()>;
 
     /// Runs a graph on host data: inputs in `graph.inputs` order, outputs
-    /// returned in `graph.outputs` order. Backends may override this to
-    /// avoid the temporary tensors.
+    /// returned in `graph.outputs` order.
     fn compute(&mut self, graph: GraphId, g: &Graph, inputs: Vec<Buf>) -> Result<Vec<Buf>> {
+        self.compute_borrowed(graph, g, &inputs)
+    }
+
+    /// [`Backend::compute`] on borrowed inputs, which the caller keeps
+    /// (`compute()` hands the very buffers back to JS). This form copies
+    /// them into temporary tensors; backends may override it to read them
+    /// where they are.
+    fn compute_borrowed(&mut self, graph: GraphId, g: &Graph, inputs: &[Buf]) -> Result<Vec<Buf>> {
         // Temporary ids from the top of the id space, which the binding never
         // hands out.
         let mut next = u64::MAX;
@@ -78,7 +85,7 @@ pub trait Backend {
         let result = (|| {
             for ((&id, (_, operand)), data) in in_ids.iter().zip(&g.inputs).zip(inputs) {
                 self.create_tensor(id, &g.operands[*operand])?;
-                self.write_tensor(id, data)?;
+                self.write_tensor(id, data.pooled_clone())?;
             }
             for (&id, (_, operand)) in out_ids.iter().zip(&g.outputs) {
                 self.create_tensor(id, &g.operands[*operand])?;

@@ -62,8 +62,10 @@ pub enum PendingKind {
         view: StrongRef,
     },
     /// `compute`: `{inputs, outputs}` of new views.
+    /// The views to rebuild over the returned buffers, in the graph's
+    /// order, with their element types.
     Compute {
-        inputs: Vec<(String, OutView, Vec<u8>)>,
+        inputs: Vec<(String, OutView, DataType)>,
         outputs: Vec<(String, OutView, DataType)>,
     },
 }
@@ -292,12 +294,13 @@ fn resolve_value(
             r?;
             raw::undefined(env).map_err(n)
         }
-        (PendingKind::Compute { inputs, outputs }, Payload::Outputs(bufs)) => {
-            let (outs, types): (Vec<_>, Vec<_>) =
-                outputs.into_iter().map(|(n, v, t)| ((n, v), t)).unzip();
-            let results = bufs.into_iter().zip(types).collect();
-            views::compute_result(env, inputs, outs, results).map_err(n)
-        }
+        (
+            PendingKind::Compute {
+                inputs: in_views,
+                outputs: out_views,
+            },
+            Payload::Outputs { outputs, inputs },
+        ) => views::compute_result(env, in_views, inputs, out_views, outputs).map_err(n),
         (kind, _) => {
             drop_kind(env, kind);
             Err(Error::unknown("unexpected completion"))

@@ -22,6 +22,7 @@ use crate::graph::args::{descriptor, Ctx, Val};
 use crate::graph::Graph;
 use crate::tensor::Buf;
 use crate::timeline::{BackendFactory, Command, Payload, Responder, Timeline};
+use crate::types::DataType;
 
 static NEXT_CONTEXT: AtomicU64 = AtomicU64::new(1);
 
@@ -830,17 +831,13 @@ impl MLContext {
             let (g, ins, outs) = self.compute_call(e, graph, inputs, outputs)?;
             let all: Vec<&ComputeArg> = ins.iter().chain(&outs).collect();
             views::check_transferable(e, &all)?;
+            // Copied before the buffers are detached; the worker hands
+            // these very buffers back for the caller's new input views.
             let bufs = input_bufs(&g.graph, &ins)?;
-            let kept: Vec<(String, OutView, Vec<u8>)> = ins
+            let in_views = ins
                 .iter()
-                .map(|a| {
-                    // SAFETY: as in `input_bufs`: read by `compute_args`
-                    // in this callback, and what ran since (the checks of
-                    // `check_transferable`) runs none of the caller's code;
-                    // copied here, before the buffers are detached.
-                    let bytes = unsafe { view_bytes(&a.info) }.to_vec();
-                    (a.name.clone(), out_view(a), bytes)
-                })
+                .zip(&g.graph.inputs)
+                .map(|(a, (_, op))| (a.name.clone(), out_view(a), g.graph.operands[*op].data_type))
                 .collect();
             let out_views = outs
                 .iter()
@@ -853,7 +850,7 @@ impl MLContext {
                 e,
                 &self.shared,
                 PendingKind::Compute {
-                    inputs: kept,
+                    inputs: in_views,
                     outputs: out_views,
                 },
             ))?;
@@ -918,13 +915,25 @@ impl MLContext {
                 respond: Responder::Sync(tx),
             })?;
             let results = match rx.recv() {
-                Ok(Ok(Payload::Outputs(r))) => r,
+                Ok(Ok(Payload::Outputs { outputs, inputs })) => {
+                    inputs.into_iter().for_each(Buf::recycle);
+                    outputs
+                }
                 Ok(Ok(_)) => return Err(Error::unknown("computeSync: unexpected result")),
                 Ok(Err(err)) => return Err(err),
                 Err(_) => return Err(Error::invalid_state("computeSync: the MLContext was lost")),
             };
             for ((a, buf), (_, op)) in outs.iter().zip(results).zip(&g.graph.outputs) {
-                let bytes = buf.to_bytes(g.graph.operands[*op].data_type);
+                // The buffer's own bytes where they are the external
+                // layout (all but the 4-bit types): one copy, into the view.
+                let dt = g.graph.operands[*op].data_type;
+                let packed;
+                let bytes = if matches!(dt, DataType::Int4 | DataType::Uint4) {
+                    packed = buf.to_bytes(dt);
+                    &packed[..]
+                } else {
+                    buf.raw_bytes()
+                };
                 if bytes.len() == a.info.byte_length && !bytes.is_empty() {
                     // SAFETY: `a.info` was read by `compute_args` in this
                     // callback, after the caller's last getter ran, and
@@ -933,12 +942,13 @@ impl MLContext {
                     // detach, transfer or shrink a buffer this thread
                     // holds (a SharedArrayBuffer can only grow), so
                     // `a.info.data` still has byte_length == bytes.len()
-                    // writable bytes. `bytes` is a Rust Vec, so the two do
-                    // not overlap.
+                    // writable bytes. `bytes` is Rust memory (the
+                    // buffer's or a packed copy), so the two do not overlap.
                     unsafe {
                         std::ptr::copy_nonoverlapping(bytes.as_ptr(), a.info.data, bytes.len())
                     };
                 }
+                buf.recycle();
             }
             Ok(())
         })();

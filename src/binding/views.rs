@@ -250,29 +250,36 @@ pub fn check_transferable(env: napi_env, args: &[&ComputeArg]) -> Result<()> {
     Ok(())
 }
 
-fn new_view(env: napi_env, v: &OutView, bytes: &[u8]) -> napi::Result<napi_value> {
-    let ab = raw::arraybuffer_copy(env, bytes)?;
+/// A view like the caller's `v` over a new ArrayBuffer holding `buf`
+/// (its own memory where [`arraybuffer_from_buf`] can hand it over).
+fn view_of(env: napi_env, v: &OutView, buf: Buf, dt: DataType) -> napi::Result<napi_value> {
+    let ab = arraybuffer_from_buf(env, buf, dt)?;
     match v.kind {
         Some(kind) => raw::typed_array(env, kind, v.length, ab),
         None => raw::construct_global(env, "DataView", &[ab]),
     }
 }
 
-/// Builds `{inputs, outputs}` of new views for a finished `compute()`.
+/// Builds `{inputs, outputs}` of new views for a finished `compute()`:
+/// the inputs over the very buffers the worker read (copied from the
+/// caller's views before they were detached), the outputs over the
+/// results, neither copied again.
 pub fn compute_result(
     env: napi_env,
-    inputs: Vec<(String, OutView, Vec<u8>)>,
-    outputs: Vec<(String, OutView)>,
-    results: Vec<(Buf, DataType)>,
+    in_views: Vec<(String, OutView, DataType)>,
+    inputs: Vec<Buf>,
+    out_views: Vec<(String, OutView, DataType)>,
+    outputs: Vec<Buf>,
 ) -> napi::Result<napi_value> {
-    let ins = raw::object(env)?;
-    for (name, v, bytes) in &inputs {
-        raw::set(env, ins, name, new_view(env, v, bytes)?)?;
-    }
-    let outs = raw::object(env)?;
-    for ((name, v), (buf, dt)) in outputs.iter().zip(results) {
-        raw::set(env, outs, name, new_view(env, v, &buf.to_bytes(dt))?)?;
-    }
+    let record = |views: Vec<(String, OutView, DataType)>, bufs: Vec<Buf>| {
+        let o = raw::object(env)?;
+        for ((name, v, dt), buf) in views.into_iter().zip(bufs) {
+            raw::set(env, o, &name, view_of(env, &v, buf, dt)?)?;
+        }
+        Ok::<_, napi::Error>(o)
+    };
+    let ins = record(in_views, inputs)?;
+    let outs = record(out_views, outputs)?;
     let r = raw::object(env)?;
     raw::set(env, r, "inputs", ins)?;
     raw::set(env, r, "outputs", outs)?;

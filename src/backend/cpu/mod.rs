@@ -1015,7 +1015,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn compute(&mut self, graph: GraphId, _g: &Graph, inputs: Vec<Buf>) -> Result<Vec<Buf>> {
+    fn compute_borrowed(&mut self, graph: GraphId, _g: &Graph, inputs: &[Buf]) -> Result<Vec<Buf>> {
         let cg = self
             .graphs
             .get(&graph)

@@ -215,4 +215,4 @@ async function benchVariants(workload, threads, context, { runs, warmup, settleM
   return rows;
 }
 
-module.exports = { VARIANTS, benchVariants, toHalf, fromHalf };
+module.exports = { VARIANTS, benchVariants, buildVariant, toHalf, fromHalf };

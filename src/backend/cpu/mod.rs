@@ -63,6 +63,34 @@ struct CompiledGraph {
 /// Output elements (summed over the nodes) from which a graph is `hot`.
 const HOT_ELEMENTS: usize = 1 << 16;
 
+/// Multiply-adds of its products (matmul, gemm, convolutions) from which a
+/// graph is `hot` whatever its output size: as much as one product that
+/// `sgemm` splits between threads, so a small-output product that forks
+/// (a 128x384 by 384x384 matmul has 49,152 outputs but 19M multiply-adds)
+/// finds the other threads awake instead of paying a wake-up per fork.
+const HOT_MACS: usize = 1 << 19;
+
+/// The multiply-adds behind each output element of node `n` (1 for the
+/// operators that are not products).
+fn reduced_per_output(graph: &Graph, n: &crate::graph::Node) -> usize {
+    match &n.op {
+        Op::Matmul => n
+            .inputs
+            .first()
+            .and_then(|&a| graph.operands[a].shape.last().copied())
+            .unwrap_or(1),
+        Op::Gemm(p) => p.k,
+        Op::Conv2d(p) => (p.in_channels / p.groups.max(1))
+            .saturating_mul(p.kernel_h)
+            .saturating_mul(p.kernel_w),
+        Op::ConvTranspose2d(p) => (p.in_channels / p.groups.max(1))
+            .saturating_mul(p.kernel_h)
+            .saturating_mul(p.kernel_w),
+        _ => 1,
+    }
+    .max(1)
+}
+
 /// The CPU backend.
 #[derive(Default)]
 pub struct CpuBackend {
@@ -961,12 +989,17 @@ impl Backend for CpuBackend {
                 last_use[op] = usize::MAX;
             }
         }
-        let work: usize = graph
-            .nodes
-            .iter()
-            .flat_map(|n| &n.outputs)
-            .map(|&o| graph.operands[o].element_count())
-            .fold(0, usize::saturating_add);
+        let (elements, macs) = graph.nodes.iter().fold((0usize, 0usize), |(e, m), n| {
+            let out: usize = n
+                .outputs
+                .iter()
+                .map(|&o| graph.operands[o].element_count())
+                .fold(0, usize::saturating_add);
+            (
+                e.saturating_add(out),
+                m.saturating_add(out.saturating_mul(reduced_per_output(&graph, n))),
+            )
+        });
         self.graphs.insert(
             id,
             CompiledGraph {
@@ -976,7 +1009,7 @@ impl Backend for CpuBackend {
                 packed,
                 conv_packed,
                 nchwc,
-                hot: work >= HOT_ELEMENTS,
+                hot: elements >= HOT_ELEMENTS || macs >= HOT_MACS,
             },
         );
         Ok(())

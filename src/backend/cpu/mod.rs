@@ -567,7 +567,23 @@ fn convert_inputs(
     slots: &[Slot],
 ) -> Result<Option<Vec<Option<Buf>>>> {
     let node = &g.nodes[n];
-    let differs = |k: usize, i: usize| pl.wants_blocked(g, n, k) != pl.is_blocked(i);
+    // A plain blocked convolution (a first layer's few channels) reads its
+    // input as NCHW float32 where it lies: an nhwc or float16 one is put
+    // in that form first.
+    let plain_from = match (&node.op, pl.conv(n)) {
+        (Op::Conv2d(p), Some(nchwc::Conv::Direct { plain: true, .. }))
+            if p.nhwc
+                || node.inputs.first().is_some_and(|&x| {
+                    g.operands[x].data_type == crate::types::DataType::Float16
+                }) =>
+        {
+            Some(p)
+        }
+        _ => None,
+    };
+    let differs = |k: usize, i: usize| {
+        (k == 0 && plain_from.is_some()) || pl.wants_blocked(g, n, k) != pl.is_blocked(i)
+    };
     if !node.inputs.iter().enumerate().any(|(k, &i)| differs(k, i)) {
         return Ok(None);
     }
@@ -582,10 +598,10 @@ fn convert_inputs(
             .get()
             .ok_or_else(|| Error::operation("an operand is missing"))?;
         let d = &g.operands[i];
-        out.push(Some(if pl.is_blocked(i) {
-            pl.to_plain(x, d, i)?
-        } else {
-            pl.to_blocked(x, d, i)?
+        out.push(Some(match plain_from {
+            Some(p) if k == 0 => conv::plain_input(x, p)?,
+            _ if pl.is_blocked(i) => pl.to_plain(x, d, i)?,
+            _ => pl.to_blocked(x, d, i)?,
         }));
     }
     if let Some(t) = started {

@@ -39,6 +39,7 @@ mod pool;
 pub(super) mod tests;
 mod transpose;
 
+pub(super) use common::plain_input;
 use common::{filter_oihw, TO_NCHW, TO_NHWC, UNIT_PAR_WORK};
 use depthwise::depthwise_nchw;
 use gemm::{conv_gen, conv_rows};

@@ -18,6 +18,7 @@ const {
   constF32,
   cpuContext,
   iota,
+  testWithChildNode,
 } = require('./helpers');
 
 const ROOT = path.resolve(__dirname, '..');
@@ -66,7 +67,7 @@ describe('module exports', () => {
     expect(globalThis.ML).toBe(ML);
   });
 
-  test("require('../global') works in a fresh process: navigator.ml.createContext()", () => {
+  testWithChildNode("require('../global') works in a fresh process: navigator.ml.createContext()", () => {
     const code = `
       require(${JSON.stringify(path.join(ROOT, 'global.js'))});
       navigator.ml.createContext().then(async (c) => {
@@ -686,7 +687,7 @@ describe('process lifetime', () => {
     return { ...r, elapsed: Date.now() - started };
   }
 
-  test('a script that leaves a context and a tensor alive exits by itself with code 0', () => {
+  testWithChildNode('a script that leaves a context and a tensor alive exits by itself with code 0', () => {
     const r = runChild(`
       const { ml } = require(${addon});
       (async () => {
@@ -703,7 +704,7 @@ describe('process lifetime', () => {
     expect(r.elapsed).toBeLessThan(10000);
   });
 
-  test('a script with a built graph and pending-free context exits by itself', () => {
+  testWithChildNode('a script with a built graph and pending-free context exits by itself', () => {
     const r = runChild(`
       const { ml, MLGraphBuilder } = require(${addon});
       (async () => {
@@ -720,7 +721,7 @@ describe('process lifetime', () => {
     expect(r.elapsed).toBeLessThan(10000);
   });
 
-  test('a pending read keeps the process alive until it settles', () => {
+  testWithChildNode('a pending read keeps the process alive until it settles', () => {
     // Nothing but the read promise is pending: the process must not exit
     // before it settles.
     const r = runChild(`

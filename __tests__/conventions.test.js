@@ -8,6 +8,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { inspect } = require('util');
+const { linkDir } = require('./link-dir');
 const { ml, MLGraphBuilder, MLContext, MLGraph, MLTensor } = require('..');
 
 const root = path.join(__dirname, '..');
@@ -90,7 +91,7 @@ describe('package', () => {
   test("exports ./package.json and ships a LICENSE", () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'webnn-exports-'));
     fs.mkdirSync(path.join(dir, 'node_modules'));
-    fs.symlinkSync(root, path.join(dir, 'node_modules', 'webnn-node'), 'dir');
+    linkDir(root, path.join(dir, 'node_modules', 'webnn-node'));
     const r = spawnSync(
       process.execPath,
       ['-e', "console.log(require(require.resolve('webnn-node/package.json')).name)"],

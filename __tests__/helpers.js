@@ -6,6 +6,7 @@
 // `instanceof TypeError` / `instanceof Float32Array` do not hold here:
 // errors are checked by `name`, typed arrays by their [[Class]] tag.
 
+const { spawnSync } = require('child_process');
 const { ml, MLGraphBuilder } = require('..');
 
 /** The typed array constructor for each operand data type. */
@@ -180,6 +181,41 @@ function iota(n, start = 0) {
   return Array.from({ length: n }, (_, i) => start + i);
 }
 
+let childNodeBlocked;
+/**
+ * Why this process cannot start another Node from process.execPath, or
+ * null when it can. The one expected case: an arm64 Node run by
+ * qemu-user on an x86-64 machine (scripts/test-arm64-package.sh) with no
+ * binfmt_misc entry for aarch64, where the kernel refuses the binary and
+ * the C library falls back to running it as a shell script, whose shell
+ * then prints the binary's "ELF" header as a command not found. Only that
+ * signature counts: a child that fails in any other way is the test's
+ * failure to report, never a reason to skip. Probed once per test file.
+ */
+function childNodeUnavailable() {
+  if (childNodeBlocked === undefined) {
+    const r = spawnSync(process.execPath, ['-e', 'process.stdout.write("ok")'], { encoding: 'utf8', timeout: 120000 });
+    const shellReadTheBinary =
+      r.status !== 0 && typeof r.stderr === 'string' && r.stderr.startsWith(`${process.execPath}: `) && /ELF/.test(r.stderr);
+    childNodeBlocked = shellReadTheBinary
+      ? `this Node (${process.arch}) cannot execute its own binary as a child process: it runs under an emulator without a binfmt_misc entry`
+      : null;
+  }
+  return childNodeBlocked;
+}
+
+/**
+ * `test` for a test that starts a child Node. Where no child Node can
+ * start (childNodeUnavailable), the test is skipped, not passed: jest
+ * counts it as skipped, and the reason is printed.
+ */
+function testWithChildNode(name, fn, timeout) {
+  const reason = childNodeUnavailable();
+  if (!reason) return test(name, fn, timeout);
+  process.stdout.write(`[skipped] ${name}: ${reason}\n`);
+  return test.skip(name, fn, timeout);
+}
+
 module.exports = {
   ARRAY,
   tag,
@@ -194,4 +230,6 @@ module.exports = {
   constF32,
   cpuContext,
   iota,
+  childNodeUnavailable,
+  testWithChildNode,
 };

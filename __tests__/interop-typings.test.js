@@ -9,6 +9,7 @@ const { spawnSync } = require('child_process');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
+const { linkDir } = require('./link-dir');
 
 const root = path.join(__dirname, '..');
 
@@ -55,19 +56,15 @@ function compile(source, withWebGpuTypes) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'webnn-tsc-interop-'));
   try {
     fs.mkdirSync(path.join(dir, 'node_modules', '@types'), { recursive: true });
-    fs.symlinkSync(root, path.join(dir, 'node_modules', 'webnn-node'), 'dir');
-    fs.symlinkSync(path.join(root, 'node_modules', '@types', 'node'), path.join(dir, 'node_modules', '@types', 'node'), 'dir');
+    linkDir(root, path.join(dir, 'node_modules', 'webnn-node'));
+    linkDir(path.join(root, 'node_modules', '@types', 'node'), path.join(dir, 'node_modules', '@types', 'node'));
     const types = ['node'];
     const lib = ['es2022', 'esnext.disposable'];
     if (withWebGpuTypes) {
       // @webgpu/types is written against the DOM's declarations.
       lib.push('dom');
       fs.mkdirSync(path.join(dir, 'node_modules', '@webgpu'));
-      fs.symlinkSync(
-        path.join(root, 'node_modules', '@webgpu', 'types'),
-        path.join(dir, 'node_modules', '@webgpu', 'types'),
-        'dir',
-      );
+      linkDir(path.join(root, 'node_modules', '@webgpu', 'types'), path.join(dir, 'node_modules', '@webgpu', 'types'));
       types.push('@webgpu/types');
     }
     fs.writeFileSync(path.join(dir, 'interop.ts'), source);

@@ -8,6 +8,7 @@ const { spawnSync } = require('child_process');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
+const { linkDir } = require('./link-dir');
 
 const root = path.join(__dirname, '..');
 const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8');
@@ -17,7 +18,7 @@ let dir;
 beforeAll(() => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'webnn-readme-'));
   fs.mkdirSync(path.join(dir, 'node_modules'));
-  fs.symlinkSync(root, path.join(dir, 'node_modules', 'webnn-node'), 'dir');
+  linkDir(root, path.join(dir, 'node_modules', 'webnn-node'));
 });
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 

@@ -7,18 +7,15 @@ const { spawnSync } = require('child_process');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
+const { linkDir } = require('./link-dir');
 
 const root = path.join(__dirname, '..');
 
 test('examples/typed.ts type-checks with tsc --strict', () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'webnn-tsc-'));
   fs.mkdirSync(path.join(dir, 'node_modules', '@types'), { recursive: true });
-  fs.symlinkSync(root, path.join(dir, 'node_modules', 'webnn-node'), 'dir');
-  fs.symlinkSync(
-    path.join(root, 'node_modules', '@types', 'node'),
-    path.join(dir, 'node_modules', '@types', 'node'),
-    'dir',
-  );
+  linkDir(root, path.join(dir, 'node_modules', 'webnn-node'));
+  linkDir(path.join(root, 'node_modules', '@types', 'node'), path.join(dir, 'node_modules', '@types', 'node'));
   for (const f of ['typed.ts', 'tsconfig.json']) {
     fs.copyFileSync(path.join(root, 'examples', f), path.join(dir, f));
   }

@@ -786,19 +786,21 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool, isa: Isa) -> Result<Buf>
     let mut out = Buf::f32_for_overwrite(x.len());
     #[cfg(target_arch = "x86_64")]
     {
-        // The portable form (tests) has no layout change of its own: it
-        // runs AVX2's, where the CPU has it.
-        #[cfg(test)]
-        if isa == Isa::Portable && !is_x86_feature_detected!("avx2") {
-            return Err(Error::operation("blocked layout: no AVX2 here"));
-        }
-        let wide = isa == Isa::Avx512;
+        use std::arch::x86_64::__m256;
+        let (o, blocks) = (&mut out[..], n * c / L);
         // SAFETY: `isa` names features this CPU has (see `Isa`): AVX2
-        // for `Avx2`, AVX-512F and AVX2 for `Avx512`, and AVX2 checked
-        // just above for `Portable`. `x` holds `n * c * hw` floats
-        // (checked above) and `out` as many, which with `c` a multiple
-        // of 8 (`dims`) are `n * c / 8` blocks of `8 * hw`.
-        unsafe { relayout::reorder(x, &mut out, n * c / L, hw, into, wide) };
+        // for `Avx2`, AVX-512F and AVX2 for `Avx512` (the 16-pixel form,
+        // `wide`, only there), none for `Portable`. `x` holds `n * c *
+        // hw` floats (checked above) and `out` as many, which with `c` a
+        // multiple of 8 (`dims`) are `n * c / 8` blocks of `8 * hw`.
+        unsafe {
+            match isa {
+                Isa::Avx2 => relayout::reorder::<__m256>(x, o, blocks, hw, into, false),
+                Isa::Avx512 => relayout::reorder::<__m256>(x, o, blocks, hw, into, true),
+                #[cfg(test)]
+                Isa::Portable => relayout::reorder::<simd::Lanes<8>>(x, o, blocks, hw, into, false),
+            }
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (into, isa);

@@ -83,6 +83,21 @@ pub(super) trait Vf: Copy {
     unsafe fn min(a: Self, b: Self) -> Self;
 }
 
+/// A kind of 8 lanes, one channel block per vector, with the 8 x 8
+/// transpose that the layout changes between NCHW and the blocked
+/// layout run on (each of 8 planes' 8 pixels to 8 pixels of 8
+/// channels, and back: the same transpose).
+///
+/// # Safety
+/// As for [`Vf`]: the caller guarantees the kind's CPU features.
+pub(super) trait Block8: Vf {
+    /// Lane `j` of vector `i` to lane `i` of vector `j`.
+    ///
+    /// # Safety
+    /// The CPU has the features.
+    unsafe fn transpose8(r: [Self; 8]) -> [Self; 8];
+}
+
 /// `W` floats in scalar code: the portable form of the kernels.
 #[cfg(test)]
 #[derive(Clone, Copy)]
@@ -170,6 +185,14 @@ impl<const W: usize> Vf for Lanes<W> {
                 b.0[i]
             }
         }))
+    }
+}
+
+#[cfg(test)]
+impl Block8 for Lanes<8> {
+    #[inline(always)]
+    unsafe fn transpose8(r: [Self; 8]) -> [Self; 8] {
+        std::array::from_fn(|j| Lanes(std::array::from_fn(|i| r[i].0[j])))
     }
 }
 
@@ -271,6 +294,15 @@ impl Vf for __m256 {
     }
 }
 
+impl Block8 for __m256 {
+    #[inline(always)]
+    unsafe fn transpose8(r: [Self; 8]) -> [Self; 8] {
+        // SAFETY: AVX (the caller's AVX2 includes it), all that
+        // `transpose` asks; registers only.
+        unsafe { crate::backend::cpu::conv::common::transpose(r) }
+    }
+}
+
 impl Vf for __m512 {
     const W: usize = 16;
     #[inline(always)]
@@ -366,8 +398,7 @@ impl Vf for __m512 {
 /// them, after detecting the features, and `depthwise::preferred`,
 /// which returns its argument or `Avx2` for an `Avx512` one; the tests
 /// make them only after the same detection. `Portable` needs no
-/// features for its kernels; its layout changes run on AVX2, which
-/// `relayout` checks for it.
+/// features.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::backend::cpu) enum Isa {
     /// `__m256`: AVX2 and FMA.

@@ -159,22 +159,20 @@ fn one_conv(p: &Conv2dParams, f: &[f32], isa: Isa) -> (Graph, Conv) {
 
 #[test]
 fn layout_changes_place_each_element_and_invert() {
-    if !available() {
-        return;
-    }
     let (n, c, h, w) = (2, 16, 3, 5);
     let d = f32d(&[n, c, h, w]);
     let x: Vec<f32> = (0..n * c * h * w).map(|i| i as f32).collect();
-    let isa = best().expect("available");
-    let b = to_blocked(&Buf::F32(x.clone()), &d, isa).unwrap();
-    let Buf::F32(bv) = &b else { unreachable!() };
-    for (i, &v) in x.iter().enumerate() {
-        let (bi, ci, p) = (i / (c * h * w), (i / (h * w)) % c, i % (h * w));
-        assert_eq!(bv[((bi * c / L + ci / L) * h * w + p) * L + ci % L], v);
+    for isa in isas() {
+        let b = to_blocked(&Buf::F32(x.clone()), &d, isa).unwrap();
+        let Buf::F32(bv) = &b else { unreachable!() };
+        for (i, &v) in x.iter().enumerate() {
+            let (bi, ci, p) = (i / (c * h * w), (i / (h * w)) % c, i % (h * w));
+            assert_eq!(bv[((bi * c / L + ci / L) * h * w + p) * L + ci % L], v);
+        }
+        assert_eq!(to_nchw(&b, &d, isa).unwrap().to_f32_vec(), x, "{isa:?}");
+        // Not whole channel blocks: an error, not a wrong answer.
+        assert!(to_blocked(&Buf::F32(vec![0.0; 12]), &f32d(&[1, 12, 1, 1]), isa).is_err());
     }
-    assert_eq!(to_nchw(&b, &d, isa).unwrap().to_f32_vec(), x);
-    // Not whole channel blocks: an error, not a wrong answer.
-    assert!(to_blocked(&Buf::F32(vec![0.0; 12]), &f32d(&[1, 12, 1, 1]), isa).is_err());
 }
 
 /// Plain blocked convolutions agree with the NCHW kernels (to the

@@ -365,7 +365,8 @@ fn interleave_row(src: &[f32], hw: usize, at: usize, row: &mut [f32]) {
     // the last of which, `7 * hw + at + w - 1`, is inside `src` by the
     // assert; it writes `row[q * 8 + k]`, below `w * 8 <= row.len()`.
     let (x, out) = (src[at..].as_ptr(), row.as_mut_ptr());
-    // The pixels done 8 at a time, on AVX2.
+    // The pixels done 8 at a time, on AVX2 or NEON.
+    #[cfg(target_arch = "x86_64")]
     let q = match is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 detected just above, which `with` enables; the
         // ranges as said above.
@@ -378,6 +379,18 @@ fn interleave_row(src: &[f32], hw: usize, at: usize, row: &mut [f32]) {
         },
         false => 0,
     };
+    // SAFETY: NEON, which every aarch64 CPU has; the ranges as said
+    // above.
+    #[cfg(target_arch = "aarch64")]
+    let q = unsafe {
+        use super::simd::Neon8;
+        Neon8::with(
+            #[inline(always)]
+            || interleave8::<Neon8>(x, hw, out, w),
+        )
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let q = 0;
     for q in q..w {
         for k in 0..L {
             row[q * L + k] = src[k * hw + at + q];

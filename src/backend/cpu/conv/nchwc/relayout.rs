@@ -31,6 +31,9 @@ pub(super) unsafe fn reorder<T: Block8>(
 ) {
     let o = Out(out.as_mut_ptr());
     let xs = x.as_ptr() as usize;
+    // Elsewhere there is no 16-pixel form.
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = wide;
     for_units(planes, planes * hw * L >= 1 << 16, move |b| {
         let _ = &o;
         let (x, out) = (
@@ -315,7 +318,7 @@ mod tests {
 
     /// The forms of [`reorder`]: the portable one (8 lanes in scalar
     /// code) everywhere, AVX2's and AVX-512's 16-pixel form where the CPU
-    /// has them.
+    /// has them, NEON's on aarch64.
     fn forms() -> Vec<Form> {
         use super::super::simd::Lanes;
         let mut v: Vec<Form> = vec![("portable", |x, o, planes, hw, into| {
@@ -338,6 +341,12 @@ mod tests {
                 }));
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        v.push(("neon", |x, o, planes, hw, into| {
+            // SAFETY: NEON, which every aarch64 CPU has; the sizes as
+            // above.
+            unsafe { reorder::<super::super::simd::Neon8>(x, o, planes, hw, into, false) }
+        }));
         v
     }
 

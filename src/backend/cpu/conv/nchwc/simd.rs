@@ -1,33 +1,38 @@
 //! The float vectors the blocked kernels are written over.
 //!
 //! The kernels are generic over [`Vf`], a vector of `W` lanes (8 or 16)
-//! that holds `W / 8` groups of the 8 lanes of a channel block. Three
-//! kinds implement it: `__m256` (AVX2 and FMA), `__m512` (AVX-512F) and
-//! [`Lanes`], plain arrays with the same operations in scalar code, so
-//! that the tests run the 16-lane form of every kernel on any x86-64
-//! machine and compare it bit for bit with the hardware forms. The
-//! operations are the ones whose results do not depend on the vector
-//! width: a lane's value is the same function of its inputs in all
-//! three (fused multiply-add rounding once, max and min returning their
-//! second operand for NaN and for equal zeros, as x86's do).
+//! that holds `W / 8` groups of the 8 lanes of a channel block. Four
+//! kinds implement it: on x86-64 `__m256` (AVX2 and FMA) and `__m512`
+//! (AVX-512F), on aarch64 `Neon8` (two NEON registers, `simd_neon.rs`),
+//! and everywhere [`Lanes`], plain arrays with the same operations in
+//! scalar code, so that the tests run the 16-lane form of every kernel
+//! on any machine and compare it bit for bit with the hardware forms.
+//! The operations are the ones whose results do not depend on the
+//! vector width: a lane's value is the same function of its inputs in
+//! every kind (fused multiply-add rounding once, max and min returning
+//! their second operand for NaN and for equal zeros, as x86's do).
 
+#[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+#[cfg(target_arch = "aarch64")]
+pub(super) use super::simd_neon::Neon8;
 #[cfg(test)]
 use super::L;
 
 /// A vector of `W` floats; see the module comment.
 ///
 /// # Safety
-/// Every method of a hardware kind (`__m256`, `__m512`) executes that
-/// kind's instructions, the arithmetic as much as the loads, so each is
-/// an `unsafe fn` whose caller guarantees that the CPU has the kind's
-/// features: AVX2 and FMA for `__m256`, AVX-512F as well for `__m512`.
-/// The kernels meet that by running inside [`Vf::with`], entered only
-/// for an [`Isa`] that [`Isa::best`] detected (see [`Isa`]). The
-/// pointer methods read or write through `p` as each one says; `p`
-/// needs only the alignment of `f32` (the hardware forms load and
-/// store unaligned).
+/// Every method of a hardware kind (`__m256`, `__m512`, `Neon8`)
+/// executes that kind's instructions, the arithmetic as much as the
+/// loads, so each is an `unsafe fn` whose caller guarantees that the
+/// CPU has the kind's features: AVX2 and FMA for `__m256`, AVX-512F as
+/// well for `__m512`, NEON for `Neon8` (which every aarch64 CPU has:
+/// see `simd_neon.rs`). The kernels meet that by running inside
+/// [`Vf::with`], entered only for an [`Isa`] that [`Isa::best`]
+/// detected (see [`Isa`]). The pointer methods read or write through
+/// `p` as each one says; `p` needs only the alignment of `f32` (the
+/// hardware forms load and store unaligned).
 pub(super) trait Vf: Copy {
     /// Lanes.
     const W: usize;
@@ -200,6 +205,7 @@ impl Block8 for Lanes<8> {
 ///
 /// # Safety
 /// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
     f()
@@ -209,16 +215,18 @@ unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
 ///
 /// # Safety
 /// The CPU has AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-// In both hardware impls every method is an `unsafe fn` whose caller
+// In both x86 impls every method is an `unsafe fn` whose caller
 // guarantees the kind's features (the trait's contract), which include
 // the AVX, FMA or AVX-512F instruction of each intrinsic, and the
 // pointer methods use only unaligned loads and stores (`loadu`,
 // `storeu`), so the caller's range is all they need.
+#[cfg(target_arch = "x86_64")]
 impl Vf for __m256 {
     const W: usize = 8;
     #[inline(always)]
@@ -294,6 +302,7 @@ impl Vf for __m256 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Block8 for __m256 {
     #[inline(always)]
     unsafe fn transpose8(r: [Self; 8]) -> [Self; 8] {
@@ -303,6 +312,7 @@ impl Block8 for __m256 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Vf for __m512 {
     const W: usize = 16;
     #[inline(always)]
@@ -397,39 +407,61 @@ impl Vf for __m512 {
 /// or `Avx512` names features this CPU has. Only [`Isa::best`] makes
 /// them, after detecting the features, and `depthwise::preferred`,
 /// which returns its argument or `Avx2` for an `Avx512` one; the tests
-/// make them only after the same detection. `Portable` needs no
-/// features.
+/// make them only after the same detection. `Neon` needs NEON, which
+/// every aarch64 CPU has (a compile-time check in `simd_neon.rs`), and
+/// `Portable` no features at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::backend::cpu) enum Isa {
     /// `__m256`: AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
     Avx2,
     /// `__m512` (with `__m256` for single 8-channel blocks): AVX-512F.
+    #[cfg(target_arch = "x86_64")]
     Avx512,
+    /// `Neon8`: two NEON registers per vector, tiles as on AVX2.
+    #[cfg(target_arch = "aarch64")]
+    Neon,
     /// [`Lanes`] of 16 (and 8): the portable form, for tests.
     #[cfg(test)]
     Portable,
 }
 
 impl Isa {
-    /// The widest this CPU runs (`None`: not even AVX2 and FMA);
-    /// `WEBNN_CPU_ISA=avx2` at build keeps AVX-512 machines on AVX2 (for
-    /// comparisons).
+    /// The widest this CPU runs (`None`: none here, as on x86-64
+    /// without AVX2 and FMA); `WEBNN_CPU_ISA=avx2` at build keeps
+    /// AVX-512 machines on AVX2 (for comparisons). On aarch64 always
+    /// NEON.
     pub(in crate::backend::cpu) fn best() -> Option<Isa> {
-        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
-            return None;
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+                return None;
+            }
+            let narrow = crate::backend::cpu::avx2_requested();
+            Some(match is_x86_feature_detected!("avx512f") && !narrow {
+                true => Isa::Avx512,
+                false => Isa::Avx2,
+            })
         }
-        let narrow = crate::backend::cpu::avx2_requested();
-        Some(match is_x86_feature_detected!("avx512f") && !narrow {
-            true => Isa::Avx512,
-            false => Isa::Avx2,
-        })
+        #[cfg(target_arch = "aarch64")]
+        {
+            Some(Isa::Neon)
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            None
+        }
     }
 
     /// What the bench and the profile print.
     pub(in crate::backend::cpu) fn name(self) -> &'static str {
         match self {
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => "avx2+fma",
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => "avx512f",
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => "neon",
             #[cfg(test)]
             Isa::Portable => "portable",
         }

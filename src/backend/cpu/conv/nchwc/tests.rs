@@ -82,10 +82,14 @@ fn bytes(v: &[f32]) -> Arc<Vec<u8>> {
 }
 
 /// The kernels' forms this machine runs: the portable one (16-lane
-/// vectors in scalar code) everywhere, AVX2 and AVX-512 where the CPU
-/// has them. All give the same bits.
+/// vectors in scalar code, with 8-lane ones for single blocks)
+/// everywhere, first, as the reference the others are compared with;
+/// AVX2 and AVX-512 where the CPU has them; NEON on aarch64. All give
+/// the same bits.
 fn isas() -> Vec<Isa> {
+    #[allow(unused_mut)]
     let mut v = vec![Isa::Portable];
+    #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         v.push(Isa::Avx2);
         if is_x86_feature_detected!("avx512f") {
@@ -94,6 +98,8 @@ fn isas() -> Vec<Isa> {
             eprintln!("nchwc tests: no AVX-512 here, its form not run");
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    v.push(Isa::Neon);
     v
 }
 
@@ -376,12 +382,16 @@ fn depthwise_case(i: usize, (x, (kh, kw), pad, s, d): DepthwiseCase) {
     let dims = (p.batch, c, p.in_h, p.in_w);
     let odims = (p.batch, c, p.out_h, p.out_w);
     // The NCHW kernel fuses its multiply-adds, as the blocked forms do,
-    // where the CPU has AVX2 and FMA: then the bits agree. Without them
-    // (Miri's portable build, which reports no x86 features) it rounds
-    // each product, and the outputs are held to the bound that any two
-    // roundings of the same k + 1 terms meet, (k + 1) * eps times the
-    // sum of their magnitudes, with NaN in the same places.
+    // on aarch64 and where an x86-64 CPU has AVX2 and FMA: then the bits
+    // agree. Without them (Miri's portable x86-64 build, which reports
+    // no x86 features) it rounds each product, and the outputs are held
+    // to the bound that any two roundings of the same k + 1 terms meet,
+    // (k + 1) * eps times the sum of their magnitudes, with NaN in the
+    // same places.
+    #[cfg(target_arch = "x86_64")]
     let fused = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    let fused = cfg!(target_arch = "aarch64");
     let mag = (!fused).then(|| {
         let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
         let mut m = vec![0.0f32; p.batch * c * p.out_h * p.out_w];
@@ -642,12 +652,17 @@ fn global_pools_read_the_blocked_layout() {
     }
 }
 
-/// The depthwise form is AVX2's on AVX2, and on AVX-512 one of the two,
-/// measured once and kept (both give the same bits: see
-/// `depthwise_matches_the_nchw_kernel_bitwise`).
+/// The depthwise form is the plan's own on every form but AVX-512, and
+/// there one of AVX-512's and AVX2's, measured once and kept (both give
+/// the same bits: see `depthwise_matches_the_nchw_kernel_bitwise`).
 #[test]
 fn the_depthwise_form_is_measured_once_and_kept() {
+    #[cfg(target_arch = "x86_64")]
     assert_eq!(depthwise::preferred(Isa::Avx2), Isa::Avx2);
+    #[cfg(target_arch = "aarch64")]
+    assert_eq!(depthwise::preferred(Isa::Neon), Isa::Neon);
+    assert_eq!(depthwise::preferred(Isa::Portable), Isa::Portable);
+    #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") {
         let first = depthwise::preferred(Isa::Avx512);
         assert!(matches!(first, Isa::Avx2 | Isa::Avx512));

@@ -1,7 +1,7 @@
 //! The kernels' cases at sizes Miri interprets in seconds (see
 //! `scripts/miri.sh`): the portable 16-lane form everywhere, AVX2's
-//! where the build enables it, through the same raw pointer tiles as
-//! natively. Together they reach every edge: panels of 4, 2 and 1
+//! where the build enables it, NEON's in an aarch64 build, through the
+//! same raw pointer tiles as natively. Together they reach every edge: panels of 4, 2 and 1
 //! blocks, tiles cut at row ends and at the end of a task, stride,
 //! dilation, uneven padding, padding past the filter's reach, an NCHW
 //! input blocked as it is padded, batches, the depthwise kernel's

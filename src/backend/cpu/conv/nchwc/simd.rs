@@ -467,3 +467,189 @@ impl Isa {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values on which the kinds could part: NaN, both zeros (max and
+    /// min return their second operand for both), infinities, the
+    /// smallest subnormal and normal, and products that round (where a
+    /// multiply-add that rounded twice would differ).
+    const SPECIAL: [f32; 16] = [
+        f32::NAN,
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1.0e-45,
+        -1.0e-45,
+        f32::MIN_POSITIVE,
+        1.0,
+        -1.0,
+        1.0 + f32::EPSILON,
+        1.0 - f32::EPSILON / 2.0,
+        0.1,
+        -3.3,
+        1.0e30,
+        f32::MAX,
+    ];
+
+    /// Lanes `i` of `a`, `b` and `c` for case `k`: every pair of
+    /// [`SPECIAL`] values meets in some lane of some case (`k / 16` the
+    /// offset between them), then values from a small generator.
+    fn inputs<const W: usize>(k: usize) -> [[f32; W]; 3] {
+        let mut seed = (k as u32).wrapping_mul(2_654_435_761);
+        let mut next = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            f32::from_bits(seed >> 2 | (seed & 1) << 31)
+        };
+        std::array::from_fn(|v| {
+            std::array::from_fn(|i| match k < 256 {
+                true => SPECIAL[(k % 16 + i + v * (k / 16)) % 16],
+                false => next(),
+            })
+        })
+    }
+
+    /// Whether `a` and `b` are the same value: the same bits, or both
+    /// NaN (whose payloads Rust leaves open).
+    fn same(a: &[f32], b: &[f32]) -> bool {
+        a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    }
+
+    /// The lanes of `v`.
+    ///
+    /// # Safety
+    /// `V`'s features.
+    unsafe fn lanes<V: Vf, const W: usize>(v: V) -> [f32; W] {
+        let mut out = [0.0; W];
+        // SAFETY: `V`'s features (the caller's); `out` holds `W` floats.
+        unsafe { v.store(out.as_mut_ptr()) };
+        out
+    }
+
+    /// The arithmetic of [`Vf`].
+    const OPS: [&str; 6] = ["fma", "mul", "add", "sub", "max", "min"];
+
+    /// Operation `k` of [`OPS`] on `a` and `b` (and `c`).
+    ///
+    /// # Safety
+    /// `T`'s features.
+    #[inline(always)]
+    unsafe fn op<T: Vf>(k: usize, a: T, b: T, c: T) -> T {
+        // SAFETY: `T`'s features, the caller's; registers only.
+        unsafe {
+            match k {
+                0 => T::fma(a, b, c),
+                1 => T::mul(a, b),
+                2 => T::add(a, b),
+                3 => T::sub(a, b),
+                4 => T::max(a, b),
+                _ => T::min(a, b),
+            }
+        }
+    }
+
+    /// Every operation of `V` gives each lane the bits of [`Lanes`]'s,
+    /// and the loads and stores move the lanes they say they move.
+    ///
+    /// # Safety
+    /// The CPU has `V`'s features; `V::W` is `W`.
+    unsafe fn agrees_with_lanes<V: Vf, const W: usize>() {
+        assert_eq!(V::W, W);
+        // SAFETY: `V`'s features, the caller's (and `Lanes` needs none),
+        // which `with` enables; every pointer is to an array of `W`
+        // floats, or of 8 for `load8_dup`, or two groups of 8 at `p` and
+        // `p + 24` in one of 32 for the split forms (`W / 8` groups).
+        unsafe {
+            V::with(
+                #[inline(always)]
+                || {
+                    for k in 0..512 {
+                        let [a, b, c] = inputs::<W>(k);
+                        let v = |x: &[f32; W]| V::load(x.as_ptr());
+                        let l = |x: &[f32; W]| Lanes::<W>::load(x.as_ptr());
+                        assert!(same(&lanes::<V, W>(v(&a)), &a), "load, case {k}");
+                        for (o, name) in OPS.iter().enumerate() {
+                            let got = lanes::<V, W>(op(o, v(&a), v(&b), v(&c)));
+                            let want = lanes::<Lanes<W>, W>(op(o, l(&a), l(&b), l(&c)));
+                            assert!(same(&got, &want), "{name}, case {k}: {got:?} {want:?}");
+                        }
+                    }
+                    let x: [f32; 32] = std::array::from_fn(|i| i as f32);
+                    let dup = lanes::<V, W>(V::load8_dup(x.as_ptr()));
+                    assert!((0..W).all(|i| dup[i] == (i % 8) as f32), "load8_dup");
+                    let split = V::load_split(x.as_ptr(), 24);
+                    let got = lanes::<V, W>(split);
+                    assert!((0..W).all(|i| got[i] == (i / 8 * 24 + i % 8) as f32));
+                    let mut back = [f32::NAN; 32];
+                    split.store_split(back.as_mut_ptr(), 24);
+                    assert!((0..W).all(|i| back[i / 8 * 24 + i % 8] == got[i]));
+                    assert_eq!(lanes::<V, W>(V::splat(-0.0))[W - 1].to_bits(), 1 << 31);
+                },
+            )
+        }
+    }
+
+    /// `T`'s transpose is [`Lanes`]'s.
+    ///
+    /// # Safety
+    /// The CPU has `T`'s features.
+    unsafe fn transposes_as_lanes<T: Block8>() {
+        let x: [f32; 64] = std::array::from_fn(|i| i as f32);
+        // SAFETY: `T`'s features, the caller's; each load reads 8 of
+        // the 64 floats of `x`.
+        let got = unsafe {
+            let t = T::transpose8(std::array::from_fn(|i| T::load(x.as_ptr().add(8 * i))));
+            t.map(|v| lanes::<T, 8>(v))
+        };
+        for (j, row) in got.iter().enumerate() {
+            for (i, &v) in row.iter().enumerate() {
+                assert_eq!(v, x[8 * i + j], "lane {i} of vector {j}");
+            }
+        }
+    }
+
+    /// The portable form against itself (the reference's own contract:
+    /// the values of the operations' definitions), then every hardware
+    /// kind this machine runs against it.
+    #[test]
+    fn every_kind_agrees_with_the_portable_form() {
+        // SAFETY: `Lanes` needs no features.
+        unsafe {
+            agrees_with_lanes::<Lanes<8>, 8>();
+            transposes_as_lanes::<Lanes<8>>();
+        }
+        let l = |x: f32| Lanes::<1>([x]);
+        // SAFETY: as above.
+        let (mx, mn) = unsafe {
+            (
+                Lanes::max(l(-0.0), l(0.0)).0,
+                Lanes::min(l(1.0), l(f32::NAN)).0,
+            )
+        };
+        assert_eq!(mx[0].to_bits(), 0.0f32.to_bits());
+        assert!(mn[0].is_nan());
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: AVX2 and FMA detected just above.
+            unsafe {
+                agrees_with_lanes::<__m256, 8>();
+                transposes_as_lanes::<__m256>();
+            }
+            if is_x86_feature_detected!("avx512f") {
+                // SAFETY: AVX-512F detected just above, with AVX2 and FMA.
+                unsafe { agrees_with_lanes::<__m512, 16>() };
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON, which every aarch64 CPU has.
+        unsafe {
+            agrees_with_lanes::<Neon8, 8>();
+            transposes_as_lanes::<Neon8>();
+        }
+    }
+}

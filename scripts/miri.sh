@@ -12,15 +12,15 @@
 #
 # Each mode runs the test binary twice, as Miri only enables the CPU
 # features the build does (is_x86_feature_detected! reports nothing
-# else there), and ci and full also run the SGEMM tests for aarch64 (the
-# NEON kernel):
-#   portable  no target features: the portable kernels, the baseline
-#             element-wise loops;
+# else there), and ci and full also run the SGEMM and NCHWc tests for
+# aarch64 (the NEON kernels):
+#   portable  no target features: the portable kernels and relayouts,
+#             the baseline element-wise loops;
 #   avx2      RUSTFLAGS=-Ctarget-feature=+avx2,+fma: the AVX2 kernels,
 #             edge kernels and rows-in-place forms, the relayouts and the
-#             NCHW input interleave (AVX2 only), the AVX2 element-wise
-#             width. It builds in target/miri-avx2, since other
-#             RUSTFLAGS would rebuild target/miri's dependencies.
+#             NCHW input interleave, the AVX2 element-wise width. It
+#             builds in target/miri-avx2, since other RUSTFLAGS would
+#             rebuild target/miri's dependencies.
 # AVX-512 does not run: Miri implements few of its intrinsics, and the
 # kernels only take that path where the build enables avx512f.
 #
@@ -91,6 +91,7 @@ tests=(
   nchwc::tests::layout_changes_place_each_element_and_invert
   nchwc::relayout::tests::the_16x8_tables_transpose
   nchwc::relayout::tests::reorder_matches_the_reference
+  nchwc::simd::tests::every_kind_agrees_with_the_portable_form
   elementwise::tests::binary_broadcast_matches_naive_small
   elementwise::tests::every_width_gives_the_same_bits
   binding::completion::tests::
@@ -105,20 +106,6 @@ run() {
   "$@"
   echo "== miri: $what: $((SECONDS - t0)) s" >&2
 }
-
-# The relayout tests need AVX2 (they return at once without it): the
-# avx2 build only.
-avx2_only=(
-  nchwc::tests::layout_changes_place_each_element_and_invert
-  nchwc::relayout::tests::reorder_matches_the_reference
-)
-portable=()
-for t in "${tests[@]}"; do
-  case " ${avx2_only[*]} " in
-  *" $t "*) ;;
-  *) portable+=("$t") ;;
-  esac
-done
 
 if [ "$mode" = smoke ]; then
   # CI's slice: the portable build only, tests that finish in seconds each
@@ -135,14 +122,19 @@ if [ "$mode" = smoke ]; then
   exit 0
 fi
 
-run portable cargo +nightly miri test --lib -- "${portable[@]}"
+run portable cargo +nightly miri test --lib -- "${tests[@]}"
 run avx2 env RUSTFLAGS="-Ctarget-feature=+avx2,+fma" CARGO_TARGET_DIR=target/miri-avx2 \
   cargo +nightly miri test --lib -- "${tests[@]}"
-# The aarch64 NEON GEMM kernel, interpreted for that target (Miri needs no
-# aarch64 machine or toolchain for it; it builds that target's sysroot).
+# The aarch64 NEON GEMM kernel and the NEON form of the NCHWc kernels and
+# relayouts (beside their portable form), interpreted for that target
+# (Miri needs no aarch64 machine or toolchain for it; it builds that
+# target's sysroot).
 run aarch64 env CARGO_TARGET_DIR=target/miri-aarch64 \
   cargo +nightly miri test --target aarch64-unknown-linux-gnu --lib -- \
-  sgemm::tests::miri:: sgemm::tests::short_buffers_are_errors
+  sgemm::tests::miri:: sgemm::tests::short_buffers_are_errors \
+  nchwc::tests::miri:: nchwc::tests::layout_changes_place_each_element_and_invert \
+  nchwc::relayout::tests::reorder_matches_the_reference \
+  nchwc::simd::tests::every_kind_agrees_with_the_portable_form
 
 if [ "$mode" = full ]; then
   threaded=(

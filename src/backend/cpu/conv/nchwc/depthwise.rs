@@ -268,22 +268,25 @@ unsafe fn depthwise_rows<V: Vf, N: Vf>(
 /// 512-bit multiply-add per cycle, that costs more than the wider
 /// vectors save. On an AVX-512 Zen 5 the AVX2 form took 58-75 us
 /// against 73-92 for 192 channels of 28x28, and 137-144 against
-/// 150-158 for 144 of 56x56 (one thread, best of 300).
+/// 150-158 for 144 of 56x56 (one thread, best of 300). Every other
+/// `isa` has one form.
 pub(super) fn preferred(isa: super::Isa) -> super::Isa {
-    use super::Isa;
-    if isa != Isa::Avx512 {
-        return isa;
+    #[cfg(target_arch = "x86_64")]
+    if isa == super::Isa::Avx512 {
+        use super::Isa;
+        static CHOICE: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        return *CHOICE.get_or_init(|| match faster_form() {
+            true => Isa::Avx512,
+            false => Isa::Avx2,
+        });
     }
-    static CHOICE: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
-    *CHOICE.get_or_init(|| match faster_form() {
-        true => Isa::Avx512,
-        false => Isa::Avx2,
-    })
+    isa
 }
 
 /// Whether the AVX-512 form of a mid-sized layer (32 channels of 28x28,
 /// 3x3, small enough to run on the calling thread) runs faster than the
 /// AVX2 form: the fastest of eight alternating runs of each.
+#[cfg(target_arch = "x86_64")]
 fn faster_form() -> bool {
     use std::arch::x86_64::{__m256, __m512};
     let p = Conv2dParams {

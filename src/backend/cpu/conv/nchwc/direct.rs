@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::par::{for_units, Out, PAR_WORK};
-use super::simd::Vf;
+use super::simd::{Block8, Vf};
 use super::{Panel, L};
 use crate::graph::op::Conv2dParams;
 
@@ -361,14 +361,36 @@ fn pad(
 fn interleave_row(src: &[f32], hw: usize, at: usize, row: &mut [f32]) {
     let w = row.len() / L;
     assert!(src.len() >= (L - 1) * hw + at + w);
-    let mut q = 0;
-    if is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 detected just above. `interleave8` reads `src[at
-        // + k * hw + q]` for `k < 8`, `q < w`, the last of which, `7 * hw
-        // + at + w - 1`, is inside `src` by the assert; it writes
-        // `row[q * 8 + k]`, below `w * 8 <= row.len()`.
-        unsafe { q = interleave8(src.as_ptr().add(at), hw, row.as_mut_ptr(), w) };
-    }
+    // `interleave8` reads `src[at + k * hw + q]` for `k < 8`, `q < w`,
+    // the last of which, `7 * hw + at + w - 1`, is inside `src` by the
+    // assert; it writes `row[q * 8 + k]`, below `w * 8 <= row.len()`.
+    let (x, out) = (src[at..].as_ptr(), row.as_mut_ptr());
+    // The pixels done 8 at a time, on AVX2 or NEON.
+    #[cfg(target_arch = "x86_64")]
+    let q = match is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 detected just above, which `with` enables; the
+        // ranges as said above.
+        true => unsafe {
+            use std::arch::x86_64::__m256;
+            __m256::with(
+                #[inline(always)]
+                || interleave8::<__m256>(x, hw, out, w),
+            )
+        },
+        false => 0,
+    };
+    // SAFETY: NEON, which every aarch64 CPU has; the ranges as said
+    // above.
+    #[cfg(target_arch = "aarch64")]
+    let q = unsafe {
+        use super::simd::Neon8;
+        Neon8::with(
+            #[inline(always)]
+            || interleave8::<Neon8>(x, hw, out, w),
+        )
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let q = 0;
     for q in q..w {
         for k in 0..L {
             row[q * L + k] = src[k * hw + at + q];
@@ -380,25 +402,25 @@ fn interleave_row(src: &[f32], hw: usize, at: usize, row: &mut [f32]) {
 /// pixels it wrote.
 ///
 /// # Safety
-/// The CPU has AVX2; `x + k * hw + q` readable and `out + q * 8 + k`
-/// writable for `k < 8`, `q < w`.
-#[target_feature(enable = "avx2")]
-unsafe fn interleave8(x: *const f32, hw: usize, out: *mut f32, w: usize) -> usize {
-    use std::arch::x86_64::*;
+/// Runs with `T`'s features (inside `T::with`); `x + k * hw + q`
+/// readable and `out + q * 8 + k` writable for `k < 8`, `q < w`.
+#[inline(always)]
+unsafe fn interleave8<T: Block8>(x: *const f32, hw: usize, out: *mut f32, w: usize) -> usize {
     let mut q = 0;
-    // SAFETY: AVX2 is enabled here (the caller detected it; `transpose`
-    // needs AVX, part of it). With `q + 8 <= w`, each load is `x + k * hw
-    // + q .. + 8` and each store `out + (q + j) * 8 .. + 8` for `k, j <
-    // 8`, inside the ranges the caller makes readable and writable.
+    // SAFETY: `T`'s features are the caller's. With `q + 8 <= w`, each
+    // load is `x + k * hw + q .. + 8` and each store `out + (q + j) * 8
+    // .. + 8` for `k, j < 8`, inside the ranges the caller makes
+    // readable and writable.
     unsafe {
         while q + L <= w {
-            let mut v = [_mm256_setzero_ps(); L];
+            // A loop, not `array::from_fn`: a closure would not inherit
+            // `T`'s features if not inlined.
+            let mut v = [T::splat(0.0); L];
             for (k, vk) in v.iter_mut().enumerate() {
-                *vk = _mm256_loadu_ps(x.add(k * hw + q));
+                *vk = T::load(x.add(k * hw + q));
             }
-            let t = crate::backend::cpu::conv::common::transpose(v);
-            for (j, tj) in t.iter().enumerate() {
-                _mm256_storeu_ps(out.add((q + j) * L), *tj);
+            for (j, tj) in T::transpose8(v).iter().enumerate() {
+                tj.store(out.add((q + j) * L));
             }
             q += L;
         }

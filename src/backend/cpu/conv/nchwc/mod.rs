@@ -30,31 +30,39 @@
 //! node's output rounded to float16 as the node's own would be, narrowed
 //! exactly at the end), which the float32 kernels compute on; residual
 //! adds and depthwise chains, which would round once where the nodes
-//! round twice, stay apart for them. Only on
-//! x86-64 with AVX2 and FMA; elsewhere the plan is empty and every
-//! convolution runs on the paths of `conv/`.
+//! round twice, stay apart for them. On x86-64 with AVX2 and FMA and on
+//! aarch64 (NEON, which every aarch64 CPU has); elsewhere the plan is
+//! empty and every convolution runs on the paths of `conv/`.
 //!
-//! The kernels are written once over a vector type (`simd::Vf`) and run
-//! on AVX-512 where the CPU has it (chosen at build, [`Isa`]), with the
-//! same 8-channel blocks: a zmm vector holds one pixel of two blocks in
-//! the direct kernel (panels of 4 blocks, tiles of 12 pixels) and two
-//! neighbouring pixels of one block in the depthwise kernel at unit
-//! stride (where that form measures faster than AVX2's on this CPU:
-//! `depthwise::preferred`); the rest runs on ymm vectors as on AVX2. Every output is
-//! computed in the same order whatever the width, so the forms agree bit
-//! for bit, and the tests run a portable 16-lane form on any machine.
+//! The kernels are written once over a vector type (`simd::Vf`). On
+//! aarch64 a vector is two NEON registers of 4 lanes, one 8-channel
+//! block, and the kernels take AVX2's shapes (`simd_neon.rs`). On
+//! x86-64 they run on AVX-512 where the CPU has it (chosen at build,
+//! [`Isa`]), with the same 8-channel blocks: a zmm vector holds one
+//! pixel of two blocks in the direct kernel (panels of 4 blocks, tiles
+//! of 12 pixels) and two neighbouring pixels of one block in the
+//! depthwise kernel at unit stride (where that form measures faster
+//! than AVX2's on this CPU: `depthwise::preferred`); the rest runs on
+//! ymm vectors as on AVX2. Every output is computed in the same order
+//! whatever the width, so the forms agree bit for bit, and the tests
+//! run a portable 16-lane form on any machine.
 //! Plain 3x3 convolutions at unit stride of 16 or more input channels
 //! run by Winograd's F(2x2, 3x3) instead (`winograd.rs`), their 16
 //! products per tile on the direct kernel's tile.
 //! The layout changes (`relayout.rs`) move 16 pixels at a time on
 //! AVX-512 where the planes are large (a 16 x 8 transpose in three
 //! stages of two-source permutes, whose tables the tests check on any
-//! machine), 8 at a time otherwise.
+//! machine), 8 at a time otherwise (an 8 x 8 transpose of AVX2's or
+//! NEON's vectors).
 
-// The blocked path runs on x86-64 only (its kernels are AVX2 and
-// AVX-512; the portable 16-lane form serves the tests): elsewhere the
-// planner never builds a plan, and its types are compiled unused.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_mut))]
+// The blocked path has kernels for x86-64 and aarch64 (the targets this
+// package is built for). On any other architecture `Isa` has no
+// hardware form, so the planner never builds a plan and the kernels
+// are compiled unused.
+#![cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code, unreachable_code, unused_variables)
+)]
 
 use std::collections::HashMap;
 
@@ -64,26 +72,21 @@ use crate::graph::Graph;
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
-#[cfg(target_arch = "x86_64")]
 mod chain;
-#[cfg(target_arch = "x86_64")]
 mod depthwise;
-#[cfg(target_arch = "x86_64")]
 mod direct;
-#[cfg(target_arch = "x86_64")]
 mod par;
 mod pool;
-#[cfg(target_arch = "x86_64")]
 mod relayout;
-#[cfg(target_arch = "x86_64")]
 pub(super) mod simd;
-// The tests drive the x86-64 kernels directly, as the code they test is.
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+mod simd_neon;
+#[cfg(test)]
 mod tests;
-#[cfg(target_arch = "x86_64")]
 mod winograd;
 
-/// Channels per block: the lanes of an AVX2 float vector.
+/// Channels per block: the lanes of an AVX2 float vector (two NEON
+/// ones).
 pub(super) const L: usize = 8;
 
 /// Which operands of a compiled graph are stored blocked, and the
@@ -172,20 +175,7 @@ pub(in crate::backend::cpu) enum Conv {
     },
 }
 
-#[cfg(target_arch = "x86_64")]
 pub(super) use simd::Isa;
-
-/// Elsewhere no kernel runs blocked.
-#[cfg(not(target_arch = "x86_64"))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::backend::cpu) enum Isa {}
-
-#[cfg(not(target_arch = "x86_64"))]
-impl Isa {
-    pub(in crate::backend::cpu) fn name(self) -> &'static str {
-        match self {}
-    }
-}
 
 /// A panel of a direct convolution's filter: output channel block `ob0`
 /// and the next `nb - 1`, at `off` in the packed filter.
@@ -212,8 +202,8 @@ pub(super) fn available() -> bool {
 /// form where it differs (see [`depthwise::preferred`]).
 pub(in crate::backend::cpu) fn isa_name() -> String {
     match best() {
-        None => "off (no AVX2+FMA)".into(),
-        #[cfg(target_arch = "x86_64")]
+        None if cfg!(target_arch = "x86_64") => "off (no AVX2+FMA)".into(),
+        None => "off (no kernels for this architecture)".into(),
         Some(isa) => match depthwise::preferred(isa) {
             d if d == isa => isa.name().into(),
             d => format!(
@@ -222,21 +212,12 @@ pub(in crate::backend::cpu) fn isa_name() -> String {
                 d.name()
             ),
         },
-        #[cfg(not(target_arch = "x86_64"))]
-        Some(isa) => match isa {},
     }
 }
 
 /// The vectors the blocked kernels run on here (see [`Isa::best`]).
 pub(super) fn best() -> Option<Isa> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        Isa::best()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        None
-    }
+    Isa::best()
 }
 
 fn is_f32_4d(d: &OperandDescriptor) -> bool {
@@ -370,7 +351,6 @@ fn panel_list(ocb: usize, isa: Isa, per: usize) -> Vec<Panel> {
 /// The Winograd form of a conv2d node (see [`Conv::Winograd`]), where
 /// it has one and is worth it: a constant filter, enough channels that
 /// the products dominate the transforms.
-#[cfg(target_arch = "x86_64")]
 fn winograd_conv(
     node: &crate::graph::Node,
     p: &Conv2dParams,
@@ -395,16 +375,6 @@ fn winograd_conv(
     Some(Conv::Winograd { u, panels, isa })
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-fn winograd_conv(
-    _: &crate::graph::Node,
-    _: &Conv2dParams,
-    _: &HashMap<usize, Buf>,
-    _: Isa,
-) -> Option<Conv> {
-    None
-}
-
 /// Input channels from which a 3x3 convolution runs by Winograd.
 const WINOGRAD_MIN_CHANNELS: usize = 16;
 
@@ -421,17 +391,23 @@ fn winograd_disabled() -> bool {
 }
 
 /// Output channel blocks per panel of a direct convolution: 2 (a tile
-/// of 6 pixels by 2 ymm vectors) on AVX2; on AVX-512 4, a tile of 12
-/// pixels by 2 zmm vectors, each vector two blocks of one pixel (the
-/// blocks stay 8 channels wide, so the layout and the plan are the same
-/// on both; 16-channel blocks would not divide MobileNetV2's 24).
+/// of 6 pixels by 2 ymm vectors) on AVX2, and on NEON (6 pixels by 2
+/// vectors of two registers: 24 accumulators of the 32 registers); on
+/// AVX-512 4, a tile of 12 pixels by 2 zmm vectors, each vector two
+/// blocks of one pixel (the blocks stay 8 channels wide, so the layout
+/// and the plan are the same on all; 16-channel blocks would not divide
+/// MobileNetV2's 24). The portable form is AVX-512's shape.
 fn panel_blocks(isa: Isa) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Avx2 {
-        return 4;
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => 2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => 4,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => 2,
+        #[cfg(test)]
+        Isa::Portable => 4,
     }
-    let _ = isa;
-    2
 }
 
 /// Decides the layout of every operand of `graph` (see the module
@@ -497,7 +473,6 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
                         }
                         // The form measured faster on this CPU (the same
                         // bits either way).
-                        #[cfg(target_arch = "x86_64")]
                         Conv::Depthwise { isa, .. } => *isa = depthwise::preferred(*isa),
                         _ => {}
                     }
@@ -533,19 +508,15 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
     }
     let uses = uses(graph);
     let (sums, mut fused) = residual_sums(graph, &blocked, &half, &convs, &uses);
-    #[cfg(target_arch = "x86_64")]
     let mut chains = chain::find(graph, &convs, &sums, (&uses.0, &uses.1, &uses.2));
     // A chain keeps its stages' results in f32 between them: float16
     // ones would skip their roundings.
-    #[cfg(target_arch = "x86_64")]
     chains.retain(|&first, ch| {
         let out = |m: usize| graph.nodes[m].outputs[0];
         !std::iter::once(first)
             .chain(ch.absorbed())
             .any(|m| half[out(m)])
     });
-    #[cfg(not(target_arch = "x86_64"))]
-    let chains: HashMap<usize, Chain> = HashMap::new();
     for m in chains.values().flat_map(Chain::absorbed) {
         fused[m] = true;
     }
@@ -784,24 +755,29 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool, isa: Isa) -> Result<Buf>
         return Err(Error::operation("blocked layout: operand size mismatch"));
     }
     let mut out = Buf::f32_for_overwrite(x.len());
-    #[cfg(target_arch = "x86_64")]
-    {
-        // The portable form (tests) has no layout change of its own: it
-        // runs AVX2's, where the CPU has it.
-        #[cfg(test)]
-        if isa == Isa::Portable && !is_x86_feature_detected!("avx2") {
-            return Err(Error::operation("blocked layout: no AVX2 here"));
+    let (o, blocks) = (&mut out[..], n * c / L);
+    // SAFETY: `isa` names features this CPU has (see `Isa`): AVX2 for
+    // `Avx2`, AVX-512F and AVX2 for `Avx512` (the 16-pixel form, `wide`,
+    // only there), NEON (every aarch64 CPU's) for `Neon`, none for
+    // `Portable`. `x` holds `n * c * hw` floats (checked above) and
+    // `out` as many, which with `c` a multiple of 8 (`dims`) are `n * c
+    // / 8` blocks of `8 * hw`.
+    unsafe {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                relayout::reorder::<std::arch::x86_64::__m256>(x, o, blocks, hw, into, false)
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                relayout::reorder::<std::arch::x86_64::__m256>(x, o, blocks, hw, into, true)
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => relayout::reorder::<simd::Neon8>(x, o, blocks, hw, into, false),
+            #[cfg(test)]
+            Isa::Portable => relayout::reorder::<simd::Lanes<8>>(x, o, blocks, hw, into, false),
         }
-        let wide = isa == Isa::Avx512;
-        // SAFETY: `isa` names features this CPU has (see `Isa`): AVX2
-        // for `Avx2`, AVX-512F and AVX2 for `Avx512`, and AVX2 checked
-        // just above for `Portable`. `x` holds `n * c * hw` floats
-        // (checked above) and `out` as many, which with `c` a multiple
-        // of 8 (`dims`) are `n * c / 8` blocks of `8 * hw`.
-        unsafe { relayout::reorder(x, &mut out, n * c / L, hw, into, wide) };
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (into, isa);
     Ok(Buf::F32(out))
 }
 
@@ -967,21 +943,24 @@ pub(in crate::backend::cpu) fn conv(
         return Err(bad());
     }
     let mut res = Buf::f32_for_overwrite(n * oc * oh * ow);
+    #[cfg(test)]
+    use simd::Lanes;
+    #[cfg(target_arch = "aarch64")]
+    use simd::Neon8;
     #[cfg(target_arch = "x86_64")]
+    use std::arch::x86_64::{__m256, __m512};
     // SAFETY: each arm runs the kernels of the `Isa` that `c` was packed
-    // for, which names features this CPU has (see `Isa`; `Portable`
-    // needs none), and the 8-lane kind beside it is AVX2's, which
-    // AVX-512 machines have too (`Isa::best` checks both). The kernels'
-    // size contracts were checked above: `x`, `bias`, `sum` and `res`
-    // against `p`, every tap inside the padded input (`taps_fit`), and
-    // per form the filter's length (and for Winograd `fits`). The
-    // channel blocks and the packing are `c`'s, made by the plan for
-    // this node's `p`. `res` is a fresh buffer, so the residual and the
-    // input never alias it.
+    // for, which names features this CPU has (see `Isa`; `Neon` needs
+    // NEON, which every aarch64 CPU has, and `Portable` none), and the
+    // 8-lane kind beside it is AVX2's, which AVX-512 machines have too
+    // (`Isa::best` checks both), or the same kind. The kernels' size
+    // contracts were checked above: `x`, `bias`, `sum` and `res` against
+    // `p`, every tap inside the padded input (`taps_fit`), and per form
+    // the filter's length (and for Winograd `fits`). The channel blocks
+    // and the packing are `c`'s, made by the plan for this node's `p`.
+    // `res` is a fresh buffer, so the residual and the input never alias
+    // it.
     unsafe {
-        #[cfg(test)]
-        use simd::Lanes;
-        use std::arch::x86_64::{__m256, __m512};
         match c {
             Conv::Direct {
                 w,
@@ -995,10 +974,16 @@ pub(in crate::backend::cpu) fn conv(
                 }
                 let (plain, nchw_in) = (*plain, *nchw_in);
                 match isa {
+                    #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 => direct::direct::<__m256, __m256>(
                         w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
                     ),
+                    #[cfg(target_arch = "x86_64")]
                     Isa::Avx512 => direct::direct::<__m512, __m256>(
+                        w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
+                    ),
+                    #[cfg(target_arch = "aarch64")]
+                    Isa::Neon => direct::direct::<Neon8, Neon8>(
                         w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
                     ),
                     #[cfg(test)]
@@ -1012,10 +997,16 @@ pub(in crate::backend::cpu) fn conv(
                     return Err(bad());
                 }
                 match isa {
+                    #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 => winograd::winograd::<__m256, __m256>(
                         u, panels, p, x, bias, bounds, sum, &mut res,
                     ),
+                    #[cfg(target_arch = "x86_64")]
                     Isa::Avx512 => winograd::winograd::<__m512, __m256>(
+                        u, panels, p, x, bias, bounds, sum, &mut res,
+                    ),
+                    #[cfg(target_arch = "aarch64")]
+                    Isa::Neon => winograd::winograd::<Neon8, Neon8>(
                         u, panels, p, x, bias, bounds, sum, &mut res,
                     ),
                     #[cfg(test)]
@@ -1029,11 +1020,17 @@ pub(in crate::backend::cpu) fn conv(
                     return Err(bad());
                 }
                 match isa {
+                    #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 => {
                         depthwise::depthwise::<__m256, __m256>(w, p, x, bias, bounds, &mut res)
                     }
+                    #[cfg(target_arch = "x86_64")]
                     Isa::Avx512 => {
                         depthwise::depthwise::<__m512, __m256>(w, p, x, bias, bounds, &mut res)
+                    }
+                    #[cfg(target_arch = "aarch64")]
+                    Isa::Neon => {
+                        depthwise::depthwise::<Neon8, Neon8>(w, p, x, bias, bounds, &mut res)
                     }
                     #[cfg(test)]
                     Isa::Portable => {
@@ -1043,8 +1040,6 @@ pub(in crate::backend::cpu) fn conv(
             }
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (c, bias, bounds, sum);
     Ok(Buf::F32(res))
 }
 
@@ -1079,98 +1074,102 @@ impl Plan {
             };
             Ok((c, p, (bias, bounds)))
         };
+        use chain::{Dw, Pw};
+        let pointwise = |m: usize| -> Result<(Pw<'_>, &Conv2dParams)> {
+            let (c, p, (bias, bounds)) = stage(m)?;
+            let Conv::Direct { w, panels, .. } = c else {
+                return Err(bad());
+            };
+            let (ic, oc) = (p.in_channels, p.out_channels);
+            if w.len() != ic * oc || !ic.is_multiple_of(L) || !oc.is_multiple_of(L) {
+                return Err(bad());
+            }
+            let pw = Pw {
+                w,
+                panels,
+                bias,
+                bounds,
+                ic,
+                oc,
+            };
+            Ok((pw, p))
+        };
+        let (c, p, (bias, bounds)) = stage(ch.depthwise)?;
+        let Conv::Depthwise { w, isa: dw_isa } = c else {
+            return Err(bad());
+        };
+        let d = Dw { w, p, bias, bounds };
+        let e = ch.expand.map(pointwise).transpose()?;
+        let pj = ch.project.map(pointwise).transpose()?;
+        let (n, c) = (p.batch, p.in_channels);
+        let size = |q: &Conv2dParams, h: usize, w: usize| {
+            q.batch == n && (q.in_h, q.in_w) == (h, w) && (q.out_h, q.out_w) == (h, w)
+        };
+        let (ic, oc) = (
+            e.as_ref().map_or(c, |(e, _)| e.ic),
+            pj.as_ref().map_or(c, |(q, _)| q.oc),
+        );
+        let ok = c.is_multiple_of(L)
+            && p.groups == c
+            && p.out_channels == c
+            && w.len() == c * p.kernel_h * p.kernel_w
+            && chain::fits(p)
+            && e.as_ref()
+                .is_none_or(|(e, q)| e.oc == c && size(q, p.in_h, p.in_w))
+            && pj
+                .as_ref()
+                .is_none_or(|(pj, q)| pj.ic == c && size(q, p.out_h, p.out_w))
+            && x.len() == n * ic * p.in_h * p.in_w
+            && g.operands[ch.out].element_count() == n * oc * p.out_h * p.out_w;
+        let x = f32s(x)?;
+        let sum = sum.map(f32s).transpose()?;
+        if !ok || sum.is_some_and(|r| r.len() != n * oc * p.out_h * p.out_w) {
+            return Err(bad());
+        }
+        let mut res = Buf::f32_for_overwrite(n * oc * p.out_h * p.out_w);
+        let (e, pj) = (e.as_ref().map(|v| &v.0), pj.as_ref().map(|v| &v.0));
+        #[cfg(test)]
+        use simd::Lanes;
+        #[cfg(target_arch = "aarch64")]
+        use simd::Neon8;
         #[cfg(target_arch = "x86_64")]
-        {
-            use chain::{Dw, Pw};
-            let pointwise = |m: usize| -> Result<(Pw<'_>, &Conv2dParams)> {
-                let (c, p, (bias, bounds)) = stage(m)?;
-                let Conv::Direct { w, panels, .. } = c else {
-                    return Err(bad());
-                };
-                let (ic, oc) = (p.in_channels, p.out_channels);
-                if w.len() != ic * oc || !ic.is_multiple_of(L) || !oc.is_multiple_of(L) {
-                    return Err(bad());
+        use std::arch::x86_64::{__m256, __m512};
+        // SAFETY: `self.isa` and `dw_isa` name features this CPU has
+        // (see `Isa`; the depthwise form is the plan's or, by
+        // `preferred`, AVX2 on an AVX-512 plan; NEON is in every aarch64
+        // CPU), and each arm runs exactly those kinds (other pairs are
+        // refused). `chain`'s contract was checked above: the stages'
+        // channels and planes fit together (`ok`), the depthwise
+        // parameters fit bands (`chain::fits`), every filter's and
+        // bias's length, `x`, `sum` and the output against the shapes.
+        // `res` is a fresh buffer.
+        unsafe {
+            match (self.isa, dw_isa) {
+                #[cfg(target_arch = "x86_64")]
+                (Isa::Avx2, Isa::Avx2) => {
+                    chain::chain::<__m256, __m256, __m256>(e, &d, pj, x, sum, &mut res)
                 }
-                let pw = Pw {
-                    w,
-                    panels,
-                    bias,
-                    bounds,
-                    ic,
-                    oc,
-                };
-                Ok((pw, p))
-            };
-            let (c, p, (bias, bounds)) = stage(ch.depthwise)?;
-            let Conv::Depthwise { w, isa: dw_isa } = c else {
-                return Err(bad());
-            };
-            let d = Dw { w, p, bias, bounds };
-            let e = ch.expand.map(pointwise).transpose()?;
-            let pj = ch.project.map(pointwise).transpose()?;
-            let (n, c) = (p.batch, p.in_channels);
-            let size = |q: &Conv2dParams, h: usize, w: usize| {
-                q.batch == n && (q.in_h, q.in_w) == (h, w) && (q.out_h, q.out_w) == (h, w)
-            };
-            let (ic, oc) = (
-                e.as_ref().map_or(c, |(e, _)| e.ic),
-                pj.as_ref().map_or(c, |(q, _)| q.oc),
-            );
-            let ok = c.is_multiple_of(L)
-                && p.groups == c
-                && p.out_channels == c
-                && w.len() == c * p.kernel_h * p.kernel_w
-                && chain::fits(p)
-                && e.as_ref()
-                    .is_none_or(|(e, q)| e.oc == c && size(q, p.in_h, p.in_w))
-                && pj
-                    .as_ref()
-                    .is_none_or(|(pj, q)| pj.ic == c && size(q, p.out_h, p.out_w))
-                && x.len() == n * ic * p.in_h * p.in_w
-                && g.operands[ch.out].element_count() == n * oc * p.out_h * p.out_w;
-            let x = f32s(x)?;
-            let sum = sum.map(f32s).transpose()?;
-            if !ok || sum.is_some_and(|r| r.len() != n * oc * p.out_h * p.out_w) {
-                return Err(bad());
-            }
-            let mut res = Buf::f32_for_overwrite(n * oc * p.out_h * p.out_w);
-            let (e, pj) = (e.as_ref().map(|v| &v.0), pj.as_ref().map(|v| &v.0));
-            #[cfg(test)]
-            use simd::Lanes;
-            use std::arch::x86_64::{__m256, __m512};
-            // SAFETY: `self.isa` and `dw_isa` name features this CPU has
-            // (see `Isa`; the depthwise form is the plan's or, by
-            // `preferred`, AVX2 on an AVX-512 plan), and each arm runs
-            // exactly those kinds (other pairs are refused). `chain`'s
-            // contract was checked above: the stages' channels and
-            // planes fit together (`ok`), the depthwise parameters fit
-            // bands (`chain::fits`), every filter's and bias's length,
-            // `x`, `sum` and the output against the shapes. `res` is a
-            // fresh buffer.
-            unsafe {
-                match (self.isa, dw_isa) {
-                    (Isa::Avx2, Isa::Avx2) => {
-                        chain::chain::<__m256, __m256, __m256>(e, &d, pj, x, sum, &mut res)
-                    }
-                    (Isa::Avx512, Isa::Avx2) => {
-                        chain::chain::<__m512, __m256, __m256>(e, &d, pj, x, sum, &mut res)
-                    }
-                    (Isa::Avx512, Isa::Avx512) => {
-                        chain::chain::<__m512, __m256, __m512>(e, &d, pj, x, sum, &mut res)
-                    }
-                    #[cfg(test)]
-                    (Isa::Portable, Isa::Portable) => {
-                        chain::chain::<Lanes<16>, Lanes<8>, Lanes<16>>(e, &d, pj, x, sum, &mut res)
-                    }
-                    _ => return Err(bad()),
+                #[cfg(target_arch = "x86_64")]
+                (Isa::Avx512, Isa::Avx2) => {
+                    chain::chain::<__m512, __m256, __m256>(e, &d, pj, x, sum, &mut res)
                 }
+                #[cfg(target_arch = "x86_64")]
+                (Isa::Avx512, Isa::Avx512) => {
+                    chain::chain::<__m512, __m256, __m512>(e, &d, pj, x, sum, &mut res)
+                }
+                #[cfg(target_arch = "aarch64")]
+                (Isa::Neon, Isa::Neon) => {
+                    chain::chain::<Neon8, Neon8, Neon8>(e, &d, pj, x, sum, &mut res)
+                }
+                #[cfg(test)]
+                (Isa::Portable, Isa::Portable) => {
+                    chain::chain::<Lanes<16>, Lanes<8>, Lanes<16>>(e, &d, pj, x, sum, &mut res)
+                }
+                // (Outside the tests every pair on aarch64 is NEON's.)
+                #[allow(unreachable_patterns)]
+                _ => return Err(bad()),
             }
-            Ok(Buf::F32(res))
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = (g, ch, x, sum, stage);
-            Err(bad())
-        }
+        Ok(Buf::F32(res))
     }
 }

@@ -1,24 +1,27 @@
 //! Layout changes between NCHW and the blocked layout.
 
+#[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
 use super::par::{for_units, Out};
+use super::simd::Block8;
 use super::L;
 
 /// NCHW `x` (`planes` groups of 8 planes of `hw`) into blocked `out`
-/// when `into`, the other way when not; 16 pixels at a time on
-/// AVX-512 (`wide`) where the planes are large, 8 on AVX2. Measured on
-/// an AVX-512 Zen 5, one thread, best of 1000: 64 channels of 56x56
-/// 19.0-19.4 us against 20.6-21.0 on AVX2, 32 of 112x112 40.2-40.6
-/// against 44.0-46.4, 192 of 28x28 13.5-13.9 against 13.9-14.5; but
-/// 320 of 14x14 5.5-5.6 against 4.7-5.1 (each of its rows starts 16
-/// bytes past a cache line, and a misaligned 64-byte access always
-/// splits one). The work is a copy, bound by memory.
+/// when `into`, the other way when not: 8 pixels at a time on `T`'s
+/// transpose, or on x86-64 16 at a time on AVX-512 (`wide`) where the
+/// planes are large. Measured on an AVX-512 Zen 5, one thread, best of
+/// 1000: 64 channels of 56x56 19.0-19.4 us against 20.6-21.0 on AVX2,
+/// 32 of 112x112 40.2-40.6 against 44.0-46.4, 192 of 28x28 13.5-13.9
+/// against 13.9-14.5; but 320 of 14x14 5.5-5.6 against 4.7-5.1 (each of
+/// its rows starts 16 bytes past a cache line, and a misaligned 64-byte
+/// access always splits one). The work is a copy, bound by memory.
 ///
 /// # Safety
-/// The CPU has AVX2, and AVX-512F when `wide`; `x` and `out` hold at
-/// least `planes * 8 * hw` floats.
-pub(super) unsafe fn reorder(
+/// The CPU has `T`'s features, and with `wide` (x86-64 only, where `T`
+/// is `__m256`) AVX-512F and AVX2; `x` and `out` hold at least `planes
+/// * 8 * hw` floats.
+pub(super) unsafe fn reorder<T: Block8>(
     x: &[f32],
     out: &mut [f32],
     planes: usize,
@@ -28,27 +31,36 @@ pub(super) unsafe fn reorder(
 ) {
     let o = Out(out.as_mut_ptr());
     let xs = x.as_ptr() as usize;
+    // Elsewhere there is no 16-pixel form.
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = wide;
     for_units(planes, planes * hw * L >= 1 << 16, move |b| {
         let _ = &o;
         let (x, out) = (
             (xs as *const f32).wrapping_add(b * L * hw),
             o.0.wrapping_add(b * L * hw),
         );
-        // SAFETY: the caller's features (AVX-512F only where `wide`).
-        // With `b < planes`, `x` and `out` point at block `b`, whose `8 *
-        // hw` floats lie inside both buffers (the contract); the units
-        // write disjoint blocks of `out`, which the caller's `&mut`
-        // keeps to us until `for_units` returns.
+        // SAFETY: the caller's features (AVX-512F only where `wide`),
+        // which `T::with` enables for `reorder_block`. With `b <
+        // planes`, `x` and `out` point at block `b`, whose `8 * hw`
+        // floats lie inside both buffers (the contract); the units write
+        // disjoint blocks of `out`, which the caller's `&mut` keeps to
+        // us until `for_units` returns.
         unsafe {
-            match wide && hw >= WIDE_FROM {
-                true => reorder_block_16(x, out, hw, into),
-                false => reorder_block(x, out, 0, hw, into),
+            #[cfg(target_arch = "x86_64")]
+            if wide && hw >= WIDE_FROM {
+                return reorder_block_16(x, out, hw, into);
             }
+            T::with(
+                #[inline(always)]
+                || reorder_block::<T>(x, out, 0, hw, into),
+            )
         }
     });
 }
 
 /// Pixels per plane from which the 16-pixel form runs (see [`reorder`]).
+#[cfg(target_arch = "x86_64")]
 const WIDE_FROM: usize = 512;
 
 /// The vpermt2ps index tables of [`transpose_16x8`]: per stage, the
@@ -61,6 +73,7 @@ const WIDE_FROM: usize = 512;
 /// vector bits `i2 i1 i0` and lane bits `j2 j1 j0 i3`. Stage `k` swaps
 /// vector bit `k` with lane bit `k`; the last stage also rotates the lane
 /// bits (`i3 j2 j1 j0` to `j2 j1 j0 i3`).
+#[cfg(any(test, target_arch = "x86_64"))]
 const ROWS_TO_COLS: [[[u32; 16]; 2]; 3] = [
     [
         [0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30],
@@ -78,6 +91,7 @@ const ROWS_TO_COLS: [[[u32; 16]; 2]; 3] = [
 
 /// The inverse's tables: the stages swap vector bits 2, 1 and 0 with
 /// the same lane bits, the first one after undoing the rotation.
+#[cfg(any(test, target_arch = "x86_64"))]
 const COLS_TO_ROWS: [[[u32; 16]; 2]; 3] = [
     [
         [0, 2, 4, 6, 16, 18, 20, 22, 1, 3, 5, 7, 17, 19, 21, 23],
@@ -95,6 +109,7 @@ const COLS_TO_ROWS: [[[u32; 16]; 2]; 3] = [
 
 /// A vector of 16 floats with the two-source permute: `__m512`
 /// (vpermt2ps) and, for tests on any machine, plain arrays.
+#[cfg(any(test, target_arch = "x86_64"))]
 trait Permute2: Copy {
     /// Lane `l` of the result: lane `idx[l] & 15` of `a`, or of `b` when
     /// `idx[l] & 16`.
@@ -104,6 +119,7 @@ trait Permute2: Copy {
     unsafe fn permute2(a: Self, idx: &[u32; 16], b: Self) -> Self;
 }
 
+#[cfg(any(test, target_arch = "x86_64"))]
 impl Permute2 for [f32; 16] {
     unsafe fn permute2(a: Self, idx: &[u32; 16], b: Self) -> Self {
         std::array::from_fn(|l| {
@@ -117,6 +133,7 @@ impl Permute2 for [f32; 16] {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Permute2 for __m512 {
     #[inline(always)]
     unsafe fn permute2(a: Self, idx: &[u32; 16], b: Self) -> Self {
@@ -133,6 +150,7 @@ impl Permute2 for __m512 {
 ///
 /// # Safety
 /// `P`'s CPU features.
+#[cfg(any(test, target_arch = "x86_64"))]
 #[inline(always)]
 unsafe fn transpose_16x8<P: Permute2>(
     mut v: [P; 8],
@@ -163,6 +181,7 @@ unsafe fn transpose_16x8<P: Permute2>(
 /// The CPU has AVX-512F and AVX2; `x` and `out` hold `8 * hw` floats
 /// each (one block: 8 planes of `hw`, or `hw` pixels of 8), `out` not
 /// accessed by anyone else during the call.
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2")]
 unsafe fn reorder_block_16(x: *const f32, out: *mut f32, hw: usize, into: bool) {
     const W: usize = 16;
@@ -190,45 +209,51 @@ unsafe fn reorder_block_16(x: *const f32, out: *mut f32, hw: usize, into: bool) 
             }
             p += W;
         }
-        reorder_block(x, out, p, hw, into);
+        reorder_block::<__m256>(x, out, p, hw, into);
     }
 }
 
-/// Pixels `from..hw` of one block of 8 planes: 8 at a time, the rest
-/// one by one.
+/// Pixels `from..hw` of one block of 8 planes: 8 at a time on `T`'s
+/// transpose, the rest one by one.
 ///
 /// # Safety
-/// The CPU has AVX2; `x` and `out` hold `8 * hw` floats each, `out`
-/// not accessed by anyone else during the call.
-#[target_feature(enable = "avx2")]
-unsafe fn reorder_block(x: *const f32, out: *mut f32, from: usize, hw: usize, into: bool) {
+/// Runs with `T`'s features (inside [`Vf::with`](super::simd::Vf::with),
+/// or a function that enables them); `x` and `out` hold `8 * hw` floats
+/// each, `out` not accessed by anyone else during the call.
+#[inline(always)]
+unsafe fn reorder_block<T: Block8>(
+    x: *const f32,
+    out: *mut f32,
+    from: usize,
+    hw: usize,
+    into: bool,
+) {
     let mut p = from;
-    // SAFETY: AVX2 is enabled here (the caller's; `transpose` needs AVX,
-    // part of it). With `p + 8 <= hw`, plane `k`'s 8 pixels at `k * hw +
-    // p` and pixels `p + k` at `(p + k) * 8` (8 floats each) end by `8 *
-    // hw`; the single pixels `q < hw`, lanes `l < 8`, lie at `l * hw + q`
-    // and `q * 8 + l`, below `8 * hw`: inside `x` and `out` alike.
+    // SAFETY: `T`'s features are the caller's. With `p + 8 <= hw`,
+    // plane `k`'s 8 pixels at `k * hw + p` and pixels `p + k` at `(p +
+    // k) * 8` (8 floats each) end by `8 * hw`; the single pixels `q <
+    // hw`, lanes `l < 8`, lie at `l * hw + q` and `q * 8 + l`, below `8
+    // * hw`: inside `x` and `out` alike.
     unsafe {
         while p + L <= hw {
-            let mut v = [_mm256_setzero_ps(); L];
+            // A loop, not `array::from_fn`: a closure would not inherit
+            // `T`'s features if not inlined.
+            let mut v = [T::splat(0.0); L];
             for (k, vk) in v.iter_mut().enumerate() {
                 // into: row k = channel k's 8 pixels; else pixel p + k.
-                *vk = _mm256_loadu_ps(if into {
+                *vk = T::load(if into {
                     x.add(k * hw + p)
                 } else {
                     x.add((p + k) * L)
                 });
             }
-            let t = crate::backend::cpu::conv::common::transpose(v);
+            let t = T::transpose8(v);
             for (k, tk) in t.iter().enumerate() {
-                _mm256_storeu_ps(
-                    if into {
-                        out.add((p + k) * L)
-                    } else {
-                        out.add(k * hw + p)
-                    },
-                    *tk,
-                );
+                tk.store(if into {
+                    out.add((p + k) * L)
+                } else {
+                    out.add(k * hw + p)
+                });
             }
             p += L;
         }
@@ -284,15 +309,52 @@ mod tests {
         assert_eq!(back, rows);
     }
 
-    /// Both directions on every width this CPU has, against the plain
-    /// meaning, for planes that end in every way (whole runs of 16, runs
-    /// of 8, single pixels; the 16-pixel form from 512 pixels).
+    /// A form of [`reorder`] this machine runs: its name and a call,
+    /// whose caller gives it `x` and `out` of `planes * 8 * hw` floats.
+    type Form = (
+        &'static str,
+        unsafe fn(&[f32], &mut [f32], usize, usize, bool),
+    );
+
+    /// The forms of [`reorder`]: the portable one (8 lanes in scalar
+    /// code) everywhere, AVX2's and AVX-512's 16-pixel form where the CPU
+    /// has them, NEON's on aarch64.
+    fn forms() -> Vec<Form> {
+        use super::super::simd::Lanes;
+        let mut v: Vec<Form> = vec![("portable", |x, o, planes, hw, into| {
+            // SAFETY: `Lanes` needs no CPU features; the sizes are the
+            // caller's (see `Form`).
+            unsafe { reorder::<Lanes<8>>(x, o, planes, hw, into, false) }
+        })];
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            v.push(("avx2", |x, o, planes, hw, into| {
+                // SAFETY: AVX2 detected before this form was listed;
+                // the sizes as above.
+                unsafe { reorder::<__m256>(x, o, planes, hw, into, false) }
+            }));
+            if is_x86_feature_detected!("avx512f") {
+                v.push(("avx512", |x, o, planes, hw, into| {
+                    // SAFETY: AVX2 and AVX-512F detected before this
+                    // form was listed; the sizes as above.
+                    unsafe { reorder::<__m256>(x, o, planes, hw, into, true) }
+                }));
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        v.push(("neon", |x, o, planes, hw, into| {
+            // SAFETY: NEON, which every aarch64 CPU has; the sizes as
+            // above.
+            unsafe { reorder::<super::super::simd::Neon8>(x, o, planes, hw, into, false) }
+        }));
+        v
+    }
+
+    /// Both directions in every form this machine runs, against the
+    /// plain meaning, for planes that end in every way (whole runs of
+    /// 16, runs of 8, single pixels; the 16-pixel form from 512 pixels).
     #[test]
     fn reorder_matches_the_reference() {
-        if !is_x86_feature_detected!("avx2") {
-            return;
-        }
-        let wide = is_x86_feature_detected!("avx512f");
         // Under Miri (`scripts/miri.sh`) the planes that end in each way
         // below 512 pixels: it runs no AVX-512, so no 16-pixel form.
         let hws: &[usize] = match cfg!(miri) {
@@ -301,22 +363,23 @@ mod tests {
                 1, 7, 8, 15, 16, 17, 24, 31, 33, 49, 196, 512, 529, 535, 536, 3136,
             ],
         };
+        let forms = forms();
         for &hw in hws {
             for planes in [1, 3] {
                 let x: Vec<f32> = (0..planes * L * hw).map(|i| i as f32 * 0.5 - 7.0).collect();
                 for into in [true, false] {
                     let want = reference(&x, planes, hw, into);
-                    for w in [false, true].into_iter().filter(|&w| !w || wide) {
+                    for (name, run) in &forms {
                         let mut got = vec![f32::NAN; x.len()];
-                        // SAFETY: AVX2 detected at the top, AVX-512F for
-                        // `w` (only where detected); `x` and `got` hold
-                        // `planes * 8 * hw` floats.
-                        unsafe { reorder(&x, &mut got, planes, hw, into, w) };
+                        // SAFETY: `x` and `got` hold `planes * 8 * hw`
+                        // floats; the form's features were detected
+                        // when `forms` listed it.
+                        unsafe { run(&x, &mut got, planes, hw, into) };
                         assert!(
                             got.iter()
                                 .zip(&want)
                                 .all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "hw {hw} planes {planes} into {into} wide {w}"
+                            "hw {hw} planes {planes} into {into} {name}"
                         );
                     }
                 }

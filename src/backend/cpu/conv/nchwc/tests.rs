@@ -82,10 +82,14 @@ fn bytes(v: &[f32]) -> Arc<Vec<u8>> {
 }
 
 /// The kernels' forms this machine runs: the portable one (16-lane
-/// vectors in scalar code) everywhere, AVX2 and AVX-512 where the CPU
-/// has them. All give the same bits.
+/// vectors in scalar code, with 8-lane ones for single blocks)
+/// everywhere, first, as the reference the others are compared with;
+/// AVX2 and AVX-512 where the CPU has them; NEON on aarch64. All give
+/// the same bits.
 fn isas() -> Vec<Isa> {
+    #[allow(unused_mut)]
     let mut v = vec![Isa::Portable];
+    #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         v.push(Isa::Avx2);
         if is_x86_feature_detected!("avx512f") {
@@ -94,6 +98,8 @@ fn isas() -> Vec<Isa> {
             eprintln!("nchwc tests: no AVX-512 here, its form not run");
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    v.push(Isa::Neon);
     v
 }
 
@@ -159,22 +165,20 @@ fn one_conv(p: &Conv2dParams, f: &[f32], isa: Isa) -> (Graph, Conv) {
 
 #[test]
 fn layout_changes_place_each_element_and_invert() {
-    if !available() {
-        return;
-    }
     let (n, c, h, w) = (2, 16, 3, 5);
     let d = f32d(&[n, c, h, w]);
     let x: Vec<f32> = (0..n * c * h * w).map(|i| i as f32).collect();
-    let isa = best().expect("available");
-    let b = to_blocked(&Buf::F32(x.clone()), &d, isa).unwrap();
-    let Buf::F32(bv) = &b else { unreachable!() };
-    for (i, &v) in x.iter().enumerate() {
-        let (bi, ci, p) = (i / (c * h * w), (i / (h * w)) % c, i % (h * w));
-        assert_eq!(bv[((bi * c / L + ci / L) * h * w + p) * L + ci % L], v);
+    for isa in isas() {
+        let b = to_blocked(&Buf::F32(x.clone()), &d, isa).unwrap();
+        let Buf::F32(bv) = &b else { unreachable!() };
+        for (i, &v) in x.iter().enumerate() {
+            let (bi, ci, p) = (i / (c * h * w), (i / (h * w)) % c, i % (h * w));
+            assert_eq!(bv[((bi * c / L + ci / L) * h * w + p) * L + ci % L], v);
+        }
+        assert_eq!(to_nchw(&b, &d, isa).unwrap().to_f32_vec(), x, "{isa:?}");
+        // Not whole channel blocks: an error, not a wrong answer.
+        assert!(to_blocked(&Buf::F32(vec![0.0; 12]), &f32d(&[1, 12, 1, 1]), isa).is_err());
     }
-    assert_eq!(to_nchw(&b, &d, isa).unwrap().to_f32_vec(), x);
-    // Not whole channel blocks: an error, not a wrong answer.
-    assert!(to_blocked(&Buf::F32(vec![0.0; 12]), &f32d(&[1, 12, 1, 1]), isa).is_err());
 }
 
 /// Plain blocked convolutions agree with the NCHW kernels (to the
@@ -378,12 +382,16 @@ fn depthwise_case(i: usize, (x, (kh, kw), pad, s, d): DepthwiseCase) {
     let dims = (p.batch, c, p.in_h, p.in_w);
     let odims = (p.batch, c, p.out_h, p.out_w);
     // The NCHW kernel fuses its multiply-adds, as the blocked forms do,
-    // where the CPU has AVX2 and FMA: then the bits agree. Without them
-    // (Miri's portable build, which reports no x86 features) it rounds
-    // each product, and the outputs are held to the bound that any two
-    // roundings of the same k + 1 terms meet, (k + 1) * eps times the
-    // sum of their magnitudes, with NaN in the same places.
+    // on aarch64 and where an x86-64 CPU has AVX2 and FMA: then the bits
+    // agree. Without them (Miri's portable x86-64 build, which reports
+    // no x86 features) it rounds each product, and the outputs are held
+    // to the bound that any two roundings of the same k + 1 terms meet,
+    // (k + 1) * eps times the sum of their magnitudes, with NaN in the
+    // same places.
+    #[cfg(target_arch = "x86_64")]
     let fused = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    let fused = cfg!(target_arch = "aarch64");
     let mag = (!fused).then(|| {
         let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
         let mut m = vec![0.0f32; p.batch * c * p.out_h * p.out_w];
@@ -644,12 +652,17 @@ fn global_pools_read_the_blocked_layout() {
     }
 }
 
-/// The depthwise form is AVX2's on AVX2, and on AVX-512 one of the two,
-/// measured once and kept (both give the same bits: see
-/// `depthwise_matches_the_nchw_kernel_bitwise`).
+/// The depthwise form is the plan's own on every form but AVX-512, and
+/// there one of AVX-512's and AVX2's, measured once and kept (both give
+/// the same bits: see `depthwise_matches_the_nchw_kernel_bitwise`).
 #[test]
 fn the_depthwise_form_is_measured_once_and_kept() {
+    #[cfg(target_arch = "x86_64")]
     assert_eq!(depthwise::preferred(Isa::Avx2), Isa::Avx2);
+    #[cfg(target_arch = "aarch64")]
+    assert_eq!(depthwise::preferred(Isa::Neon), Isa::Neon);
+    assert_eq!(depthwise::preferred(Isa::Portable), Isa::Portable);
+    #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") {
         let first = depthwise::preferred(Isa::Avx512);
         assert!(matches!(first, Isa::Avx2 | Isa::Avx512));
@@ -1156,71 +1169,8 @@ fn a_plane_too_wide_for_the_band_buffers_is_not_chained() {
 }
 
 /// The kernels' cases at sizes Miri interprets in seconds (see
-/// `scripts/miri.sh`): the portable 16-lane form everywhere, AVX2's
-/// where the build enables it, through the same raw pointer tiles as
-/// natively. Together they reach every edge: panels of 4, 2 and 1
-/// blocks, tiles cut at row ends and at the end of a task, stride,
-/// dilation, uneven padding, padding past the filter's reach, an NCHW
-/// input blocked as it is padded, batches, the depthwise kernel's
-/// whole-plane copy and its in-place rows with strips at the sides, and
-/// Winograd's tiles cut at the output's edges.
-mod miri {
-    use super::*;
-
-    #[test]
-    fn direct_matches_the_nchw_kernels_small() {
-        let cases = [
-            // Flat 1x1: 7 blocks (panels of 4, 2 and 1), 14 pixels.
-            ((1, 8, 2, 7), (56, 1, 1), [0; 4], 1, 1),
-            // Padded, two output blocks, input read in NCHW too.
-            ((1, 8, 3, 4), (16, 3, 3), [1, 1, 1, 1], 1, 1),
-            // Stride and dilation, uneven padding.
-            ((1, 16, 5, 5), (8, 3, 2), [2, 1, 0, 2], 2, 2),
-            // Plain input (3 channels), strided; and a batch of 5.
-            ((1, 3, 5, 5), (16, 3, 3), [0, 1, 0, 1], 2, 1),
-            ((2, 5, 3, 4), (8, 3, 3), [1, 1, 1, 1], 1, 1),
-            // Rows of 13 pixels: a tile crosses no row end.
-            ((1, 8, 2, 13), (24, 1, 3), [0, 0, 1, 1], 1, 1),
-        ];
-        for (i, &case) in cases.iter().enumerate() {
-            direct_case(i, case);
-        }
-    }
-
-    #[test]
-    fn depthwise_matches_the_nchw_kernel_bitwise_small() {
-        let cases = [
-            ((1, 8, 3, 3), (3, 3), [1, 1, 1, 1], 1, 1),
-            ((2, 16, 5, 4), (3, 3), [0, 1, 0, 1], 2, 1),
-            ((1, 8, 1, 1), (3, 3), [1, 1, 1, 1], 1, 1),
-            // Windows in the padding only.
-            ((1, 8, 3, 3), (3, 3), [4, 3, 5, 4], 1, 1),
-            // Windows of more than 512 pixels: the inside read in
-            // place, strips copied at the sides, top and bottom rows
-            // copied whole; at unit stride (runs of 16 lanes, pairs
-            // and single pixels on rows of 9) and at stride 2 with
-            // dilation.
-            ((1, 8, 60, 9), (3, 3), [1, 1, 1, 1], 1, 1),
-            ((1, 8, 40, 13), (3, 3), [0, 1, 2, 1], 2, 2),
-        ];
-        for (i, &case) in cases.iter().enumerate() {
-            depthwise_case(i, case);
-        }
-    }
-
-    #[test]
-    fn winograd_matches_the_nchw_kernel_small() {
-        let cases = [
-            ((1, 8, 4, 4), 8, [1, 1, 1, 1]),
-            // Odd sizes (tiles cut), uneven padding, a batch, 3 blocks.
-            ((2, 8, 3, 5), 24, [0, 1, 1, 0]),
-            ((1, 8, 3, 3), 8, [3, 3, 3, 3]),
-        ];
-        for (i, &case) in cases.iter().enumerate() {
-            winograd_case(i, case);
-        }
-    }
-}
+/// `tests/miri.rs`).
+mod miri;
 
 /// Padding and strides so large that a padded plane's size overflows:
 /// 2^31 rows by 2^30 columns of 8 floats is 2^64, which wrapped to an

@@ -262,11 +262,10 @@ fn blocked_conv(
     // plain convolution of at most 8 of them (an image's 3 or 4).
     let plain = !p.in_channels.is_multiple_of(L);
     let half = float_4d(&graph.operands[x])?;
-    // The plain form reads its input where it lies, as NCHW float32: an
-    // nhwc or float16 one runs on the paths of `conv/` (a network's first
-    // layer, over 3 or 4 channels).
-    if (plain && (p.nhwc || half))
-        || float_4d(&graph.operands[out]) != Some(half)
+    // The plain form reads its input as NCHW float32: an nhwc or float16
+    // one (a network's first layer, over 3 or 4 channels) is put in that
+    // form first (`conv::plain_input`).
+    if float_4d(&graph.operands[out]) != Some(half)
         || (plain && (p.groups != 1 || p.in_channels > L))
         || !p.out_channels.is_multiple_of(L)
         || p.kernel_h == 0

@@ -1473,3 +1473,77 @@ fn float16_networks_run_blocked_and_round_as_their_nodes() {
         }
     }
 }
+
+/// A first layer over 3 channels (the plain form, which reads its input
+/// as NCHW float32) runs blocked from an nhwc or float16 input too, put
+/// in that form first: nhwc with the bits of NCHW, float16 within one
+/// float16 step of the node-by-node paths, on every form of the kernels.
+#[test]
+fn plain_first_layers_take_nhwc_and_float16_inputs() {
+    use crate::backend::Backend;
+    if !available() {
+        return;
+    }
+    let x = (2, 3, 23, 21);
+    let mut b = Builder::new(&[x.0, x.1, x.2, x.3]);
+    let y = b.conv(0, params(x, (16, 3, 3), [1; 4], 2, 1, 1));
+    let y = b.relu6(y, &[2, 16, 12, 11]);
+    let y = b.conv(y, params((2, 16, 12, 11), (8, 1, 1), [0; 4], 1, 1, 1));
+    let nchw = b.output(y);
+    let od = (2, 8, 12, 11);
+    let nhwc = in_nhwc(&nchw);
+    let xs = random(x.0 * x.1 * x.2 * x.3, 31);
+    let mut cpu = crate::backend::cpu::CpuBackend::new();
+    let graphs = [nchw.clone(), nhwc.clone(), in_half(&nchw), in_half(&nhwc)];
+    for (id, g) in graphs.iter().enumerate() {
+        cpu.compile(id as u64, Arc::new(g.clone())).unwrap();
+    }
+    // The float16 graphs again, on the node-by-node paths.
+    for (id, g) in graphs.iter().enumerate().skip(2) {
+        cpu.compile(id as u64 + 10, Arc::new(g.clone())).unwrap();
+        cpu.graphs.get_mut(&(id as u64 + 10)).unwrap().nchwc = None;
+    }
+    for isa in isas() {
+        for id in 0..4u64 {
+            let cg = cpu.graphs.get_mut(&id).unwrap();
+            cg.nchwc = plan_for(&cg.graph, &cg.constants, isa);
+            let pl = cg.nchwc.as_ref().expect("a plan");
+            assert!(
+                matches!(pl.conv(0), Some(Conv::Direct { plain: true, .. })),
+                "graph {id} {isa:?}: the first layer is not blocked"
+            );
+        }
+        let want = run_graph(&mut cpu, 0, &nchw, &xs).remove(0);
+        let got = run_graph(&mut cpu, 1, &nhwc, &nhwc_of(&xs, x, false)).remove(0);
+        assert!(same_bits(&nhwc_of(&got, od, true), &want), "nhwc {isa:?}");
+        for id in [2u64, 3] {
+            let input = match id {
+                2 => xs.clone(),
+                _ => nhwc_of(&xs, x, false),
+            };
+            let xh = Buf::f16_from_f32(&input);
+            let g = &graphs[id as usize];
+            let mut run = |id: u64| {
+                let r = cpu.compute(id, g, vec![xh.clone()]).unwrap().remove(0);
+                assert!(matches!(r, Buf::F16(_)), "graph {id}: a float16 result");
+                r.to_f32_vec()
+            };
+            let (got, want) = (run(id), run(id + 10));
+            assert_eq!(got.len(), want.len());
+            let mut moved = 0;
+            for (a, w) in got.iter().zip(&want) {
+                let step = (w.abs().max(a.abs()) * 2f32.powi(-10)).max(2f32.powi(-24));
+                assert!(
+                    (a - w).abs() <= step * 1.001,
+                    "graph {id} {isa:?}: {a} vs {w}"
+                );
+                moved += usize::from(a != w);
+            }
+            assert!(
+                moved * 20 < got.len(),
+                "graph {id}: {moved} of {} moved",
+                got.len()
+            );
+        }
+    }
+}

@@ -265,6 +265,29 @@ pub fn element(env: napi_env, v: napi_value, i: u32) -> Result<napi_value> {
 /// The string keys of an object: own enumerable ones when `own_only`
 /// (records), else including the prototype chain (dictionaries).
 pub fn keys(env: napi_env, obj: napi_value, own_only: bool) -> Result<Vec<String>> {
+    let names = key_array(env, obj, own_only)?;
+    (0..array_length(env, names)?)
+        .map(|i| get_string(env, element(env, names, i)?))
+        .collect()
+}
+
+/// The own enumerable string-keyed entries of an object (a record's
+/// conversion): each key with its value, read through the key value N-API
+/// returned rather than a string made again from it.
+pub fn entries(env: napi_env, obj: napi_value) -> Result<Vec<(String, napi_value)>> {
+    let names = key_array(env, obj, true)?;
+    (0..array_length(env, names)?)
+        .map(|i| {
+            let key = element(env, names, i)?;
+            let mut v = ptr::null_mut();
+            call!(napi_get_property(env, obj, key, &mut v))?;
+            Ok((get_string(env, key)?, v))
+        })
+        .collect()
+}
+
+/// The array of [`keys`]' names, as N-API makes it.
+fn key_array(env: napi_env, obj: napi_value, own_only: bool) -> Result<napi_value> {
     let mut names = ptr::null_mut();
     let mode = if own_only {
         sys::KeyCollectionMode::own_only
@@ -279,34 +302,7 @@ pub fn keys(env: napi_env, obj: napi_value, own_only: bool) -> Result<Vec<String
         sys::KeyConversion::numbers_to_strings,
         &mut names
     ))?;
-    let n = array_length(env, names)?;
-    (0..n)
-        .map(|i| get_string(env, element(env, names, i)?))
-        .collect()
-}
-
-/// The own enumerable string-keyed entries of an object (a record's
-/// conversion): each key with its value, read through the key value N-API
-/// returned rather than a string made again from it.
-pub fn entries(env: napi_env, obj: napi_value) -> Result<Vec<(String, napi_value)>> {
-    let mut names = ptr::null_mut();
-    call!(napi_get_all_property_names(
-        env,
-        obj,
-        sys::KeyCollectionMode::own_only,
-        sys::KeyFilter::enumerable | sys::KeyFilter::skip_symbols,
-        sys::KeyConversion::numbers_to_strings,
-        &mut names
-    ))?;
-    let n = array_length(env, names)?;
-    (0..n)
-        .map(|i| {
-            let key = element(env, names, i)?;
-            let mut v = ptr::null_mut();
-            call!(napi_get_property(env, obj, key, &mut v))?;
-            Ok((get_string(env, key)?, v))
-        })
-        .collect()
+    Ok(names)
 }
 
 /// `instanceof` against a global constructor (e.g. "SharedArrayBuffer").

@@ -248,24 +248,7 @@ fn float16_networks_run_blocked_and_round_as_their_nodes() {
                 r.to_f32_vec()
             };
             let (got, want) = (run(&mut cpu, 1), run(&mut cpu, 2));
-            assert_eq!(got.len(), want.len());
-            let mut moved = 0;
-            for (a, w) in got.iter().zip(&want) {
-                // One float16 step (2^-10 of the value's binade), or a
-                // step of the smallest normal's near zero.
-                let step = (w.abs().max(a.abs()) * 2f32.powi(-10)).max(2f32.powi(-24));
-                assert!(
-                    (a - w).abs() <= step * 1.001,
-                    "case {i} nhwc {nhwc}: {a} vs {w}"
-                );
-                moved += usize::from(a != w);
-            }
-            // Most elements round to the same half either way.
-            assert!(
-                moved * 20 < got.len(),
-                "case {i}: {moved} of {} moved",
-                got.len()
-            );
+            assert_within_a_half_step(&got, &want, &format!("case {i} nhwc {nhwc}"));
         }
     }
 }
@@ -325,21 +308,26 @@ fn plain_first_layers_take_nhwc_and_float16_inputs() {
                 r.to_f32_vec()
             };
             let (got, want) = (run(id), run(id + 10));
-            assert_eq!(got.len(), want.len());
-            let mut moved = 0;
-            for (a, w) in got.iter().zip(&want) {
-                let step = (w.abs().max(a.abs()) * 2f32.powi(-10)).max(2f32.powi(-24));
-                assert!(
-                    (a - w).abs() <= step * 1.001,
-                    "graph {id} {isa:?}: {a} vs {w}"
-                );
-                moved += usize::from(a != w);
-            }
-            assert!(
-                moved * 20 < got.len(),
-                "graph {id}: {moved} of {} moved",
-                got.len()
-            );
+            assert_within_a_half_step(&got, &want, &format!("graph {id} {isa:?}"));
         }
     }
+}
+
+/// float16 results `got` against `want` computed in another summation
+/// order: each within one float16 step (2^-10 of the value's binade, or
+/// the smallest normal's step near zero), and most of them equal (both
+/// orders round to the same half).
+fn assert_within_a_half_step(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let mut moved = 0;
+    for (a, w) in got.iter().zip(want) {
+        let step = (w.abs().max(a.abs()) * 2f32.powi(-10)).max(2f32.powi(-24));
+        assert!((a - w).abs() <= step * 1.001, "{what}: {a} vs {w}");
+        moved += usize::from(a != w);
+    }
+    assert!(
+        moved * 20 < got.len(),
+        "{what}: {moved} of {} moved",
+        got.len()
+    );
 }

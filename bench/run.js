@@ -21,7 +21,7 @@ const os = require('os');
 const { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs: parseBenchArgs, ortSessionOptions } = require('./report');
 const path = require('path');
 const { execFileSync } = require('child_process');
-const { WORKLOADS, WEIGHT_SEED, INPUT_SEED, makeRandom, WebnnEmitter, NullEmitter } = require('./workloads');
+const { WORKLOADS, WEIGHT_SEED, INPUT_SEED, makeRandom, WebnnEmitter, NullEmitter, size } = require('./workloads');
 const { REL_FLOOR, RMS_FRACTION, maxRelativeError } = require('./check');
 
 // Outputs agree when maxRelativeError (bench/check.js) against onnxruntime
@@ -109,8 +109,6 @@ function computeForm(workload, context, graph) {
     },
   };
 }
-
-const size = (shape) => shape.reduce((a, b) => a * b, 1);
 
 const modelCache = new Map();
 function onnxModel(workload) {

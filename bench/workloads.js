@@ -370,6 +370,7 @@ for (const op of ['input', 'output', 'add', 'mul', 'matmul', 'gemm', 'conv2d', '
 
 module.exports = {
   WORKLOADS,
+  size,
   WEIGHT_SEED,
   INPUT_SEED,
   makeRandom,

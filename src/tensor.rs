@@ -266,10 +266,16 @@ impl Buf {
 
     /// The elements as external bytes (see [`Buf::from_bytes`]).
     pub fn to_bytes(&self, dt: DataType) -> Vec<u8> {
+        self.external_bytes(dt).into_owned()
+    }
+
+    /// [`Buf::to_bytes`] without a copy where the buffer's own bytes are
+    /// the external layout (every type but int4/uint4, which are packed).
+    pub fn external_bytes(&self, dt: DataType) -> std::borrow::Cow<'_, [u8]> {
         match (dt, self) {
-            (DataType::Int4, Buf::I8(v)) => pack_nibbles(v.iter().map(|&x| x as u8)),
-            (DataType::Uint4, Buf::U8(v)) => pack_nibbles(v.iter().copied()),
-            _ => self.raw_bytes().to_vec(),
+            (DataType::Int4, Buf::I8(v)) => pack_nibbles(v.iter().map(|&x| x as u8)).into(),
+            (DataType::Uint4, Buf::U8(v)) => pack_nibbles(v.iter().copied()).into(),
+            _ => self.raw_bytes().into(),
         }
     }
 

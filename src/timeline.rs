@@ -38,8 +38,8 @@ pub enum Payload {
         max_tensor_byte_length: usize,
     },
     Tensor(Buf),
-    /// A `compute()`'s results, and its inputs handed back (the caller's
-    /// transferred buffers return as these, with no copy).
+    /// A `compute()`'s results, and its inputs handed back when asked
+    /// (the caller's transferred buffers return as these, with no copy).
     Outputs {
         outputs: Vec<Buf>,
         inputs: Vec<Buf>,
@@ -120,6 +120,9 @@ pub enum Command {
         id: GraphId,
         graph: Arc<Graph>,
         inputs: Vec<Buf>,
+        /// The inputs come back with the outputs (`compute()` hands them
+        /// to JS again); else the backend may consume them.
+        hand_back: bool,
         respond: Responder,
     },
 }
@@ -461,15 +464,22 @@ impl Worker {
                 id,
                 graph,
                 inputs,
+                hand_back,
                 respond: r,
             } => {
-                let result = guarded("compute", || b.compute_borrowed(id, &graph, &inputs))
-                    .map_err(|e| Error::operation(format!("compute: {}", e.message)));
-                respond(
-                    sink,
-                    r,
-                    result.map(|outputs| Payload::Outputs { outputs, inputs }),
-                );
+                let result = guarded("compute", || match hand_back {
+                    true => b
+                        .compute_borrowed(id, &graph, &inputs)
+                        .map(|outputs| Payload::Outputs { outputs, inputs }),
+                    false => b
+                        .compute(id, &graph, inputs)
+                        .map(|outputs| Payload::Outputs {
+                            outputs,
+                            inputs: Vec::new(),
+                        }),
+                })
+                .map_err(|e| Error::operation(format!("compute: {}", e.message)));
+                respond(sink, r, result);
             }
         }
     }

@@ -58,17 +58,18 @@ pub trait Backend {
     fn dispatch(&mut self, graph: GraphId, inputs: &[TensorId], outputs: &[TensorId])
         -> Result<()>;
 
-    /// Runs a graph on host data: inputs in `graph.inputs` order, outputs
-    /// returned in `graph.outputs` order.
-    fn compute(&mut self, graph: GraphId, g: &Graph, inputs: Vec<Buf>) -> Result<Vec<Buf>> {
-        self.compute_borrowed(graph, g, &inputs)
-    }
-
     /// [`Backend::compute`] on borrowed inputs, which the caller keeps
     /// (`compute()` hands the very buffers back to JS). This form copies
-    /// them into temporary tensors; backends may override it to read them
-    /// where they are.
+    /// them for [`Backend::compute`]; backends that can read them where
+    /// they are override it.
     fn compute_borrowed(&mut self, graph: GraphId, g: &Graph, inputs: &[Buf]) -> Result<Vec<Buf>> {
+        self.compute(graph, g, inputs.iter().map(Buf::pooled_clone).collect())
+    }
+
+    /// Runs a graph on host data: inputs in `graph.inputs` order, outputs
+    /// returned in `graph.outputs` order. Backends may override this to
+    /// avoid the temporary tensors.
+    fn compute(&mut self, graph: GraphId, g: &Graph, inputs: Vec<Buf>) -> Result<Vec<Buf>> {
         // Temporary ids from the top of the id space, which the binding never
         // hands out.
         let mut next = u64::MAX;
@@ -85,7 +86,7 @@ pub trait Backend {
         let result = (|| {
             for ((&id, (_, operand)), data) in in_ids.iter().zip(&g.inputs).zip(inputs) {
                 self.create_tensor(id, &g.operands[*operand])?;
-                self.write_tensor(id, data.pooled_clone())?;
+                self.write_tensor(id, data)?;
             }
             for (&id, (_, operand)) in out_ids.iter().zip(&g.outputs) {
                 self.create_tensor(id, &g.operands[*operand])?;

@@ -61,9 +61,8 @@ pub enum PendingKind {
         tensor: u64,
         view: StrongRef,
     },
-    /// `compute`: `{inputs, outputs}` of new views.
-    /// The views to rebuild over the returned buffers, in the graph's
-    /// order, with their element types.
+    /// `compute`: `{inputs, outputs}` of new views, rebuilt over the
+    /// returned buffers (in the graph's order, with their element types).
     Compute {
         inputs: Vec<(String, OutView, DataType)>,
         outputs: Vec<(String, OutView, DataType)>,

@@ -414,12 +414,24 @@ fn compute_args(
     ))
 }
 
-/// How to hand `a`'s view back over a new buffer.
-fn out_view(a: &ComputeArg) -> OutView {
-    OutView {
-        kind: a.info.kind,
-        length: a.info.length,
-    }
+/// How to hand each of `args` (matched to `ends`, the graph's inputs or
+/// outputs) back as a view of its kind over a new buffer: its name, kind
+/// and length, and its element type.
+fn views_back(
+    graph: &Graph,
+    args: &[ComputeArg],
+    ends: &[(String, usize)],
+) -> Vec<(String, OutView, DataType)> {
+    args.iter()
+        .zip(ends)
+        .map(|(a, (_, op))| {
+            let v = OutView {
+                kind: a.info.kind,
+                length: a.info.length,
+            };
+            (a.name.clone(), v, graph.operands[*op].data_type)
+        })
+        .collect()
 }
 
 /// Copies the input views into element buffers.
@@ -834,16 +846,8 @@ impl MLContext {
             // Copied before the buffers are detached; the worker hands
             // these very buffers back for the caller's new input views.
             let bufs = input_bufs(&g.graph, &ins)?;
-            let in_views = ins
-                .iter()
-                .zip(&g.graph.inputs)
-                .map(|(a, (_, op))| (a.name.clone(), out_view(a), g.graph.operands[*op].data_type))
-                .collect();
-            let out_views = outs
-                .iter()
-                .zip(&g.graph.outputs)
-                .map(|(a, (_, op))| (a.name.clone(), out_view(a), g.graph.operands[*op].data_type))
-                .collect();
+            let in_views = views_back(&g.graph, &ins, &g.graph.inputs);
+            let out_views = views_back(&g.graph, &outs, &g.graph.outputs);
             // Everything that can fail before the buffers are detached does:
             // a rejected call leaves the caller's buffers as they were.
             let (req, p) = map_err(completion::register(
@@ -878,6 +882,7 @@ impl MLContext {
                     id: g.id,
                     graph: g.graph.clone(),
                     inputs: bufs,
+                    hand_back: true,
                     respond: Responder::Js(req),
                 },
             );
@@ -912,13 +917,11 @@ impl MLContext {
                 id: g.id,
                 graph: g.graph.clone(),
                 inputs: bufs,
+                hand_back: false,
                 respond: Responder::Sync(tx),
             })?;
             let results = match rx.recv() {
-                Ok(Ok(Payload::Outputs { outputs, inputs })) => {
-                    inputs.into_iter().for_each(Buf::recycle);
-                    outputs
-                }
+                Ok(Ok(Payload::Outputs { outputs, .. })) => outputs,
                 Ok(Ok(_)) => return Err(Error::unknown("computeSync: unexpected result")),
                 Ok(Err(err)) => return Err(err),
                 Err(_) => return Err(Error::invalid_state("computeSync: the MLContext was lost")),
@@ -926,14 +929,7 @@ impl MLContext {
             for ((a, buf), (_, op)) in outs.iter().zip(results).zip(&g.graph.outputs) {
                 // The buffer's own bytes where they are the external
                 // layout (all but the 4-bit types): one copy, into the view.
-                let dt = g.graph.operands[*op].data_type;
-                let packed;
-                let bytes = if matches!(dt, DataType::Int4 | DataType::Uint4) {
-                    packed = buf.to_bytes(dt);
-                    &packed[..]
-                } else {
-                    buf.raw_bytes()
-                };
+                let bytes = buf.external_bytes(g.graph.operands[*op].data_type);
                 if bytes.len() == a.info.byte_length && !bytes.is_empty() {
                     // SAFETY: `a.info` was read by `compute_args` in this
                     // callback, after the caller's last getter ran, and

@@ -101,13 +101,7 @@ pub fn copy_into_view(env: napi_env, view: &StrongRef, buf: &Buf, dt: DataType) 
     };
     // The buffer's own bytes where its layout is the external one (one
     // copy, into the view); 4-bit types are packed first.
-    let packed;
-    let bytes: &[u8] = if matches!(dt, DataType::Int4 | DataType::Uint4) {
-        packed = buf.to_bytes(dt);
-        &packed
-    } else {
-        buf.raw_bytes()
-    };
+    let bytes = buf.external_bytes(dt);
     if info.byte_length != bytes.len() || (info.data.is_null() && !bytes.is_empty()) {
         return Err(Error::type_error(
             "outputData was detached or resized while the read was pending",

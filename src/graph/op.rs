@@ -127,6 +127,17 @@ pub struct ConvParams<L> {
     pub out_w: usize,
 }
 
+impl<L> ConvParams<L> {
+    /// The filter taps over its group's input channels: the multiply-adds
+    /// behind each output element (of a conv2d; a convTranspose2d's at
+    /// most).
+    pub fn taps(&self) -> usize {
+        (self.in_channels / self.groups.max(1))
+            .saturating_mul(self.kernel_h)
+            .saturating_mul(self.kernel_w)
+    }
+}
+
 /// Resolved conv2d parameters.
 pub type Conv2dParams = ConvParams<FilterLayout>;
 

@@ -80,12 +80,8 @@ fn reduced_per_output(graph: &Graph, n: &crate::graph::Node) -> usize {
             .and_then(|&a| graph.operands[a].shape.last().copied())
             .unwrap_or(1),
         Op::Gemm(p) => p.k,
-        Op::Conv2d(p) => (p.in_channels / p.groups.max(1))
-            .saturating_mul(p.kernel_h)
-            .saturating_mul(p.kernel_w),
-        Op::ConvTranspose2d(p) => (p.in_channels / p.groups.max(1))
-            .saturating_mul(p.kernel_h)
-            .saturating_mul(p.kernel_w),
+        Op::Conv2d(p) => p.taps(),
+        Op::ConvTranspose2d(p) => p.taps(),
         _ => 1,
     }
     .max(1)
@@ -1062,6 +1058,12 @@ impl Backend for CpuBackend {
             }
         }
         Ok(())
+    }
+
+    fn compute(&mut self, graph: GraphId, g: &Graph, inputs: Vec<Buf>) -> Result<Vec<Buf>> {
+        let r = self.compute_borrowed(graph, g, &inputs);
+        inputs.into_iter().for_each(Buf::recycle);
+        r
     }
 
     fn compute_borrowed(&mut self, graph: GraphId, _g: &Graph, inputs: &[Buf]) -> Result<Vec<Buf>> {

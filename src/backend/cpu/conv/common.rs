@@ -8,6 +8,7 @@
 use std::arch::x86_64::*;
 
 use crate::backend::cpu::shape::transpose_vec;
+use crate::backend::cpu::util::floats;
 use crate::error::{Error, Result};
 use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
 use crate::tensor::Buf;
@@ -26,38 +27,22 @@ pub(super) const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 /// a first layer's few input channels where they lie in that form, takes
 /// an nhwc or float16 graph's input so.
 pub(in crate::backend::cpu) fn plain_input(x: &Buf, p: &Conv2dParams) -> Result<Buf> {
-    let (n, c, hw) = (p.batch, p.in_channels, p.in_h * p.in_w);
-    let len = n
+    let (n, c, h, w) = (p.batch, p.in_channels, p.in_h, p.in_w);
+    let v = floats(x)?;
+    let fits = n
         .checked_mul(c)
-        .and_then(|v| v.checked_mul(hw))
-        .filter(|&len| len == x.len())
-        .ok_or_else(|| Error::operation("conv2d: the input does not match its parameters"))?;
-    let wide;
-    let v: &[f32] = match x {
-        Buf::F32(v) => v,
-        Buf::F16(h) => {
-            let mut v = Buf::f32_for_overwrite(len);
-            crate::f16::widen(h, &mut v);
-            if !p.nhwc {
-                return Ok(Buf::F32(v));
-            }
-            wide = v;
-            &wide
-        }
-        _ => return Err(Error::operation("conv2d: not a float input")),
-    };
-    if !p.nhwc {
-        return Ok(Buf::F32(v.to_vec()));
+        .and_then(|v| v.checked_mul(h))
+        .and_then(|v| v.checked_mul(w))
+        == Some(v.len());
+    if !fits {
+        return Err(Error::operation(
+            "conv2d: the input does not match its parameters",
+        ));
     }
-    let mut out = Buf::f32_for_overwrite(len);
-    for (src, dst) in v.chunks_exact(hw * c).zip(out.chunks_exact_mut(hw * c)) {
-        for (q, px) in src.chunks_exact(c).enumerate() {
-            for (ch, &e) in px.iter().enumerate() {
-                dst[ch * hw + q] = e;
-            }
-        }
-    }
-    Ok(Buf::F32(out))
+    Ok(Buf::F32(match p.nhwc {
+        true => transpose_vec(&v, &[n, h, w, c], &TO_NCHW),
+        false => v.into_owned(),
+    }))
 }
 
 /// The filter in OIHW order, whatever its layout (borrowed when it is).

@@ -235,15 +235,7 @@ fn float_4d(d: &OperandDescriptor) -> Option<bool> {
 
 /// A float constant as f32 values (float16 widened exactly).
 fn constant_f32(b: &Buf) -> Option<std::borrow::Cow<'_, [f32]>> {
-    match b {
-        Buf::F32(v) => Some(std::borrow::Cow::Borrowed(v)),
-        Buf::F16(h) => {
-            let mut v = vec![0.0; h.len()];
-            crate::f16::widen(h, &mut v);
-            Some(std::borrow::Cow::Owned(v))
-        }
-        _ => None,
-    }
+    crate::backend::cpu::util::floats(b).ok()
 }
 
 /// The blocked form of a conv2d node, when it has one: float32 or

@@ -164,6 +164,23 @@ class OnnxEmitter {
     return this.node('Mul', [this.node('Mul', [x, this.node('Add', [erf, one])]), half]);
   }
 
+  relu(x) {
+    return this.node('Relu', [x]);
+  }
+
+  maxPool2d(x, { window, strides = [1, 1], pads = [0, 0, 0, 0], ceil = false }) {
+    return this.node('MaxPool', [x], {
+      kernel_shape: ints(window),
+      strides: ints(strides),
+      pads: ints([pads[0], pads[2], pads[1], pads[3]]),
+      ceil_mode: int(ceil ? 1 : 0),
+    });
+  }
+
+  concat(values, axis) {
+    return this.node('Concat', values, { axis: int(axis) });
+  }
+
   // --- used by the sentence-embedding model (examples/lib/sentence-bert.js) ---
 
   // An int32 input (token ids).

@@ -158,6 +158,9 @@ async function buildOrt(workload, threads) {
 // them.
 const SETTLE_MS = 100;
 
+// The networks also timed in nhwc and float16 (bench/variants.js).
+const VARIANT_WORKLOADS = ['c', 'j', 'k'];
+
 async function timeAlternating(ours, theirs, data, warmup, runs, warmupMs = 0) {
   for (let i = 0; i < warmup; i++) {
     await ours.run(data);
@@ -420,27 +423,29 @@ async function main(opts) {
       process.stderr.write(`  ${workload.id} @${n}: ${row.status}\n`);
     }
   }
-  // MobileNetV2 in nhwc and in float16 against its nchw float32 form
-  // (ours only: bench/variants.js).
+  // The networks (MobileNetV2, SqueezeNet, ResNet-50) in nhwc and in
+  // float16 against their nchw float32 form (ours only: bench/variants.js).
   const variantRows = [];
-  const mobilenet = selected.find((w) => w.id === 'c');
-  if (mobilenet) {
+  const networks = selected.filter((w) => VARIANT_WORKLOADS.includes(w.id));
+  if (networks.length) {
     const { benchVariants } = require('./variants');
-    const runs = opts.runs || (opts.quick ? 3 : mobilenet.runs);
-    for (const n of opts.threads) {
-      const r = await benchVariants(mobilenet, n, contexts.get(n), { runs, warmup: opts.quick ? 1 : WARMUP, settleMs: SETTLE_MS });
-      variantRows.push(...r);
-      process.stderr.write(`  c variants @${n}: ${r.map((x) => x.status).join(', ')}\n`);
+    for (const network of networks) {
+      const runs = opts.runs || (opts.quick ? 3 : network.runs);
+      for (const n of opts.threads) {
+        const r = await benchVariants(network, n, contexts.get(n), { runs, warmup: opts.quick ? 1 : WARMUP, settleMs: SETTLE_MS });
+        variantRows.push(...r);
+        process.stderr.write(`  ${network.id} variants @${n}: ${r.map((x) => x.status).join(', ')}\n`);
+      }
     }
   }
   for (const context of contexts.values()) context.destroy();
   printResults(rows);
   if (variantRows.length) {
     console.log('');
-    console.log('c MobileNetV2 as built in other layouts and float types (ours only; ratio to nchw float32 in the same blocks):');
+    console.log('c, j, k: the networks as built in other layouts and float types (ours only; ratio to nchw float32 in the same blocks):');
     printTable(
-      ['variant', 'thr', 'runs', 'ms', 'ratio', 'max rel err vs nchw float32', 'status'],
-      variantRows.map((r) => [r.variant, String(r.threads), r.runs === undefined ? '-' : String(r.runs), fmtMs(r.ms), fmt(r.ratio, 2), fmtErr(r.max_rel_err), r.status]),
+      ['id', 'variant', 'thr', 'runs', 'ms', 'ratio', 'max rel err vs nchw float32', 'status'],
+      variantRows.map((r) => [r.workload, r.variant, String(r.threads), r.runs === undefined ? '-' : String(r.runs), fmtMs(r.ms), fmt(r.ratio, 2), fmtErr(r.max_rel_err), r.status]),
     );
   }
 

@@ -109,6 +109,13 @@ class VariantEmitter extends WebnnEmitter {
   globalAveragePool(x) {
     return this.b.averagePool2d(x, { layout: this.nhwc ? 'nhwc' : 'nchw' });
   }
+  poolLayout() {
+    return { layout: this.nhwc ? 'nhwc' : 'nchw' };
+  }
+  // The description's axis is NCHW's: channels (1) are the last axis in nhwc.
+  concat(values, axis) {
+    return this.b.concat(values, this.nhwc && values[0].shape.length === 4 ? [0, 3, 1, 2][axis] : axis);
+  }
 }
 
 async function buildVariant(workload, context, variant) {

@@ -13,6 +13,7 @@
 //   g.conv2d(x, w, bias, {kernel, strides, pads: [t, b, l, r], groups})  (NCHW / OIHW)
 //   g.clamp(x, lo, hi)  g.softmax(x, axis)  g.reshape(x, shape)  g.transpose(x, perm)
 //   g.globalAveragePool(x)  g.layerNorm(x, scale, bias, epsilon)  (last axis)  g.gelu(x)
+//   g.relu(x)  g.maxPool2d(x, {window, strides, pads, ceil})  g.concat(values, axis)  (NCHW)
 
 // --- seeded random numbers ---
 
@@ -182,6 +183,144 @@ function mobilenetWorkload() {
   };
 }
 
+// conv + folded-BN bias, optionally ReLU, for the CNN descriptions below,
+// with its multiply-adds counted into `macs` (so the FLOP count is the
+// graph's own, not a second description of it).
+function convLayer(g, rand, macs) {
+  return (x, { cin, cout, k, stride = 1, pad = 0, hw, relu = true, gain = 1 }) => {
+    const filter = g.constant([cout, cin, k, k], rand.uniform([cout, cin, k, k], gain * heScale(cin * k * k)));
+    const bias = g.constant([cout], rand.uniform([cout], BIAS_SCALE));
+    const y = g.conv2d(x, filter, bias, { kernel: [k, k], strides: [stride, stride], pads: [pad, pad, pad, pad] });
+    const out = Math.floor((hw + 2 * pad - k) / stride) + 1;
+    macs.count += out * out * cout * cin * k * k;
+    return { y: relu ? g.relu(y) : y, hw: out };
+  };
+}
+
+// Runs `build` with a description that only counts: 2 x its convolutions'
+// and head's multiply-adds.
+function countFlops(build) {
+  const macs = { count: 0 };
+  build(new NullEmitter(), makeRandom(1), macs);
+  return 2 * macs.count;
+}
+
+// SqueezeNet 1.1 (Iandola et al. 2016, the 1.1 revision) at 224x224: fire
+// modules (1x1 squeeze, then 1x1 and 3x3 expands concatenated on the
+// channel axis), max pools with ceil rounding, a 1x1 classifier
+// convolution and a global average pool. Many small convolutions, concat
+// and pooling: the graph shape the W3C webnn-samples' SqueezeNet has.
+function squeezenetBuild(g, rand, macs = { count: 0 }) {
+  const conv = convLayer(g, rand, macs);
+  const pool = (x, hw) => ({
+    y: g.maxPool2d(x, { window: [3, 3], strides: [2, 2], ceil: true }),
+    hw: Math.ceil((hw - 3) / 2) + 1,
+  });
+  const fire = (x, hw, cin, squeeze, expand) => {
+    const s = conv(x, { cin, cout: squeeze, k: 1, hw }).y;
+    const e1 = conv(s, { cin: squeeze, cout: expand, k: 1, hw }).y;
+    const e3 = conv(s, { cin: squeeze, cout: expand, k: 3, pad: 1, hw }).y;
+    return g.concat([e1, e3], 1);
+  };
+  let x = g.input('image', [1, 3, 224, 224]);
+  let hw;
+  ({ y: x, hw } = conv(x, { cin: 3, cout: 64, k: 3, stride: 2, hw: 224 }));
+  ({ y: x, hw } = pool(x, hw));
+  x = fire(x, hw, 64, 16, 64);
+  x = fire(x, hw, 128, 16, 64);
+  ({ y: x, hw } = pool(x, hw));
+  x = fire(x, hw, 128, 32, 128);
+  x = fire(x, hw, 256, 32, 128);
+  ({ y: x, hw } = pool(x, hw));
+  x = fire(x, hw, 256, 48, 192);
+  x = fire(x, hw, 384, 48, 192);
+  x = fire(x, hw, 384, 64, 256);
+  x = fire(x, hw, 512, 64, 256);
+  if (hw !== 13) throw new Error(`SqueezeNet description: final size ${hw}, expected 13`);
+  x = conv(x, { cin: 512, cout: 1000, k: 1, hw }).y;
+  g.output('probs', g.softmax(g.reshape(g.globalAveragePool(x), [1, 1000]), 1), [1, 1000]);
+}
+
+function squeezenetWorkload() {
+  return {
+    id: 'j',
+    title: 'SqueezeNet 1.1 224x224',
+    // A getter: the counting emitter is defined further down.
+    get flops() {
+      return countFlops(squeezenetBuild);
+    },
+    inputs: [{ name: 'image', shape: [1, 3, 224, 224] }],
+    outputs: [{ name: 'probs', shape: [1, 1000] }],
+    runs: 20,
+    needs: ['maxPool2d', 'concat', 'relu'],
+    build: squeezenetBuild,
+    inputData(rand) {
+      return { image: rand.uniform([1, 3, 224, 224]) };
+    },
+  };
+}
+
+// ResNet-50 (He et al. 2016; stride on the 3x3 convolution, as the common
+// "v1.5" form) at 224x224 with batch normalization folded into the
+// convolutions' biases: a 7x7 stride-2 stem, a max pool, 16 bottleneck
+// blocks whose residual sum is followed by ReLU, a global average pool and
+// a gemm + softmax head.
+function resnetBuild(g, rand, macs = { count: 0 }) {
+  const conv = convLayer(g, rand, macs);
+  let x = g.input('image', [1, 3, 224, 224]);
+  let hw;
+  ({ y: x, hw } = conv(x, { cin: 3, cout: 64, k: 7, stride: 2, pad: 3, hw: 224 }));
+  x = g.maxPool2d(x, { window: [3, 3], strides: [2, 2], pads: [1, 1, 1, 1] });
+  hw = Math.floor((hw + 2 - 3) / 2) + 1;
+  let channels = 64;
+  for (const [width, blocks, firstStride] of [
+    [64, 3, 1],
+    [128, 4, 2],
+    [256, 6, 2],
+    [512, 3, 2],
+  ]) {
+    for (let i = 0; i < blocks; i++) {
+      const stride = i === 0 ? firstStride : 1;
+      const out = width * 4;
+      const a = conv(x, { cin: channels, cout: width, k: 1, hw });
+      const b = conv(a.y, { cin: width, cout: width, k: 3, stride, pad: 1, hw });
+      // The residual branch's last convolution scaled down (as a
+      // trained network's last batch norm of a block is), so that the
+      // sums of 16 blocks stay of order 1 and the softmax does not
+      // saturate to one class, which any two runtimes would agree on.
+      const c = conv(b.y, { cin: width, cout: out, k: 1, hw: b.hw, relu: false, gain: 0.25 });
+      const skip = i === 0 ? conv(x, { cin: channels, cout: out, k: 1, stride, hw, relu: false }).y : x;
+      x = g.relu(g.add(c.y, skip));
+      hw = b.hw;
+      channels = out;
+    }
+  }
+  if (hw !== 7) throw new Error(`ResNet-50 description: final size ${hw}, expected 7`);
+  x = g.reshape(g.globalAveragePool(x), [1, 2048]);
+  const fc = g.constant([2048, 1000], rand.uniform([2048, 1000], heScale(2048)));
+  const fcBias = g.constant([1000], rand.uniform([1000], BIAS_SCALE));
+  macs.count += 2048 * 1000;
+  g.output('probs', g.softmax(g.gemm(x, fc, fcBias), 1), [1, 1000]);
+}
+
+function resnetWorkload() {
+  return {
+    id: 'k',
+    title: 'ResNet-50 224x224',
+    get flops() {
+      return countFlops(resnetBuild);
+    },
+    inputs: [{ name: 'image', shape: [1, 3, 224, 224] }],
+    outputs: [{ name: 'probs', shape: [1, 1000] }],
+    runs: 10,
+    needs: ['maxPool2d', 'relu'],
+    build: resnetBuild,
+    inputData(rand) {
+      return { image: rand.uniform([1, 3, 224, 224]) };
+    },
+  };
+}
+
 // One post-norm transformer encoder block (BERT-style layout), MiniLM-sized.
 function transformerWorkload() {
   const [seq, hidden, heads, headDim, ff] = [128, 384, 6, 64, 1536];
@@ -270,6 +409,10 @@ const WORKLOADS = [
   conv2dWorkload({ id: 'i1', title: 'conv2d 1x1 1x32x112x112 to 96', cin: 32, cout: 96, hw: 112, k: 1, runs: 50 }),
   conv2dWorkload({ id: 'i2', title: 'conv2d 1x1 1x96x14x14 to 576', cin: 96, cout: 576, hw: 14, k: 1, runs: 200 }),
   conv2dWorkload({ id: 'i3', title: 'conv2d 1x1 1x320x7x7 to 1280', cin: 320, cout: 1280, hw: 7, k: 1, runs: 200 }),
+  // Two more networks of the kinds the W3C webnn-samples run: pooling,
+  // concat and residual sums around the convolutions.
+  squeezenetWorkload(),
+  resnetWorkload(),
 ];
 
 // Seeds: one for the weights (drawn by build), another for the inputs, so a
@@ -350,6 +493,30 @@ class WebnnEmitter {
   gelu(x) {
     return this.b.gelu(x);
   }
+
+  relu(x) {
+    return this.b.relu(x);
+  }
+
+  // pads: [top, bottom, left, right], as conv2d's.
+  maxPool2d(x, { window, strides = [1, 1], pads = [0, 0, 0, 0], ceil = false }) {
+    return this.b.maxPool2d(x, {
+      windowDimensions: window,
+      strides,
+      padding: pads,
+      roundingType: ceil ? 'ceil' : 'floor',
+      ...this.poolLayout(),
+    });
+  }
+
+  // The layout member of pooling options (a variant in nhwc overrides it).
+  poolLayout() {
+    return {};
+  }
+
+  concat(values, axis) {
+    return this.b.concat(values, axis);
+  }
 }
 
 // Runs a description and discards everything but the random draws: gives
@@ -364,7 +531,7 @@ class NullEmitter {
   }
 }
 for (const op of ['input', 'output', 'add', 'mul', 'matmul', 'gemm', 'conv2d', 'clamp', 'softmax', 'reshape',
-  'transpose', 'globalAveragePool', 'layerNorm', 'gelu']) {
+  'transpose', 'globalAveragePool', 'layerNorm', 'gelu', 'relu', 'maxPool2d', 'concat']) {
   NullEmitter.prototype[op] = () => null;
 }
 

@@ -801,7 +801,10 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                     conv::conv2d_packed(p, &ins, &out_descs[0], Some(packed)).map(|b| vec![b])
                 }
                 (Op::Pool2d(p), _, None) if plan.is_some_and(|pl| pl.is_pool(n)) => {
-                    nchwc::global_pool(p, ins[0]).map(|b| vec![b])
+                    nchwc::pool(p, ins[0]).map(|b| vec![b])
+                }
+                (Op::Concat { .. }, _, None) if plan.is_some_and(|pl| pl.is_concat(n)) => {
+                    nchwc::concat(&ins, out_descs[0].shape[0]).map(|b| vec![b])
                 }
                 _ => run_op(&node.op, &ins, &in_descs, out_descs, cg.packed.get(&n)),
             }

@@ -16,9 +16,11 @@
 //!
 //! [`plan`] decides at build which operands are stored blocked: the
 //! outputs of the float32 convolutions whose channel counts are
-//! multiples of 8 (plain or depthwise, constant filter), and of
+//! multiples of 8 (plain or depthwise, constant filter); of
 //! element-wise binary nodes whose two inputs are blocked operands of
-//! their own shape and layout. A node that wants an input in the other
+//! their own shape and layout, and of unary ones and clamps of a blocked
+//! input; of windowed pooling of a blocked input, and of concatenation
+//! on the channel axis of blocked inputs (`pool.rs`). A node that wants an input in the other
 //! layout gets a converted copy (`Plan::to_blocked`, `Plan::to_plain`);
 //! graph outputs are always in their own layout. Convolutions in `nhwc`
 //! run blocked too: the blocked form of an `[n, h, w, c]` operand is the
@@ -108,9 +110,13 @@ pub(in crate::backend::cpu) struct Plan {
     /// Nodes whose work an earlier node does: adds whose sum a
     /// convolution writes, the later convolutions of a chain.
     fused: Vec<bool>,
-    /// Global pooling nodes (by node) that read their blocked input
-    /// where it lies (`pool::global`).
+    /// Pooling nodes (by node) that read their blocked input where it
+    /// lies: global ones write NCHW (`pool::global`), windowed ones the
+    /// blocked layout (`pool::window`).
     pools: Vec<bool>,
+    /// Concatenations on the channel axis (by node) of blocked operands
+    /// into a blocked one (`pool::concat`).
+    concats: Vec<bool>,
     /// The vectors the layout changes run on (the plan's choice, made
     /// once at build).
     isa: Isa,
@@ -415,6 +421,17 @@ pub(in crate::backend::cpu) fn plan(
 
 /// [`plan`] for the kernels of `isa`.
 fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<Plan> {
+    plan_with(graph, constants, isa, true)
+}
+
+/// [`plan_for`], with windowed pools and concats run blocked only when
+/// `windows` (the tests compare both).
+fn plan_with(
+    graph: &Graph,
+    constants: &HashMap<usize, Buf>,
+    isa: Isa,
+    windows: bool,
+) -> Option<Plan> {
     let mut blocked = vec![false; graph.operands.len()];
     // The layout each operand has been seen in by a blocked node (a
     // tensor of shape [1, 8, 8, 8] could be read both ways by two
@@ -423,18 +440,59 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
     let mut half = vec![false; graph.operands.len()];
     let mut convs = HashMap::new();
     let mut pools = vec![false; graph.nodes.len()];
+    let mut concats = vec![false; graph.nodes.len()];
     for (ni, node) in graph.nodes.iter().enumerate() {
         let [out] = node.outputs[..] else { continue };
         match &node.op {
             Op::Pool2d(p) => {
-                // Its output (1x1 planes) is the same in both layouts and
-                // stays NCHW.
-                pools[ni] = node
-                    .inputs
-                    .first()
-                    .is_some_and(|&x| blocked[x] && layout[x] == Some(p.nhwc))
-                    && is_f32_4d(&graph.operands[out])
-                    && pool::is_global(p);
+                let Some(&x) = node.inputs.first() else {
+                    continue;
+                };
+                let from_blocked = blocked[x] && layout[x] == Some(p.nhwc);
+                let d = &graph.operands[out];
+                if from_blocked && is_f32_4d(d) && pool::is_global(p) {
+                    // Its output (1x1 planes) is the same in both layouts
+                    // and stays NCHW.
+                    pools[ni] = true;
+                } else if windows
+                    && from_blocked
+                    && float_4d(d) == Some(half[x])
+                    && pool::is_window(p)
+                {
+                    // float16: max picks a float16 value; average and l2
+                    // are rounded as the node's own result is.
+                    pools[ni] = true;
+                    blocked[out] = true;
+                    layout[out] = layout[x];
+                    half[out] = half[x];
+                }
+            }
+            Op::Concat { axis } => {
+                let Some(&first) = node.inputs.first() else {
+                    continue;
+                };
+                let l = layout[first];
+                // The channel axis of the layout the inputs are blocked in.
+                let channels = if l == Some(true) { 3 } else { 1 };
+                let d = &graph.operands[out];
+                concats[ni] = windows
+                    && blocked[first]
+                    && *axis == channels
+                    && float_4d(d) == Some(half[first])
+                    && node.inputs.iter().all(|&i| {
+                        let s = &graph.operands[i].shape;
+                        blocked[i]
+                            && layout[i] == l
+                            && half[i] == half[first]
+                            && s.len() == 4
+                            && s[0] == d.shape[0]
+                            && s[channels].is_multiple_of(L)
+                    });
+                if concats[ni] {
+                    blocked[out] = true;
+                    layout[out] = l;
+                    half[out] = half[first];
+                }
             }
             Op::Conv2d(p) => {
                 // Winograd reads its input blocked, unpadded: a graph
@@ -476,6 +534,21 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
                     blocked[out] = true;
                     layout[out] = Some(p.nhwc);
                     half[out] = graph.operands[out].data_type == DataType::Float16;
+                }
+            }
+            // Element-wise on one operand (ResNet's ReLU after the
+            // residual sum): the layout does not matter. float16 ones
+            // compute in float32 and round, as their own kernels do.
+            Op::Unary(_) | Op::Clamp { .. } => {
+                let d = &graph.operands[out];
+                if let [x] = node.inputs[..] {
+                    blocked[out] = blocked[x]
+                        && float_4d(d) == Some(half[x])
+                        && graph.operands[x].shape == d.shape;
+                    if blocked[out] {
+                        layout[out] = layout[x];
+                        half[out] = half[x];
+                    }
                 }
             }
             Op::Binary(_) => {
@@ -520,6 +593,7 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
         chains,
         fused,
         pools,
+        concats,
         isa,
     })
 }
@@ -614,14 +688,24 @@ impl Plan {
         if self.is_pool(n) {
             return index == 0;
         }
+        if self.is_concat(n) {
+            return true;
+        }
         let node = &graph.nodes[n];
-        matches!(node.op, Op::Binary(_)) && node.outputs.first().is_some_and(|&o| self.blocked[o])
+        matches!(node.op, Op::Binary(_) | Op::Unary(_) | Op::Clamp { .. })
+            && node.outputs.first().is_some_and(|&o| self.blocked[o])
     }
 
     /// Whether pooling node `n` reads its blocked input where it lies
-    /// (run it with [`global_pool`]).
+    /// (run it with [`pool`]).
     pub(in crate::backend::cpu) fn is_pool(&self, n: usize) -> bool {
         self.pools.get(n).copied().unwrap_or(false)
+    }
+
+    /// Whether concat node `n` joins blocked operands into a blocked one
+    /// (run it with [`concat`]).
+    pub(in crate::backend::cpu) fn is_concat(&self, n: usize) -> bool {
+        self.concats.get(n).copied().unwrap_or(false)
     }
 
     /// The blocked convolution of node `n`, when it runs blocked.
@@ -718,13 +802,22 @@ fn f32s(b: &Buf) -> Result<&[f32]> {
     }
 }
 
-/// Global pooling `p` of blocked `x`, into NCHW `[n, c, 1, 1]` (a node
-/// that [`Plan::is_pool`] names).
-pub(in crate::backend::cpu) fn global_pool(
-    p: &crate::graph::op::Pool2dParams,
-    x: &Buf,
-) -> Result<Buf> {
-    pool::global(p, f32s(x)?).map(Buf::F32)
+/// Pooling `p` of blocked `x` (a node that [`Plan::is_pool`] names): a
+/// global one into NCHW `[n, c, 1, 1]`, a windowed one into the blocked
+/// layout.
+pub(in crate::backend::cpu) fn pool(p: &crate::graph::op::Pool2dParams, x: &Buf) -> Result<Buf> {
+    match pool::is_global(p) {
+        true => pool::global(p, f32s(x)?),
+        false => pool::window(p, f32s(x)?),
+    }
+    .map(Buf::F32)
+}
+
+/// The channel concatenation of blocked `inputs` of batch `n` (a node
+/// that [`Plan::is_concat`] names), blocked.
+pub(in crate::backend::cpu) fn concat(inputs: &[&Buf], n: usize) -> Result<Buf> {
+    let xs = inputs.iter().map(|x| f32s(x)).collect::<Result<Vec<_>>>()?;
+    pool::concat(&xs, n).map(Buf::F32)
 }
 
 /// An NCHW operand `x` of descriptor `d` in the blocked layout, moved

@@ -1,19 +1,22 @@
-//! Global pooling (one window over each whole plane, as at the end of
-//! most image classifiers) read straight from the blocked layout.
+//! Pooling and channel concatenation read straight from the blocked
+//! layout, so that a network's pools and concats (SqueezeNet's fire
+//! modules, ResNet's stem) do not cost two layout changes each.
 //!
-//! Without it the blocked operand was first copied back to NCHW only to
-//! be reduced to one value per plane. The output, `[n, c, 1, 1]`, is the
-//! same in both layouts, so it is written as NCHW. Each channel's plane
-//! is reduced front to back with the NCHW kernel's own steps
-//! (`pool_step`, `pool_finish`), eight channels side by side: the same
+//! Global pooling (one window over each whole plane, as at the end of
+//! most image classifiers) writes `[n, c, 1, 1]`, the same in both
+//! layouts, as NCHW. Windowed pooling writes the blocked layout. Each
+//! window is reduced with the NCHW kernel's own steps (`pool_step`,
+//! `pool_finish`) in its order, eight channels side by side: the same
 //! bits.
 
 use rayon::prelude::*;
 
 use super::L;
 use crate::backend::cpu::conv::common::{is_global_pool, pool_finish, pool_identity, pool_step};
+use crate::backend::cpu::elementwise::with_simd;
 use crate::error::{Error, Result};
-use crate::graph::op::Pool2dParams;
+use crate::graph::op::{Pool2dParams, PoolKind};
+use crate::tensor::Buf;
 
 /// Whether pooling `p` of a float32 NCHW operand reduces each whole
 /// plane to one value, over whole channel blocks.
@@ -56,6 +59,207 @@ pub(super) fn global(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
         out.par_chunks_mut(per * L).enumerate().for_each(run);
     } else {
         out.chunks_mut(per * L).enumerate().for_each(run);
+    }
+    Ok(out)
+}
+
+/// Whether windowed pooling `p` (not a global one) runs on the blocked
+/// layout: whole channel blocks, a non-empty window and output, non-zero
+/// strides and dilations.
+pub(super) fn is_window(p: &Pool2dParams) -> bool {
+    !is_global_pool(p)
+        && p.channels.is_multiple_of(L)
+        && !p.window.contains(&0)
+        && !p.strides.contains(&0)
+        && !p.dilations.contains(&0)
+        && p.out_h > 0
+        && p.out_w > 0
+}
+
+/// The window taps `first..end` of output position `o` along one axis
+/// that fall inside the input (`size` elements after `pad` of padding):
+/// tap `t` reads `o * stride + t * dilation - pad`.
+fn taps(
+    o: usize,
+    k: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    size: usize,
+) -> (usize, usize) {
+    let base = o * stride;
+    let end = (pad + size)
+        .checked_sub(base)
+        .map_or(0, |room| room.div_ceil(dilation).min(k));
+    let first = pad.saturating_sub(base).div_ceil(dilation).min(end);
+    (first, end)
+}
+
+/// Windowed pooling `p` of blocked `x` (`[n, c / 8, h, w, 8]`) into the
+/// blocked `[n, c / 8, out_h, out_w, 8]`. Each window is reduced over the
+/// taps inside the input in the NCHW kernel's order (rows, then columns
+/// within a row) with its steps (`pool_step`, `pool_finish`), eight
+/// channels side by side: the same bits. The taps inside are a range per
+/// row and per column, found once per output position instead of tested
+/// per tap.
+pub(super) fn window(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
+    // Every element of `out` is written below (each output row by
+    // `window_rows`).
+    let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+    let blocks = p.batch * p.channels / L;
+    if !is_window(p) || x.len() != blocks * h * w * L {
+        return Err(Error::operation(
+            "pool2d: the operands do not match the parameters",
+        ));
+    }
+    let mut out = Buf::f32_for_overwrite(blocks * oh * ow * L);
+    match p.kind {
+        PoolKind::Max => window_rows(p, x, &mut out, Max),
+        PoolKind::Average => window_rows(p, x, &mut out, Sum::<false>),
+        PoolKind::L2 => window_rows(p, x, &mut out, Sum::<true>),
+    }
+    Ok(out)
+}
+
+/// A window's reduction, eight channels side by side, with the results
+/// of `pool_step` and `pool_finish` (a type per kind, so that nothing
+/// is decided per tap).
+trait Reduce: Sync {
+    type Acc: Copy;
+    fn init(&self) -> Self::Acc;
+    fn step(&self, acc: &mut Self::Acc, px: &[f32; L]);
+    fn finish(&self, acc: Self::Acc, count: usize, out: &mut [f32]);
+}
+
+/// Average (`SQUARES` false: the sum, divided by the taps inside) or
+/// l2 (the square root of the sum of squares).
+struct Sum<const SQUARES: bool>;
+
+impl<const SQUARES: bool> Reduce for Sum<SQUARES> {
+    type Acc = [f32; L];
+    #[inline(always)]
+    fn init(&self) -> [f32; L] {
+        [0.0; L]
+    }
+    #[inline(always)]
+    fn step(&self, acc: &mut [f32; L], px: &[f32; L]) {
+        let kind = if SQUARES {
+            PoolKind::L2
+        } else {
+            PoolKind::Average
+        };
+        for (a, &v) in acc.iter_mut().zip(px) {
+            *a = pool_step(kind, *a, v);
+        }
+    }
+    #[inline(always)]
+    fn finish(&self, acc: [f32; L], count: usize, out: &mut [f32]) {
+        let kind = if SQUARES {
+            PoolKind::L2
+        } else {
+            PoolKind::Average
+        };
+        for (o, a) in out.iter_mut().zip(acc) {
+            *o = pool_finish(kind, a, count);
+        }
+    }
+}
+
+/// Max in two independent parts, each one instruction or two per tap
+/// rather than `pool_step`'s chain of four: `max` is the larger value,
+/// the earlier of equal ones (x86's `maxps` exactly), which is
+/// `pool_step`'s result when no NaN was seen; `nan` holds the first NaN
+/// once one is seen (before that, whatever was last), which is
+/// `pool_step`'s result when one was.
+struct Max;
+
+impl Reduce for Max {
+    type Acc = ([f32; L], [f32; L]);
+    #[inline(always)]
+    fn init(&self) -> Self::Acc {
+        ([pool_identity(PoolKind::Max); L], [0.0; L])
+    }
+    #[inline(always)]
+    fn step(&self, (max, nan): &mut Self::Acc, px: &[f32; L]) {
+        for ((m, n), &v) in max.iter_mut().zip(nan.iter_mut()).zip(px) {
+            *m = if v > *m { v } else { *m };
+            *n = if n.is_nan() { *n } else { v };
+        }
+    }
+    #[inline(always)]
+    fn finish(&self, (max, nan): Self::Acc, _: usize, out: &mut [f32]) {
+        for ((o, m), n) in out.iter_mut().zip(max).zip(nan) {
+            *o = if n.is_nan() { n } else { m };
+        }
+    }
+}
+
+/// [`window`]'s loops, output row by output row, reducing with `red`.
+fn window_rows(p: &Pool2dParams, x: &[f32], out: &mut [f32], red: impl Reduce) {
+    let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+    let [kh, kw] = p.window;
+    let [sh, sw] = p.strides;
+    let [dh, dw] = p.dilations;
+    let (pt, pl) = (p.padding[0], p.padding[2]);
+    let row = ow * L;
+    // The taps inside the input of every output row and column, found
+    // once rather than per output position (two divisions each).
+    let rows: Vec<_> = (0..oh).map(|oy| taps(oy, kh, sh, dh, pt, h)).collect();
+    let cols: Vec<_> = (0..ow).map(|ox| taps(ox, kw, sw, dw, pl, w)).collect();
+    let run = |(r, dst): (usize, &mut [f32])| {
+        let (b, oy) = (r / oh, r % oh);
+        // The plane's pixels, 8 channels each.
+        let (plane, _) = x[b * h * w * L..(b + 1) * h * w * L].as_chunks::<L>();
+        let (y0, y1) = rows[oy];
+        // Compiled for the CPU's widest vectors: a tap is then one
+        // 8-lane operation or two.
+        with_simd(|| {
+            for ((ox, d), &(x0, x1)) in dst.chunks_exact_mut(L).enumerate().zip(&cols) {
+                let mut acc = red.init();
+                for ky in y0..y1 {
+                    let line = &plane[(oy * sh + ky * dh - pt) * w..][..w];
+                    for kx in x0..x1 {
+                        red.step(&mut acc, &line[ox * sw + kx * dw - pl]);
+                    }
+                }
+                red.finish(acc, (y1 - y0) * (x1 - x0), d);
+            }
+        })
+    };
+    // Rows per task: about 16 K floats of output and taps each.
+    let per = ((1 << 14) / (row * kh * kw).max(1)).max(1);
+    if out.len() * kh * kw >= 1 << 16 {
+        out.par_chunks_mut(row * per)
+            .enumerate()
+            .for_each(|(t, rows)| {
+                rows.chunks_mut(row)
+                    .enumerate()
+                    .for_each(|(i, d)| run((t * per + i, d)))
+            });
+    } else {
+        out.chunks_mut(row).enumerate().for_each(run);
+    }
+}
+
+/// Concatenation on the channel axis of blocked operands whose channels
+/// are whole blocks: in `[n, c / 8, h, w, 8]` each input's part of a
+/// batch element is one contiguous run, so the result is those runs one
+/// after another, batch element by batch element. `n` is the batch.
+pub(super) fn concat(inputs: &[&[f32]], n: usize) -> Result<Vec<f32>> {
+    let total: usize = inputs.iter().map(|x| x.len()).sum();
+    if n == 0 || inputs.iter().any(|x| !x.len().is_multiple_of(n)) {
+        return Err(Error::operation(
+            "concat: the operands do not match the parameters",
+        ));
+    }
+    let mut out = Buf::f32_for_overwrite(total);
+    let mut at = 0;
+    for b in 0..n {
+        for x in inputs {
+            let per = x.len() / n;
+            out[at..at + per].copy_from_slice(&x[b * per..(b + 1) * per]);
+            at += per;
+        }
     }
     Ok(out)
 }

@@ -7,7 +7,7 @@ use super::*;
 /// `g` (NCHW, as [`Block::graph`] builds it) with every convolution and
 /// pooling in nhwc: its 4-D activations `[n, h, w, c]`, the filters
 /// unchanged (OIHW), so that it computes the same function.
-fn in_nhwc(g: &Graph) -> Graph {
+pub(super) fn in_nhwc(g: &Graph) -> Graph {
     let mut g = g.clone();
     let constant: Vec<bool> = g
         .sources
@@ -23,6 +23,8 @@ fn in_nhwc(g: &Graph) -> Graph {
         match &mut node.op {
             Op::Conv2d(p) => p.nhwc = true,
             Op::Pool2d(p) => p.nhwc = true,
+            // Channels are the last axis in nhwc.
+            Op::Concat { axis } if *axis == 1 => *axis = 3,
             _ => {}
         }
     }
@@ -31,7 +33,11 @@ fn in_nhwc(g: &Graph) -> Graph {
 
 /// `x` of shape `[n, c, h, w]` in `[n, h, w, c]`, or back (`back`, the
 /// same dims named as NCHW).
-fn nhwc_of(x: &[f32], (n, c, h, w): (usize, usize, usize, usize), back: bool) -> Vec<f32> {
+pub(super) fn nhwc_of(
+    x: &[f32],
+    (n, c, h, w): (usize, usize, usize, usize),
+    back: bool,
+) -> Vec<f32> {
     let mut out = vec![0.0; x.len()];
     for b in 0..n {
         for ci in 0..c {
@@ -177,7 +183,7 @@ fn nhwc_layout_changes_place_each_element_and_invert() {
 
 /// `g` (float32, as [`Block::graph`] builds it) in float16: every
 /// operand, constants rounded to float16.
-fn in_half(g: &Graph) -> Graph {
+pub(super) fn in_half(g: &Graph) -> Graph {
     let mut g = g.clone();
     for d in &mut g.operands {
         d.data_type = DataType::Float16;

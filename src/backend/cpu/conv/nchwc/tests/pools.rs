@@ -1,0 +1,297 @@
+//! Windowed pooling and channel concatenation read the blocked layout:
+//! the kernel gives the bits of the NCHW kernel (special values
+//! included), and networks of convolutions, pools and concats (in
+//! NCHW, nhwc and float16) give the bits of the same plan with those
+//! nodes run on converted copies.
+
+use super::layouts::{in_half, in_nhwc, nhwc_of};
+use super::*;
+use crate::graph::op::{Pool2dParams, PoolKind};
+
+/// Pooling parameters over `[n, c, h, w]`, the output size as the
+/// builder resolves it (`ceil`: the output rounding).
+#[allow(clippy::too_many_arguments)]
+fn pool(
+    kind: PoolKind,
+    (n, c, h, w): (usize, usize, usize, usize),
+    window: [usize; 2],
+    padding: [usize; 4],
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    ceil: bool,
+) -> Pool2dParams {
+    let out = |size: usize, k: usize, pad: usize, s: usize, d: usize| {
+        let span = size + pad - (k - 1) * d - 1;
+        match ceil {
+            true => span.div_ceil(s) + 1,
+            false => span / s + 1,
+        }
+    };
+    Pool2dParams {
+        kind,
+        nhwc: false,
+        window,
+        padding,
+        strides,
+        dilations,
+        batch: n,
+        channels: c,
+        in_h: h,
+        in_w: w,
+        out_h: out(
+            h,
+            window[0],
+            padding[0] + padding[1],
+            strides[0],
+            dilations[0],
+        ),
+        out_w: out(
+            w,
+            window[1],
+            padding[2] + padding[3],
+            strides[1],
+            dilations[1],
+        ),
+    }
+}
+
+/// Input, window, padding, strides, dilations, ceil rounding.
+type Case = (
+    (usize, usize, usize, usize),
+    [usize; 2],
+    [usize; 4],
+    [usize; 2],
+    [usize; 2],
+    bool,
+);
+
+/// The shapes and windows the tests run: SqueezeNet's (3x3, stride 2,
+/// ceil), ResNet's stem (3x3, stride 2, padded), a window that can lie
+/// wholly in the padding (ceil with a large stride), dilation, uneven
+/// padding and strides, a 2x2 and a window of the whole height.
+fn cases() -> Vec<Case> {
+    vec![
+        ((1, 16, 15, 15), [3, 3], [0; 4], [2, 2], [1, 1], true),
+        ((2, 8, 16, 13), [3, 3], [1, 1, 1, 1], [2, 2], [1, 1], false),
+        ((1, 8, 7, 9), [2, 2], [0, 1, 0, 1], [3, 3], [1, 1], true),
+        ((1, 24, 11, 10), [3, 2], [2, 0, 1, 2], [1, 2], [2, 3], false),
+        ((1, 8, 8, 8), [2, 2], [0; 4], [2, 2], [1, 1], false),
+        ((1, 16, 6, 5), [6, 1], [0, 0, 1, 1], [1, 1], [1, 1], false),
+    ]
+}
+
+/// The kernel against the NCHW kernel, every kind and case, on input
+/// that holds NaNs of two payloads, both zeros and both infinities
+/// (max keeps the first NaN of a window and the first of equal values,
+/// as the NCHW kernel does): the same bits.
+#[test]
+fn windowed_pooling_gives_the_bits_of_the_nchw_kernel() {
+    let specials = [
+        f32::NAN,
+        f32::from_bits(0x7fc0_1234),
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ];
+    for (i, &(x, win, pad, s, d, ceil)) in cases().iter().enumerate() {
+        for kind in [PoolKind::Max, PoolKind::Average, PoolKind::L2] {
+            let p = pool(kind, x, win, pad, s, d, ceil);
+            assert!(pool::is_window(&p), "case {i}");
+            let len = x.0 * x.1 * x.2 * x.3;
+            let mut v = random(len, i as u64 + 40);
+            // Zeros in runs, so that windows see both zeros side by side.
+            for (j, e) in v.iter_mut().enumerate() {
+                match j % 23 {
+                    0 | 1 => *e = specials[(j / 23) % specials.len()],
+                    5 => *e = 0.0,
+                    6 => *e = -0.0,
+                    _ => {}
+                }
+            }
+            let od = OperandDescriptor {
+                data_type: DataType::Float32,
+                shape: vec![x.0, x.1, p.out_h, p.out_w],
+            };
+            let want = crate::backend::cpu::conv::pool2d(&p, &Buf::F32(v.clone()), &od)
+                .unwrap()
+                .to_f32_vec();
+            let got = pool::window(&p, &block(&v, x)).unwrap();
+            let got = unblock(&got, (x.0, x.1, p.out_h, p.out_w));
+            assert!(same_bits(&got, &want), "case {i} {kind:?}");
+        }
+    }
+    // Not whole channel blocks, a global window, a zero stride: no
+    // blocked form.
+    let global = pool(
+        PoolKind::Max,
+        (1, 8, 4, 4),
+        [4, 4],
+        [0; 4],
+        [1, 1],
+        [1, 1],
+        false,
+    );
+    assert!(!pool::is_window(&global));
+    let mut odd = pool(
+        PoolKind::Max,
+        (1, 12, 4, 4),
+        [2, 2],
+        [0; 4],
+        [1, 1],
+        [1, 1],
+        false,
+    );
+    assert!(!pool::is_window(&odd));
+    odd.channels = 8;
+    odd.strides = [0, 1];
+    assert!(!pool::is_window(&odd));
+    assert!(pool::window(&odd, &[0.0; 128]).is_err());
+}
+
+/// Concatenation of blocked operands is each batch element's parts one
+/// after another: the blocked form of the NCHW concatenation.
+#[test]
+fn blocked_concat_is_the_blocked_form_of_the_concatenation() {
+    let (n, h, w) = (2, 3, 5);
+    let cs = [8, 24, 16];
+    let parts: Vec<Vec<f32>> = cs
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| random(n * c * h * w, i as u64 + 60))
+        .collect();
+    let mut want = Vec::new();
+    for b in 0..n {
+        for (p, &c) in parts.iter().zip(&cs) {
+            want.extend_from_slice(&p[b * c * h * w..(b + 1) * c * h * w]);
+        }
+    }
+    let total = cs.iter().sum::<usize>();
+    let blocked: Vec<Vec<f32>> = parts
+        .iter()
+        .zip(&cs)
+        .map(|(p, &c)| block(p, (n, c, h, w)))
+        .collect();
+    let refs: Vec<&[f32]> = blocked.iter().map(|v| &v[..]).collect();
+    let got = pool::concat(&refs, n).unwrap();
+    assert!(same_bits(&unblock(&got, (n, total, h, w)), &want));
+    assert!(pool::concat(&[&[0.0; 5]], 2).is_err());
+}
+
+/// A small SqueezeNet-like network: a convolution, a max pool (ceil
+/// rounding), a fire module (a 1x1 squeeze, then 1x1 and 3x3 expands
+/// concatenated), an average pool with padding and a 1x1 convolution.
+fn fire_graph() -> (Graph, (usize, usize, usize, usize)) {
+    let (n, c, h) = (1, 8, 17);
+    let mut g = Builder::new(&[n, c, h, h]);
+    let y = g.conv(0, params((n, c, h, h), (16, 3, 3), [1; 4], 1, 1, 1));
+    let mp = pool(
+        PoolKind::Max,
+        (n, 16, h, h),
+        [3, 3],
+        [0; 4],
+        [2, 2],
+        [1, 1],
+        true,
+    );
+    let s = mp.out_h;
+    let y = g.push(Op::Pool2d(mp), vec![y], &[n, 16, s, s]);
+    let sq = g.conv(y, params((n, 16, s, s), (8, 1, 1), [0; 4], 1, 1, 1));
+    let e1 = g.conv(sq, params((n, 8, s, s), (16, 1, 1), [0; 4], 1, 1, 1));
+    let e3 = g.conv(sq, params((n, 8, s, s), (24, 3, 3), [1; 4], 1, 1, 1));
+    let cat = g.push(Op::Concat { axis: 1 }, vec![e1, e3], &[n, 40, s, s]);
+    let ap = pool(
+        PoolKind::Average,
+        (n, 40, s, s),
+        [3, 3],
+        [1; 4],
+        [1, 1],
+        [1, 1],
+        false,
+    );
+    let y = g.push(Op::Pool2d(ap), vec![cat], &[n, 40, s, s]);
+    let y = g.conv(y, params((n, 40, s, s), (16, 1, 1), [0; 4], 1, 1, 1));
+    (g.output(y), (n, c, h, h))
+}
+
+/// The network runs its pools and concat on the blocked layout (no
+/// layout change between its first convolution and its output), with
+/// the bits of the same plan running those nodes on converted copies;
+/// in NCHW, nhwc (the same bits as NCHW) and float16, on every form of
+/// the kernels.
+#[test]
+fn pools_and_concats_keep_networks_blocked() {
+    use crate::backend::Backend;
+    if !available() {
+        return;
+    }
+    let (nchw, x) = fire_graph();
+    let xs = random(x.0 * x.1 * x.2 * x.3, 77);
+    let out = &nchw.operands[nchw.outputs[0].1].shape;
+    let od = (out[0], out[1], out[2], out[3]);
+    let forms = [
+        ("nchw", nchw.clone()),
+        ("nhwc", in_nhwc(&nchw)),
+        ("float16", in_half(&nchw)),
+    ];
+    let mut nchw_bits = Vec::new();
+    for (name, g) in forms {
+        let g = Arc::new(g);
+        let input = match name {
+            "nhwc" => Buf::F32(nhwc_of(&xs, x, false)),
+            "float16" => Buf::f16_from_f32(&xs),
+            _ => Buf::F32(xs.clone()),
+        };
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        cpu.compile(1, g.clone()).unwrap();
+        cpu.compile(2, g.clone()).unwrap();
+        for isa in isas() {
+            // Graph 2: the pools and the concat on converted copies.
+            for (id, windows) in [(1, true), (2, false)] {
+                let cg = cpu.graphs.get_mut(&id).unwrap();
+                cg.nchwc = plan_with(&cg.graph, &cg.constants, isa, windows);
+            }
+            let pl = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
+            let kinds: Vec<&str> = g
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(m, node)| match &node.op {
+                    Op::Pool2d(_) if pl.is_pool(m) => "pool",
+                    Op::Concat { .. } if pl.is_concat(m) => "concat",
+                    Op::Conv2d(_) if pl.conv(m).is_some() => "conv",
+                    _ => "other",
+                })
+                .collect();
+            assert_eq!(
+                kinds,
+                ["conv", "pool", "conv", "conv", "conv", "concat", "pool", "conv"],
+                "{name} {isa:?}"
+            );
+            // Every intermediate stays blocked.
+            let produced = g.nodes.iter().map(|node| node.outputs[0]);
+            assert!(produced.clone().all(|o| pl.is_blocked(o)), "{name} {isa:?}");
+            let g2 = cpu.graphs[&2].nchwc.as_ref().expect("a plan");
+            assert!((0..g.nodes.len()).all(|m| !g2.is_pool(m) && !g2.is_concat(m)));
+            let run = |cpu: &mut crate::backend::cpu::CpuBackend, id| {
+                cpu.compute(id, &g, vec![input.clone()])
+                    .unwrap()
+                    .remove(0)
+                    .to_f32_vec()
+            };
+            let (got, want) = (run(&mut cpu, 1), run(&mut cpu, 2));
+            assert!(same_bits(&got, &want), "{name} {isa:?}");
+            match name {
+                "nchw" => nchw_bits.push(got),
+                "nhwc" => {
+                    let back = nhwc_of(&got, od, true);
+                    assert!(
+                        nchw_bits.iter().any(|b| same_bits(b, &back)),
+                        "nhwc {isa:?}"
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -27,6 +27,15 @@ pub(super) fn tile_pixels(w: usize, nv: usize) -> usize {
     }
 }
 
+/// The pixels of the next tile, of `left` pixels still to do in tiles
+/// of at most `mr`: as many tiles as `mr` needs, of even sizes. 13
+/// pixels run as 5, 4 and 4 rather than 6, 6 and 1: a tile of one
+/// pixel has two chains of multiply-adds, which wait on their latency
+/// for as long as a full tile takes.
+fn tile_len(mr: usize, left: usize) -> usize {
+    left.div_ceil(left.div_ceil(mr).max(1))
+}
+
 /// What every tile of one direct convolution shares.
 pub(super) struct Geometry<'a> {
     /// Floats between the tile's pixels in the input (stride * 8).
@@ -315,7 +324,7 @@ pub(super) unsafe fn pointwise<V: Vf, N: Vf>(
         let (wide, nv, mr) = form::<V, N>(pn);
         let mut q = 0;
         while q < count {
-            let m = mr.min(count - q);
+            let m = tile_len(mr, count - q);
             // SAFETY: `run_tile`'s contract, from ours: `form` gives the
             // panel's `nb` blocks as `nv` vectors and `m <= mr`; `x + q *
             // 8` is pixel `q` of input block 0, and the tile reads pixels
@@ -606,7 +615,7 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
             let mut offs = [0usize; MAX_TILE];
             while q < p1 {
                 let (oy, ox) = (q / ow, q % ow);
-                let m = mr.min(p1 - q);
+                let m = tile_len(mr, p1 - q);
                 // A tile that runs past the row's end takes its pixels'
                 // offsets from the first one's: the next rows' pixels
                 // lie further on in the input (`ox * sw < wp`).

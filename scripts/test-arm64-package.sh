@@ -40,7 +40,7 @@ target=aarch64-unknown-linux-gnu
 # The API suites: the ones whose tests run in the test process (the few
 # that start a child Node are skipped, see above). cpu-chains and compute
 # are the slowest under emulation (about 90 and 50 s).
-default_suites=(api builder-errors compute spec-rules cpu-chains ops-)
+default_suites=(api builder-errors compute spec-rules cpu-chains cpu-pools ops-)
 if [ $# -gt 0 ]; then suites=("$@"); else suites=("${default_suites[@]}"); fi
 
 say() { echo "test-arm64: $*"; }

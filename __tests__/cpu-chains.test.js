@@ -6,18 +6,7 @@
 // WEBNN_CPU_CHAIN=0 (node by node), bit for bit.
 
 const { MLGraphBuilder } = require('..');
-const { cpuContext } = require('./helpers');
-
-/** Deterministic values in [-scale, scale). */
-function values(n, seed, scale) {
-  let s = seed >>> 0;
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out[i] = (s / 2 ** 32 - 0.5) * 2 * scale;
-  }
-  return out;
-}
+const { cpuContext, values } = require('./helpers');
 
 /** NCHW conv2d in float64 with groups, padding [t, b, l, r], square stride, bias and clamp bounds. */
 function conv(x, [c, h, w], f, [oc, kh, kw], { groups = 1, pad = [0, 0, 0, 0], stride = 1, bias, lo = -Infinity, hi = Infinity }) {

@@ -8,19 +8,8 @@
 // graph gives the bits of the nchw one.
 
 const { MLGraphBuilder } = require('..');
-const { cpuContext } = require('./helpers');
+const { cpuContext, values } = require('./helpers');
 const { toHalf, fromHalf } = require('../bench/variants');
-
-/** Deterministic values in [-scale, scale). */
-function values(n, seed, scale) {
-  let s = seed >>> 0;
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out[i] = (s / 2 ** 32 - 0.5) * 2 * scale;
-  }
-  return out;
-}
 
 // --- the float64 reference, NCHW, batch 1: tensors are { v, c, h, w } ---
 

@@ -176,6 +176,17 @@ function cpuContext(options = {}) {
   return ml.createContext({ deviceType: 'cpu', ...options });
 }
 
+/** `n` deterministic values in [-scale, scale) from `seed` (a linear congruential generator). */
+function values(n, seed, scale) {
+  let s = seed >>> 0;
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    out[i] = (s / 2 ** 32 - 0.5) * 2 * scale;
+  }
+  return out;
+}
+
 /** 0, 1, ..., n-1 (or start, start+1, ...). */
 function iota(n, start = 0) {
   return Array.from({ length: n }, (_, i) => start + i);
@@ -230,6 +241,7 @@ module.exports = {
   constF32,
   cpuContext,
   iota,
+  values,
   childNodeUnavailable,
   testWithChildNode,
 };

@@ -495,9 +495,19 @@ fn naive_pool(p: &Pool2dParams, x: &[f32]) -> Vec<f32> {
     out
 }
 
-#[test]
-fn pool2d_matches_naive() {
-    let size = |i: usize, k: usize, p0: usize, p1: usize, s: usize, d: usize, ceil: bool| {
+/// The parameters of pooling `[n, c, h, w]` (NCHW) with `window`,
+/// `padding` `[t, b, l, r]`, `strides` and `dilations`, the output size
+/// rounded up when `ceil` (as the builder resolves it).
+pub(crate) fn pool_params(
+    kind: PoolKind,
+    (n, c, h, w): (usize, usize, usize, usize),
+    window: [usize; 2],
+    padding: [usize; 4],
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    ceil: bool,
+) -> Pool2dParams {
+    let size = |i: usize, k: usize, p0: usize, p1: usize, s: usize, d: usize| {
         let span = i + p0 + p1 - (k - 1) * d - 1;
         if ceil {
             span.div_ceil(s) + 1
@@ -505,6 +515,38 @@ fn pool2d_matches_naive() {
             span / s + 1
         }
     };
+    Pool2dParams {
+        kind,
+        nhwc: false,
+        window,
+        padding,
+        strides,
+        dilations,
+        batch: n,
+        channels: c,
+        in_h: h,
+        in_w: w,
+        out_h: size(
+            h,
+            window[0],
+            padding[0],
+            padding[1],
+            strides[0],
+            dilations[0],
+        ),
+        out_w: size(
+            w,
+            window[1],
+            padding[2],
+            padding[3],
+            strides[1],
+            dilations[1],
+        ),
+    }
+}
+
+#[test]
+fn pool2d_matches_naive() {
     let cases = [
         ((2, 3, 5, 6), [2, 2], [0, 0, 0, 0], [2, 2], [1, 1], false),
         ((1, 2, 5, 5), [3, 3], [1, 1, 1, 1], [2, 2], [1, 1], false),
@@ -519,36 +561,15 @@ fn pool2d_matches_naive() {
     for ((n, c, h, w), window, padding, strides, dilations, ceil) in cases {
         let x = data(n * c * h * w, 7);
         for kind in [PoolKind::Average, PoolKind::Max, PoolKind::L2] {
-            let p = Pool2dParams {
+            let p = pool_params(
                 kind,
-                nhwc: false,
+                (n, c, h, w),
                 window,
                 padding,
                 strides,
                 dilations,
-                batch: n,
-                channels: c,
-                in_h: h,
-                in_w: w,
-                out_h: size(
-                    h,
-                    window[0],
-                    padding[0],
-                    padding[1],
-                    strides[0],
-                    dilations[0],
-                    ceil,
-                ),
-                out_w: size(
-                    w,
-                    window[1],
-                    padding[2],
-                    padding[3],
-                    strides[1],
-                    dilations[1],
-                    ceil,
-                ),
-            };
+                ceil,
+            );
             let expect = naive_pool(&p, &x);
             let (oh, ow) = (p.out_h, p.out_w);
             let Buf::F32(r) = pool2d(

@@ -6,54 +6,8 @@
 
 use super::layouts::{in_half, in_nhwc, nhwc_of};
 use super::*;
-use crate::graph::op::{Pool2dParams, PoolKind};
-
-/// Pooling parameters over `[n, c, h, w]`, the output size as the
-/// builder resolves it (`ceil`: the output rounding).
-#[allow(clippy::too_many_arguments)]
-fn pool(
-    kind: PoolKind,
-    (n, c, h, w): (usize, usize, usize, usize),
-    window: [usize; 2],
-    padding: [usize; 4],
-    strides: [usize; 2],
-    dilations: [usize; 2],
-    ceil: bool,
-) -> Pool2dParams {
-    let out = |size: usize, k: usize, pad: usize, s: usize, d: usize| {
-        let span = size + pad - (k - 1) * d - 1;
-        match ceil {
-            true => span.div_ceil(s) + 1,
-            false => span / s + 1,
-        }
-    };
-    Pool2dParams {
-        kind,
-        nhwc: false,
-        window,
-        padding,
-        strides,
-        dilations,
-        batch: n,
-        channels: c,
-        in_h: h,
-        in_w: w,
-        out_h: out(
-            h,
-            window[0],
-            padding[0] + padding[1],
-            strides[0],
-            dilations[0],
-        ),
-        out_w: out(
-            w,
-            window[1],
-            padding[2] + padding[3],
-            strides[1],
-            dilations[1],
-        ),
-    }
-}
+use crate::backend::cpu::conv::tests::pool_params as pool;
+use crate::graph::op::PoolKind;
 
 /// Input, window, padding, strides, dilations, ceil rounding.
 type Case = (

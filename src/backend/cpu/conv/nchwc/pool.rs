@@ -213,18 +213,33 @@ fn window_rows(p: &Pool2dParams, x: &[f32], out: &mut [f32], red: impl Reduce) {
         let (y0, y1) = rows[oy];
         // Compiled for the CPU's widest vectors: a tap is then one
         // 8-lane operation or two.
-        with_simd(|| {
-            for ((ox, d), &(x0, x1)) in dst.chunks_exact_mut(L).enumerate().zip(&cols) {
-                let mut acc = red.init();
-                for ky in y0..y1 {
-                    let line = &plane[(oy * sh + ky * dh - pt) * w..][..w];
-                    for kx in x0..x1 {
-                        red.step(&mut acc, &line[ox * sw + kx * dw - pl]);
+        with_simd(
+            #[inline(always)]
+            || {
+                for ((ox, d), &(x0, x1)) in dst.chunks_exact_mut(L).enumerate().zip(&cols) {
+                    let mut acc = red.init();
+                    if (y0, y1, x0, x1) == (0, 3, 0, 3) && (kh, kw) == (3, 3) {
+                        // A 3x3 window inside the input (most of them in
+                        // the common pools): fixed trip counts, unrolled.
+                        let base = (oy * sh - pt) * w + ox * sw - pl;
+                        for ky in 0..3 {
+                            for kx in 0..3 {
+                                red.step(&mut acc, &plane[base + ky * dh * w + kx * dw]);
+                            }
+                        }
+                        red.finish(acc, 9, d);
+                        continue;
                     }
+                    for ky in y0..y1 {
+                        let line = &plane[(oy * sh + ky * dh - pt) * w..][..w];
+                        for kx in x0..x1 {
+                            red.step(&mut acc, &line[ox * sw + kx * dw - pl]);
+                        }
+                    }
+                    red.finish(acc, (y1 - y0) * (x1 - x0), d);
                 }
-                red.finish(acc, (y1 - y0) * (x1 - x0), d);
-            }
-        })
+            },
+        )
     };
     // Rows per task: about 16 K floats of output and taps each.
     let per = ((1 << 14) / (row * kh * kw).max(1)).max(1);

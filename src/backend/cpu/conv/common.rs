@@ -140,13 +140,9 @@ pub(super) fn pool_identity(kind: PoolKind) -> f32 {
 #[inline(always)]
 pub(super) fn pool_step(kind: PoolKind, acc: f32, v: f32) -> f32 {
     match kind {
-        // NaN propagates: once acc is NaN, nothing replaces it. `v` is
-        // taken when it is above acc or NaN (`!(v <= acc)`) and acc is
-        // not NaN: two comparisons and a select, which vectorise.
+        // NaN propagates: once acc is NaN, nothing replaces it.
         PoolKind::Max => {
-            #[allow(clippy::neg_cmp_op_on_partial_ord)]
-            let take = !(v <= acc) && !acc.is_nan();
-            if take {
+            if (v > acc || v.is_nan()) && !acc.is_nan() {
                 v
             } else {
                 acc

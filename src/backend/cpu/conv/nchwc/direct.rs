@@ -529,8 +529,8 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
         )
     });
     let x: &[f32] = picked.as_deref().unwrap_or(x);
-    // A 1x1 kernel at unit strides without padding: the planes are one
-    // long row, so tiles run across row ends.
+    // A 1x1 kernel at unit strides without padding (or on the picked
+    // pixels): the planes are one long row, so tiles run across row ends.
     let flat = one && (p.strides == [1, 1] || picked.is_some());
     let (hp, wp) = if flat {
         (1, p.out_h * p.out_w)

@@ -100,11 +100,9 @@ fn taps(
 /// taps inside the input in the NCHW kernel's order (rows, then columns
 /// within a row) with its steps (`pool_step`, `pool_finish`), eight
 /// channels side by side: the same bits. The taps inside are a range per
-/// row and per column, found once per output position instead of tested
-/// per tap.
+/// output row and per output column, found once for the whole call
+/// instead of tested per tap.
 pub(super) fn window(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
-    // Every element of `out` is written below (each output row by
-    // `window_rows`).
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     let blocks = p.batch * p.channels / L;
     if !is_window(p) || x.len() != blocks * h * w * L {
@@ -112,6 +110,7 @@ pub(super) fn window(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
             "pool2d: the operands do not match the parameters",
         ));
     }
+    // Every element is written below (each output row by `window_rows`).
     let mut out = Buf::f32_for_overwrite(blocks * oh * ow * L);
     match p.kind {
         PoolKind::Max => window_rows(p, x, &mut out, Max),

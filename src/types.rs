@@ -3,6 +3,9 @@
 
 use crate::error::{Error, Result};
 
+/// The largest rank any operand may have here.
+pub const MAX_RANK: usize = 8;
+
 /// `MLOperandDataType`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DataType {

@@ -312,10 +312,10 @@ pub fn descriptor(ctx: &Ctx, v: &Val) -> Result<OperandDescriptor> {
         .into_iter()
         .map(|d| d as usize)
         .collect();
-    if shape.len() > crate::graph::ops::MAX_RANK {
+    if shape.len() > crate::types::MAX_RANK {
         return Err(ctx.err(format!(
             "the shape {shape:?} has more than {} dimensions",
-            crate::graph::ops::MAX_RANK
+            crate::types::MAX_RANK
         )));
     }
     OperandDescriptor::new(dt, shape).map_err(|e| ctx.err(e.message))

@@ -220,7 +220,7 @@ impl GraphBuilder {
     /// Adds a validated node and returns its output operands.
     pub fn push(
         &mut self,
-        op: Op,
+        op: impl Into<Op>,
         inputs: Vec<OperandId>,
         outputs: Vec<OperandDescriptor>,
         label: String,
@@ -232,7 +232,7 @@ impl GraphBuilder {
             .map(|(index, d)| self.add_operand(d, Source::Node { node, index }))
             .collect();
         self.nodes.push(Node {
-            op,
+            op: op.into(),
             inputs,
             outputs: ids.clone(),
             label,

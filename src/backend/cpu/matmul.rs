@@ -9,7 +9,8 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 
-use crate::graph::op::{BinaryKind, GemmParams};
+use crate::graph::ops::elementwise::BinaryKind;
+use crate::graph::ops::matmul::GemmParams;
 use crate::graph::{Graph, Op};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};

@@ -27,6 +27,8 @@ use std::sync::Arc;
 
 use super::{Backend, GraphId, TensorId};
 use crate::error::{Error, Result};
+use crate::graph::ops::elementwise::{ClampParams, SoftmaxParams};
+use crate::graph::ops::shape::{CastParams, ConcatParams, SliceParams, TransposeParams};
 use crate::graph::{Graph, Op, Source};
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
@@ -452,9 +454,9 @@ pub fn run_op(
             out,
         )),
         Op::Unary(kind) => one(elementwise::unary(*kind, inputs[0], out)),
-        Op::Clamp { min, max } => one(elementwise::clamp(inputs[0], *min, *max, out)),
-        Op::Softmax { axis } => one(elementwise::softmax(inputs[0], *axis, out)),
-        Op::Cast { to } => one(elementwise::cast(inputs[0], *to, out)),
+        Op::Clamp(ClampParams { min, max }) => one(elementwise::clamp(inputs[0], *min, *max, out)),
+        Op::Softmax(SoftmaxParams { axis }) => one(elementwise::softmax(inputs[0], *axis, out)),
+        Op::Cast(CastParams { to }) => one(elementwise::cast(inputs[0], *to, out)),
         Op::Matmul => one(matmul::matmul(
             inputs[0],
             in_descs[0],
@@ -468,13 +470,13 @@ pub fn run_op(
         Op::Conv2d(p) => one(conv::conv2d(p, inputs, out)),
         Op::Pool2d(p) => one(conv::pool2d(p, inputs[0], out)),
         Op::Reshape => Ok(vec![inputs[0].pooled_clone()]),
-        Op::Transpose { permutation } => {
+        Op::Transpose(TransposeParams { permutation }) => {
             one(shape::transpose(inputs[0], in_descs[0], permutation, out))
         }
-        Op::Concat { axis } => one(shape::concat(inputs, in_descs, *axis, out)),
-        Op::Slice {
+        Op::Concat(ConcatParams { axis }) => one(shape::concat(inputs, in_descs, *axis, out)),
+        Op::Slice(SliceParams {
             starts, strides, ..
-        } => one(shape::slice(inputs[0], in_descs[0], starts, strides, out)),
+        }) => one(shape::slice(inputs[0], in_descs[0], starts, strides, out)),
         Op::Logical(o) => logical::run(o, inputs, in_descs, out_descs),
         Op::Activation(o) => activation::run(o, inputs, in_descs, out_descs),
         Op::Reduce(o) => reduce::run(o, inputs, in_descs, out_descs),
@@ -719,7 +721,7 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
         };
         let in_place = matches!(
             node.op,
-            Op::Binary(_) | Op::Softmax { .. } | Op::Activation(ActivationOp::Gelu) | Op::Reshape
+            Op::Binary(_) | Op::Softmax(_) | Op::Activation(ActivationOp::Gelu) | Op::Reshape
         ) && node.outputs.len() == 1
             && converted.is_none()
             && node.inputs.iter().any(|&i| reusable(&slots, i));
@@ -753,7 +755,9 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                     let (a, b) = (next()?, next()?);
                     elementwise::binary_owned(*k, a, in_descs[0], b, in_descs[1], out)
                 }
-                Op::Softmax { axis } => elementwise::softmax_owned(next()?, *axis, out),
+                Op::Softmax(SoftmaxParams { axis }) => {
+                    elementwise::softmax_owned(next()?, *axis, out)
+                }
                 // The same elements: the buffer moves on, no copy.
                 Op::Reshape => Ok(next()?.into_owned()),
                 _ => activation::gelu_owned(next()?, out),
@@ -803,7 +807,7 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                 (Op::Pool2d(p), _, None) if plan.is_some_and(|pl| pl.is_pool(n)) => {
                     nchwc::pool(p, ins[0]).map(|b| vec![b])
                 }
-                (Op::Concat { .. }, _, None) if plan.is_some_and(|pl| pl.is_concat(n)) => {
+                (Op::Concat(_), _, None) if plan.is_some_and(|pl| pl.is_concat(n)) => {
                     nchwc::concat(&ins, out_descs[0].shape[0]).map(|b| vec![b])
                 }
                 _ => run_op(&node.op, &ins, &in_descs, out_descs, cg.packed.get(&n)),
@@ -1083,7 +1087,8 @@ impl Backend for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::op::{BinaryKind, GemmParams};
+    use crate::graph::ops::elementwise::BinaryKind;
+    use crate::graph::ops::matmul::GemmParams;
     use crate::graph::Node;
     use crate::types::DataType;
 

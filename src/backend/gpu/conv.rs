@@ -5,7 +5,7 @@
 
 use super::{convert, is_float, word, Gpu, NodeIo, Step};
 use crate::error::{Error, Result};
-use crate::graph::op::{Conv2dParams, ConvParams, FilterLayout, Pool2dParams, PoolKind};
+use crate::graph::ops::conv::{Conv2dParams, ConvParams, FilterLayout, Pool2dParams, PoolKind};
 use crate::graph::ops::conv::{ConvTranspose2dParams, TransposeFilterLayout};
 use crate::types::{DataType, OperandDescriptor};
 

@@ -6,8 +6,8 @@
 
 use super::{broadcast_strides, convert, is_float, is_word, wgsl_type, word, Gpu, Step};
 use crate::error::{Error, Result};
-use crate::graph::op::{BinaryKind, UnaryKind};
 use crate::graph::ops::activation::ActivationOp;
+use crate::graph::ops::elementwise::{BinaryKind, UnaryKind};
 use crate::types::{DataType, OperandDescriptor};
 
 const BINARY: &str = include_str!("shaders/binary.wgsl");

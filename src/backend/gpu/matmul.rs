@@ -4,7 +4,7 @@
 
 use super::{broadcast_strides, is_float, word, Gpu, Step};
 use crate::error::Result;
-use crate::graph::op::GemmParams;
+use crate::graph::ops::matmul::GemmParams;
 use crate::types::{DataType, OperandDescriptor};
 
 /// The family's answer to [`super::supports`]: float kernels (float16

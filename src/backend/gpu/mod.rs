@@ -45,7 +45,9 @@ use std::sync::{Arc, Mutex};
 use super::{Backend, GraphId, TensorId};
 use crate::error::{Error, Result};
 use crate::graph::ops::activation::ActivationOp;
+use crate::graph::ops::elementwise::{ClampParams, SoftmaxParams};
 use crate::graph::ops::reduce::ReduceOp;
+use crate::graph::ops::shape::{ConcatParams, SliceParams, TransposeParams};
 use crate::graph::{Graph, Op, Source};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
@@ -726,12 +728,14 @@ impl GpuBackend {
                     gpu, *kind, &ins, &in_descs, out_buf, out_desc,
                 )),
                 Op::Unary(kind) => one(elementwise::unary(gpu, *kind, ins[0], out_buf, out_desc)),
-                Op::Clamp { min, max } => one(elementwise::clamp(
+                Op::Clamp(ClampParams { min, max }) => one(elementwise::clamp(
                     gpu, *min, *max, ins[0], out_buf, out_desc,
                 )),
                 Op::Matmul => one(matmul::matmul(gpu, &ins, &in_descs, out_buf, out_desc)),
-                Op::Softmax { axis } => one(shape::softmax(gpu, *axis, ins[0], out_buf, out_desc)),
-                Op::Transpose { permutation } => one(shape::transpose(
+                Op::Softmax(SoftmaxParams { axis }) => {
+                    one(shape::softmax(gpu, *axis, ins[0], out_buf, out_desc))
+                }
+                Op::Transpose(TransposeParams { permutation }) => one(shape::transpose(
                     gpu,
                     permutation,
                     ins[0],
@@ -739,9 +743,9 @@ impl GpuBackend {
                     out_buf,
                     out_desc,
                 )),
-                Op::Slice {
+                Op::Slice(SliceParams {
                     starts, strides, ..
-                } => one(shape::slice(
+                }) => one(shape::slice(
                     gpu,
                     starts,
                     strides,
@@ -750,10 +754,10 @@ impl GpuBackend {
                     out_buf,
                     out_desc,
                 )),
-                Op::Concat { axis } => {
+                Op::Concat(ConcatParams { axis }) => {
                     shape::concat(gpu, *axis, &ins, &in_descs, out_buf, out_desc)
                 }
-                Op::Cast { .. } => one(shape::cast(gpu, ins[0], in_descs[0], out_buf, out_desc)),
+                Op::Cast(_) => one(shape::cast(gpu, ins[0], in_descs[0], out_buf, out_desc)),
                 Op::Gemm(g) => one(matmul::gemm(gpu, g, &ins, &in_descs, out_buf, out_desc)),
                 Op::Conv2d(c) => one(conv::conv2d(gpu, c, &ins, &in_descs, out_buf, out_desc)),
                 Op::Pool2d(q) => one(conv::pool2d(gpu, q, ins[0], out_buf, out_desc)),
@@ -904,14 +908,17 @@ impl Liveness {
 /// or repeated), so a narrow type needs no fix-up after them.
 fn moves_only(op: &Op) -> bool {
     match op {
-        Op::Reshape | Op::Transpose { .. } | Op::Concat { .. } | Op::Slice { .. } => true,
+        Op::Reshape | Op::Transpose(_) | Op::Concat(_) | Op::Slice(_) => true,
         Op::Movement(crate::graph::ops::movement::MovementOp::Resample2d { .. }) => false,
         Op::Movement(_) | Op::Gather(_) | Op::Logical(_) => true,
         Op::Activation(ActivationOp::Where) => true,
-        Op::Binary(crate::graph::op::BinaryKind::Max | crate::graph::op::BinaryKind::Min) => true,
+        Op::Binary(
+            crate::graph::ops::elementwise::BinaryKind::Max
+            | crate::graph::ops::elementwise::BinaryKind::Min,
+        ) => true,
         // cast computes new values: to float16 they still need rounding,
         // to a narrow integer type wrapping (see `shape::cast`).
-        Op::Cast { .. } => false,
+        Op::Cast(_) => false,
         _ => false,
     }
 }

@@ -11,7 +11,7 @@ use super::{
 use crate::error::Result;
 use crate::f16::{f16_to_f32, f32_to_f16};
 use crate::graph::args::{Ctx, Val};
-use crate::graph::{GraphBuilder, Op, OperandId};
+use crate::graph::{GraphBuilder, OperandId};
 use crate::types::{DataType, OperandDescriptor};
 
 /// The resolved operators of this family. Input: input, except prelu
@@ -91,7 +91,7 @@ fn activation(
     let d = b.desc(x).clone();
     check(&ctx, "input", &d)?;
     let op = resolve(&ctx, opts, d.data_type)?;
-    Ok(b.push(Op::Activation(op), vec![x], vec![d], ctx.label))
+    Ok(b.push(op, vec![x], vec![d], ctx.label))
 }
 
 macro_rules! activations {
@@ -151,12 +151,7 @@ fn build_prelu(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         ))
     })?;
     let out = OperandDescriptor::new(dx.data_type, shape).map_err(|e| ctx.err(e.message))?;
-    Ok(b.push(
-        Op::Activation(ActivationOp::Prelu),
-        vec![x, s],
-        vec![out],
-        ctx.label,
-    ))
+    Ok(b.push(ActivationOp::Prelu, vec![x, s], vec![out], ctx.label))
 }
 
 pub const PRELU: OpDef = OpDef {
@@ -200,12 +195,7 @@ fn build_where(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         ))
     })?;
     let out = OperandDescriptor::new(dt.data_type, shape).map_err(|e| ctx.err(e.message))?;
-    Ok(b.push(
-        Op::Activation(ActivationOp::Where),
-        vec![c, t, f],
-        vec![out],
-        ctx.label,
-    ))
+    Ok(b.push(ActivationOp::Where, vec![c, t, f], vec![out], ctx.label))
 }
 
 pub const WHERE: OpDef = OpDef {
@@ -250,10 +240,8 @@ mod tests {
         args.extend(options);
         let out = b.call(name, &args).unwrap();
         let g = b.build(vec![("o".to_string(), out[0])]).unwrap();
-        match &g.nodes.last().unwrap().op {
-            Op::Activation(o) => o.clone(),
-            other => panic!("{other:?}"),
-        }
+        ActivationOp::try_from(g.nodes.last().unwrap().op.clone())
+            .unwrap_or_else(|other| panic!("{other:?}"))
     }
 
     #[test]

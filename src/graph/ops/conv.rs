@@ -3,9 +3,82 @@
 use super::{arg, check, lim, window_output, OpDef, ALL_TYPES, FLOATS};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
-use crate::graph::op::{ConvParams, FilterLayout, Pool2dParams, PoolKind};
-use crate::graph::{GraphBuilder, Op, OperandId};
+use crate::graph::{GraphBuilder, OperandId};
 use crate::types::{DataType, OperandDescriptor};
+
+/// Filter layouts of conv2d (`MLConv2dFilterOperandLayout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterLayout {
+    Oihw,
+    Hwio,
+    Ohwi,
+    Ihwo,
+}
+
+/// Resolved conv2d (`L` = [`FilterLayout`]) and convTranspose2d (`L` =
+/// `TransposeFilterLayout`) parameters. Inputs: input, filter, and bias
+/// when `has_bias`. Sizes are in the canonical NCHW / OIHW sense whatever
+/// the layouts; for convTranspose2d `out_h`/`out_w` already include
+/// outputPadding or come from outputSizes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvParams<L> {
+    pub nhwc: bool,
+    pub filter_layout: L,
+    /// [beginning height, ending height, beginning width, ending width].
+    pub padding: [usize; 4],
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub groups: usize,
+    pub has_bias: bool,
+    pub batch: usize,
+    pub in_channels: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub out_channels: usize,
+    pub kernel_h: usize,
+    pub kernel_w: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+impl<L> ConvParams<L> {
+    /// The filter taps over its group's input channels: the multiply-adds
+    /// behind each output element (of a conv2d; a convTranspose2d's at
+    /// most).
+    pub fn taps(&self) -> usize {
+        (self.in_channels / self.groups.max(1))
+            .saturating_mul(self.kernel_h)
+            .saturating_mul(self.kernel_w)
+    }
+}
+
+/// Resolved conv2d parameters.
+pub type Conv2dParams = ConvParams<FilterLayout>;
+
+/// The pooling reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolKind {
+    Average,
+    Max,
+    L2,
+}
+
+/// Resolved pool2d parameters. Input: input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool2dParams {
+    pub kind: PoolKind,
+    pub nhwc: bool,
+    pub window: [usize; 2],
+    pub padding: [usize; 4],
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub batch: usize,
+    pub channels: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+}
 
 /// (batch, channels, height, width) of a 4-D shape in the nchw or nhwc
 /// layout.
@@ -109,20 +182,11 @@ const TRANSPOSE_FILTER_LAYOUTS: &[(&str, TransposeFilterLayout)] = &[
     ("ohwi", TransposeFilterLayout::Ohwi),
 ];
 
-/// Adds a conv2d / convTranspose2d node; its output has the input's data
-/// type and layout and the resolved sizes.
-fn push_conv<L>(
-    b: &mut GraphBuilder,
-    ctx: Ctx,
-    data_type: DataType,
-    params: ConvParams<L>,
-    op: fn(ConvParams<L>) -> Op,
-    inputs: Vec<OperandId>,
-) -> Result<Vec<OperandId>> {
-    let p = &params;
+/// The output of a conv2d / convTranspose2d: the input's data type and
+/// layout, and the resolved sizes.
+fn conv_output<L>(ctx: &Ctx, data_type: DataType, p: &ConvParams<L>) -> Result<OperandDescriptor> {
     let shape = join_layout(p.nhwc, p.batch, p.out_channels, p.out_h, p.out_w);
-    let out = OperandDescriptor::new(data_type, shape).map_err(|e| ctx.err(e.message))?;
-    Ok(b.push(op(params), inputs, vec![out], ctx.label))
+    OperandDescriptor::new(data_type, shape).map_err(|e| ctx.err(e.message))
 }
 
 /// `conv2d(input, filter, options)`.
@@ -202,7 +266,8 @@ fn build_conv2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         out_h,
         out_w,
     };
-    push_conv(b, ctx, di.data_type, params, Op::Conv2d, inputs)
+    let out = conv_output(&ctx, di.data_type, &params)?;
+    Ok(b.push(params, inputs, vec![out], ctx.label))
 }
 
 pub const CONV2D: OpDef = OpDef {
@@ -301,7 +366,7 @@ fn pool2d(
         out_h,
         out_w,
     };
-    Ok(b.push(Op::Pool2d(params), vec![x], vec![out], ctx.label))
+    Ok(b.push(params, vec![x], vec![out], ctx.label))
 }
 
 fn build_average_pool2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
@@ -504,7 +569,8 @@ fn build_conv_transpose2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Oper
         out_h,
         out_w,
     };
-    push_conv(b, ctx, di.data_type, params, Op::ConvTranspose2d, inputs)
+    let out = conv_output(&ctx, di.data_type, &params)?;
+    Ok(b.push(params, inputs, vec![out], ctx.label))
 }
 
 pub const CONV_TRANSPOSE2D: OpDef = OpDef {

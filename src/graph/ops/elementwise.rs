@@ -8,9 +8,96 @@ use super::{
 };
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
-use crate::graph::op::{BinaryKind, UnaryKind};
-use crate::graph::{GraphBuilder, Op, OperandId};
+use crate::graph::{GraphBuilder, OperandId};
 use crate::types::OperandDescriptor;
+
+/// Element-wise binary operators (with broadcasting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryKind {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+}
+
+impl BinaryKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryKind::Add => "add",
+            BinaryKind::Sub => "sub",
+            BinaryKind::Mul => "mul",
+            BinaryKind::Div => "div",
+            BinaryKind::Max => "max",
+            BinaryKind::Min => "min",
+            BinaryKind::Pow => "pow",
+        }
+    }
+}
+
+/// Element-wise unary operators whose output type equals the input type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnaryKind {
+    Abs,
+    Neg,
+    Exp,
+    Log,
+    Sqrt,
+    Relu,
+    Sigmoid,
+    Tanh,
+    Ceil,
+    Cos,
+    Erf,
+    Floor,
+    Identity,
+    Reciprocal,
+    RoundEven,
+    Sin,
+    Sign,
+    Tan,
+}
+
+impl UnaryKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryKind::Abs => "abs",
+            UnaryKind::Neg => "neg",
+            UnaryKind::Exp => "exp",
+            UnaryKind::Log => "log",
+            UnaryKind::Sqrt => "sqrt",
+            UnaryKind::Relu => "relu",
+            UnaryKind::Sigmoid => "sigmoid",
+            UnaryKind::Tanh => "tanh",
+            UnaryKind::Ceil => "ceil",
+            UnaryKind::Cos => "cos",
+            UnaryKind::Erf => "erf",
+            UnaryKind::Floor => "floor",
+            UnaryKind::Identity => "identity",
+            UnaryKind::Reciprocal => "reciprocal",
+            UnaryKind::RoundEven => "roundEven",
+            UnaryKind::Sin => "sin",
+            UnaryKind::Sign => "sign",
+            UnaryKind::Tan => "tan",
+        }
+    }
+}
+
+/// Resolved `clamp` parameters: the bounds as f64 (compared in the
+/// input's type). Input: input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClampParams {
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Resolved `softmax` parameters. Input: input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SoftmaxParams {
+    pub axis: usize,
+}
 
 const BINARY_OPERANDS: &[super::OperandLimit] = &[
     lim("a", NUMERIC, 0, MAX_RANK),
@@ -42,7 +129,7 @@ fn binary(b: &mut GraphBuilder, args: &[Val], kind: BinaryKind) -> Result<Vec<Op
         ))
     })?;
     let out = OperandDescriptor::new(da.data_type, shape).map_err(|e| ctx.err(e.message))?;
-    Ok(b.push(Op::Binary(kind), vec![a, c], vec![out], ctx.label))
+    Ok(b.push(kind, vec![a, c], vec![out], ctx.label))
 }
 
 macro_rules! binary_ops {
@@ -72,7 +159,7 @@ fn unary(b: &mut GraphBuilder, args: &[Val], kind: UnaryKind) -> Result<Vec<Oper
     let x = b.operand(&ctx, arg(args, 0), "input")?;
     let d = b.desc(x).clone();
     check(&ctx, "input", &d)?;
-    Ok(b.push(Op::Unary(kind), vec![x], vec![d], ctx.label))
+    Ok(b.push(kind, vec![x], vec![d], ctx.label))
 }
 
 macro_rules! unary_ops {
@@ -129,7 +216,7 @@ fn build_clamp(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
             "minValue ({min}) must not be greater than maxValue ({max})"
         )));
     }
-    Ok(b.push(Op::Clamp { min, max }, vec![x], vec![d], ctx.label))
+    Ok(b.push(ClampParams { min, max }, vec![x], vec![d], ctx.label))
 }
 
 pub const CLAMP: OpDef = OpDef {
@@ -163,7 +250,7 @@ fn build_softmax(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     if axis >= d.rank() {
         return Err(ctx.err(format!("axis {axis} is out of range for rank {}", d.rank())));
     }
-    Ok(b.push(Op::Softmax { axis }, vec![x], vec![d], ctx.label))
+    Ok(b.push(SoftmaxParams { axis }, vec![x], vec![d], ctx.label))
 }
 
 pub const SOFTMAX: OpDef = OpDef {

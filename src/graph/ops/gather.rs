@@ -9,7 +9,7 @@
 use super::{arg, check, lim, OpDef, ALL_TYPES, MAX_RANK};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
-use crate::graph::{GraphBuilder, Op, OperandId};
+use crate::graph::{GraphBuilder, OperandId};
 use crate::types::{DataType, OperandDescriptor};
 
 /// The data types an `indices` operand may have.
@@ -98,7 +98,7 @@ fn build_gather(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     shape.extend_from_slice(&dx.shape[axis + 1..]);
     let out = output_desc(&ctx, dx.data_type, shape)?;
     Ok(b.push(
-        Op::Gather(GatherOp::Gather { axis }),
+        GatherOp::Gather { axis },
         vec![x, ind],
         vec![out],
         ctx.label,
@@ -149,7 +149,7 @@ fn build_gather_elements(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Opera
     // `axis`), with the input's data type.
     let out = output_desc(&ctx, dx.data_type, di.shape.clone())?;
     Ok(b.push(
-        Op::Gather(GatherOp::GatherElements { axis }),
+        GatherOp::GatherElements { axis },
         vec![x, ind],
         vec![out],
         ctx.label,
@@ -185,12 +185,7 @@ fn build_gather_nd(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>>
     check(&ctx, "input", &dx)?;
     let shape = nd_slices_shape(&ctx, &dx, &di)?;
     let out = output_desc(&ctx, dx.data_type, shape)?;
-    Ok(b.push(
-        Op::Gather(GatherOp::GatherNd),
-        vec![x, ind],
-        vec![out],
-        ctx.label,
-    ))
+    Ok(b.push(GatherOp::GatherNd, vec![x, ind], vec![out], ctx.label))
 }
 
 /// `scatterElements(input, indices, updates, options)`.
@@ -225,7 +220,7 @@ fn build_scatter_elements(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Oper
     }
     let out = output_desc(&ctx, dx.data_type, dx.shape.clone())?;
     Ok(b.push(
-        Op::Gather(GatherOp::ScatterElements { axis }),
+        GatherOp::ScatterElements { axis },
         vec![x, ind, upd],
         vec![out],
         ctx.label,
@@ -255,12 +250,7 @@ fn build_scatter_nd(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>
         )));
     }
     let out = output_desc(&ctx, dx.data_type, dx.shape.clone())?;
-    Ok(b.push(
-        Op::Gather(GatherOp::ScatterNd),
-        vec![x, ind, upd],
-        vec![out],
-        ctx.label,
-    ))
+    Ok(b.push(GatherOp::ScatterNd, vec![x, ind, upd], vec![out], ctx.label))
 }
 
 /// This family's builder methods.

@@ -9,7 +9,7 @@
 use super::{arg, broadcast_shapes, check, lim, OpDef, OperandLimit, ALL_TYPES, FLOATS, MAX_RANK};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
-use crate::graph::{GraphBuilder, Op, OperandId};
+use crate::graph::{GraphBuilder, OperandId};
 use crate::types::{DataType, OperandDescriptor};
 
 /// The resolved operators of this family. Inputs: a and b for the binary
@@ -118,7 +118,7 @@ fn logical(b: &mut GraphBuilder, args: &[Val], op: LogicalOp) -> Result<Vec<Oper
         (vec![a], da.shape.clone())
     };
     let out = OperandDescriptor::new(DataType::Uint8, shape).map_err(|e| ctx.err(e.message))?;
-    Ok(b.push(Op::Logical(op), inputs, vec![out], ctx.label))
+    Ok(b.push(op, inputs, vec![out], ctx.label))
 }
 
 macro_rules! logical_ops {

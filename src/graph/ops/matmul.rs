@@ -3,9 +3,27 @@
 use super::{arg, broadcast_shapes, broadcasts_to, check, lim, OpDef, FLOATS, MAX_RANK};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
-use crate::graph::op::GemmParams;
-use crate::graph::{GraphBuilder, Op, OperandId};
+use crate::graph::{GraphBuilder, OperandId};
 use crate::types::OperandDescriptor;
+
+/// `matmul`'s resolved parameters: none beyond its operands' shapes.
+/// Inputs: a, b (batched, broadcast).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatmulParams;
+
+/// Resolved `gemm` parameters. Inputs: a, b, and c when `has_c`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GemmParams {
+    pub alpha: f64,
+    pub beta: f64,
+    pub a_transpose: bool,
+    pub b_transpose: bool,
+    pub has_c: bool,
+    /// Output rows and columns, and the shared dimension.
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
 
 /// `matmul(a, b)`: both of rank >= 2; the leading (batch) dimensions
 /// broadcast; the output is [...batch, M, N].
@@ -38,7 +56,7 @@ fn build_matmul(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         })?;
     shape.extend([m, n]);
     let out = OperandDescriptor::new(da.data_type, shape).map_err(|e| ctx.err(e.message))?;
-    Ok(b.push(Op::Matmul, vec![a, c], vec![out], ctx.label))
+    Ok(b.push(MatmulParams, vec![a, c], vec![out], ctx.label))
 }
 
 pub const MATMUL: OpDef = OpDef {
@@ -108,7 +126,7 @@ fn build_gemm(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         n,
         k,
     };
-    Ok(b.push(Op::Gemm(params), inputs, vec![out], ctx.label))
+    Ok(b.push(params, inputs, vec![out], ctx.label))
 }
 
 pub const GEMM: OpDef = OpDef {

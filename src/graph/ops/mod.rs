@@ -49,8 +49,7 @@ pub struct OpDef {
     pub operands: &'static [OperandLimit],
 }
 
-/// The largest rank any operand may have here.
-pub const MAX_RANK: usize = 8;
+pub use crate::types::MAX_RANK;
 
 /// The most operands a sequence argument or result may hold: concat's
 /// inputs and split's outputs (#933).

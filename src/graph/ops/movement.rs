@@ -8,7 +8,7 @@ use super::{arg, check, lim, OpDef, ALL_TYPES, MAX_RANK, MAX_SEQUENCE};
 use crate::error::Result;
 use crate::f16::{f16_to_f32, f32_to_f16};
 use crate::graph::args::{Ctx, MlNumber, Val};
-use crate::graph::{GraphBuilder, Op, OperandId};
+use crate::graph::{GraphBuilder, OperandId};
 use crate::types::{DataType, OperandDescriptor};
 
 /// `MLPaddingMode`.
@@ -109,12 +109,7 @@ fn build_expand(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         )));
     }
     let out = descriptor(&ctx, d.data_type, shape)?;
-    Ok(b.push(
-        Op::Movement(MovementOp::Expand),
-        vec![x],
-        vec![out],
-        ctx.label,
-    ))
+    Ok(b.push(MovementOp::Expand, vec![x], vec![out], ctx.label))
 }
 
 /// The spec's "cast" of an `MLNumber` to `dt`: floats round to nearest,
@@ -207,7 +202,7 @@ fn build_pad(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         mode,
         value: cast_number(d.data_type, value),
     };
-    Ok(b.push(Op::Movement(op), vec![x], vec![out], ctx.label))
+    Ok(b.push(op, vec![x], vec![out], ctx.label))
 }
 
 /// `reverse(input, {axes})`: all axes when `axes` is absent.
@@ -219,12 +214,7 @@ fn build_reverse(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         None => (0..d.rank()).collect(),
         Some(l) => axes_list(&ctx, l, d.rank(), "axes")?,
     };
-    Ok(b.push(
-        Op::Movement(MovementOp::Reverse { axes }),
-        vec![x],
-        vec![d],
-        ctx.label,
-    ))
+    Ok(b.push(MovementOp::Reverse { axes }, vec![x], vec![d], ctx.label))
 }
 
 /// The `splits` argument of split.
@@ -292,12 +282,7 @@ fn build_split(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
             descriptor(&ctx, d.data_type, shape)
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(b.push(
-        Op::Movement(MovementOp::Split { axis, sizes }),
-        vec![x],
-        outs,
-        ctx.label,
-    ))
+    Ok(b.push(MovementOp::Split { axis, sizes }, vec![x], outs, ctx.label))
 }
 
 /// `tile(input, repetitions)`.
@@ -326,7 +311,7 @@ fn build_tile(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     let out = descriptor(&ctx, d.data_type, shape)?;
     let repetitions = reps.into_iter().map(|v| v as usize).collect();
     Ok(b.push(
-        Op::Movement(MovementOp::Tile { repetitions }),
+        MovementOp::Tile { repetitions },
         vec![x],
         vec![out],
         ctx.label,
@@ -344,7 +329,7 @@ fn build_triangular(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>
         v => ctx.i32(v, "diagonal")? as i64,
     };
     Ok(b.push(
-        Op::Movement(MovementOp::Triangular { upper, diagonal }),
+        MovementOp::Triangular { upper, diagonal },
         vec![x],
         vec![d],
         ctx.label,
@@ -417,7 +402,7 @@ fn build_resample2d(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>
     }
     let out = descriptor(&ctx, d.data_type, shape)?;
     Ok(b.push(
-        Op::Movement(MovementOp::Resample2d { linear, axes }),
+        MovementOp::Resample2d { linear, axes },
         vec![x],
         vec![out],
         ctx.label,
@@ -545,10 +530,11 @@ mod tests {
                     .collect(),
             )
             .unwrap();
-        match &g.nodes.last().unwrap().op {
-            Op::Movement(m) => Ok((shapes, m.clone())),
-            other => panic!("{other:?}"),
-        }
+        let op = g.nodes.last().unwrap().op.clone();
+        Ok((
+            shapes,
+            MovementOp::try_from(op).unwrap_or_else(|other| panic!("{other:?}")),
+        ))
     }
 
     fn type_error(r: Result<(Vec<Vec<usize>>, MovementOp)>) -> String {

@@ -3,7 +3,7 @@
 use super::{arg, check, lim, OpDef, FLOATS, MAX_RANK};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
-use crate::graph::{GraphBuilder, Op, OperandId};
+use crate::graph::{GraphBuilder, OperandId};
 use crate::types::{DataType, OperandDescriptor};
 
 /// The resolved operators of this family. Inputs are listed on each
@@ -118,7 +118,7 @@ fn build_batch_normalization(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<O
         has_scale: scale.is_some(),
         has_bias: bias.is_some(),
     };
-    Ok(b.push(Op::Norm(op), inputs, vec![di], ctx.label))
+    Ok(b.push(op, inputs, vec![di], ctx.label))
 }
 
 /// `instanceNormalization(input, options)`.
@@ -144,7 +144,7 @@ fn build_instance_normalization(b: &mut GraphBuilder, args: &[Val]) -> Result<Ve
         has_scale: scale.is_some(),
         has_bias: bias.is_some(),
     };
-    Ok(b.push(Op::Norm(op), inputs, vec![di], ctx.label))
+    Ok(b.push(op, inputs, vec![di], ctx.label))
 }
 
 /// `layerNormalization(input, options)`.
@@ -212,7 +212,7 @@ fn build_layer_normalization(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<O
         has_scale: scale.is_some(),
         has_bias: bias.is_some(),
     };
-    Ok(b.push(Op::Norm(op), inputs, vec![di], ctx.label))
+    Ok(b.push(op, inputs, vec![di], ctx.label))
 }
 
 pub const BATCH_NORMALIZATION: OpDef = OpDef {

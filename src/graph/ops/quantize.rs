@@ -12,7 +12,7 @@ use super::{arg, check, lim, OpDef, FLOATS, MAX_RANK};
 use crate::error::Result;
 use crate::f16::f16_to_f32;
 use crate::graph::args::{Ctx, Val};
-use crate::graph::{GraphBuilder, Op, OperandId};
+use crate::graph::{GraphBuilder, OperandId};
 use crate::types::{DataType, OperandDescriptor};
 
 /// The resolved operators of this family. Inputs: input, scale, zeroPoint.
@@ -137,7 +137,7 @@ fn build(b: &mut GraphBuilder, args: &[Val], quantize: bool) -> Result<Vec<Opera
     } else {
         QuantizeOp::Dequantize { block }
     };
-    Ok(b.push(Op::Quantize(op), vec![x, s, z], vec![out], ctx.label))
+    Ok(b.push(op, vec![x, s, z], vec![out], ctx.label))
 }
 
 fn build_quantize_linear(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {

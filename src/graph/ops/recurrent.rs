@@ -9,7 +9,7 @@
 use super::{arg, check, lim, OpDef, FLOATS};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
-use crate::graph::{GraphBuilder, Op, OperandId};
+use crate::graph::{GraphBuilder, OperandId};
 use crate::types::{DataType, OperandDescriptor};
 
 /// `MLRecurrentNetworkActivation`.
@@ -369,7 +369,7 @@ fn build_network(b: &mut GraphBuilder, args: &[Val], kind: Kind) -> Result<Vec<O
     } else {
         RecurrentOp::Lstm(params)
     };
-    Ok(b.push(Op::Recurrent(op), inputs, outs, ctx.label))
+    Ok(b.push(op, inputs, outs, ctx.label))
 }
 
 fn resolve_activations(
@@ -497,7 +497,7 @@ fn build_cell(b: &mut GraphBuilder, args: &[Val], kind: Kind) -> Result<Vec<Oper
     } else {
         RecurrentOp::LstmCell(params)
     };
-    Ok(b.push(Op::Recurrent(op), inputs, outs, ctx.label))
+    Ok(b.push(op, inputs, outs, ctx.label))
 }
 
 fn build_gru(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {

@@ -6,7 +6,7 @@
 use super::{arg, check, lim, OpDef, OperandLimit, ALL_TYPES, FLOATS, MAX_RANK};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
-use crate::graph::{GraphBuilder, Op, OperandId};
+use crate::graph::{GraphBuilder, OperandId};
 use crate::types::{DataType, OperandDescriptor};
 
 /// The reduction function of a `reduce*` operator.
@@ -142,7 +142,7 @@ fn reduce(b: &mut GraphBuilder, args: &[Val], kind: ReduceKind) -> Result<Vec<Op
         axes,
         keep_dimensions,
     };
-    Ok(b.push(Op::Reduce(op), vec![x], vec![out], ctx.label))
+    Ok(b.push(op, vec![x], vec![out], ctx.label))
 }
 
 /// The types the spec allows for reduceL1/Product/Sum/SumSquare (64-bit
@@ -230,7 +230,7 @@ fn arg_min_max(b: &mut GraphBuilder, args: &[Val], max: bool) -> Result<Vec<Oper
         axis: axis as usize,
         keep_dimensions,
     };
-    Ok(b.push(Op::Reduce(op), vec![x], vec![out], ctx.label))
+    Ok(b.push(op, vec![x], vec![out], ctx.label))
 }
 
 fn build_arg_min(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
@@ -274,7 +274,7 @@ fn build_cumulative_sum(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<Operan
         exclusive,
         reversed,
     };
-    Ok(b.push(Op::Reduce(op), vec![x], vec![d], ctx.label))
+    Ok(b.push(op, vec![x], vec![d], ctx.label))
 }
 
 /// The spec allows any data type; a running sum is arithmetic, so the 4-bit

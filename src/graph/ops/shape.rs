@@ -3,8 +3,39 @@
 use super::{arg, check, lim, OpDef, ALL_TYPES, MAX_RANK, MAX_SEQUENCE};
 use crate::error::Result;
 use crate::graph::args::{Ctx, Val};
-use crate::graph::{GraphBuilder, Op, OperandId};
-use crate::types::OperandDescriptor;
+use crate::graph::{GraphBuilder, OperandId};
+use crate::types::{DataType, OperandDescriptor};
+
+/// `reshape`'s resolved parameters: none; the output descriptor holds the
+/// new shape. Input: input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReshapeParams;
+
+/// Resolved `transpose` parameters. Input: input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransposeParams {
+    pub permutation: Vec<usize>,
+}
+
+/// Resolved `concat` parameters. Inputs: every concatenated operand.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConcatParams {
+    pub axis: usize,
+}
+
+/// Resolved `slice` parameters. Input: input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SliceParams {
+    pub starts: Vec<usize>,
+    pub sizes: Vec<usize>,
+    pub strides: Vec<usize>,
+}
+
+/// Resolved `cast` parameters: the type converted to. Input: input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CastParams {
+    pub to: DataType,
+}
 
 /// The `newShape` argument of reshape and expand: at most MAX_RANK sizes.
 pub(super) fn new_shape(ctx: &Ctx, v: &Val) -> Result<Vec<usize>> {
@@ -40,7 +71,7 @@ fn build_reshape(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
             d.element_count()
         )));
     }
-    Ok(b.push(Op::Reshape, vec![x], vec![out], ctx.label))
+    Ok(b.push(ReshapeParams, vec![x], vec![out], ctx.label))
 }
 
 pub const RESHAPE: OpDef = OpDef {
@@ -77,7 +108,12 @@ fn build_transpose(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>>
     }
     let shape = permutation.iter().map(|&p| d.shape[p]).collect();
     let out = OperandDescriptor::new(d.data_type, shape).map_err(|e| ctx.err(e.message))?;
-    Ok(b.push(Op::Transpose { permutation }, vec![x], vec![out], ctx.label))
+    Ok(b.push(
+        TransposeParams { permutation },
+        vec![x],
+        vec![out],
+        ctx.label,
+    ))
 }
 
 pub const TRANSPOSE: OpDef = OpDef {
@@ -134,7 +170,7 @@ fn build_concat(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
             .ok_or_else(|| ctx.err("the concatenated size overflows"))?;
     }
     let out = OperandDescriptor::new(first.data_type, shape).map_err(|e| ctx.err(e.message))?;
-    Ok(b.push(Op::Concat { axis }, inputs, vec![out], ctx.label))
+    Ok(b.push(ConcatParams { axis }, inputs, vec![out], ctx.label))
 }
 
 pub const CONCAT: OpDef = OpDef {
@@ -181,7 +217,7 @@ fn build_slice(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
         shape.push(z.div_ceil(st));
     }
     let out = OperandDescriptor::new(d.data_type, shape).map_err(|e| ctx.err(e.message))?;
-    let op = Op::Slice {
+    let op = SliceParams {
         starts: starts.into_iter().map(|v| v as usize).collect(),
         sizes: sizes.into_iter().map(|v| v as usize).collect(),
         strides: strides.into_iter().map(|v| v as usize).collect(),
@@ -208,7 +244,7 @@ fn build_cast(b: &mut GraphBuilder, args: &[Val]) -> Result<Vec<OperandId>> {
     let to = ctx.data_type(arg(args, 1), "type")?;
     let out = OperandDescriptor::new(to, d.shape.clone()).map_err(|e| ctx.err(e.message))?;
     check(&ctx, "output", &out)?;
-    Ok(b.push(Op::Cast { to }, vec![x], vec![out], ctx.label))
+    Ok(b.push(CastParams { to }, vec![x], vec![out], ctx.label))
 }
 
 pub const CAST: OpDef = OpDef {

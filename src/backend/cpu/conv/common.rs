@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 use crate::backend::cpu::shape::transpose_vec;
 use crate::backend::cpu::util::floats;
 use crate::error::{Error, Result};
-use crate::graph::op::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
+use crate::graph::ops::conv::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
 use crate::tensor::Buf;
 
 /// Multiply-adds per (batch, group) unit below which units run in parallel

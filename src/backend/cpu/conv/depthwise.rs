@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 
 use crate::backend::cpu::sgemm::clamp;
-use crate::graph::op::Conv2dParams;
+use crate::graph::ops::conv::Conv2dParams;
 
 use super::common::{pad_split, reach};
 

@@ -18,7 +18,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use crate::graph::op::Conv2dParams;
+use crate::graph::ops::conv::Conv2dParams;
 
 use super::common::transpose;
 
@@ -266,7 +266,7 @@ unsafe fn block(
 mod tests {
     use super::*;
     use crate::backend::gpu::testing::random;
-    use crate::graph::op::FilterLayout;
+    use crate::graph::ops::conv::FilterLayout;
 
     /// The 8-channel kernel gives the NCHW kernel's values for channel
     /// counts that are not multiples of 8, planes narrower than 8, strides,

@@ -10,7 +10,7 @@ use crate::backend::cpu::sgemm::{
     RowsB,
 };
 use crate::error::Result;
-use crate::graph::op::Conv2dParams;
+use crate::graph::ops::conv::Conv2dParams;
 use crate::tensor::Buf;
 
 use super::common::{pad_split, reach};

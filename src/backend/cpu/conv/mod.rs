@@ -19,7 +19,9 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::graph::op::{Conv2dParams, UnaryKind};
+use crate::graph::ops::conv::Conv2dParams;
+use crate::graph::ops::elementwise::ClampParams;
+use crate::graph::ops::elementwise::UnaryKind;
 use crate::graph::{Graph, Op, Source};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
@@ -292,7 +294,7 @@ pub(super) fn fuse_activations(
         let a = reader[o];
         let act = &graph.nodes[a];
         let (lo, hi) = match act.op {
-            Op::Clamp { min, max } => (min as f32, max as f32),
+            Op::Clamp(ClampParams { min, max }) => (min as f32, max as f32),
             Op::Unary(UnaryKind::Relu) => (0.0, f32::INFINITY),
             _ => continue,
         };

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use crate::backend::cpu::shape::transpose_vec;
 use crate::backend::cpu::util::{floats, from_floats};
 use crate::error::{Error, Result};
-use crate::graph::op::{Pool2dParams, PoolKind};
+use crate::graph::ops::conv::{Pool2dParams, PoolKind};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 

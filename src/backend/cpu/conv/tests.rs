@@ -1,6 +1,7 @@
 use super::*;
-use crate::graph::op::{FilterLayout, Pool2dParams, PoolKind};
 use crate::graph::ops::conv::{ConvTranspose2dParams, TransposeFilterLayout};
+use crate::graph::ops::conv::{FilterLayout, Pool2dParams, PoolKind};
+use crate::graph::ops::elementwise::ClampParams;
 use crate::types::DataType;
 
 fn data(n: usize, seed: u64) -> Vec<f32> {
@@ -320,12 +321,12 @@ fn compile_fuses_conv_activations() {
     };
     let x = data(144, 31);
     let acts = [
-        Op::Clamp { min: 0.0, max: 6.0 },
+        Op::Clamp(ClampParams { min: 0.0, max: 6.0 }),
         Op::Unary(UnaryKind::Relu),
-        Op::Clamp {
+        Op::Clamp(ClampParams {
             min: -0.1,
             max: 0.3,
-        },
+        }),
     ];
     for (dt, act) in [DataType::Float32, DataType::Float16]
         .into_iter()
@@ -415,7 +416,7 @@ fn compile_fuses_conv_activations() {
         // Some values are clamped, so the activation did something.
         let c1 = b[1].to_f32_vec();
         assert!(c1.iter().any(|&v| v < 0.0), "{dt:?} {act:?}");
-        if matches!(act, Op::Clamp { max, .. } if *max < 1.0) {
+        if matches!(act, Op::Clamp(ClampParams { max, .. }) if *max < 1.0) {
             assert!(c1.iter().any(|&v| v > 0.3), "{dt:?} {act:?}");
         }
     }

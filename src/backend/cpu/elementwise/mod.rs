@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::f16::{f16_to_f32, f32_to_f16};
-use crate::graph::op::{BinaryKind, UnaryKind};
+use crate::graph::ops::elementwise::{BinaryKind, UnaryKind};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 

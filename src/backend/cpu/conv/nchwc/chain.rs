@@ -24,7 +24,8 @@ use super::direct::{pointwise, Geometry};
 use super::par::{for_units, Out, PAR_WORK};
 use super::simd::Vf;
 use super::{Chain, Conv, Panel, Sum, L};
-use crate::graph::op::{Conv2dParams, Op};
+use crate::graph::op::Op;
+use crate::graph::ops::conv::Conv2dParams;
 use crate::graph::Graph;
 
 /// Depthwise output pixels per plane from which a chain runs: smaller

@@ -3,7 +3,7 @@
 use super::par::{for_units, Out, PAR_WORK};
 use super::simd::Vf;
 use super::L;
-use crate::graph::op::Conv2dParams;
+use crate::graph::ops::conv::Conv2dParams;
 
 /// A depthwise convolution of blocked `x` into blocked `res`: each
 /// output pixel is its first tap times the filter, then one
@@ -291,7 +291,7 @@ fn faster_form() -> bool {
     use std::arch::x86_64::{__m256, __m512};
     let p = Conv2dParams {
         nhwc: false,
-        filter_layout: crate::graph::op::FilterLayout::Oihw,
+        filter_layout: crate::graph::ops::conv::FilterLayout::Oihw,
         padding: [1; 4],
         strides: [1; 2],
         dilations: [1; 2],

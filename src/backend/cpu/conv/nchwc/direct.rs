@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use super::par::{for_units, Out, PAR_WORK};
 use super::simd::{Block8, Vf};
 use super::{Panel, L};
-use crate::graph::op::Conv2dParams;
+use crate::graph::ops::conv::Conv2dParams;
 
 /// Bytes of input a direct convolution's task reads (kept in L2 while
 /// each filter panel passes over it).

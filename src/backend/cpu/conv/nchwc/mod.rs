@@ -69,7 +69,10 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::graph::op::{BinaryKind, Conv2dParams, Op};
+use crate::graph::op::Op;
+use crate::graph::ops::conv::Conv2dParams;
+use crate::graph::ops::elementwise::BinaryKind;
+use crate::graph::ops::shape::ConcatParams;
 use crate::graph::Graph;
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
@@ -467,7 +470,7 @@ fn plan_with(
                     half[out] = half[x];
                 }
             }
-            Op::Concat { axis } => {
+            Op::Concat(ConcatParams { axis }) => {
                 let Some(&first) = node.inputs.first() else {
                     continue;
                 };
@@ -539,7 +542,7 @@ fn plan_with(
             // Element-wise on one operand (ResNet's ReLU after the
             // residual sum): the layout does not matter. float16 ones
             // compute in float32 and round, as their own kernels do.
-            Op::Unary(_) | Op::Clamp { .. } => {
+            Op::Unary(_) | Op::Clamp(_) => {
                 let d = &graph.operands[out];
                 if let [x] = node.inputs[..] {
                     blocked[out] = blocked[x]
@@ -692,7 +695,7 @@ impl Plan {
             return true;
         }
         let node = &graph.nodes[n];
-        matches!(node.op, Op::Binary(_) | Op::Unary(_) | Op::Clamp { .. })
+        matches!(node.op, Op::Binary(_) | Op::Unary(_) | Op::Clamp(_))
             && node.outputs.first().is_some_and(|&o| self.blocked[o])
     }
 
@@ -805,7 +808,10 @@ fn f32s(b: &Buf) -> Result<&[f32]> {
 /// Pooling `p` of blocked `x` (a node that [`Plan::is_pool`] names): a
 /// global one into NCHW `[n, c, 1, 1]`, a windowed one into the blocked
 /// layout.
-pub(in crate::backend::cpu) fn pool(p: &crate::graph::op::Pool2dParams, x: &Buf) -> Result<Buf> {
+pub(in crate::backend::cpu) fn pool(
+    p: &crate::graph::ops::conv::Pool2dParams,
+    x: &Buf,
+) -> Result<Buf> {
     match pool::is_global(p) {
         true => pool::global(p, f32s(x)?),
         false => pool::window(p, f32s(x)?),

@@ -15,7 +15,7 @@ use super::L;
 use crate::backend::cpu::conv::common::{is_global_pool, pool_finish, pool_identity, pool_step};
 use crate::backend::cpu::elementwise::with_simd;
 use crate::error::{Error, Result};
-use crate::graph::op::{Pool2dParams, PoolKind};
+use crate::graph::ops::conv::{Pool2dParams, PoolKind};
 use crate::tensor::Buf;
 
 /// Whether pooling `p` of a float32 NCHW operand reduces each whole

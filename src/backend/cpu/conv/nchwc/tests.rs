@@ -2,7 +2,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::backend::gpu::testing::random;
-use crate::graph::op::{BinaryKind, UnaryKind};
+use crate::graph::ops::elementwise::ClampParams;
+use crate::graph::ops::elementwise::{BinaryKind, UnaryKind};
 use crate::graph::{Node, Source};
 
 /// conv/tests.rs's test parameters, square strides and dilations, with a
@@ -587,7 +588,7 @@ fn a_residual_add_runs_in_the_convolution_before_it() {
 #[test]
 fn global_pools_read_the_blocked_layout() {
     use crate::backend::Backend;
-    use crate::graph::op::{Pool2dParams, PoolKind};
+    use crate::graph::ops::conv::{Pool2dParams, PoolKind};
     if !available() {
         return;
     }
@@ -959,7 +960,11 @@ impl Builder {
 
     /// Clamps `x` (of `shape`) to [0, 6].
     fn relu6(&mut self, x: usize, shape: &[usize]) -> usize {
-        self.push(Op::Clamp { min: 0.0, max: 6.0 }, vec![x], shape)
+        self.push(
+            Op::Clamp(ClampParams { min: 0.0, max: 6.0 }),
+            vec![x],
+            shape,
+        )
     }
 
     fn output(mut self, y: usize) -> Graph {

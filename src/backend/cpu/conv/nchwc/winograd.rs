@@ -33,7 +33,7 @@ use super::direct::{pointwise, tile_pixels, Geometry};
 use super::par::{for_units, Out, PAR_WORK};
 use super::simd::Vf;
 use super::{Panel, L};
-use crate::graph::op::Conv2dParams;
+use crate::graph::ops::conv::Conv2dParams;
 
 /// Positions of a transformed tile: 4 x 4.
 pub(super) const POS: usize = 16;

@@ -3,6 +3,7 @@
 //! their nodes' rounding, and a first layer's plain form takes either.
 
 use super::*;
+use crate::graph::ops::shape::ConcatParams;
 
 /// `g` (NCHW, as [`Block::graph`] builds it) with every convolution and
 /// pooling in nhwc: its 4-D activations `[n, h, w, c]`, the filters
@@ -24,7 +25,7 @@ pub(super) fn in_nhwc(g: &Graph) -> Graph {
             Op::Conv2d(p) => p.nhwc = true,
             Op::Pool2d(p) => p.nhwc = true,
             // Channels are the last axis in nhwc.
-            Op::Concat { axis } if *axis == 1 => *axis = 3,
+            Op::Concat(ConcatParams { axis }) if *axis == 1 => *axis = 3,
             _ => {}
         }
     }
@@ -83,7 +84,7 @@ fn padded_3x3(
 #[test]
 fn nhwc_networks_run_blocked_with_the_bits_of_nchw() {
     use crate::backend::Backend;
-    use crate::graph::op::{Pool2dParams, PoolKind};
+    use crate::graph::ops::conv::{Pool2dParams, PoolKind};
     if !available() {
         return;
     }

@@ -7,7 +7,8 @@
 use super::layouts::{in_half, in_nhwc, nhwc_of};
 use super::*;
 use crate::backend::cpu::conv::tests::pool_params as pool;
-use crate::graph::op::PoolKind;
+use crate::graph::ops::conv::PoolKind;
+use crate::graph::ops::shape::ConcatParams;
 
 /// Input, window, padding, strides, dilations, ceil rounding.
 type Case = (
@@ -153,7 +154,11 @@ fn fire_graph() -> (Graph, (usize, usize, usize, usize)) {
     let sq = g.conv(y, params((n, 16, s, s), (8, 1, 1), [0; 4], 1, 1, 1));
     let e1 = g.conv(sq, params((n, 8, s, s), (16, 1, 1), [0; 4], 1, 1, 1));
     let e3 = g.conv(sq, params((n, 8, s, s), (24, 3, 3), [1; 4], 1, 1, 1));
-    let cat = g.push(Op::Concat { axis: 1 }, vec![e1, e3], &[n, 40, s, s]);
+    let cat = g.push(
+        Op::Concat(ConcatParams { axis: 1 }),
+        vec![e1, e3],
+        &[n, 40, s, s],
+    );
     let ap = pool(
         PoolKind::Average,
         (n, 40, s, s),
@@ -212,7 +217,7 @@ fn pools_and_concats_keep_networks_blocked() {
                 .enumerate()
                 .map(|(m, node)| match &node.op {
                     Op::Pool2d(_) if pl.is_pool(m) => "pool",
-                    Op::Concat { .. } if pl.is_concat(m) => "concat",
+                    Op::Concat(_) if pl.is_concat(m) => "concat",
                     Op::Conv2d(_) if pl.conv(m).is_some() => "conv",
                     _ => "other",
                 })

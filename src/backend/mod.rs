@@ -7,6 +7,8 @@
 
 pub mod cpu;
 pub mod gpu;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::sync::Arc;
 

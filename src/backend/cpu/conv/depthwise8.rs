@@ -265,7 +265,7 @@ unsafe fn block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::gpu::testing::random;
+    use crate::backend::testing::random;
     use crate::graph::ops::conv::FilterLayout;
 
     /// The 8-channel kernel gives the NCHW kernel's values for channel

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::gpu::testing::random;
+use crate::backend::testing::random;
 use crate::graph::ops::elementwise::ClampParams;
 use crate::graph::ops::elementwise::{BinaryKind, UnaryKind};
 use crate::graph::{Node, Source};

@@ -38,7 +38,7 @@
 //!
 //! The kernels are written once over a vector type (`simd::Vf`). On
 //! aarch64 a vector is two NEON registers of 4 lanes, one 8-channel
-//! block, and the kernels take AVX2's shapes (`simd_neon.rs`). On
+//! block, and the kernels take AVX2's shapes (`simd/neon.rs`). On
 //! x86-64 they run on AVX-512 where the CPU has it (chosen at build,
 //! [`Isa`]), with the same 8-channel blocks: a zmm vector holds one
 //! pixel of two blocks in the direct kernel (panels of 4 blocks, tiles
@@ -84,8 +84,6 @@ mod par;
 mod pool;
 mod relayout;
 pub(super) mod simd;
-#[cfg(target_arch = "aarch64")]
-mod simd_neon;
 #[cfg(test)]
 mod tests;
 mod winograd;

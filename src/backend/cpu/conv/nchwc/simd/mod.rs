@@ -3,7 +3,7 @@
 //! The kernels are generic over [`Vf`], a vector of `W` lanes (8 or 16)
 //! that holds `W / 8` groups of the 8 lanes of a channel block. Four
 //! kinds implement it: on x86-64 `__m256` (AVX2 and FMA) and `__m512`
-//! (AVX-512F), on aarch64 `Neon8` (two NEON registers, `simd_neon.rs`),
+//! (AVX-512F), on aarch64 `Neon8` (two NEON registers, `simd/neon.rs`),
 //! and everywhere [`Lanes`], plain arrays with the same operations in
 //! scalar code, so that the tests run the 16-lane form of every kernel
 //! on any machine and compare it bit for bit with the hardware forms.
@@ -16,9 +16,11 @@
 use std::arch::x86_64::*;
 
 #[cfg(target_arch = "aarch64")]
-pub(super) use super::simd_neon::Neon8;
+mod neon;
 #[cfg(test)]
 use super::L;
+#[cfg(target_arch = "aarch64")]
+pub(super) use neon::Neon8;
 
 /// A vector of `W` floats; see the module comment.
 ///
@@ -28,7 +30,7 @@ use super::L;
 /// loads, so each is an `unsafe fn` whose caller guarantees that the
 /// CPU has the kind's features: AVX2 and FMA for `__m256`, AVX-512F as
 /// well for `__m512`, NEON for `Neon8` (which every aarch64 CPU has:
-/// see `simd_neon.rs`). The kernels meet that by running inside
+/// see `simd/neon.rs`). The kernels meet that by running inside
 /// [`Vf::with`], entered only for an [`Isa`] that [`Isa::best`]
 /// detected (see [`Isa`]). The pointer methods read or write through
 /// `p` as each one says; `p` needs only the alignment of `f32` (the
@@ -408,7 +410,7 @@ impl Vf for __m512 {
 /// them, after detecting the features, and `depthwise::preferred`,
 /// which returns its argument or `Avx2` for an `Avx512` one; the tests
 /// make them only after the same detection. `Neon` needs NEON, which
-/// every aarch64 CPU has (a compile-time check in `simd_neon.rs`), and
+/// every aarch64 CPU has (a compile-time check in `simd/neon.rs`), and
 /// `Portable` no features at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::backend::cpu) enum Isa {

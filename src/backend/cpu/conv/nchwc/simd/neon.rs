@@ -20,11 +20,11 @@
 //! function, so each method says why its call is sound, as the x86
 //! kinds' do.
 //!
-//! [`Lanes`]: super::simd::Lanes
+//! [`Lanes`]: super::Lanes
 
 use std::arch::aarch64::*;
 
-use super::simd::{Block8, Vf};
+use super::{Block8, Vf};
 
 const _: () = assert!(
     cfg!(target_feature = "neon"),

@@ -16,6 +16,7 @@ pub mod context;
 pub mod convert;
 pub mod errors;
 pub mod limits;
+pub mod operand;
 pub mod raw;
 pub mod tensor;
 pub mod views;

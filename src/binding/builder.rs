@@ -13,11 +13,11 @@ use napi::sys::{napi_env, napi_value};
 use napi::{Env, ValueType};
 use napi_derive::napi;
 
-use super::context::{CtxShared, MLContext};
 use super::convert::{buffer_source, to_val, to_val_within};
 use super::errors::{from_napi, or_throw, promise, throw};
 use super::operand::MLOperand;
 use super::raw::{self, JsRaw};
+use super::shared::{CtxShared, MLContext};
 use super::tensor::MLTensor;
 use crate::error::{Error, Result};
 use crate::graph::args::{descriptor, Ctx};
@@ -272,10 +272,10 @@ impl MLGraphBuilder {
             }
             let graph = Arc::new(graph);
             let id = self.ctx.next_id();
-            let (req, p) = super::completion::register(
+            let (req, p) = super::shared::register(
                 e,
                 &self.ctx,
-                super::completion::PendingKind::Graph {
+                super::shared::PendingKind::Graph {
                     id,
                     graph: graph.clone(),
                 },

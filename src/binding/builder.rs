@@ -13,10 +13,11 @@ use napi::sys::{napi_env, napi_value};
 use napi::{Env, ValueType};
 use napi_derive::napi;
 
-use super::context::{CtxShared, MLContext};
 use super::convert::{buffer_source, to_val, to_val_within};
 use super::errors::{from_napi, or_throw, promise, throw};
+use super::operand::MLOperand;
 use super::raw::{self, JsRaw};
+use super::shared::{CtxShared, MLContext};
 use super::tensor::MLTensor;
 use crate::error::{Error, Result};
 use crate::graph::args::{descriptor, Ctx};
@@ -26,31 +27,6 @@ use crate::types::OperandDescriptor;
 
 /// The most arguments an operator method reads (lstmCell's seven).
 const MAX_ARGS: u32 = 8;
-
-/// `MLOperand`: an id in its builder, with its descriptor cached so that
-/// `dataType` and `shape` need no lookup.
-#[napi(js_name = "MLOperand")]
-pub struct MLOperand {
-    pub(crate) builder: u64,
-    pub(crate) id: OperandId,
-    desc: OperandDescriptor,
-    /// What made it and that operator's label (see `GraphBuilder::origin`),
-    /// shown by `util.inspect`.
-    pub(crate) origin: (String, String),
-}
-
-#[napi]
-impl MLOperand {
-    #[napi(getter)]
-    pub fn data_type(&self) -> &'static str {
-        self.desc.data_type.name()
-    }
-
-    #[napi(getter)]
-    pub fn shape(&self) -> Vec<u32> {
-        self.desc.shape.iter().map(|&d| d as u32).collect()
-    }
-}
 
 /// `MLGraphBuilder`.
 #[napi(js_name = "MLGraphBuilder")]
@@ -296,10 +272,10 @@ impl MLGraphBuilder {
             }
             let graph = Arc::new(graph);
             let id = self.ctx.next_id();
-            let (req, p) = super::completion::register(
+            let (req, p) = super::shared::register(
                 e,
                 &self.ctx,
-                super::completion::PendingKind::Graph {
+                super::shared::PendingKind::Graph {
                     id,
                     graph: graph.clone(),
                 },

@@ -3,7 +3,7 @@
 //!
 //! A promise-returning method registers a [`Pending`] entry (a raw
 //! `napi_deferred` plus what to resolve it with) in a per-JS-thread table
-//! and sends its command with the entry's request id. The worker reports a
+//! (`shared::PENDING`) and sends its command with the entry's request id. The worker reports a
 //! [`Completion`] through the context's threadsafe function; on the JS
 //! thread `call_js` looks the entry up and settles it. Raw deferreds are
 //! used because napi-rs's own deferreds each create a threadsafe function,
@@ -23,11 +23,10 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::ptr;
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,49 +34,18 @@ use napi::bindgen_prelude::JavaScriptClassExt;
 use napi::sys::{self, napi_env, napi_value};
 use napi::Env;
 
-use super::context::{CtxShared, MLContext};
 use super::errors::js_error;
 use super::raw::{self, StrongRef};
-use super::tensor::{MLGraph, MLTensor, TensorInfo};
-use super::views::{self, OutView};
+use super::shared::{
+    drop_kind, take_entry, CtxShared, Inbox, MLContext, Pending, PendingKind, SharedTsfn, Tsfn,
+    DELIVERED, IDLE, PENDING, WAITING,
+};
+use super::tensor::{MLGraph, MLTensor};
+use super::views;
 use crate::error::{Error, Result};
-use crate::graph::Graph;
 use crate::timeline::{Completion, CompletionSink, Payload, CONTEXT_LOST};
-use crate::types::DataType;
-
-/// What a pending promise resolves with.
-pub enum PendingKind {
-    /// `createContext`: a new MLContext.
-    Context,
-    /// `createTensor`: a new MLTensor.
-    Tensor(TensorInfo),
-    /// `build`: a new MLGraph.
-    Graph { id: u64, graph: Arc<Graph> },
-    /// `readTensor(tensor)`: a new ArrayBuffer.
-    Read { data_type: DataType, tensor: u64 },
-    /// `readTensor(tensor, view)`: fills the caller's view.
-    ReadInto {
-        data_type: DataType,
-        tensor: u64,
-        view: StrongRef,
-    },
-    /// `compute`: `{inputs, outputs}` of new views, rebuilt over the
-    /// returned buffers (in the graph's order, with their element types).
-    Compute {
-        inputs: Vec<(String, OutView, DataType)>,
-        outputs: Vec<(String, OutView, DataType)>,
-    },
-}
-
-pub struct Pending {
-    deferred: sys::napi_deferred,
-    ctx: Rc<CtxShared>,
-    kind: PendingKind,
-}
 
 thread_local! {
-    /// Pending promises of this JS thread (each worker_thread has its own).
-    static PENDING: RefCell<HashMap<u64, Pending>> = RefCell::new(HashMap::new());
     /// Live contexts of this JS thread, for completions that concern the
     /// context itself (it was lost).
     static CONTEXTS: RefCell<HashMap<u64, Weak<CtxShared>>> = RefCell::new(HashMap::new());
@@ -138,75 +106,6 @@ pub fn register_context(env: napi_env, ctx: &Rc<CtxShared>) {
         c.retain(|_, w| w.strong_count() > 0);
         c.insert(ctx.id, Rc::downgrade(ctx));
     });
-}
-
-static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
-
-/// Registers a pending promise; returns its request id and the promise.
-pub fn register(
-    env: napi_env,
-    ctx: &Rc<CtxShared>,
-    kind: PendingKind,
-) -> napi::Result<(u64, napi_value)> {
-    raw::sweep(env);
-    let (deferred, promise) = raw::create_promise(env)?;
-    let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
-    ctx.add_pending(env, 1);
-    PENDING.with(|p| {
-        p.borrow_mut().insert(
-            id,
-            Pending {
-                deferred,
-                ctx: ctx.clone(),
-                kind,
-            },
-        )
-    });
-    Ok((id, promise))
-}
-
-/// Removes a pending entry without settling it (the command could not be
-/// sent); the caller rejects it.
-pub fn take(env: napi_env, id: u64) -> Option<(sys::napi_deferred, PendingKind)> {
-    take_entry(env, id).map(|p| (p.deferred, p.kind))
-}
-
-fn take_entry(env: napi_env, id: u64) -> Option<Pending> {
-    let p = PENDING.with(|p| p.borrow_mut().remove(&id))?;
-    p.ctx.add_pending(env, -1);
-    Some(p)
-}
-
-/// Rejects every pending promise of a context (it was destroyed), or only
-/// the reads of one tensor when `tensor` is given.
-pub fn reject_all(env: napi_env, ctx_id: u64, tensor: Option<u64>, e: &Error) {
-    let ids: Vec<u64> = PENDING.with(|p| {
-        p.borrow()
-            .iter()
-            .filter(|(_, v)| v.ctx.id == ctx_id)
-            .filter(|(_, v)| match (tensor, &v.kind) {
-                (None, _) => true,
-                (Some(t), PendingKind::Read { tensor, .. }) => *tensor == t,
-                (Some(t), PendingKind::ReadInto { tensor, .. }) => *tensor == t,
-                _ => false,
-            })
-            .map(|(k, _)| *k)
-            .collect()
-    });
-    for id in ids {
-        if let Some((d, kind)) = take(env, id) {
-            drop_kind(env, kind);
-            if let Ok(err) = js_error(env, e) {
-                let _ = raw::reject(env, d, err);
-            }
-        }
-    }
-}
-
-fn drop_kind(env: napi_env, kind: PendingKind) {
-    if let PendingKind::ReadInto { view, .. } = kind {
-        view.delete(env);
-    }
 }
 
 /// Settles one completion on the JS thread.
@@ -307,53 +206,11 @@ fn resolve_value(
     }
 }
 
-/// A raw threadsafe function handle that may move to the worker thread.
-#[derive(Clone, Copy)]
-pub struct Tsfn(pub sys::napi_threadsafe_function);
-// SAFETY: N-API's threadsafe function calls (`napi_call_...`,
-// `napi_release_...`) may be made from any thread; the calls that must be
-// made on the JS thread (ref, unref) are made there, with its env; and a
-// handle is only used while it is known alive (see `SharedTsfn`).
-unsafe impl Send for Tsfn {}
-
-/// The handle, cleared when N-API finalizes the function (at environment
-/// teardown, possibly while the worker still runs). Every use holds the
-/// lock, so a call never races with the finalizer that frees the function.
-pub type SharedTsfn = Arc<Mutex<Option<Tsfn>>>;
-
-/// [`Inbox::state`]: nobody waits inline; completions go through the
-/// threadsafe function.
-const IDLE: u8 = 0;
-/// The JS thread is waiting inline for the next completion.
-const WAITING: u8 = 1;
-/// The worker handed a completion to the waiting JS thread (in the queue,
-/// with no threadsafe function call).
-const DELIVERED: u8 = 2;
-
 /// How long the JS thread may wait inline for a read: a few times the
 /// cost of a round trip through the event loop, so that a read that is
 /// about to finish is not delayed by one, while a mistaken guess costs
 /// the JS thread little.
 const INLINE_WAIT: Duration = Duration::from_micros(50);
-
-/// The completions of one context, on their way to the JS thread.
-#[derive(Default)]
-pub struct Inbox {
-    /// In the order the worker produced them.
-    queue: Mutex<VecDeque<Completion>>,
-    /// IDLE, WAITING or DELIVERED.
-    state: AtomicU8,
-    /// How long (ns) the latest read waited, from the JS call to its
-    /// completion on the worker: the guess of whether the next read is
-    /// quick enough to wait for inline.
-    last_read_wait: AtomicU64,
-}
-
-impl Inbox {
-    fn take_all(&self) -> VecDeque<Completion> {
-        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
 
 /// Settles every completion in the inbox, in order.
 fn drain(env: napi_env, ctx_id: u64, inbox: &Inbox) {

@@ -1,4 +1,5 @@
-//! `ml.createContext()` and `MLContext`.
+//! `ml.createContext()` and the methods of `MLContext` (the struct and
+//! the state it holds are in `shared`).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -6,15 +7,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use napi::bindgen_prelude::ClassInstance;
-use napi::sys::{self, napi_env, napi_value};
+use napi::sys::{napi_env, napi_value};
 use napi::{Env, ValueType};
 use napi_derive::napi;
 
-use super::completion::{self, PendingKind, SharedTsfn};
+use super::completion;
 use super::convert::{buffer_source, to_val};
 use super::errors::{from_napi, js_error, or_throw, promise};
 use super::raw::{self, JsRaw, StrongRef};
-use super::tensor::{MLExportReturn, MLGraph, MLTensor, TensorInfo};
+use super::shared::{self, CtxShared, MLContext, PendingKind, TensorInfo};
+use super::tensor::{MLExportReturn, MLGraph, MLTensor};
 use super::views::{self, ComputeArg, OutView};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -26,174 +28,7 @@ use crate::types::DataType;
 
 static NEXT_CONTEXT: AtomicU64 = AtomicU64::new(1);
 
-/// The JS-thread state of one context, shared by its MLContext, builders,
-/// tensors and graphs.
-pub struct CtxShared {
-    pub id: u64,
-    timeline: RefCell<Option<Timeline>>,
-    tsfn: SharedTsfn,
-    /// Where the worker leaves completions.
-    inbox: Arc<completion::Inbox>,
-    pending: Cell<usize>,
-    lost: Cell<bool>,
-    device_type: Cell<&'static str>,
-    accelerated: Cell<bool>,
-    max_tensor_bytes: Cell<usize>,
-    next_id: Cell<u64>,
-    /// The `lost` promise, created on first access, and its deferred until
-    /// settled.
-    lost_promise: RefCell<Option<(StrongRef, Option<sys::napi_deferred>)>>,
-    /// Why the context was lost, once it is.
-    lost_message: RefCell<Option<String>>,
-    /// The `label` option of `createContext`.
-    pub label: String,
-    /// A context created from a GPUDevice (`createContext(gpuDevice)`):
-    /// which wgpu adapter it runs on and why, once its backend exists.
-    webgpu: Option<Arc<std::sync::Mutex<String>>>,
-    /// Tensors on their way back from WebGPU whose contents the worker
-    /// still waits for (see `MLExportReturn`).
-    returning: Rc<Cell<usize>>,
-}
-
-impl CtxShared {
-    pub fn is_lost(&self) -> bool {
-        self.lost.get()
-    }
-
-    pub fn next_id(&self) -> u64 {
-        let id = self.next_id.get();
-        self.next_id.set(id + 1);
-        id
-    }
-
-    pub fn set_ready(&self, device_type: &'static str, accelerated: bool, max_bytes: usize) {
-        self.device_type.set(device_type);
-        // A context of a GPUDevice is accelerated by definition, whatever
-        // the adapter (a software one in CI).
-        self.accelerated.set(accelerated || self.webgpu.is_some());
-        self.max_tensor_bytes.set(max_bytes);
-    }
-
-    pub fn max_tensor_bytes(&self) -> usize {
-        self.max_tensor_bytes.get()
-    }
-
-    /// TypeError when a tensor of `d` is larger than this context holds
-    /// ("checking dimensions": a byte length the implementation does not
-    /// support).
-    pub fn check_size(&self, d: &crate::types::OperandDescriptor, what: &str) -> Result<()> {
-        if d.byte_length() > self.max_tensor_bytes() {
-            return Err(Error::type_error(format!(
-                "{what}: {} bytes exceed this context's maxTensorByteLength ({})",
-                d.byte_length(),
-                self.max_tensor_bytes()
-            )));
-        }
-        Ok(())
-    }
-
-    pub fn device_type(&self) -> &'static str {
-        self.device_type.get()
-    }
-
-    /// Counts pending promises; the threadsafe function keeps the event
-    /// loop alive only while something is pending.
-    pub fn add_pending(&self, env: napi_env, delta: isize) {
-        let old = self.pending.get();
-        let new = (old as isize + delta).max(0) as usize;
-        self.pending.set(new);
-        if (old == 0) == (new == 0) {
-            return; // No change of state: leave the worker the lock.
-        }
-        let guard = self.tsfn.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(tsfn) = *guard else {
-            return;
-        };
-        // SAFETY: ref and unref must run on the JS thread with its env:
-        // this is a method of the JS-thread state, called with the env of
-        // the current callback (raw.rs's rules). The handle is alive while
-        // it is Some under the lock (see `completion::SharedTsfn`).
-        unsafe {
-            if new > 0 {
-                sys::napi_ref_threadsafe_function(env, tsfn.0);
-            } else {
-                sys::napi_unref_threadsafe_function(env, tsfn.0);
-            }
-        }
-    }
-
-    fn settle_lost(&self, env: napi_env, message: &str) {
-        if let Some((_, d)) = &mut *self.lost_promise.borrow_mut() {
-            if let Some(d) = d.take() {
-                if let (Ok(info), Ok(m)) = (raw::object(env), raw::string(env, message)) {
-                    let _ = raw::set(env, info, "message", m);
-                    let _ = raw::resolve(env, d, info);
-                }
-            }
-        }
-    }
-
-    /// Loses the context (destroyed, or its backend failed): rejects every
-    /// pending promise with InvalidStateError, resolves `lost` with
-    /// `message`, and lets the timeline thread end.
-    pub fn lose(&self, env: napi_env, message: &str) {
-        if self.lost.replace(true) {
-            return;
-        }
-        *self.lost_message.borrow_mut() = Some(message.to_string());
-        completion::reject_all(env, self.id, None, &Error::invalid_state(message));
-        self.settle_lost(env, message);
-        if let Some(mut t) = self.timeline.borrow_mut().take() {
-            t.close();
-        }
-    }
-
-    /// Ends this context's worker as its JS environment goes away (see
-    /// [`Timeline::close_and_wait`]).
-    pub fn release_at_exit(&self) {
-        if let Some(mut t) = self.timeline.borrow_mut().take() {
-            t.close_and_wait(std::time::Duration::from_secs(5));
-        }
-        // The `lost` promise's reference goes with the environment (the
-        // cleanup hook sweeps it right after).
-        self.lost_promise.borrow_mut().take();
-    }
-
-    pub fn send(&self, c: Command) -> Result<()> {
-        match &*self.timeline.borrow() {
-            Some(t) if !self.lost.get() => t.send(c),
-            _ => Err(Error::invalid_state("the MLContext is lost")),
-        }
-    }
-
-    /// Sends a command whose promise is registered as `req`; rejects that
-    /// promise if the timeline is gone.
-    pub fn send_or_reject(&self, env: napi_env, req: u64, c: Command) {
-        if let Err(e) = self.send(c) {
-            if let Some((d, _)) = completion::take(env, req) {
-                if let Ok(v) = js_error(env, &e) {
-                    let _ = raw::reject(env, d, v);
-                }
-            }
-        }
-    }
-}
-
-/// `MLContext`.
-#[napi(js_name = "MLContext")]
-pub struct MLContext {
-    shared: Rc<CtxShared>,
-}
-
 impl MLContext {
-    pub fn wrap(shared: Rc<CtxShared>) -> Self {
-        MLContext { shared }
-    }
-
-    pub fn shared(&self) -> Rc<CtxShared> {
-        self.shared.clone()
-    }
-
     /// The arguments of compute and computeSync: the graph (this context's,
     /// alive) and the input and output views, checked against its inputs
     /// and outputs.
@@ -302,7 +137,7 @@ impl MLContext {
         settle: bool,
     ) -> napi::Result<(u64, napi_value)> {
         let (id, desc, label) = (info.id, info.desc.clone(), info.label.clone());
-        let (req, p) = completion::register(e, &self.shared, PendingKind::Tensor(info))?;
+        let (req, p) = shared::register(e, &self.shared, PendingKind::Tensor(info))?;
         self.shared.send_or_reject(
             e,
             req,
@@ -618,7 +453,7 @@ impl MLContext {
                 data_type: t.info.desc.data_type,
                 tensor: t.info.id,
             };
-            let (req, p) = map_err(completion::register(e, &self.shared, kind))?;
+            let (req, p) = map_err(shared::register(e, &self.shared, kind))?;
             t.rented.set(true);
             self.shared.send_or_reject(
                 e,
@@ -799,7 +634,7 @@ impl MLContext {
                 }
             };
             let id = t.info.id;
-            let (req, p) = map_err(completion::register(e, &self.shared, kind))?;
+            let (req, p) = map_err(shared::register(e, &self.shared, kind))?;
             let waiting = completion::expect_soon(&self.shared.inbox);
             self.shared.send_or_reject(
                 e,
@@ -850,7 +685,7 @@ impl MLContext {
             let out_views = views_back(&g.graph, &outs, &g.graph.outputs);
             // Everything that can fail before the buffers are detached does:
             // a rejected call leaves the caller's buffers as they were.
-            let (req, p) = map_err(completion::register(
+            let (req, p) = map_err(shared::register(
                 e,
                 &self.shared,
                 PendingKind::Compute {
@@ -867,7 +702,7 @@ impl MLContext {
                         "compute: the buffer of {:?} cannot be transferred",
                         a.name
                     ));
-                    if let Some((d, _)) = completion::take(e, req) {
+                    if let Some((d, _)) = shared::take(e, req) {
                         if let Ok(v) = js_error(e, &err) {
                             let _ = raw::reject(e, d, v);
                         }
@@ -1149,7 +984,7 @@ fn start_context(
         returning: Rc::new(Cell::new(0)),
     });
     completion::register_context(e, &shared);
-    let (req, p) = map_err(completion::register(e, &shared, PendingKind::Context))?;
+    let (req, p) = map_err(shared::register(e, &shared, PendingKind::Context))?;
     match Timeline::start(
         format!("webnn-context-{}", shared.id),
         host,
@@ -1159,7 +994,7 @@ fn start_context(
     ) {
         Ok(t) => *shared.timeline.borrow_mut() = Some(t),
         Err(err) => {
-            if let Some((d, _)) = completion::take(e, req) {
+            if let Some((d, _)) = shared::take(e, req) {
                 map_err(raw::reject(e, d, map_err(js_error(e, &err))?))?;
             }
         }

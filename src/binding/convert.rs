@@ -5,7 +5,7 @@ use napi::bindgen_prelude::{ClassInstance, FromNapiValue};
 use napi::sys::{napi_env, napi_value};
 use napi::ValueType;
 
-use super::builder::MLOperand;
+use super::operand::MLOperand;
 use super::raw;
 use crate::error::{Error, Result};
 use crate::graph::args::Val;

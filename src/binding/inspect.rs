@@ -3,7 +3,7 @@
 
 use napi_derive::napi;
 
-use super::builder::MLOperand;
+use super::operand::MLOperand;
 use super::tensor::{MLGraph, MLTensor};
 
 /// A name and a descriptor, as index.js prints them.

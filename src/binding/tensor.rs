@@ -8,29 +8,11 @@ use napi::bindgen_prelude::{ClassInstance, FromNapiValue, ObjectFinalize};
 use napi::sys::napi_env;
 use napi_derive::napi;
 
-use super::context::CtxShared;
 use super::raw::JsRaw;
+use super::shared::{CtxShared, TensorInfo};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::timeline::Command;
-use crate::types::OperandDescriptor;
-
-/// What a tensor is, fixed at creation.
-#[derive(Clone)]
-pub struct TensorInfo {
-    pub ctx: Rc<CtxShared>,
-    pub id: u64,
-    pub desc: OperandDescriptor,
-    pub readable: bool,
-    pub writable: bool,
-    /// The bytes of a constant tensor (`createConstantTensor`), which graphs
-    /// built with `constant(tensor)` embed.
-    pub constant: Option<Arc<Vec<u8>>>,
-    /// The descriptor's `label` (extension), named in timeline errors.
-    pub label: String,
-    /// Made by `createExportableTensor()`: `exportToGPU()` takes it.
-    pub exportable: bool,
-}
 
 /// `MLTensor`.
 #[napi(js_name = "MLTensor", custom_finalize)]
@@ -144,7 +126,7 @@ impl MLTensor {
         if self.destroyed.replace(true) {
             return;
         }
-        super::completion::reject_all(
+        super::shared::reject_all(
             env.raw(),
             self.info.ctx.id,
             Some(self.info.id),

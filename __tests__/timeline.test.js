@@ -129,10 +129,13 @@ describe('context.destroy()', () => {
 });
 
 describe('non-fatal errors on the timeline', () => {
-  // A real failure: an intermediate of 256 KiB cannot be allocated under a
-  // context memoryLimit of 64 KiB, so dispatch 'foo' fails on the worker.
+  const held = [];
+  // A real failure: graph 'foo' needs an intermediate of 256 KiB, which
+  // fits the context's memoryLimit of 320 KiB on its own (so it builds),
+  // but not beside the 128 KiB tensor the context also holds, so dispatch
+  // 'foo' fails on the worker.
   async function setup() {
-    const context = await ml.createContext({ memoryLimit: 64 * 1024 });
+    const context = await ml.createContext({ memoryLimit: 320 * 1024 });
     const wide = 65536;
     const b = new MLGraphBuilder(context);
     const x = b.input('x', f32([1, 4]));
@@ -148,6 +151,8 @@ describe('non-fatal errors on the timeline', () => {
     const input = await context.createTensor({ ...f32([1, 4]), ...rw, label: 'input' });
     const tensorA = await context.createTensor({ ...f32([1, 4]), ...rw, label: 'A' });
     const tensorB = await context.createTensor({ ...f32([1, 4]), ...rw, label: 'B' });
+    // Held by the returned object's context for the test's length.
+    held.push(await context.createTensor({ ...f32([32 * 1024]), label: 'ballast' }));
     return { context, foo, bar, input, tensorA, tensorB };
   }
 
@@ -194,6 +199,25 @@ describe('non-fatal errors on the timeline', () => {
     expect(e.name).toBe('UnknownError');
     expect(e.message).toMatch(/'big'/);
     await expect(context.createTensor(f32([16]))).resolves.toBeDefined();
+  });
+
+  test('a CPU graph whose intermediates cannot fit the memoryLimit is refused at build', async () => {
+    const context = await ml.createContext({ memoryLimit: 64 * 1024 });
+    const b = new MLGraphBuilder(context);
+    const x = b.input('x', f32([1, 4]));
+    const w = b.constant(f32([4, 65536]), new Float32Array(4 * 65536));
+    const wide = b.relu(b.matmul(x, w), { label: 'wide' });
+    const e = await rejection(b.build({ y: b.reduceSum(wide) }, { label: 'big' }));
+    expect(e.name).toBe('OperationError');
+    // The operator that does not fit, its label and shape, and the bytes.
+    expect(e.message).toMatch(/'big'/);
+    expect(e.message).toMatch(/matmul/);
+    expect(e.message).toMatch(/\[1, 65536\] \(262144 bytes\)/);
+    expect(e.message).toMatch(/memoryLimit of 65536 bytes/);
+    // The context is usable afterwards, and a graph that fits builds.
+    const b2 = new MLGraphBuilder(context);
+    const y = b2.input('y', f32([4]));
+    await expect(b2.build({ z: b2.relu(y) })).resolves.toBeDefined();
   });
 
   test('a failed build names its label and rejects with OperationError', async () => {

@@ -11,6 +11,7 @@ mod elementwise;
 mod gather;
 mod logical;
 mod matmul;
+mod memory;
 mod movement;
 mod norm;
 mod profile;
@@ -519,26 +520,6 @@ fn prepack(
     Ok(packed)
 }
 
-/// The memory this process may use at most, where the system says (Linux):
-/// the machine's physical memory, or its control group's limit when lower.
-fn physical_memory() -> Option<usize> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: usize = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse()
-        .ok()?;
-    let total = kb.checked_mul(1024)?;
-    // cgroup v2: a number of bytes, or "max".
-    let group = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
-        .ok()
-        .and_then(|s| s.trim().parse::<usize>().ok());
-    Some(group.map_or(total, |g| g.min(total)))
-}
-
 /// A value during a run: borrowed (inputs, constants) or owned.
 enum Slot<'a> {
     Empty,
@@ -906,7 +887,7 @@ impl Backend for CpuBackend {
     /// memory.
     fn max_tensor_byte_length(&self) -> usize {
         let max = crate::types::MAX_TENSOR_BYTE_LENGTH;
-        physical_memory().map_or(max, |m| m.min(max))
+        memory::physical_memory().map_or(max, |m| m.min(max))
     }
 
     fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()> {
@@ -1019,18 +1000,31 @@ impl Backend for CpuBackend {
                 m.saturating_add(out.saturating_mul(reduced_per_output(&graph, n))),
             )
         });
-        self.graphs.insert(
-            id,
-            CompiledGraph {
-                graph,
-                constants,
-                last_use,
-                packed,
-                conv_packed,
-                nchwc,
-                hot: elements >= HOT_ELEMENTS || macs >= HOT_MACS,
-            },
-        );
+        let cg = CompiledGraph {
+            graph,
+            constants,
+            last_use,
+            packed,
+            conv_packed,
+            nchwc,
+            hot: elements >= HOT_ELEMENTS || macs >= HOT_MACS,
+        };
+        // A graph that cannot fit is refused here, once, with the operand
+        // that tips it over, not at each dispatch.
+        let plan = memory::plan(&cg);
+        if profile::enabled() {
+            eprintln!(
+                "webnn-node cpu: graph {id} needs {} bytes of intermediates at its peak",
+                plan.peak
+            );
+        }
+        if let Some(limit) = self.memory_limit {
+            memory::check(&cg, &plan, limit, "the context's memoryLimit")?;
+        }
+        if let Some(have) = memory::physical_memory() {
+            memory::check(&cg, &plan, have, "the memory this process can have")?;
+        }
+        self.graphs.insert(id, cg);
         Ok(())
     }
 

@@ -128,42 +128,59 @@ pub(super) fn pad_split(
     }
 }
 
-/// Where a window's reduction starts.
-pub(super) fn pool_identity(kind: PoolKind) -> f32 {
-    match kind {
-        PoolKind::Max => f32::NEG_INFINITY,
-        _ => 0.0,
-    }
-}
+/// Where a max pool's reduction starts (and what a window wholly in the
+/// padding gives).
+pub(super) const MAX_IDENTITY: f32 = f32::NEG_INFINITY;
 
-/// One element into a window's reduction.
+/// One element into a max pool's reduction, in f32 (exact: no rounding,
+/// and a NaN's bits are kept). NaN propagates: once acc is NaN, nothing
+/// replaces it.
 #[inline(always)]
-pub(super) fn pool_step(kind: PoolKind, acc: f32, v: f32) -> f32 {
-    match kind {
-        // NaN propagates: once acc is NaN, nothing replaces it.
-        PoolKind::Max => {
-            if (v > acc || v.is_nan()) && !acc.is_nan() {
-                v
-            } else {
-                acc
-            }
-        }
-        PoolKind::Average => acc + v,
-        PoolKind::L2 => acc + v * v,
+pub(super) fn max_step(acc: f32, v: f32) -> f32 {
+    if (v > acc || v.is_nan()) && !acc.is_nan() {
+        v
+    } else {
+        acc
     }
 }
 
-/// A window's result from its reduction over `count` input elements.
-pub(super) fn pool_finish(kind: PoolKind, acc: f32, count: usize) -> f32 {
-    // Padding is not part of any reduction: the average divides by the
-    // number of input elements in the window. A window wholly in the
-    // padding (possible with ceil rounding or large padding) reduces
-    // nothing: 0 for average and l2, -inf (the identity of max) for max.
+/// One element into an average (`squares` false) or l2 (`squares`
+/// true) pool's sum. Sums accumulate in f64, as the reductions do: in f32
+/// a window of millions of taps would stall (an 8192x8192 window of 3s
+/// summed to 2^25 and averaged to 1) and round at every tap.
+#[inline(always)]
+pub(super) fn sum_step(squares: bool, acc: f64, v: f32) -> f64 {
+    let v = v as f64;
+    acc + if squares { v * v } else { v }
+}
+
+/// A sum's result, rounded to f32 once. Padding is not part of any
+/// reduction: the average divides by the number of input elements in the
+/// window. A window wholly in the padding (possible with ceil rounding or
+/// large padding) reduces nothing: 0 for average and l2.
+pub(super) fn sum_finish(squares: bool, acc: f64, count: usize) -> f32 {
+    match (squares, count) {
+        (true, _) => acc.sqrt() as f32,
+        (false, 0) => 0.0,
+        (false, _) => (acc / count as f64) as f32,
+    }
+}
+
+/// Reduces a window's taps (in the window's order) as pooling `kind`
+/// does: the one definition every pooling path gives the bits of.
+#[inline(always)]
+pub(super) fn pool_reduce(kind: PoolKind, taps: impl Iterator<Item = f32>) -> f32 {
     match kind {
-        PoolKind::Max => acc,
-        PoolKind::Average if count > 0 => acc / count as f32,
-        PoolKind::Average => 0.0,
-        PoolKind::L2 => acc.sqrt(),
+        PoolKind::Max => taps.fold(MAX_IDENTITY, max_step),
+        PoolKind::Average | PoolKind::L2 => {
+            let squares = kind == PoolKind::L2;
+            let (mut acc, mut count) = (0.0f64, 0usize);
+            for v in taps {
+                acc = sum_step(squares, acc, v);
+                count += 1;
+            }
+            sum_finish(squares, acc, count)
+        }
     }
 }
 

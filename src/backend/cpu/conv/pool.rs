@@ -10,7 +10,7 @@ use crate::graph::ops::conv::{Pool2dParams, PoolKind};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
-use super::common::{is_global_pool, pool_finish, pool_identity, pool_step, TO_NCHW, TO_NHWC};
+use super::common::{is_global_pool, pool_reduce, TO_NCHW, TO_NHWC};
 
 /// Input coordinate of output position `o` and kernel tap `k`, or `None`
 /// in the padding.
@@ -30,21 +30,16 @@ fn src_index(
 
 /// Reduces one output position's window over one input plane.
 fn pool_window(x: &[f32], p: &Pool2dParams, y: usize, xo: usize) -> f32 {
-    let (mut acc, mut count) = (pool_identity(p.kind), 0usize);
-    for ky in 0..p.window[0] {
-        let Some(iy) = src_index(y, ky, p.strides[0], p.dilations[0], p.padding[0], p.in_h) else {
-            continue;
-        };
-        for kx in 0..p.window[1] {
-            let Some(ix) = src_index(xo, kx, p.strides[1], p.dilations[1], p.padding[2], p.in_w)
-            else {
-                continue;
-            };
-            acc = pool_step(p.kind, acc, x[iy * p.in_w + ix]);
-            count += 1;
-        }
-    }
-    pool_finish(p.kind, acc, count)
+    let rows = (0..p.window[0])
+        .filter_map(|ky| src_index(y, ky, p.strides[0], p.dilations[0], p.padding[0], p.in_h));
+    let taps = rows.flat_map(|iy| {
+        (0..p.window[1])
+            .filter_map(move |kx| {
+                src_index(xo, kx, p.strides[1], p.dilations[1], p.padding[2], p.in_w)
+            })
+            .map(move |ix| x[iy * p.in_w + ix])
+    });
+    pool_reduce(p.kind, taps)
 }
 
 /// maxPool2d of an integer tensor, in its own type (the spec allows any
@@ -147,10 +142,7 @@ pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf>
         let run = |(i, dst): (usize, &mut [f32])| {
             let src = &xv[i * per * in_plane..];
             for (d, x) in dst.iter_mut().zip(src.chunks_exact(in_plane)) {
-                let acc = x
-                    .iter()
-                    .fold(pool_identity(p.kind), |a, &v| pool_step(p.kind, a, v));
-                *d = pool_finish(p.kind, acc, in_plane);
+                *d = pool_reduce(p.kind, x.iter().copied());
             }
         };
         res.par_chunks_mut(per).enumerate().for_each(run);

@@ -831,3 +831,43 @@ fn conv_transpose2d_matches_naive_in_every_layout() {
         .is_err());
     }
 }
+
+/// Average and l2 pools over windows of millions of taps sum in f64, as
+/// the reductions do: a 4096x4096 window of 3s averages to exactly 3 and
+/// its l2 is exactly 12288 (in f32 the sum would round at every tap past
+/// 2^24 and drift), on the NCHW kernel (global and windowed) and the
+/// blocked one (global and windowed).
+#[test]
+fn pools_of_huge_windows_sum_like_the_reductions() {
+    let s = 4096;
+    let x = Buf::F32(vec![3.0; s * s]);
+    for kind in [PoolKind::Average, PoolKind::L2] {
+        let global = pool_params(kind, (1, 1, s, s), [s, s], [0; 4], [1, 1], [1, 1], false);
+        // One row of padding on top: not a global pool; its first window
+        // holds s - 1 rows of the input, its second all s.
+        let padded = pool_params(
+            kind,
+            (1, 1, s, s),
+            [s, s],
+            [1, 0, 0, 0],
+            [1, 1],
+            [1, 1],
+            false,
+        );
+        for p in [global, padded] {
+            let out =
+                OperandDescriptor::new(DataType::Float32, vec![1, 1, p.out_h, p.out_w]).unwrap();
+            let got = pool2d(&p, &x, &out).unwrap();
+            let want: Vec<f32> = (0..p.out_h)
+                .map(|oy| {
+                    let taps = ((s - p.padding[0] + oy) * s) as f64;
+                    match kind {
+                        PoolKind::L2 => (9.0 * taps).sqrt() as f32,
+                        _ => 3.0,
+                    }
+                })
+                .collect();
+            assert_eq!(got, Buf::F32(want), "{kind:?} {p:?}");
+        }
+    }
+}

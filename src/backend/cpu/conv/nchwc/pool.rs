@@ -5,14 +5,16 @@
 //! Global pooling (one window over each whole plane, as at the end of
 //! most image classifiers) writes `[n, c, 1, 1]`, the same in both
 //! layouts, as NCHW. Windowed pooling writes the blocked layout. Each
-//! window is reduced with the NCHW kernel's own steps (`pool_step`,
-//! `pool_finish`) in its order, eight channels side by side: the same
-//! bits.
+//! window is reduced with the NCHW kernel's own steps (`max_step`, or
+//! `sum_step` and `sum_finish`: see `common::pool_reduce`) in its order,
+//! eight channels side by side: the same bits.
 
 use rayon::prelude::*;
 
 use super::L;
-use crate::backend::cpu::conv::common::{is_global_pool, pool_finish, pool_identity, pool_step};
+use crate::backend::cpu::conv::common::{
+    is_global_pool, max_step, sum_finish, sum_step, MAX_IDENTITY,
+};
 use crate::backend::cpu::elementwise::with_simd;
 use crate::error::{Error, Result};
 use crate::graph::ops::conv::{Pool2dParams, PoolKind};
@@ -44,14 +46,29 @@ pub(super) fn global(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
     let run = |(t, dst): (usize, &mut [f32])| {
         for (i, dst) in dst.chunks_exact_mut(L).enumerate() {
             let b = t * per + i;
-            let mut acc = [pool_identity(kind); L];
-            for px in x[b * hw * L..(b + 1) * hw * L].chunks_exact(L) {
-                for (a, &v) in acc.iter_mut().zip(px) {
-                    *a = pool_step(kind, *a, v);
+            let plane = x[b * hw * L..(b + 1) * hw * L].chunks_exact(L);
+            match kind {
+                PoolKind::Max => {
+                    let mut acc = [MAX_IDENTITY; L];
+                    for px in plane {
+                        for (a, &v) in acc.iter_mut().zip(px) {
+                            *a = max_step(*a, v);
+                        }
+                    }
+                    dst.copy_from_slice(&acc);
                 }
-            }
-            for (d, a) in dst.iter_mut().zip(acc) {
-                *d = pool_finish(kind, a, hw);
+                PoolKind::Average | PoolKind::L2 => {
+                    let squares = kind == PoolKind::L2;
+                    let mut acc = [0.0f64; L];
+                    for px in plane {
+                        for (a, &v) in acc.iter_mut().zip(px) {
+                            *a = sum_step(squares, *a, v);
+                        }
+                    }
+                    for (d, a) in dst.iter_mut().zip(acc) {
+                        *d = sum_finish(squares, a, hw);
+                    }
+                }
             }
         }
     };
@@ -98,7 +115,7 @@ fn taps(
 /// Windowed pooling `p` of blocked `x` (`[n, c / 8, h, w, 8]`) into the
 /// blocked `[n, c / 8, out_h, out_w, 8]`. Each window is reduced over the
 /// taps inside the input in the NCHW kernel's order (rows, then columns
-/// within a row) with its steps (`pool_step`, `pool_finish`), eight
+/// within a row) with its steps (see `common::pool_reduce`), eight
 /// channels side by side: the same bits. The taps inside are a range per
 /// output row and per output column, found once for the whole call
 /// instead of tested per tap.
@@ -121,7 +138,7 @@ pub(super) fn window(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
 }
 
 /// A window's reduction, eight channels side by side, with the results
-/// of `pool_step` and `pool_finish` (a type per kind, so that nothing
+/// of `common::pool_reduce` (a type per kind, so that nothing
 /// is decided per tap).
 trait Reduce: Sync {
     type Acc: Copy;
@@ -135,48 +152,38 @@ trait Reduce: Sync {
 struct Sum<const SQUARES: bool>;
 
 impl<const SQUARES: bool> Reduce for Sum<SQUARES> {
-    type Acc = [f32; L];
+    type Acc = [f64; L];
     #[inline(always)]
-    fn init(&self) -> [f32; L] {
+    fn init(&self) -> [f64; L] {
         [0.0; L]
     }
     #[inline(always)]
-    fn step(&self, acc: &mut [f32; L], px: &[f32; L]) {
-        let kind = if SQUARES {
-            PoolKind::L2
-        } else {
-            PoolKind::Average
-        };
+    fn step(&self, acc: &mut [f64; L], px: &[f32; L]) {
         for (a, &v) in acc.iter_mut().zip(px) {
-            *a = pool_step(kind, *a, v);
+            *a = sum_step(SQUARES, *a, v);
         }
     }
     #[inline(always)]
-    fn finish(&self, acc: [f32; L], count: usize, out: &mut [f32]) {
-        let kind = if SQUARES {
-            PoolKind::L2
-        } else {
-            PoolKind::Average
-        };
+    fn finish(&self, acc: [f64; L], count: usize, out: &mut [f32]) {
         for (o, a) in out.iter_mut().zip(acc) {
-            *o = pool_finish(kind, a, count);
+            *o = sum_finish(SQUARES, a, count);
         }
     }
 }
 
 /// Max in two independent parts, each one instruction or two per tap
-/// rather than `pool_step`'s chain of four: `max` is the larger value,
+/// rather than `max_step`'s chain of four: `max` is the larger value,
 /// the earlier of equal ones (x86's `maxps` exactly), which is
-/// `pool_step`'s result when no NaN was seen; `nan` holds the first NaN
+/// `max_step`'s result when no NaN was seen; `nan` holds the first NaN
 /// once one is seen (before that, whatever was last), which is
-/// `pool_step`'s result when one was.
+/// `max_step`'s result when one was.
 struct Max;
 
 impl Reduce for Max {
     type Acc = ([f32; L], [f32; L]);
     #[inline(always)]
     fn init(&self) -> Self::Acc {
-        ([pool_identity(PoolKind::Max); L], [0.0; L])
+        ([MAX_IDENTITY; L], [0.0; L])
     }
     #[inline(always)]
     fn step(&self, (max, nan): &mut Self::Acc, px: &[f32; L]) {

@@ -27,7 +27,10 @@ export interface MLContextOptions {
   powerPreference?: MLPowerPreference;
   /** `true` without a deviceType picks the GPU when one exists, else the CPU. */
   accelerated?: boolean;
-  /** Extension: threads used by the CPU backend's kernels (default: all cores, shared). */
+  /**
+   * Extension: threads used by the CPU backend's kernels (default: all cores,
+   * shared). At least 1; clamped to the cores this process may run on.
+   */
   numThreads?: number;
   /**
    * Extension (CPU): the most bytes of tensors and intermediates the context

@@ -125,6 +125,59 @@ describe('ml.createContext', () => {
     c.destroy();
   });
 
+  // The threads of this process that CPU contexts' pools started, by
+  // name (Linux: /proc/self/task/*/comm).
+  function poolThreads() {
+    const fs = require('fs');
+    let n = 0;
+    for (const t of fs.readdirSync('/proc/self/task')) {
+      try {
+        if (fs.readFileSync(`/proc/self/task/${t}/comm`, 'utf8').startsWith('webnn-cpu-')) n++;
+      } catch {
+        // The thread ended between the listing and the read.
+      }
+    }
+    return n;
+  }
+
+  // How many threads a context with this numThreads starts; it is
+  // destroyed, and its threads have ended, before this returns.
+  async function threadsFor(numThreads, base) {
+    const c = await ml.createContext({ numThreads });
+    const { results } = await run(c, { x: f32([2], [1, -2]) }, (b, { x }) => ({ y: b.relu(x) }));
+    expectClose(results.y, [1, 0]);
+    // A new thread names itself once it runs: count until the number has
+    // held for a while.
+    let started = poolThreads() - base;
+    for (let same = 0; same < 10; ) {
+      await new Promise((r) => setTimeout(r, 10));
+      const now = poolThreads() - base;
+      same = now === started ? same + 1 : 0;
+      started = now;
+    }
+    c.destroy();
+    for (let i = 0; i < 200 && poolThreads() > base; i++) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    expect(poolThreads()).toBe(base);
+    return started;
+  }
+
+  const linux = process.platform === 'linux';
+  (linux ? test : test.skip)('numThreads is clamped to the cores; 0 is a TypeError', async () => {
+    const base = poolThreads();
+    await expectReject(ml.createContext({ numThreads: 0 }), 'TypeError');
+    expect(poolThreads()).toBe(base);
+    expect(await threadsFor(1, base)).toBe(1);
+    // The bound: what the largest count an option can say gets.
+    const bound = await threadsFor(2 ** 32 - 1, base);
+    expect(bound).toBeGreaterThanOrEqual(1);
+    expect(bound).toBeLessThanOrEqual(require('os').availableParallelism());
+    expect(await threadsFor(bound, base)).toBe(bound);
+    expect(await threadsFor(bound + 1, base)).toBe(bound);
+    await expectReject(ml.createContext({ numThreads: 2 ** 32 }), 'TypeError');
+  });
+
   test('destroy() resolves lost with a message and is idempotent', async () => {
     const c = await ml.createContext();
     const lost = c.lost;

@@ -873,7 +873,11 @@ fn context_factory(opts: &Val) -> Result<ContextPlan> {
     };
     let threads = match opts.member("numThreads") {
         Val::Undefined => None,
-        v => Some(ctx.u32(v, "numThreads")? as usize),
+        v => match ctx.u32(v, "numThreads")? {
+            0 => return Err(ctx.err("numThreads must be at least 1")),
+            // Clamped to the cores (see `cpu::max_threads`).
+            n => Some(n as usize),
+        },
     };
     let cpu = move || -> Result<Box<dyn Backend>> {
         Ok(Box::new(

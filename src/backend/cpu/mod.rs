@@ -313,7 +313,17 @@ impl CpuBackend {
     }
 }
 
-/// A pool of `n` threads for one context's kernels (`numThreads`).
+/// The most threads a context's pool gets: the cores this process may run
+/// on (`available_parallelism`: affinity and cgroup quotas included).
+/// The kernels are compute-bound, so threads beyond the cores only take
+/// turns on them, and a count from an options object must not be able to
+/// start thousands of threads; `numThreads` above it is clamped to it.
+pub fn max_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A pool of `n` threads (at most [`max_threads`]) for one context's
+/// kernels (`numThreads`).
 ///
 /// The context's timeline runs as a job on one of these threads
 /// ([`crate::timeline::Timeline::start`]), so a dispatch starts on it
@@ -325,7 +335,7 @@ impl CpuBackend {
 /// the pool from inside it; the threads then end on their own.
 pub fn pool(n: usize) -> Result<Arc<rayon::ThreadPool>> {
     rayon::ThreadPoolBuilder::new()
-        .num_threads(n.max(1))
+        .num_threads(n.clamp(1, max_threads()))
         .thread_name(|i| format!("webnn-cpu-{i}"))
         // A spawned job that panics (the timeline itself, or a spinning
         // thread) must not abort the process, which is rayon's default;

@@ -527,6 +527,16 @@ describeModel('SmolLM2-135M-Instruct', () => {
     expect(tok.encode('Hello world! <|im_start|>')).toEqual([19556, 905, 17, 216, 1]);
   });
 
+  test(`decode equals llama.cpp's detokenize (${reference.decode.length} id sequences of the fixture)`, () => {
+    const tok = model.tokenizer;
+    for (const { ids, text, textNoSpecial } of reference.decode) {
+      expect({ ids, text: tok.decode(ids) }).toEqual({ ids, text });
+      expect({ ids, text: tok.decode(ids, { special: false }) }).toEqual({ ids, text: textNoSpecial });
+      const s = tok.decodeStream();
+      expect(ids.map((i) => s.push(i)).join('') + s.flush()).toBe(text);
+    }
+  });
+
   test('streaming decode of the fixture texts', () => {
     const tok = model.tokenizer;
     for (const { text, ids } of reference.texts) {
@@ -552,16 +562,22 @@ describeModel('SmolLM2-135M-Instruct', () => {
     const output = path.join(dir, 'nlc-out.json');
     const extra = ['Fresh text: 3.14159 × 12345 = ??? 🤖\n\n  def x():\n\treturn "ok"'];
     const texts = [...reference.texts.map((t) => t.text), ...extra];
-    fs.writeFileSync(input, JSON.stringify({ model: MODEL, texts, chats: CHATS }));
+    // Random ids: single bytes of characters among them, and control tokens.
+    const random = rng(21);
+    const decode = Array.from({ length: 30 }, () =>
+      Array.from({ length: 1 + Math.floor(random() * 12) }, () => Math.floor(random() * model.config.nVocab)));
+    decode.push([0, 1, 2, 17, 2], [216, 1, 216]);
+    fs.writeFileSync(input, JSON.stringify({ model: MODEL, texts, chats: CHATS, decode }));
     const script = `
       import fs from 'fs';
       import { pathToFileURL } from 'url';
       const { getLlama, JinjaTemplateChatWrapper } = await import(pathToFileURL(${JSON.stringify(nodeLlamaCpp)}).href);
-      const { model: modelPath, texts, chats } = JSON.parse(fs.readFileSync(${JSON.stringify(input)}, 'utf8'));
+      const { model: modelPath, texts, chats, decode } = JSON.parse(fs.readFileSync(${JSON.stringify(input)}, 'utf8'));
       const llama = await getLlama({ gpu: false, build: 'never' });
       const model = await llama.loadModel({ modelPath });
       const ids = texts.map((t) => Array.from(model.tokenize(t, true)));
       const idsNoSpecial = texts.map((t) => Array.from(model.tokenize(t, false)));
+      const decoded = decode.map((ids) => [model.detokenize(ids, true), model.detokenize(ids, false)]);
       const wrapper = new JinjaTemplateChatWrapper({ template: model.fileInfo.metadata.tokenizer.chat_template });
       const type = { system: 'system', user: 'user', assistant: 'model' };
       const prompts = chats.map((messages) => {
@@ -571,7 +587,7 @@ describeModel('SmolLM2-135M-Instruct', () => {
         const json = wrapper.generateContextState({ chatHistory }).contextText.toJSON();
         return (Array.isArray(json) ? json : [json]).map((p) => (typeof p === 'string' ? p : p.value)).join('');
       });
-      fs.writeFileSync(${JSON.stringify(output)}, JSON.stringify({ ids, idsNoSpecial, prompts }));
+      fs.writeFileSync(${JSON.stringify(output)}, JSON.stringify({ ids, idsNoSpecial, decoded, prompts }));
       await model.dispose();
       await llama.dispose();
     `;
@@ -586,6 +602,10 @@ describeModel('SmolLM2-135M-Instruct', () => {
     texts.forEach((text, i) => {
       expect({ text, ids: tok.encode(text) }).toEqual({ text, ids: live.ids[i] });
       expect({ text, ids: tok.encode(text, { special: false }) }).toEqual({ text, ids: live.idsNoSpecial[i] });
+    });
+    decode.forEach((ids, i) => {
+      expect({ ids, text: tok.decode(ids) }).toEqual({ ids, text: live.decoded[i][0] });
+      expect({ ids, text: tok.decode(ids, { special: false }) }).toEqual({ ids, text: live.decoded[i][1] });
     });
     // The fixture was made by the same library.
     reference.texts.forEach((t, i) => expect(live.ids[i]).toEqual(t.ids));

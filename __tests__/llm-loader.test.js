@@ -261,6 +261,12 @@ describe('GGUF errors', () => {
     await expectError(loadLlama(writeFile(writeGguf(embd))), /token_embd\.weight has dims \[64,\d+\], expected \[96,/);
   });
 
+  test('a tensor named twice', async () => {
+    const spec = tinyLlama();
+    spec.tensors.push({ ...spec.tensors[1] });
+    await expectError(readGguf(writeFile(writeGguf(spec))), /tensor output_norm\.weight appears twice/);
+  });
+
   test('a missing metadata key is named', async () => {
     const spec = tinyLlama();
     delete spec.metadata['llama.block_count'];

@@ -169,7 +169,11 @@ async function readGguf(path) {
   const alignment = Number(raw['general.alignment'] ?? DEFAULT_ALIGNMENT);
   const dataOffset = Number(tensorDataOffset);
 
+  const seen = new Set();
   const tensors = tensorInfos.map((t) => {
+    // llama.cpp refuses these too: which of the two would be meant is unknown.
+    if (seen.has(t.name)) throw new Error(`${path}: tensor ${t.name} appears twice`);
+    seen.add(t.name);
     const dims = t.shape.map(Number);
     const type = ggmlTypeName(t.dtype);
     const relative = Number(t.offset);
@@ -255,7 +259,7 @@ async function loadLlama(path) {
     headDim,
     nFF: requireKey(path, md, 'llama.feed_forward_length', 'count'),
     rmsEps: requireKey(path, md, 'llama.attention.layer_norm_rms_epsilon', 'number'),
-    ropeBase: md['llama.rope.freq_base'] ?? 10000,
+    ropeBase: md['llama.rope.freq_base'] === undefined ? 10000 : requireKey(path, md, 'llama.rope.freq_base', 'number'),
     ropeDim: md['llama.rope.dimension_count'] ?? headDim,
     nCtx: requireKey(path, md, 'llama.context_length', 'count'),
     nVocab: tokens.length,

@@ -142,7 +142,23 @@ impl Buf {
     /// every element: recycled memory skips the page faults (and kernel
     /// zeroing) that fresh large allocations pay on first touch.
     pub fn vec_for_overwrite<U: Copy + 'static>(n: usize) -> Vec<U> {
+        Self::try_vec_for_overwrite(n).unwrap_or_else(|_| Vec::with_capacity(n))
+    }
+
+    /// [`Buf::vec_for_overwrite`] whose fresh allocation fails with an
+    /// OperationError naming the bytes instead of aborting.
+    pub fn try_vec_for_overwrite<U: Copy + 'static>(n: usize) -> Result<Vec<U>> {
         use std::any::Any;
+        fn fresh<U>(n: usize) -> Result<Vec<U>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).map_err(|_| {
+                Error::operation(format!(
+                    "cannot allocate {} bytes for a tensor",
+                    (n as u128) * std::mem::size_of::<U>() as u128
+                ))
+            })?;
+            Ok(v)
+        }
         fn take<T: 'static, U: 'static>(
             kind: Buf,
             n: usize,
@@ -161,14 +177,14 @@ impl Buf {
                         _ => Vec::new(),
                     };
                     if let Some(v) = take::<$t, U>(Buf::$variant(Vec::new()), n, unwrap) {
-                        return v;
+                        return Ok(v);
                     }
-                    return Vec::with_capacity(n);
+                    return fresh(n);
                 }
             )*};
         }
         try_variants!(f32 => F32, u16 => F16, i32 => I32, u32 => U32, i64 => I64, u64 => U64, i8 => I8, u8 => U8);
-        Vec::with_capacity(n)
+        fresh(n)
     }
 
     /// A zero-filled buffer of `n` elements, or an OperationError when the

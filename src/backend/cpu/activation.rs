@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use std::borrow::Cow;
 
 use super::elementwise::{broadcast_map, map_slice, par_map, with_simd};
-use super::util::{broadcast_strides, floats, from_floats};
+use super::util::{broadcast_strides, floats, from_floats, try_filled};
 use crate::error::{Error, Result};
 use crate::f16::{f16_to_f32, f32_to_f16};
 use crate::graph::ops::activation::ActivationOp;
@@ -241,7 +241,7 @@ fn prelu(
                 } else {
                     v
                 }
-            }))
+            })?)
         }};
     }
     Ok(match x {
@@ -249,7 +249,7 @@ fn prelu(
             let Buf::F32(k) = s else {
                 return Err(mismatch());
             };
-            Buf::F32(broadcast_map(a, sx, k, ss, so, f32_prelu))
+            Buf::F32(broadcast_map(a, sx, k, ss, so, f32_prelu)?)
         }
         Buf::F16(a) => {
             let Buf::F16(k) = s else {
@@ -257,7 +257,7 @@ fn prelu(
             };
             Buf::F16(broadcast_map(a, sx, k, ss, so, |v, k| {
                 f32_to_f16(f32_prelu(f16_to_f32(v), f16_to_f32(k)))
-            }))
+            })?)
         }
         Buf::I32(a) => ints!(a, I32),
         Buf::I64(a) => ints!(a, I64),
@@ -282,13 +282,13 @@ fn select<T: Copy + Send + Sync + Default>(
     f: &[T],
     sf: &[usize],
     out: &[usize],
-) -> Vec<T> {
+) -> Result<Vec<T>> {
     let total: usize = out.iter().product();
     if total == 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     if out.is_empty() {
-        return vec![if c[0] != 0 { t[0] } else { f[0] }];
+        return Ok(vec![if c[0] != 0 { t[0] } else { f[0] }]);
     }
     let rank = out.len();
     let (tc, tt, tf) = (
@@ -317,7 +317,7 @@ fn select<T: Copy + Send + Sync + Default>(
             };
         }
     };
-    let mut res = vec![T::default(); total];
+    let mut res = try_filled(total, T::default(), "the output of where")?;
     if total >= PAR_MIN {
         res.par_chunks_mut(inner)
             .enumerate()
@@ -327,7 +327,7 @@ fn select<T: Copy + Send + Sync + Default>(
             .enumerate()
             .for_each(|(r, dst)| row(r, dst));
     }
-    res
+    Ok(res)
 }
 
 /// `where(condition, trueValue, falseValue)` for every data type.
@@ -347,7 +347,7 @@ fn where_(ins: [(&Buf, &OperandDescriptor); 3], out: &OperandDescriptor) -> Resu
         ($($variant:ident),*) => {
             match (t, f) {
                 $((Buf::$variant(t), Buf::$variant(f)) => {
-                    Buf::$variant(select(c, sc, t, st, f, sf, so))
+                    Buf::$variant(select(c, sc, t, st, f, sf, so)?)
                 })*
                 _ => return Err(mismatch()),
             }

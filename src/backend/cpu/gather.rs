@@ -14,7 +14,7 @@
 use rayon::prelude::*;
 
 use super::shape::Elem;
-use super::util::strides;
+use super::util::{strides, try_copy, try_vec};
 use crate::error::{Error, Result};
 use crate::graph::ops::gather::GatherOp;
 use crate::tensor::Buf;
@@ -105,9 +105,17 @@ fn typed<T: Elem>(b: &Buf) -> Result<&[T]> {
 /// The index values as i64 (int32, uint32 and int64 all fit).
 fn indices(b: &Buf) -> Result<Vec<i64>> {
     match b {
-        Buf::I32(v) => Ok(v.iter().map(|&i| i as i64).collect()),
-        Buf::U32(v) => Ok(v.iter().map(|&i| i as i64).collect()),
-        Buf::I64(v) => Ok(v.clone()),
+        Buf::I32(v) => {
+            let mut o = try_vec(v.len(), "the indices")?;
+            o.extend(v.iter().map(|&i| i as i64));
+            Ok(o)
+        }
+        Buf::U32(v) => {
+            let mut o = try_vec(v.len(), "the indices")?;
+            o.extend(v.iter().map(|&i| i as i64));
+            Ok(o)
+        }
+        Buf::I64(v) => try_copy(v, "the indices"),
         _ => Err(Error::operation("indices must be int32, uint32 or int64")),
     }
 }
@@ -150,11 +158,11 @@ fn gather_t<T: Elem>(
     if outer * k * inner != out.element_count() {
         return Err(bad_shape("gather"));
     }
-    let rows: Vec<usize> = idx
-        .iter()
-        .map(|&i| resolve(i, n).ok_or_else(|| bad_shape("gather")))
-        .collect::<Result<_>>()?;
-    let mut res: Vec<T> = Vec::with_capacity(out.element_count());
+    let mut rows: Vec<usize> = try_vec(k, "the gathered rows")?;
+    for &i in idx {
+        rows.push(resolve(i, n).ok_or_else(|| bad_shape("gather"))?);
+    }
+    let mut res: Vec<T> = try_vec(out.element_count(), "the output of gather")?;
     // One block of the output per outer position: k runs of `inner`.
     let block = |o: usize, dst: &mut Vec<T>| {
         for &r in &rows {
@@ -166,11 +174,11 @@ fn gather_t<T: Elem>(
         let parts: Vec<Vec<T>> = (0..outer)
             .into_par_iter()
             .map(|o| {
-                let mut v = Vec::with_capacity(k * inner);
+                let mut v = try_vec(k * inner, "a block of the output of gather")?;
                 block(o, &mut v);
-                v
+                Ok(v)
             })
-            .collect();
+            .collect::<Result<_>>()?;
         for p in parts {
             res.extend_from_slice(&p);
         }
@@ -212,11 +220,13 @@ fn gather_elements_t<T: Elem>(
         x[(o * n + r) * inner + i]
     };
     let total = idx.len();
-    let res: Vec<T> = if total >= PAR_MIN {
-        (0..total).into_par_iter().map(at).collect()
+    // The room is reserved fallibly first, so extending never reallocates.
+    let mut res: Vec<T> = try_vec(total, "the output of gatherElements")?;
+    if total >= PAR_MIN {
+        res.par_extend((0..total).into_par_iter().map(at));
     } else {
-        (0..total).map(at).collect()
-    };
+        res.extend((0..total).map(at));
+    }
     Ok(T::wrap(res))
 }
 
@@ -239,18 +249,19 @@ fn nd_offsets(
     }
     let s = strides(shape);
     let slice: usize = shape[c..].iter().product();
-    let offsets = (0..count)
-        .map(|j| {
-            let coord = &idx[j * c..(j + 1) * c];
+    let mut offsets = try_vec(count, "the slice offsets")?;
+    for j in 0..count {
+        let coord = &idx[j * c..(j + 1) * c];
+        offsets.push(
             coord
                 .iter()
                 .enumerate()
                 .try_fold(0usize, |off, (d, &v)| {
                     Some(off + resolve(v, shape[d])? * s[d])
                 })
-                .ok_or_else(|| bad_shape(what))
-        })
-        .collect::<Result<Vec<usize>>>()?;
+                .ok_or_else(|| bad_shape(what))?,
+        );
+    }
     Ok((offsets, slice))
 }
 
@@ -268,7 +279,7 @@ fn gather_nd_t<T: Elem>(
     if offsets.len() * slice != out.element_count() {
         return Err(bad_shape("gatherND"));
     }
-    let mut res: Vec<T> = Vec::with_capacity(out.element_count());
+    let mut res: Vec<T> = try_vec(out.element_count(), "the output of gatherND")?;
     for &off in &offsets {
         res.extend_from_slice(&x[off..off + slice]);
     }

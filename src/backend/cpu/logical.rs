@@ -95,14 +95,14 @@ fn binary(
             sb,
             so,
             logical_binary(op)?,
-        )));
+        )?));
     }
     macro_rules! cmp {
         ($x:ident, $variant:ident) => {{
             let Buf::$variant(y) = b else {
                 return Err(mismatch());
             };
-            broadcast_map($x, sa, y, sb, so, compare(op)?)
+            broadcast_map($x, sa, y, sb, so, compare(op)?)?
         }};
     }
     Ok(Buf::U8(match a {
@@ -112,7 +112,7 @@ fn binary(
                 return Err(mismatch());
             };
             let f = compare::<f32>(op)?;
-            broadcast_map(x, sa, y, sb, so, |p, q| f(f16_to_f32(p), f16_to_f32(q)))
+            broadcast_map(x, sa, y, sb, so, |p, q| f(f16_to_f32(p), f16_to_f32(q)))?
         }
         Buf::I32(x) => cmp!(x, I32),
         Buf::U32(x) => cmp!(x, U32),

@@ -15,11 +15,78 @@ use crate::graph::ops::movement::{MovementOp, PadMode};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
-use super::util::{floats, from_floats, strides};
+use super::util::{floats, from_floats, strides, try_vec as alloc};
 
-/// Per-dimension maps from output coordinate to input offset; `None` is a
-/// padding element.
-type Tables = Vec<Vec<Option<usize>>>;
+/// How the coordinates of one output dimension map to input offsets
+/// (coordinate times stride). Each costs what a dimension costs, not what
+/// its elements cost: only nearest-neighbour resampling keeps a table (one
+/// entry per output coordinate, allocated fallibly).
+enum Axis {
+    /// Coordinate `o` reads offset `base + o * step`: identity (`step` the
+    /// stride), broadcast (`step` 0), reverse (negative `step`), split.
+    Affine {
+        len: usize,
+        base: usize,
+        step: isize,
+    },
+    /// Tile: coordinate `o` reads `(o % n) * s`.
+    Wrap { len: usize, n: usize, s: usize },
+    /// Pad: coordinate `o` reads `(o - p0) * s` inside `[p0, p0 + n)`, and
+    /// outside it the padding value or a clamped or mirrored coordinate.
+    Pad {
+        len: usize,
+        n: usize,
+        p0: usize,
+        s: usize,
+        mode: PadMode,
+    },
+    /// Any other map, one offset per output coordinate.
+    Table(Vec<usize>),
+}
+
+impl Axis {
+    fn len(&self) -> usize {
+        match self {
+            Axis::Affine { len, .. } | Axis::Wrap { len, .. } | Axis::Pad { len, .. } => *len,
+            Axis::Table(t) => t.len(),
+        }
+    }
+
+    /// The input offset that output coordinate `o < len` reads; `None` is
+    /// a padding element. Wrapping arithmetic: an offset out of range is
+    /// caught by the bounds-checked read, never a panic.
+    #[inline]
+    fn at(&self, o: usize) -> Option<usize> {
+        match *self {
+            Axis::Affine { base, step, .. } => {
+                Some(base.wrapping_add_signed((o as isize).wrapping_mul(step)))
+            }
+            Axis::Wrap { n, s, .. } => Some((o % n.max(1)).wrapping_mul(s)),
+            Axis::Pad { n, p0, s, mode, .. } => {
+                let last = n as i64 - 1;
+                let i = o as i64 - p0 as i64;
+                let i = if (0..=last).contains(&i) {
+                    i
+                } else {
+                    match mode {
+                        PadMode::Constant => return None,
+                        PadMode::Edge => i.clamp(0, last.max(0)),
+                        // [c b | a b c | b a]: -1 reads 1, n reads n - 2.
+                        PadMode::Reflection if i < 0 => -i,
+                        PadMode::Reflection => 2 * last - i,
+                    }
+                };
+                // Validation bounds the padding so that the mirror stays
+                // inside; the clamp keeps a read in range regardless.
+                Some((i.clamp(0, last.max(0)) as usize).wrapping_mul(s))
+            }
+            Axis::Table(ref t) => t.get(o).copied(),
+        }
+    }
+}
+
+/// One [`Axis`] per output dimension.
+type Tables = Vec<Axis>;
 
 /// Applies `$f` (a generic function taking a typed slice and returning a
 /// `Result<Vec<T>>` of the same element type) to the elements of a `Buf`,
@@ -77,23 +144,40 @@ pub fn run(
             value,
         } => {
             let fill = fill_value(xd.data_type, *value)?;
-            remap_buf(x, &pad_tables(&xd.shape, begin, end, *mode), Some(&fill))?
+            remap_buf(x, &pad_tables(&xd.shape, begin, end, *mode)?, Some(&fill))?
         }
         MovementOp::Reverse { axes } => {
             let tables = per_dim(&xd.shape, |d, n, s| {
-                if axes.contains(&d) {
-                    (0..n).map(|o| Some((n - 1 - o) * s)).collect()
+                Ok(if axes.contains(&d) {
+                    Axis::Affine {
+                        len: n,
+                        base: n.saturating_sub(1) * s,
+                        step: -(s as isize),
+                    }
                 } else {
                     identity(n, s)
-                }
-            });
+                })
+            })?;
             remap_buf(x, &tables, None)?
         }
         MovementOp::Tile { repetitions } => {
             let tables = per_dim(&xd.shape, |d, n, s| {
                 let r = repetitions.get(d).copied().unwrap_or(1);
-                (0..n * r).map(|o| Some((o % n) * s)).collect()
-            });
+                let len = n
+                    .checked_mul(r)
+                    .ok_or_else(|| Error::operation("tile: the output size overflows"))?;
+                Ok(if r == 1 {
+                    identity(n, s)
+                } else if n == 1 {
+                    Axis::Affine {
+                        len,
+                        base: 0,
+                        step: 0,
+                    }
+                } else {
+                    Axis::Wrap { len, n, s }
+                })
+            })?;
             remap_buf(x, &tables, None)?
         }
         MovementOp::Triangular { upper, diagonal } => {
@@ -129,12 +213,14 @@ pub fn run(
             } else {
                 let tables = per_dim(&xd.shape, |d, n, s| {
                     let m = out.shape.get(d).copied().unwrap_or(n);
-                    if axes.contains(&d) {
-                        (0..m).map(|o| Some(nearest(n, m, o) * s)).collect()
+                    Ok(if axes.contains(&d) {
+                        let mut t = alloc(m, "a resample2d index table")?;
+                        t.extend((0..m).map(|o| nearest(n, m, o) * s));
+                        Axis::Table(t)
                     } else {
                         identity(n, s)
-                    }
-                });
+                    })
+                })?;
                 remap_buf(x, &tables, None)?
             }
         }
@@ -151,8 +237,8 @@ pub fn run(
     Ok(vec![buf])
 }
 
-/// Builds one table per input dimension from `f(dim, size, stride)`.
-fn per_dim(shape: &[usize], f: impl Fn(usize, usize, usize) -> Vec<Option<usize>>) -> Tables {
+/// Builds one [`Axis`] per input dimension from `f(dim, size, stride)`.
+fn per_dim(shape: &[usize], f: impl Fn(usize, usize, usize) -> Result<Axis>) -> Result<Tables> {
     let st = strides(shape);
     shape
         .iter()
@@ -162,12 +248,16 @@ fn per_dim(shape: &[usize], f: impl Fn(usize, usize, usize) -> Vec<Option<usize>
         .collect()
 }
 
-fn identity(n: usize, s: usize) -> Vec<Option<usize>> {
-    (0..n).map(|o| Some(o * s)).collect()
+fn identity(n: usize, s: usize) -> Axis {
+    Axis::Affine {
+        len: n,
+        base: 0,
+        step: s as isize,
+    }
 }
 
 /// Input aligned to the right of the output; size-1 (and missing leading)
-/// dimensions read coordinate 0.
+/// dimensions are broadcast (stride 0).
 fn expand_tables(in_shape: &[usize], out_shape: &[usize]) -> Result<Tables> {
     let off = out_shape
         .len()
@@ -179,7 +269,11 @@ fn expand_tables(in_shape: &[usize], out_shape: &[usize]) -> Result<Tables> {
         .enumerate()
         .map(|(d, &m)| {
             if d < off || in_shape[d - off] == 1 {
-                vec![Some(0); m]
+                Axis::Affine {
+                    len: m,
+                    base: 0,
+                    step: 0,
+                }
             } else {
                 identity(m, st[d - off])
             }
@@ -189,32 +283,23 @@ fn expand_tables(in_shape: &[usize], out_shape: &[usize]) -> Result<Tables> {
 
 /// Output coordinate `o` of a padded dimension of size `n` reads input
 /// coordinate `o - begin`, mirrored or clamped into `[0, n)` outside it.
-fn pad_tables(shape: &[usize], begin: &[usize], end: &[usize], mode: PadMode) -> Tables {
+fn pad_tables(shape: &[usize], begin: &[usize], end: &[usize], mode: PadMode) -> Result<Tables> {
     per_dim(shape, |d, n, s| {
         let (p0, p1) = (
             begin.get(d).copied().unwrap_or(0),
             end.get(d).copied().unwrap_or(0),
         );
-        let last = n as i64 - 1;
-        (0..n + p0 + p1)
-            .map(|o| {
-                let i = o as i64 - p0 as i64;
-                let i = if (0..=last).contains(&i) {
-                    i
-                } else {
-                    match mode {
-                        PadMode::Constant => return None,
-                        PadMode::Edge => i.clamp(0, last),
-                        // [c b | a b c | b a]: -1 reads 1, n reads n - 2.
-                        PadMode::Reflection if i < 0 => -i,
-                        PadMode::Reflection => 2 * last - i,
-                    }
-                };
-                // Validation bounds the padding so that the mirror stays
-                // inside; the clamp keeps a read in range regardless.
-                Some(i.clamp(0, last.max(0)) as usize * s)
-            })
-            .collect()
+        let len = n
+            .checked_add(p0)
+            .and_then(|l| l.checked_add(p1))
+            .ok_or_else(|| Error::operation("pad: the output size overflows"))?;
+        Ok(Axis::Pad {
+            len,
+            n,
+            p0,
+            s,
+            mode,
+        })
     })
 }
 
@@ -259,39 +344,35 @@ fn remap_buf(x: &Buf, tables: &Tables, fill: Option<&Buf>) -> Result<Buf> {
     Ok(go!(F32, F16, I32, U32, I64, U64, I8, U8))
 }
 
-fn alloc<T>(n: usize) -> Result<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| Error::operation(format!("cannot allocate {n} elements")))?;
-    Ok(v)
-}
-
-/// Output element at multi-index `o` is `x[sum(tables[d][o[d]])]`, or
-/// `fill` when any entry is `None`. The innermost dimension is a tight loop.
+/// Output element at multi-index `o` is `x[sum(tables[d].at(o[d]))]`, or
+/// `fill` when any is `None`. The innermost dimension is a slice copy where
+/// the map is contiguous, else a tight strided loop.
 fn remap<T: Copy + Default>(x: &[T], tables: &Tables, fill: Option<T>) -> Result<Vec<T>> {
-    let total: usize = tables.iter().map(Vec::len).product();
-    let mut out = alloc(total)?;
+    let total = tables
+        .iter()
+        .try_fold(1usize, |acc, t| acc.checked_mul(t.len()))
+        .ok_or_else(|| Error::operation("the output element count overflows"))?;
+    let mut out = alloc(total, "the output")?;
     if total == 0 {
         return Ok(out);
     }
     let fill = fill.unwrap_or_default();
-    let read = |off: usize| x.get(off).copied().unwrap_or(fill);
     let Some((inner, outer)) = tables.split_last() else {
-        out.push(read(0));
+        out.push(x.first().copied().unwrap_or(fill));
         return Ok(out);
     };
-    let mut idx = vec![0usize; outer.len()];
+    let mut idx = [0usize; MAX_RANK];
+    let idx = idx
+        .get_mut(..outer.len())
+        .ok_or_else(|| Error::operation("the rank is above the supported maximum"))?;
     loop {
         let base = idx
             .iter()
             .zip(outer)
-            .try_fold(0usize, |acc, (&i, t)| Some(acc + t[i]?));
+            .try_fold(0usize, |acc, (&i, t)| Some(acc.wrapping_add(t.at(i)?)));
         match base {
             None => out.extend(std::iter::repeat_n(fill, inner.len())),
-            Some(b) => out.extend(inner.iter().map(|o| match o {
-                Some(o) => read(b + o),
-                None => fill,
-            })),
+            Some(b) => row(&mut out, x, b, inner, fill),
         }
         // Advance the odometer over the outer dimensions.
         let mut d = outer.len();
@@ -309,18 +390,60 @@ fn remap<T: Copy + Default>(x: &[T], tables: &Tables, fill: Option<T>) -> Result
     }
 }
 
+/// The highest rank [`remap`] walks (WebNN implementations cap ranks far
+/// below this).
+const MAX_RANK: usize = 64;
+
+/// Appends one output row, the innermost dimension `ax` read from offset `b`.
+#[inline]
+fn row<T: Copy>(out: &mut Vec<T>, x: &[T], b: usize, ax: &Axis, fill: T) {
+    let read = |off: usize| x.get(off).copied().unwrap_or(fill);
+    let span = |start: usize, n: usize| x.get(start..start.checked_add(n)?);
+    match *ax {
+        Axis::Affine { len, base, step: 1 } => match span(b.wrapping_add(base), len) {
+            Some(src) => out.extend_from_slice(src),
+            None => out.extend((0..len).map(|o| read(b.wrapping_add(base).wrapping_add(o)))),
+        },
+        Axis::Affine { len, base, step: 0 } => {
+            out.extend(std::iter::repeat_n(read(b.wrapping_add(base)), len))
+        }
+        Axis::Wrap { len, n, s: 1 } if n > 0 && len % n == 0 => match span(b, n) {
+            Some(src) => (0..len / n).for_each(|_| out.extend_from_slice(src)),
+            None => out.extend((0..len).map(|o| read(b.wrapping_add(o % n)))),
+        },
+        Axis::Pad {
+            len, n, p0, s: 1, ..
+        } if p0.checked_add(n).is_some_and(|e| e <= len) => {
+            out.extend((0..p0).map(|o| ax.at(o).map_or(fill, |off| read(b.wrapping_add(off)))));
+            match span(b, n) {
+                Some(src) => out.extend_from_slice(src),
+                None => out.extend((0..n).map(|i| read(b.wrapping_add(i)))),
+            }
+            out.extend(
+                (p0 + n..len).map(|o| ax.at(o).map_or(fill, |off| read(b.wrapping_add(off)))),
+            );
+        }
+        _ => out
+            .extend((0..ax.len()).map(|o| ax.at(o).map_or(fill, |off| read(b.wrapping_add(off))))),
+    }
+}
+
 /// Consecutive pieces of `sizes[i]` along `axis`.
 fn split(x: &Buf, shape: &[usize], axis: usize, sizes: &[usize]) -> Result<Vec<Buf>> {
     let mut start = 0;
-    let mut outs = Vec::with_capacity(sizes.len());
+    let mut outs = alloc(sizes.len(), "the outputs of split")?;
     for &size in sizes {
         let tables = per_dim(shape, |d, n, s| {
-            if d == axis {
-                (start..start + size).map(|i| Some(i * s)).collect()
+            Ok(if d == axis {
+                Axis::Affine {
+                    len: size,
+                    base: start * s,
+                    step: s as isize,
+                }
             } else {
                 identity(n, s)
-            }
-        });
+            })
+        })?;
         outs.push(remap_buf(x, &tables, None)?);
         start += size;
     }
@@ -345,7 +468,7 @@ fn triangular<T: Copy + Default>(
         (Some(a), Some(b)) => (shape[a], shape[b]),
         _ => return Err(Error::operation("triangular needs rank 2 or more")),
     };
-    let mut out = alloc(x.len())?;
+    let mut out = alloc(x.len(), "the output of triangular")?;
     out.extend_from_slice(x);
     if rows == 0 || cols == 0 {
         return Ok(out);
@@ -395,21 +518,21 @@ fn resample_linear(
     let tables: Vec<Vec<(usize, usize, f64)>> = (0..rank)
         .map(|d| {
             let (n, m, s) = (in_shape[d], out_shape[d], st[d]);
+            let mut t = alloc(m, "a resample2d index table")?;
             if axes.contains(&d) {
-                (0..m)
-                    .map(|o| {
-                        let c = source_coordinate(n, m, o);
-                        let (lo, hi) = (c.floor(), c.ceil());
-                        (lo as usize * s, hi as usize * s, c - lo)
-                    })
-                    .collect()
+                t.extend((0..m).map(|o| {
+                    let c = source_coordinate(n, m, o);
+                    let (lo, hi) = (c.floor(), c.ceil());
+                    (lo as usize * s, hi as usize * s, c - lo)
+                }));
             } else {
-                (0..m).map(|o| (o * s, o * s, 0.0)).collect()
+                t.extend((0..m).map(|o| (o * s, o * s, 0.0)));
             }
+            Ok(t)
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let total: usize = out_shape.iter().product();
-    let mut out = alloc(total)?;
+    let mut out = alloc(total, "the output of resample2d")?;
     if total == 0 {
         return Ok(out);
     }
@@ -853,5 +976,57 @@ mod tests {
             std::slice::from_ref(&d2)
         )
         .is_err());
+    }
+
+    #[test]
+    fn huge_outputs_are_errors_that_name_the_bytes() {
+        // Shapes past the descriptor's limits, built directly: the tables
+        // cost nothing per element, and the output allocation fails
+        // fallibly (no abort) with the bytes in the message.
+        let huge = 1usize << 61;
+        let x = Buf::F32(vec![1.0]);
+        let xd = desc(DataType::Float32, &[1]);
+        let out = OperandDescriptor {
+            data_type: DataType::Float32,
+            shape: vec![huge],
+        };
+        let ops = [
+            MovementOp::Expand,
+            MovementOp::Tile {
+                repetitions: vec![huge],
+            },
+            MovementOp::Pad {
+                begin: vec![0],
+                end: vec![huge - 1],
+                mode: PadMode::Edge,
+                value: MlNumber::Double(0.0),
+            },
+            MovementOp::Pad {
+                begin: vec![huge - 1],
+                end: vec![0],
+                mode: PadMode::Constant,
+                value: MlNumber::Double(0.0),
+            },
+        ];
+        for op in &ops {
+            let e = run(op, &[&x], &[&xd], std::slice::from_ref(&out)).unwrap_err();
+            assert!(
+                e.message
+                    .contains(&format!("cannot allocate {} bytes", (huge as u128) * 4)),
+                "{}: {}",
+                op.name(),
+                e.message
+            );
+        }
+    }
+
+    #[test]
+    fn tables_cost_what_the_dimensions_cost() {
+        // A broadcast dimension is stride 0, never a table.
+        let t = expand_tables(&[1, 3], &[i32::MAX as usize, 3]).unwrap();
+        assert!(matches!(t[0], Axis::Affine { step: 0, .. }));
+        assert!(matches!(t[1], Axis::Affine { step: 1, .. }));
+        let t = pad_tables(&[4], &[1 << 40], &[1 << 40], PadMode::Reflection).unwrap();
+        assert_eq!(t[0].len(), (1 << 41) + 4);
     }
 }

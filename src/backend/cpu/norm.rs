@@ -13,8 +13,9 @@ use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
 use super::elementwise::with_simd;
-use super::shape::transpose_vec;
+use super::shape::try_transpose_vec;
 use super::util::{floats, from_floats};
+use super::util::{try_copy, try_filled, try_vec};
 
 /// Elements below which groups are normalized on this thread.
 const PAR_MIN: usize = 1 << 15;
@@ -51,9 +52,9 @@ fn normalize_rows(
     bias: Option<&[f32]>,
     per_element: bool,
     channels: usize,
-) {
+) -> Result<()> {
     if len == 0 {
-        return;
+        return Ok(());
     }
     // Per-element scale and bias as full rows (ones and zeros when
     // absent), so the inner loop is branch-free and vectorises.
@@ -63,14 +64,14 @@ fn normalize_rows(
         let s = match scale {
             Some(s) if s.len() >= len => &s[..len],
             _ => {
-                ones = vec![1.0f32; len];
+                ones = try_filled(len, 1.0f32, "a row of ones")?;
                 &ones[..]
             }
         };
         let b = match bias {
             Some(b) if b.len() >= len => &b[..len],
             _ => {
-                zeros = vec![0.0f32; len];
+                zeros = try_filled(len, 0.0f32, "a row of zeros")?;
                 &zeros[..]
             }
         };
@@ -131,6 +132,7 @@ fn normalize_rows(
     } else {
         x.chunks_mut(len).enumerate().for_each(run);
     }
+    Ok(())
 }
 
 fn inverse(perm: &[usize]) -> Vec<usize> {
@@ -142,6 +144,14 @@ fn inverse(perm: &[usize]) -> Vec<usize> {
 }
 
 /// Runs one operator of this family; returns one buffer per output.
+/// The elements as an owned vector, copied (fallibly) when borrowed.
+fn owned(x: std::borrow::Cow<'_, [f32]>) -> Result<Vec<f32>> {
+    match x {
+        std::borrow::Cow::Owned(v) => Ok(v),
+        std::borrow::Cow::Borrowed(b) => try_copy(b, "a copy of the input"),
+    }
+}
+
 pub fn run(
     op: &NormOp,
     inputs: &[&Buf],
@@ -182,21 +192,19 @@ pub fn run(
             }
             // Per channel: y = x * a + b' with a = scale / sqrt(var + eps),
             // computed in f64 so the only f32 rounding is the result's.
-            let coef: Vec<(f64, f64, f64)> = (0..c)
-                .map(|k| {
-                    let a = scale.as_ref().map_or(1.0, |s| s[k] as f64)
-                        / (var[k] as f64 + *epsilon as f64).sqrt();
-                    let b = bias.as_ref().map_or(0.0, |b| b[k] as f64);
-                    (mean[k] as f64, a, b)
-                })
-                .collect();
-            x.iter()
-                .enumerate()
-                .map(|(i, &v)| {
-                    let (m, a, b) = coef[(i / inner.max(1)) % c.max(1)];
-                    ((v as f64 - m) * a + b) as f32
-                })
-                .collect()
+            let mut coef: Vec<(f64, f64, f64)> = try_vec(c, "the channel coefficients")?;
+            coef.extend((0..c).map(|k| {
+                let a = scale.as_ref().map_or(1.0, |s| s[k] as f64)
+                    / (var[k] as f64 + *epsilon as f64).sqrt();
+                let b = bias.as_ref().map_or(0.0, |b| b[k] as f64);
+                (mean[k] as f64, a, b)
+            }));
+            let mut res = try_vec(x.len(), "the output of batchNormalization")?;
+            res.extend(x.iter().enumerate().map(|(i, &v)| {
+                let (m, a, b) = coef[(i / inner.max(1)) % c.max(1)];
+                ((v as f64 - m) * a + b) as f32
+            }));
+            res
         }
         NormOp::Instance {
             nhwc,
@@ -222,9 +230,9 @@ pub fn run(
                 (shape[0], shape[2], shape[3])
             };
             let mut v = if *nhwc {
-                transpose_vec(&x, shape, &[0, 3, 1, 2])
+                try_transpose_vec(&x, shape, &[0, 3, 1, 2])?
             } else {
-                x.into_owned()
+                owned(x)?
             };
             normalize_rows(
                 &mut v,
@@ -234,9 +242,9 @@ pub fn run(
                 bias.as_deref(),
                 false,
                 c,
-            );
+            )?;
             if *nhwc {
-                transpose_vec(&v, &[n, c, h, w], &[0, 2, 3, 1])
+                try_transpose_vec(&v, &[n, c, h, w], &[0, 2, 3, 1])?
             } else {
                 v
             }
@@ -265,9 +273,9 @@ pub fn run(
             perm.extend_from_slice(axes);
             let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
             let mut v = if identity {
-                x.into_owned()
+                owned(x)?
             } else {
-                transpose_vec(&x, shape, &perm)
+                try_transpose_vec(&x, shape, &perm)?
             };
             normalize_rows(
                 &mut v,
@@ -277,12 +285,12 @@ pub fn run(
                 bias.as_deref(),
                 true,
                 1,
-            );
+            )?;
             if identity {
                 v
             } else {
                 let moved: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-                transpose_vec(&v, &moved, &inverse(&perm))
+                try_transpose_vec(&v, &moved, &inverse(&perm))?
             }
         }
     };
@@ -292,6 +300,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::shape::transpose_vec;
     use crate::types::DataType;
 
     fn data(n: usize, seed: u64) -> Vec<f32> {

@@ -9,7 +9,7 @@ use crate::graph::ops::reduce::{ReduceKind, ReduceOp};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
-use super::util::{floats, from_floats};
+use super::util::{floats, from_floats, try_filled, try_vec};
 
 /// Runs one operator of this family; returns one buffer per output.
 pub fn run(
@@ -98,8 +98,8 @@ fn fold<T: Copy, A: Copy>(
     out_len: usize,
     init: A,
     f: impl Fn(A, T, usize) -> A,
-) -> Vec<A> {
-    let mut acc = vec![init; out_len];
+) -> Result<Vec<A>> {
+    let mut acc = try_filled(out_len, init, "the accumulators of a reduction")?;
     let (n, reduced) = segs[segs.len() - 1];
     walk(segs, |i, o| {
         let run = &x[i..i + n];
@@ -115,7 +115,7 @@ fn fold<T: Copy, A: Copy>(
             }
         }
     });
-    acc
+    Ok(acc)
 }
 
 /// max/min that propagate NaN (a NaN among the values gives NaN).
@@ -140,45 +140,50 @@ fn min_nan(a: f64, v: f64) -> f64 {
 }
 
 /// A float reduction in f64.
-fn reduce_floats(kind: ReduceKind, segs: &[(usize, bool)], x: &[f32], out_len: usize) -> Vec<f64> {
+fn reduce_floats(
+    kind: ReduceKind,
+    segs: &[(usize, bool)],
+    x: &[f32],
+    out_len: usize,
+) -> Result<Vec<f64>> {
     use ReduceKind::*;
     let count = (x.len() / out_len.max(1)) as f64;
-    match kind {
-        L1 => fold(segs, x, out_len, 0.0, |a, v, _| a + (v as f64).abs()),
-        L2 => fold(segs, x, out_len, 0.0, |a, v, _| a + (v as f64) * (v as f64))
+    Ok(match kind {
+        L1 => fold(segs, x, out_len, 0.0, |a, v, _| a + (v as f64).abs())?,
+        L2 => fold(segs, x, out_len, 0.0, |a, v, _| a + (v as f64) * (v as f64))?
             .into_iter()
             .map(f64::sqrt)
             .collect(),
-        SumSquare => fold(segs, x, out_len, 0.0, |a, v, _| a + (v as f64) * (v as f64)),
-        Sum => fold(segs, x, out_len, 0.0, |a, v, _| a + v as f64),
-        LogSum => fold(segs, x, out_len, 0.0, |a, v, _| a + v as f64)
+        SumSquare => fold(segs, x, out_len, 0.0, |a, v, _| a + (v as f64) * (v as f64))?,
+        Sum => fold(segs, x, out_len, 0.0, |a, v, _| a + v as f64)?,
+        LogSum => fold(segs, x, out_len, 0.0, |a, v, _| a + v as f64)?
             .into_iter()
             .map(f64::ln)
             .collect(),
-        Mean => fold(segs, x, out_len, 0.0, |a, v, _| a + v as f64)
+        Mean => fold(segs, x, out_len, 0.0, |a, v, _| a + v as f64)?
             .into_iter()
             .map(|s| s / count)
             .collect(),
-        Product => fold(segs, x, out_len, 1.0, |a, v, _| a * v as f64),
+        Product => fold(segs, x, out_len, 1.0, |a, v, _| a * v as f64)?,
         Max => fold(segs, x, out_len, f64::NEG_INFINITY, |a, v, _| {
             max_nan(a, v as f64)
-        }),
+        })?,
         Min => fold(segs, x, out_len, f64::INFINITY, |a, v, _| {
             min_nan(a, v as f64)
-        }),
+        })?,
         LogSumExp => {
             // log(sum(exp(x))) = m + log(sum(exp(x - m))) with m the maximum,
             // so that large values do not overflow exp.
             let m = fold(segs, x, out_len, f64::NEG_INFINITY, |a, v, _| {
                 max_nan(a, v as f64)
-            });
-            let s = fold(segs, x, out_len, 0.0, |a, v, o| a + (v as f64 - m[o]).exp());
+            })?;
+            let s = fold(segs, x, out_len, 0.0, |a, v, o| a + (v as f64 - m[o]).exp())?;
             m.iter()
                 .zip(s)
                 .map(|(&m, s)| if m.is_finite() { m + s.ln() } else { m })
                 .collect()
         }
-    }
+    })
 }
 
 /// Integer element types: wrapping arithmetic that never panics.
@@ -232,24 +237,24 @@ fn reduce_ints<T: IntElem>(
 ) -> Result<Vec<T>> {
     use ReduceKind::*;
     Ok(match kind {
-        Sum => fold(segs, x, out_len, T::ZERO, |a, v, _| a.wadd(v)),
-        L1 => fold(segs, x, out_len, T::ZERO, |a, v, _| a.wadd(v.wabs())),
-        SumSquare => fold(segs, x, out_len, T::ZERO, |a, v, _| a.wadd(v.wmul(v))),
-        Product => fold(segs, x, out_len, T::ONE, |a, v, _| a.wmul(v)),
+        Sum => fold(segs, x, out_len, T::ZERO, |a, v, _| a.wadd(v))?,
+        L1 => fold(segs, x, out_len, T::ZERO, |a, v, _| a.wadd(v.wabs()))?,
+        SumSquare => fold(segs, x, out_len, T::ZERO, |a, v, _| a.wadd(v.wmul(v)))?,
+        Product => fold(segs, x, out_len, T::ONE, |a, v, _| a.wmul(v))?,
         Max => fold(
             segs,
             x,
             out_len,
             T::MIN,
             |a, v, _| if v > a { v } else { a },
-        ),
+        )?,
         Min => fold(
             segs,
             x,
             out_len,
             T::MAX,
             |a, v, _| if v < a { v } else { a },
-        ),
+        )?,
         _ => {
             return Err(Error::operation(format!(
                 "{} does not take integer inputs",
@@ -276,8 +281,10 @@ fn reduce(
     Ok(match x {
         Buf::F32(_) | Buf::F16(_) => {
             let v = floats(x)?;
-            let r = reduce_floats(kind, &segs, &v, out_len);
-            from_floats(out_type, r.into_iter().map(|a| a as f32).collect())?
+            let r = reduce_floats(kind, &segs, &v, out_len)?;
+            let mut o = try_vec(r.len(), "the output of a reduction")?;
+            o.extend(r.into_iter().map(|a| a as f32));
+            from_floats(out_type, o)?
         }
         Buf::I32(v) => Buf::I32(reduce_ints(kind, &segs, v, out_len)?),
         Buf::U32(v) => Buf::U32(reduce_ints(kind, &segs, v, out_len)?),
@@ -308,9 +315,9 @@ fn arg_best<T: Copy + PartialOrd>(
     n: usize,
     inner: usize,
     max: bool,
-) -> Vec<i64> {
-    let mut out = vec![0i64; outer * inner];
-    let mut best: Vec<T> = Vec::with_capacity(inner);
+) -> Result<Vec<i64>> {
+    let mut out = try_filled(outer * inner, 0i64, "the output of argMin/argMax")?;
+    let mut best: Vec<T> = try_vec(inner, "the running extremes of argMin/argMax")?;
     for o in 0..outer {
         let base = o * n * inner;
         best.clear();
@@ -327,7 +334,7 @@ fn arg_best<T: Copy + PartialOrd>(
             }
         }
     }
-    out
+    Ok(out)
 }
 
 fn arg_min_max(
@@ -344,17 +351,21 @@ fn arg_min_max(
         ));
     }
     let idx = match x {
-        Buf::F32(_) | Buf::F16(_) => arg_best(&floats(x)?, outer, n, inner, max),
-        Buf::I32(v) => arg_best(v, outer, n, inner, max),
-        Buf::U32(v) => arg_best(v, outer, n, inner, max),
-        Buf::I64(v) => arg_best(v, outer, n, inner, max),
-        Buf::U64(v) => arg_best(v, outer, n, inner, max),
-        Buf::I8(v) => arg_best(v, outer, n, inner, max),
-        Buf::U8(v) => arg_best(v, outer, n, inner, max),
+        Buf::F32(_) | Buf::F16(_) => arg_best(&floats(x)?, outer, n, inner, max)?,
+        Buf::I32(v) => arg_best(v, outer, n, inner, max)?,
+        Buf::U32(v) => arg_best(v, outer, n, inner, max)?,
+        Buf::I64(v) => arg_best(v, outer, n, inner, max)?,
+        Buf::U64(v) => arg_best(v, outer, n, inner, max)?,
+        Buf::I8(v) => arg_best(v, outer, n, inner, max)?,
+        Buf::U8(v) => arg_best(v, outer, n, inner, max)?,
     };
     match out_type {
         // Validation keeps the axis size within the output type's range.
-        DataType::Int32 => Ok(Buf::I32(idx.into_iter().map(|i| i as i32).collect())),
+        DataType::Int32 => {
+            let mut o = try_vec(idx.len(), "the output of argMin/argMax")?;
+            o.extend(idx.into_iter().map(|i| i as i32));
+            Ok(Buf::I32(o))
+        }
         DataType::Int64 => Ok(Buf::I64(idx)),
         other => Err(Error::operation(format!(
             "argMin/argMax cannot produce {}",
@@ -373,9 +384,9 @@ fn scan<T: Copy, A: Copy, U: Copy + Default>(
     zero: A,
     add: impl Fn(A, T) -> A,
     store: impl Fn(A) -> U,
-) -> Vec<U> {
-    let mut out = vec![U::default(); x.len()];
-    let mut sums = vec![zero; inner];
+) -> Result<Vec<U>> {
+    let mut out = try_filled(x.len(), U::default(), "the output of cumulativeSum")?;
+    let mut sums = try_filled(inner, zero, "the running sums of cumulativeSum")?;
     for o in 0..outer {
         sums.iter_mut().for_each(|s| *s = zero);
         for step in 0..n {
@@ -394,7 +405,7 @@ fn scan<T: Copy, A: Copy, U: Copy + Default>(
             }
         }
     }
-    out
+    Ok(out)
 }
 
 fn cumulative_sum(
@@ -421,7 +432,7 @@ fn cumulative_sum(
                 IntElem::ZERO,
                 |a, v| IntElem::wadd(a, v),
                 |a| a,
-            ))
+            )?)
         };
     }
     Ok(match x {
@@ -435,7 +446,7 @@ fn cumulative_sum(
                 0.0f64,
                 |a, v| a + v as f64,
                 |a| a as f32,
-            );
+            )?;
             from_floats(out_type, sums)?
         }
         Buf::I32(v) => ints!(v, I32),

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
-use super::util::strides;
+use super::util::{strides, try_vec};
 
 /// An element type of [`Buf`] storage: lets generic kernels borrow a typed
 /// slice out of a `Buf` and wrap a result back into the same variant.
@@ -85,8 +85,22 @@ fn check_len(b: &Buf, d: &OperandDescriptor) -> Result<()> {
 /// Gathers `out_shape` elements from `x`: output element at multi-index `o`
 /// is read at `base + sum(o[i] * src_strides[i])`. Shared by transpose and
 /// slice; the innermost dimension is a tight loop.
-fn gather<T: Copy>(x: &[T], base: usize, out_shape: &[usize], src_strides: &[usize]) -> Vec<T> {
+fn gather<T: Copy>(
+    x: &[T],
+    base: usize,
+    out_shape: &[usize],
+    src_strides: &[usize],
+) -> Result<Vec<T>> {
     gather_into(Vec::new(), x, base, out_shape, src_strides)
+}
+
+/// Empties `out` and makes room for `total` elements, fallibly.
+fn make_room<T>(out: &mut Vec<T>, total: usize, what: &str) -> Result<()> {
+    out.clear();
+    if out.capacity() < total {
+        *out = try_vec(total, what)?;
+    }
+    Ok(())
 }
 
 /// [`gather`] into `out` (emptied first; its memory is reused).
@@ -96,17 +110,16 @@ fn gather_into<T: Copy>(
     base: usize,
     out_shape: &[usize],
     src_strides: &[usize],
-) -> Vec<T> {
+) -> Result<Vec<T>> {
     let total: usize = out_shape.iter().product();
-    out.clear();
-    out.reserve(total);
+    make_room(&mut out, total, "the output")?;
     if total == 0 {
-        return out;
+        return Ok(out);
     }
     let rank = out_shape.len();
     if rank == 0 {
         out.push(x[base]);
-        return out;
+        return Ok(out);
     }
     let inner = out_shape[rank - 1];
     let inner_stride = src_strides[rank - 1];
@@ -122,7 +135,7 @@ fn gather_into<T: Copy>(
         let mut d = rank - 1;
         loop {
             if d == 0 {
-                return out;
+                return Ok(out);
             }
             d -= 1;
             idx[d] += 1;
@@ -139,11 +152,30 @@ fn gather_into<T: Copy>(
 /// Permutes the dimensions of a row-major array: output dimension `i` is
 /// input dimension `perm[i]`. Used by conv/pool to change layouts.
 pub(super) fn transpose_vec<T: Copy>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
+    // The room is reserved here (infallibly, as before, for the conv
+    // kernels' small layout changes), so the fallible reserve inside
+    // cannot fail.
+    let out = Vec::with_capacity(x.len());
+    transpose_vec_into(out, x, shape, perm).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`transpose_vec`] whose output allocation fails with an OperationError
+/// instead of aborting.
+pub(super) fn try_transpose_vec<T: Copy>(
+    x: &[T],
+    shape: &[usize],
+    perm: &[usize],
+) -> Result<Vec<T>> {
     transpose_vec_into(Vec::new(), x, shape, perm)
 }
 
 /// [`transpose_vec`] into `out` (emptied first; its memory is reused).
-fn transpose_vec_into<T: Copy>(out: Vec<T>, x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
+fn transpose_vec_into<T: Copy>(
+    out: Vec<T>,
+    x: &[T],
+    shape: &[usize],
+    perm: &[usize],
+) -> Result<Vec<T>> {
     let s = strides(shape);
     let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
     let src: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
@@ -163,16 +195,15 @@ fn transpose_inner<T: Copy>(
     x: &[T],
     out_shape: &[usize],
     src: &[usize],
-) -> Vec<T> {
+) -> Result<Vec<T>> {
     const TILE: usize = 16;
     let total: usize = out_shape.iter().product();
     let rank = out_shape.len();
     let (rows, cols) = (out_shape[rank - 2], out_shape[rank - 1]);
     let cs = src[rank - 1];
-    out.clear();
-    out.reserve(total);
+    make_room(&mut out, total, "the output of transpose")?;
     if total == 0 {
-        return out;
+        return Ok(out);
     }
     // The tiles below read without bounds checks: the farthest element
     // any output reads must lie in `x` (true when `src` is a permutation
@@ -240,7 +271,7 @@ fn transpose_inner<T: Copy>(
     // of them), and in each the tiles (i0, j0) cover every row and column,
     // each writing all its elements (the SSE tile or the scalar loop).
     unsafe { out.set_len(total) };
-    out
+    Ok(out)
 }
 
 /// One 16 x 16 tile of [`transpose_inner`] for 4-byte elements, 4 x 4
@@ -283,7 +314,7 @@ fn transpose_t<T: Elem>(x: &Buf, d: &OperandDescriptor, perm: &[usize]) -> Resul
         typed::<T>(x)?,
         &d.shape,
         perm,
-    )))
+    )?))
 }
 
 /// `transpose`: output dimension `i` is input dimension `perm[i]`.
@@ -320,7 +351,7 @@ fn concat_t<T: Elem>(
     let outer: usize = out.shape[..axis].iter().product();
     let inner: usize = out.shape[axis + 1..].iter().product();
     let blocks: Vec<usize> = ds.iter().map(|d| d.shape[axis] * inner).collect();
-    let mut v = Vec::with_capacity(out.element_count());
+    let mut v = try_vec(out.element_count(), "the output of concat")?;
     for o in 0..outer {
         for (p, &bl) in parts.iter().zip(&blocks) {
             v.extend_from_slice(&p[o * bl..(o + 1) * bl]);
@@ -370,7 +401,7 @@ fn slice_t<T: Elem>(
     let s = strides(&d.shape);
     let base: usize = starts.iter().zip(&s).map(|(a, b)| a * b).sum();
     let src: Vec<usize> = steps.iter().zip(&s).map(|(a, b)| a * b).collect();
-    Ok(T::wrap(gather(typed::<T>(x)?, base, &out.shape, &src)))
+    Ok(T::wrap(gather(typed::<T>(x)?, base, &out.shape, &src)?))
 }
 
 /// `slice`: output element `o` is input element `starts + o * strides`

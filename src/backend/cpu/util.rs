@@ -27,6 +27,35 @@ pub fn from_floats(dt: DataType, v: Vec<f32>) -> Result<Buf> {
     }
 }
 
+/// An empty vector with room for `n` elements, or an OperationError that
+/// names the bytes asked for (never an allocation abort). For every
+/// allocation whose size follows from a shape, an option or a tensor's
+/// contents.
+pub fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        Error::operation(format!(
+            "cannot allocate {} bytes for {what}",
+            (n as u128) * std::mem::size_of::<T>() as u128
+        ))
+    })?;
+    Ok(v)
+}
+
+/// `n` copies of `value`, allocated fallibly ([`try_vec`]).
+pub fn try_filled<T: Clone>(n: usize, value: T, what: &str) -> Result<Vec<T>> {
+    let mut v = try_vec(n, what)?;
+    v.resize(n, value);
+    Ok(v)
+}
+
+/// A copy of `x`, allocated fallibly ([`try_vec`]).
+pub fn try_copy<T: Clone>(x: &[T], what: &str) -> Result<Vec<T>> {
+    let mut v = try_vec(x.len(), what)?;
+    v.extend_from_slice(x);
+    Ok(v)
+}
+
 /// Row-major strides of a shape.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];

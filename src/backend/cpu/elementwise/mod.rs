@@ -40,7 +40,33 @@ where
     U: Copy + Send + 'static,
     F: Fn(usize, &mut [MaybeUninit<U>]) + Sync,
 {
-    let mut v: Vec<U> = Buf::vec_for_overwrite(n);
+    // SAFETY: the caller's contract, passed on.
+    unsafe { fill_vec(Buf::vec_for_overwrite(n), n, fill) }
+}
+
+/// [`build_vec`] whose allocation fails with an OperationError naming the
+/// bytes instead of aborting.
+///
+/// # Safety
+/// As [`build_vec`].
+pub(super) unsafe fn try_build_vec<U, F>(n: usize, fill: F) -> Result<Vec<U>>
+where
+    U: Copy + Send + 'static,
+    F: Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+{
+    // SAFETY: the caller's contract, passed on.
+    Ok(unsafe { fill_vec(Buf::try_vec_for_overwrite(n)?, n, fill) })
+}
+
+/// The body of [`build_vec`]: `v` has room for `n` elements.
+///
+/// # Safety
+/// As [`build_vec`].
+unsafe fn fill_vec<U, F>(mut v: Vec<U>, n: usize, fill: F) -> Vec<U>
+where
+    U: Copy + Send + 'static,
+    F: Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+{
     {
         let spare = &mut v.spare_capacity_mut()[..n];
         let threads = rayon::current_num_threads();
@@ -244,7 +270,7 @@ pub(super) fn broadcast_map<T, U, F>(
     sb: &[usize],
     out_shape: &[usize],
     f: F,
-) -> Vec<U>
+) -> Result<Vec<U>>
 where
     T: Copy + Sync,
     U: Copy + Send + 'static,
@@ -252,14 +278,14 @@ where
 {
     let total: usize = out_shape.iter().product();
     if total == 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     // Fast paths: same shape, or one side a single element.
     if a.len() == total && b.len() == total {
         // SAFETY: `map2` writes each element of the chunk `o`, zipped with
         // inputs of exactly `o.len()` elements (bounds-checked slices).
         return unsafe {
-            build_vec(
+            try_build_vec(
                 total,
                 #[inline(always)]
                 |s, o| {
@@ -274,7 +300,7 @@ where
         // SAFETY: `map1` writes each element of the chunk `o`, zipped with
         // an input of exactly `o.len()` elements (bounds-checked slice).
         return unsafe {
-            build_vec(
+            try_build_vec(
                 total,
                 #[inline(always)]
                 |s, o| map1(&b[s..s + o.len()], o, &|y| f(x, y)),
@@ -285,7 +311,7 @@ where
         let y = b[0];
         // SAFETY: as above.
         return unsafe {
-            build_vec(
+            try_build_vec(
                 total,
                 #[inline(always)]
                 |s, o| map1(&a[s..s + o.len()], o, &|x| f(x, y)),
@@ -336,7 +362,7 @@ where
         rows
     };
     let chunk = rows_per_chunk * inner;
-    let mut v: Vec<U> = Buf::vec_for_overwrite(total);
+    let mut v: Vec<U> = Buf::try_vec_for_overwrite(total)?;
     let work = |(c, dst): (usize, &mut [MaybeUninit<U>])| {
         with_simd(
             #[inline(always)]
@@ -359,9 +385,9 @@ where
     // every arm of `row` writes each element of it (map1 and map2 zip
     // `dst` with inputs of exactly `inner` elements, sliced with bounds
     // checks, so a short input panics instead); total <= capacity
-    // (`vec_for_overwrite`).
+    // (`try_vec_for_overwrite`).
     unsafe { v.set_len(total) };
-    v
+    Ok(v)
 }
 
 /// `(0..n).map(f)`, in parallel for large `n`.
@@ -621,7 +647,7 @@ pub fn binary(
             let Buf::$variant(y) = b else {
                 return Err(mismatch());
             };
-            Buf::$variant(with_int_binary!(k, $t, f => broadcast_map($x, sa, y, sb, so, f)))
+            Buf::$variant(with_int_binary!(k, $t, f => broadcast_map($x, sa, y, sb, so, f)?))
         }};
     }
     Ok(match a {
@@ -629,7 +655,7 @@ pub fn binary(
             let Buf::F32(y) = b else {
                 return Err(mismatch());
             };
-            Buf::F32(with_float_binary!(k, f => broadcast_map(x, sa, y, sb, so, f)))
+            Buf::F32(with_float_binary!(k, f => broadcast_map(x, sa, y, sb, so, f)?))
         }
         Buf::F16(x) => {
             let Buf::F16(y) = b else {
@@ -638,7 +664,7 @@ pub fn binary(
             Buf::F16(
                 with_float_binary!(k, f => broadcast_map(x, sa, y, sb, so, |p, q| {
                     f32_to_f16(f(f16_to_f32(p), f16_to_f32(q)))
-                })),
+                })?),
             )
         }
         Buf::I32(x) => ints!(x, I32, i32),

@@ -406,7 +406,7 @@ mod tests {
                     },
                     &[&x, &Buf::F32(scale.clone()), &z],
                     &[&d],
-                    &[d.clone()],
+                    std::slice::from_ref(&d),
                 )
                 .unwrap()
                 .remove(0);

@@ -115,10 +115,10 @@ function dequantized(b, w, rows) {
  * @param {MLContext} context
  * @param {object} config the model's config
  * @param {Map<string, object>} weights from prepareWeights
- * @param {{T: number, blockSize: number, nBlocks: number, label?: string}} options
+ * @param {{T: number, blockSize: number, nBlocks: number}} options
  * @returns {Promise<MLGraph>}
  */
-async function buildStepGraph(context, config, weights, { T, blockSize: B, nBlocks, label }) {
+async function buildStepGraph(context, config, weights, { T, blockSize: B, nBlocks }) {
   // The builder is looked up on the global scope first, so that this code
   // runs unchanged on another implementation that installs MLGraphBuilder.
   const Builder = globalThis.MLGraphBuilder || require('../..').MLGraphBuilder;
@@ -216,7 +216,7 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   const hN = rmsNorm(x, 'output_norm.weight');
   const head = weights.has('output.weight') ? 'output.weight' : 'token_embd.weight';
   const logits = linear(hN, head);
-  return b.build({ logits, next: b.concat(next, 0) }, ...(label ? [{ label }] : []));
+  return b.build({ logits, next: b.concat(next, 0) });
 }
 
 module.exports = { MASKED, prepareWeights, destroyWeights, buildStepGraph };

@@ -45,7 +45,7 @@ function argmax(logits) {
  * @returns {{sample: (logits: Float32Array) => number, random: () => number}}
  */
 function createSampler({ temperature = 0, topK = 0, topP = 1, seed = 0 } = {}) {
-  if (!(temperature >= 0) && temperature !== undefined) throw new RangeError('temperature must be >= 0');
+  if (typeof temperature !== 'number' || Number.isNaN(temperature)) throw new RangeError('temperature must be a number');
   if (!Number.isInteger(topK) || topK < 0) throw new RangeError('topK must be an integer >= 0');
   if (!(topP > 0 && topP <= 1)) throw new RangeError('topP must be in (0, 1]');
   const random = mulberry32(seed);

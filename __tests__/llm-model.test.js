@@ -248,6 +248,27 @@ describe('LlamaRunner', () => {
     r.destroy();
   });
 
+  test('a step binds every block but writes only the current one', async () => {
+    const r = await runner(model);
+    await r.forward(prompt.slice(0, 20)); // blocks 0 (full) and 1 (4 rows)
+    const blocks = r.cache.blocks.slice();
+    const spare = r.cache.spare;
+    await r.forward([7]);
+    // Only block 1 changed: the spare took its place, the old one is the spare.
+    expect(r.cache.blocks[0]).toBe(blocks[0]);
+    expect(r.cache.blocks[1]).toBe(spare);
+    expect(r.cache.spare).toBe(blocks[1]);
+    expect(r.cache.blocks.slice(2)).toEqual(blocks.slice(2));
+    // The graph's cache output is one block: [2 * nLayer, nHeadKv, headDim * blockSize].
+    expect(r.cache.shape).toEqual([4, 2, 16 * 16]);
+    const { inputs, next } = r.cache.bindings(1);
+    expect(Object.keys(inputs).sort()).toEqual(['cur', 'past0', 'past1', 'past2']);
+    expect(inputs.past0).toBe(r.cache.blocks[0]);
+    expect(inputs.past1).toBe(r.cache.blocks[2]);
+    expect(next).toBe(r.cache.spare);
+    r.destroy();
+  });
+
   test('exceeding maxContext throws a clear error', async () => {
     const r = await runner(model, { maxContext: 32, blockSize: 16, chunk: 8 });
     await r.forward(prompt.slice(0, 30));

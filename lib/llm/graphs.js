@@ -39,6 +39,20 @@
 const MASKED = -1e9;
 
 /**
+ * The names of the tensors the graphs use: output.weight only when the
+ * head is not tied to token_embd.weight.
+ * @param {{config: {nLayer: number}, tensors: Map<string, object>}} model
+ * @returns {string[]}
+ */
+function weightNames(model) {
+  const names = ['token_embd.weight', 'output_norm.weight'];
+  if (model.tensors.has('output.weight')) names.push('output.weight');
+  const per = ['attn_norm', 'ffn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_gate', 'ffn_up', 'ffn_down'];
+  for (let l = 0; l < model.config.nLayer; l++) for (const p of per) names.push(`blk.${l}.${p}.weight`);
+  return names;
+}
+
+/**
  * Creates the weight constants of every tensor the graphs use, once, as
  * constant MLTensors in their quantized form.
  * @param {MLContext} context
@@ -48,7 +62,11 @@ const MASKED = -1e9;
 async function prepareWeights(context, model) {
   const { repackQ4_1, repackQ8_0 } = require('./quant');
   const out = new Map();
-  for (const [name, t] of model.tensors) {
+  // Only the tensors the graphs read: a file may hold others (of formats
+  // the graphs need not support).
+  for (const name of weightNames(model)) {
+    const t = model.tensors.get(name);
+    if (!t) throw new Error(`the model has no tensor ${name}`);
     const K = t.dims[0];
     const N = t.dims.length > 1 ? t.dims[1] : 1;
     const shape = t.dims.length > 1 ? [N, K] : [K];
@@ -219,4 +237,4 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   return b.build({ logits, next: b.concat(next, 0) });
 }
 
-module.exports = { MASKED, prepareWeights, destroyWeights, buildStepGraph };
+module.exports = { MASKED, weightNames, prepareWeights, destroyWeights, buildStepGraph };

@@ -159,6 +159,15 @@ describe('quant', () => {
     for (const v of [0, 1, -2, 0.5, 65504, 2 ** -24, -(2 ** -14)]) expect(quant.f16ToF32(quant.f32ToF16(v))).toBe(v);
     expect(quant.f32ToF16(1 + 2 ** -11)).toBe(0x3c00); // tie to even
     expect(quant.f32ToF16(1e6)).toBe(0x7c00);
+    // Every float16 round-trips, and the midpoint between two neighbours
+    // rounds to the even one (subnormals included).
+    const wrong = [];
+    for (let h = 0; h < 0x7c00; h++) {
+      if (quant.f32ToF16(quant.f16ToF32(h)) !== h) wrong.push(h);
+      const mid = (quant.f16ToF32(h) + quant.f16ToF32(h + 1)) / 2;
+      if (h + 1 < 0x7c00 && quant.f32ToF16(mid) !== (h & 1 ? h + 1 : h)) wrong.push(mid);
+    }
+    expect(wrong).toEqual([]);
   });
 
   test('Q4_1 and Q8_0 encode/decode and the WebNN repack', () => {

@@ -19,9 +19,9 @@ class LlamaRunner {
    * @param {MLContext} context
    * @param {{config: object, tensors: Map<string, object>}} model the loader's output
    * @param {{maxContext?: number, blockSize?: number, chunk?: number}} [options]
-   *   chunk: tokens per prefill dispatch (default 32, at most blockSize)
+   *   chunk: tokens per prefill dispatch (default 64, at most blockSize)
    */
-  constructor(context, model, { maxContext = 2048, blockSize = 128, chunk = 32 } = {}) {
+  constructor(context, model, { maxContext = 2048, blockSize = 128, chunk = 64 } = {}) {
     const c = model.config;
     if (c.nHead % c.nHeadKv !== 0) throw new RangeError('nHead must be a multiple of nHeadKv');
     if (c.headDim % 2 !== 0 || c.ropeDim % 2 !== 0 || c.ropeDim > c.headDim) {

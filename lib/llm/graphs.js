@@ -1,0 +1,240 @@
+'use strict';
+// The Llama-family model as WebNN graphs, built from MLGraphBuilder's
+// standard operators alone so that the same code runs on any WebNN
+// implementation.
+//
+// Weights enter as they are in the GGUF file: Q4_1/Q8_0 codes as
+// uint4/int8 constants with dequantizeLinear's blockwise float16 scale (one
+// per 32 weights along K) and a zero point of 0; Q4_1's per-block minimum
+// is added after the dequantization ([N, K/32, 32] + [N, K/32, 1]). A
+// backend may recognise that pattern and keep the weights quantized; the
+// graph itself never holds them as float32. The codes and scales are
+// created once as constant MLTensors (createConstantTensor) so that the
+// prefill and decode graphs share them.
+//
+// One step graph serves both prefill (T tokens) and decode (T = 1):
+//
+//   inputs   ids    int32   [T]          token ids (padding: any id)
+//            cos    float32 [T, 1, hd/2] RoPE cos/sin per position and pair
+//            sin    float32 [T, 1, hd/2]
+//            mask   float32 [T, nBlocks*B] additive: 0 where a token may
+//                   attend, -1e9 elsewhere; columns [0, (nBlocks-1)*B) are
+//                   the past slots, the last B the current block
+//            place  float32 [T, B]       one-hot: token t goes to row
+//                   place[t] of the current block (all 0 for padding)
+//            last   int32   [1]          which token's logits (T > 1 only)
+//            cur    float32 [2L, Hkv, hd*B] the current cache block
+//            past0..past{nBlocks-2}      the other blocks, same shape
+//   outputs  logits float32 [1, nVocab]
+//            next   float32 [2L, Hkv, hd*B] the current block with the new
+//                   K/V rows placed in it
+//
+// A cache block holds B positions of every layer: row 2l is layer l's K as
+// [Hkv, hd, B] (already transposed for q·K), row 2l+1 its V as
+// [Hkv, B, hd]. Attention runs per block (scores per block, concatenated,
+// one softmax, per-block weighted sums of V), so no K/V is concatenated or
+// copied; only the current block is rewritten, at a cost of one block.
+
+/** Additive mask value: exp(-1e9 - max) is 0 in float32, and no NaN. */
+const MASKED = -1e9;
+
+/**
+ * The names of the tensors the graphs use: output.weight only when the
+ * head is not tied to token_embd.weight.
+ * @param {{config: {nLayer: number}, tensors: Map<string, object>}} model
+ * @returns {string[]}
+ */
+function weightNames(model) {
+  const names = ['token_embd.weight', 'output_norm.weight'];
+  if (model.tensors.has('output.weight')) names.push('output.weight');
+  const per = ['attn_norm', 'ffn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_gate', 'ffn_up', 'ffn_down'];
+  for (let l = 0; l < model.config.nLayer; l++) for (const p of per) names.push(`blk.${l}.${p}.weight`);
+  return names;
+}
+
+/**
+ * Creates the weight constants of every tensor the graphs use, once, as
+ * constant MLTensors in their quantized form.
+ * @param {MLContext} context
+ * @param {{config: object, tensors: Map<string, {type: string, dims: number[], bytes: Uint8Array}>}} model
+ * @returns {Promise<Map<string, object>>} name -> {type, N, K, q, scale, min} or {type, N, K, data}
+ */
+async function prepareWeights(context, model) {
+  const { repackQ4_1, repackQ8_0 } = require('./quant');
+  const out = new Map();
+  // Only the tensors the graphs read: a file may hold others (of formats
+  // the graphs need not support).
+  for (const name of weightNames(model)) {
+    const t = model.tensors.get(name);
+    if (!t) throw new Error(`the model has no tensor ${name}`);
+    const K = t.dims[0];
+    const N = t.dims.length > 1 ? t.dims[1] : 1;
+    const shape = t.dims.length > 1 ? [N, K] : [K];
+    const blocks = t.dims.length > 1 ? [N, K / 32] : [K / 32];
+    const w = { type: t.type, N, K, shape };
+    if (t.type === 'Q4_1') {
+      const r = repackQ4_1(t.bytes, N * K);
+      w.q = await context.createConstantTensor({ dataType: 'uint4', shape }, r.q);
+      w.scale = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.scale);
+      w.min = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.min);
+    } else if (t.type === 'Q8_0') {
+      const r = repackQ8_0(t.bytes, N * K);
+      w.q = await context.createConstantTensor({ dataType: 'int8', shape }, r.q);
+      w.scale = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.scale);
+    } else if (t.type === 'F32' || t.type === 'F16') {
+      const dataType = t.type === 'F32' ? 'float32' : 'float16';
+      const bytes = t.bytes.slice(); // an aligned copy of exactly the tensor's bytes
+      w.data = await context.createConstantTensor({ dataType, shape }, bytes);
+    } else {
+      throw new TypeError(`${name}: tensor type ${t.type} is not supported`);
+    }
+    out.set(name, w);
+  }
+  return out;
+}
+
+/** Destroys the constant tensors of prepareWeights. */
+function destroyWeights(weights) {
+  for (const w of weights.values()) for (const k of ['q', 'scale', 'min', 'data']) if (w[k]) w[k].destroy();
+}
+
+/** A float32 operand of weight w's values, of w.shape (or rows of it). */
+function dequantized(b, w, rows) {
+  // rows: an int32 operand of row ids to gather first (the embedding), so
+  // that only those rows are dequantized.
+  let q = b.constant(w.q || w.data);
+  let nRows = w.N;
+  const pick = (x) => (rows ? b.gather(x, rows, { axis: 0 }) : x);
+  if (rows) nRows = rows.shape[0];
+  if (w.data) {
+    const x = pick(q);
+    return x.dataType === 'float32' ? x : b.cast(x, 'float32');
+  }
+  const nb = w.K / 32;
+  const bshape = w.shape.length > 1 ? [nRows, nb] : [nb];
+  const shape = w.shape.length > 1 ? [nRows, w.K] : [w.K];
+  q = pick(q);
+  // The float16 scale becomes float32 before the multiplication, so that
+  // d * q + m is computed in float32 as ggml does, not rounded to float16.
+  const scale = b.cast(pick(b.constant(w.scale)), 'float32');
+  const count = bshape.reduce((a, c) => a * c, 1);
+  if (w.type === 'Q8_0') {
+    const zp = b.constant({ dataType: 'int8', shape: bshape }, new Int8Array(count));
+    return b.dequantizeLinear(q, scale, zp);
+  }
+  const zp = b.constant({ dataType: 'uint4', shape: bshape }, new Uint8Array(Math.ceil(count / 2)));
+  const x = b.dequantizeLinear(q, scale, zp);
+  const min = b.cast(pick(b.constant(w.min)), 'float32');
+  return b.reshape(b.add(b.reshape(x, [...bshape, 32]), b.reshape(min, [...bshape, 1])), shape);
+}
+
+/**
+ * Builds one step graph (see the file comment).
+ * @param {MLContext} context
+ * @param {object} config the model's config
+ * @param {Map<string, object>} weights from prepareWeights
+ * @param {{T: number, blockSize: number, nBlocks: number}} options
+ * @returns {Promise<MLGraph>}
+ */
+async function buildStepGraph(context, config, weights, { T, blockSize: B, nBlocks }) {
+  // The builder is looked up on the global scope first, so that this code
+  // runs unchanged on another implementation that installs MLGraphBuilder.
+  const Builder = globalThis.MLGraphBuilder || require('../..').MLGraphBuilder;
+  const b = new Builder(context);
+  const { nLayer: L, nEmbd: E, nHead: H, nHeadKv: Hkv, headDim: hd, rmsEps } = config;
+  const g = H / Hkv;
+  const half = hd / 2;
+  const S = nBlocks - 1;
+  const W = nBlocks * B;
+  const blockShape = [2 * L, Hkv, hd * B];
+  const f32 = (shape) => ({ dataType: 'float32', shape });
+  const get = (name) => {
+    const w = weights.get(name);
+    if (!w) throw new Error(`the model has no tensor ${name}`);
+    return w;
+  };
+  const linear = (x, name) => b.gemm(x, dequantized(b, get(name)), { bTranspose: true });
+  const rmsNorm = (x, name) => {
+    const ms = b.reduceMean(b.mul(x, x), { axes: [1], keepDimensions: true });
+    const eps = b.constant('float32', rmsEps);
+    return b.mul(b.div(x, b.sqrt(b.add(ms, eps))), dequantized(b, get(name)));
+  };
+
+  const ids = b.input('ids', { dataType: 'int32', shape: [T] });
+  const cos = b.input('cos', f32([T, 1, half]));
+  const sin = b.input('sin', f32([T, 1, half]));
+  const mask = b.input('mask', f32([T, W]));
+  const place = b.input('place', f32([T, B]));
+  const last = T > 1 ? b.input('last', { dataType: 'int32', shape: [1] }) : null;
+  const cur = b.input('cur', f32(blockShape));
+  const past = Array.from({ length: S }, (_, s) => b.input(`past${s}`, f32(blockShape)));
+
+  // RoPE on adjacent pairs (x[2i], x[2i+1]) of each head (ggml's "normal"
+  // mode, for which the GGUF converter permuted the Q/K weights).
+  const rope = (x, nh) => {
+    const r = b.reshape(x, [T, nh, half, 2]);
+    const x0 = b.reshape(b.slice(r, [0, 0, 0, 0], [T, nh, half, 1]), [T, nh, half]);
+    const x1 = b.reshape(b.slice(r, [0, 0, 0, 1], [T, nh, half, 1]), [T, nh, half]);
+    const y0 = b.sub(b.mul(x0, cos), b.mul(x1, sin));
+    const y1 = b.add(b.mul(x0, sin), b.mul(x1, cos));
+    return b.reshape(b.concat([b.reshape(y0, [T, nh, half, 1]), b.reshape(y1, [T, nh, half, 1])], 3), [T, nh * hd]);
+  };
+  // Row r (0..2L-1) of a cache block, as K [Hkv, hd, B] or V [Hkv, B, hd].
+  const blockRow = (blk, r) => b.slice(blk, [r, 0, 0], [1, Hkv, hd * B]);
+  const kOf = (blk, l) => b.reshape(blockRow(blk, 2 * l), [Hkv, hd, B]);
+  const vOf = (blk, l) => b.reshape(blockRow(blk, 2 * l + 1), [Hkv, B, hd]);
+
+  // Rows of the current block that this step writes are cleared (keep = 0)
+  // and the new rows added through the one-hot placement: a matmul with a
+  // T x B matrix, exact since each sum has one non-zero term.
+  const keep = b.sub(b.constant('float32', 1), b.reduceSum(place, { axes: [0] })); // [B]
+  const keepCol = b.reshape(keep, [B, 1]);
+  const placeT = b.transpose(place); // [B, T]
+  const qScale = b.constant('float32', 1 / Math.sqrt(hd));
+
+  let x = dequantized(b, get('token_embd.weight'), ids); // [T, E], only these rows
+  const next = [];
+  for (let l = 0; l < L; l++) {
+    const h = rmsNorm(x, `blk.${l}.attn_norm.weight`);
+    const q = rope(linear(h, `blk.${l}.attn_q.weight`), H);
+    const k = rope(linear(h, `blk.${l}.attn_k.weight`), Hkv);
+    const v = linear(h, `blk.${l}.attn_v.weight`);
+
+    const kT = b.transpose(b.reshape(k, [T, Hkv, hd]), { permutation: [1, 2, 0] }); // [Hkv, hd, T]
+    const vH = b.transpose(b.reshape(v, [T, Hkv, hd]), { permutation: [1, 0, 2] }); // [Hkv, T, hd]
+    const curK = b.add(b.mul(kOf(cur, l), keep), b.matmul(kT, place)); // [Hkv, hd, B]
+    const curV = b.add(b.mul(vOf(cur, l), keepCol), b.matmul(placeT, vH)); // [Hkv, B, hd]
+    next.push(b.reshape(curK, [1, Hkv, hd * B]), b.reshape(curV, [1, Hkv, hd * B]));
+
+    // The g query heads that share a K/V head are stacked as g*T rows.
+    const qg = b.reshape(
+      b.transpose(b.reshape(b.mul(q, qScale), [T, Hkv, g, hd]), { permutation: [1, 2, 0, 3] }),
+      [Hkv, g * T, hd]);
+    const keys = [...past.map((p) => kOf(p, l)), curK];
+    const values = [...past.map((p) => vOf(p, l)), curV];
+    const scores = b.concat(keys.map((kb) => b.matmul(qg, kb)), 2); // [Hkv, gT, W]
+    const masked = b.add(b.reshape(scores, [Hkv, g, T, W]), mask);
+    const probs = b.reshape(b.softmax(masked, 3), [Hkv, g * T, W]);
+    let o = null;
+    values.forEach((vb, s) => {
+      const part = b.matmul(b.slice(probs, [0, 0, s * B], [Hkv, g * T, B]), vb); // [Hkv, gT, hd]
+      o = o ? b.add(o, part) : part;
+    });
+    const attn = b.reshape(
+      b.transpose(b.reshape(o, [Hkv, g, T, hd]), { permutation: [2, 0, 1, 3] }),
+      [T, H * hd]);
+    x = b.add(x, linear(attn, `blk.${l}.attn_output.weight`));
+
+    const h2 = rmsNorm(x, `blk.${l}.ffn_norm.weight`);
+    const gate = linear(h2, `blk.${l}.ffn_gate.weight`);
+    const up = linear(h2, `blk.${l}.ffn_up.weight`);
+    x = b.add(x, linear(b.mul(b.mul(gate, b.sigmoid(gate)), up), `blk.${l}.ffn_down.weight`));
+  }
+  if (last) x = b.gather(x, last, { axis: 0 }); // [1, E]: the head runs for one token
+  const hN = rmsNorm(x, 'output_norm.weight');
+  const head = weights.has('output.weight') ? 'output.weight' : 'token_embd.weight';
+  const logits = linear(hN, head);
+  return b.build({ logits, next: b.concat(next, 0) });
+}
+
+module.exports = { MASKED, weightNames, prepareWeights, destroyWeights, buildStepGraph };

@@ -1,0 +1,81 @@
+'use strict';
+// The KV cache: MLTensors that stay in the context across dispatches and
+// are never read back to JavaScript.
+//
+// The cache is cut into nBlocks = maxContext / B blocks of B positions; a
+// block holds every layer's K and V for its positions (one tensor per
+// block, [2 * nLayer, nHeadKv, headDim * B], see graphs.js), so a dispatch
+// binds nBlocks + 1 cache tensors whatever the number of layers. A step
+// graph reads the block being filled as `cur` and the others as `past*`,
+// and writes the updated block as `next` into a spare tensor, which then
+// takes the block's place (WebNN writes whole output tensors, and a tensor
+// may not be both an input and an output of a dispatch). So a step writes
+// one block, never the whole cache. Blocks not yet (or no longer) in use
+// are still bound, to keep the graph's inputs fixed, and masked out.
+
+/**
+ * @param {MLContext} context
+ * @param {{nLayer: number, nHeadKv: number, headDim: number}} config
+ * @param {{maxContext: number, blockSize: number}} options
+ */
+class KVCache {
+  constructor(context, config, { maxContext, blockSize }) {
+    if (!Number.isInteger(blockSize) || blockSize < 1) throw new RangeError('blockSize must be a positive integer');
+    if (!Number.isInteger(maxContext) || maxContext < 1 || maxContext % blockSize !== 0) {
+      throw new RangeError(`maxContext (${maxContext}) must be a positive multiple of blockSize (${blockSize})`);
+    }
+    this.context = context;
+    this.blockSize = blockSize;
+    this.maxContext = maxContext;
+    this.nBlocks = maxContext / blockSize;
+    this.shape = [2 * config.nLayer, config.nHeadKv, config.headDim * blockSize];
+    this.blocks = [];
+    this.spare = null;
+  }
+
+  /** Creates the block tensors (and the spare), filled with zeros. */
+  async init() {
+    const size = this.shape.reduce((a, b) => a * b, 1);
+    const zeros = new Float32Array(size);
+    const make = async () => {
+      // Zeros, not whatever the allocation held: a masked position still
+      // multiplies its (zero) probability by V, and 0 * NaN would be NaN.
+      const t = await this.context.createTensor({ dataType: 'float32', shape: this.shape, writable: true });
+      this.context.writeTensor(t, zeros);
+      return t;
+    };
+    for (let i = 0; i < this.nBlocks; i++) this.blocks.push(await make());
+    this.spare = await make();
+  }
+
+  /**
+   * The cache bindings of a step that writes into block c: that block as
+   * `cur`, every other block as `past0`... in order, and the spare as the
+   * `next` output.
+   * @param {number} c the current block
+   * @returns {{inputs: object, next: MLTensor}}
+   */
+  bindings(c) {
+    const inputs = { cur: this.blocks[c] };
+    let s = 0;
+    for (let i = 0; i < this.nBlocks; i++) if (i !== c) inputs[`past${s++}`] = this.blocks[i];
+    return { inputs, next: this.spare };
+  }
+
+  /** After a dispatch: the spare now holds block c; the old block is the new spare. */
+  commit(c) {
+    const old = this.blocks[c];
+    this.blocks[c] = this.spare;
+    this.spare = old;
+  }
+
+  /** Releases the tensors. */
+  destroy() {
+    for (const t of this.blocks) t.destroy();
+    if (this.spare) this.spare.destroy();
+    this.blocks = [];
+    this.spare = null;
+  }
+}
+
+module.exports = { KVCache };

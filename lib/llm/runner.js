@@ -1,0 +1,186 @@
+'use strict';
+// Runs the model on a context: prefill in chunks, decode one token at a
+// time, the KV cache kept in MLTensors (kv-cache.js) across dispatches.
+// Only the logits are read back.
+
+const { MASKED, prepareWeights, destroyWeights, buildStepGraph } = require('./graphs');
+const { KVCache } = require('./kv-cache');
+
+/**
+ * A Llama-family model on a WebNN context.
+ *
+ * Limits: at most `maxContext` positions (default 2048, a multiple of
+ * `blockSize`, default 128); beyond it forward() throws. Every step attends
+ * over all maxContext / blockSize blocks (unused ones masked), so a step
+ * costs the same at any position; a smaller maxContext makes steps cheaper.
+ */
+class LlamaRunner {
+  /**
+   * @param {MLContext} context
+   * @param {{config: object, tensors: Map<string, object>}} model the loader's output
+   * @param {{maxContext?: number, blockSize?: number, chunk?: number}} [options]
+   *   chunk: tokens per prefill dispatch (default 64, at most blockSize)
+   */
+  constructor(context, model, { maxContext = 2048, blockSize = 128, chunk = 64 } = {}) {
+    const c = model.config;
+    if (c.nHead % c.nHeadKv !== 0) throw new RangeError('nHead must be a multiple of nHeadKv');
+    if (c.headDim % 2 !== 0 || c.ropeDim % 2 !== 0 || c.ropeDim > c.headDim) {
+      throw new RangeError('headDim and ropeDim must be even, ropeDim <= headDim');
+    }
+    if (c.nCtx && maxContext > c.nCtx) throw new RangeError(`maxContext ${maxContext} exceeds the model's context of ${c.nCtx}`);
+    if (!Number.isInteger(chunk) || chunk < 2 || chunk > blockSize) {
+      throw new RangeError(`chunk (${chunk}) must be an integer from 2 to blockSize (${blockSize})`);
+    }
+    this.context = context;
+    this.model = model;
+    this.config = c;
+    this.chunk = chunk;
+    this.cache = new KVCache(context, c, { maxContext, blockSize });
+    this.maxContext = maxContext;
+    this.blockSize = blockSize;
+    this._position = 0;
+    this._busy = false;
+    // The RoPE frequency of each pair: ropeBase^(-2i/ropeDim); pairs past
+    // ropeDim are not rotated (cos 1, sin 0).
+    this.freq = Float64Array.from({ length: c.headDim / 2 }, (_, i) =>
+      (i < c.ropeDim / 2 ? c.ropeBase ** (-2 * i / c.ropeDim) : 0));
+  }
+
+  /** Builds the prefill and decode graphs and creates the cache and I/O tensors. */
+  async init() {
+    const { context, config } = this;
+    this.weights = await prepareWeights(context, this.model);
+    const opts = { blockSize: this.blockSize, nBlocks: this.cache.nBlocks };
+    this.steps = {};
+    for (const [name, T] of [['prefill', this.chunk], ['decode', 1]]) {
+      const graph = await buildStepGraph(context, config, this.weights, { ...opts, T });
+      const desc = (dataType, shape) => context.createTensor({ dataType, shape, writable: true });
+      const half = config.headDim / 2;
+      const io = {
+        ids: await desc('int32', [T]),
+        cos: await desc('float32', [T, 1, half]),
+        sin: await desc('float32', [T, 1, half]),
+        mask: await desc('float32', [T, this.maxContext]),
+        place: await desc('float32', [T, this.blockSize]),
+      };
+      if (T > 1) io.last = await desc('int32', [1]);
+      const logits = await context.createTensor({ dataType: 'float32', shape: [1, config.nVocab], readable: true });
+      this.steps[name] = { T, graph, io, logits };
+    }
+    await this.cache.init();
+  }
+
+  /** The number of positions in the cache. */
+  get position() {
+    return this._position;
+  }
+
+  /**
+   * Appends tokens to the cache and returns the logits after the last one.
+   * @param {number[]|Int32Array} tokenIds at least one
+   * @returns {Promise<Float32Array>} nVocab logits
+   */
+  async forward(tokenIds) {
+    if (!this.steps) throw new Error('LlamaRunner: call init() first');
+    const ids = Array.from(tokenIds);
+    if (ids.length === 0) throw new RangeError('forward() needs at least one token');
+    for (const id of ids) {
+      if (!Number.isInteger(id) || id < 0 || id >= this.config.nVocab) throw new RangeError(`token id ${id} is not in [0, ${this.config.nVocab})`);
+    }
+    if (this._position + ids.length > this.maxContext) {
+      throw new Error(`context full: ${this._position} positions + ${ids.length} new tokens exceed maxContext ${this.maxContext}`);
+    }
+    if (this._busy) throw new Error('LlamaRunner: forward() is already running');
+    this._busy = true;
+    try {
+      let step;
+      for (let i = 0; i < ids.length;) {
+        const pos = this._position;
+        // A chunk never crosses a block boundary: each step writes one block.
+        const room = this.blockSize - (pos % this.blockSize);
+        const n = Math.min(ids.length - i, room, this.chunk);
+        step = n === 1 ? this.steps.decode : this.steps.prefill;
+        this._dispatch(step, ids.slice(i, i + n), pos);
+        this._position = pos + n;
+        i += n;
+      }
+      return new Float32Array(await this.context.readTensor(step.logits));
+    } finally {
+      this._busy = false;
+    }
+  }
+
+  // Writes the step's small inputs and dispatches it at position pos.
+  _dispatch(step, tokens, pos) {
+    const { T, io } = step;
+    const { context, blockSize: B, maxContext: W } = this;
+    const n = tokens.length;
+    const half = this.config.headDim / 2;
+    const c = Math.floor(pos / B);
+    const off = pos % B;
+    const ids = new Int32Array(T);
+    ids.set(tokens);
+    const cos = new Float32Array(T * half).fill(1);
+    const sin = new Float32Array(T * half);
+    const mask = new Float32Array(T * W);
+    const place = new Float32Array(T * B);
+    for (let t = 0; t < T; t++) {
+      const p = pos + Math.min(t, n - 1); // padding rows repeat the last token's row
+      for (let i = 0; i < half; i++) {
+        const a = p * this.freq[i];
+        cos[t * half + i] = Math.cos(a);
+        sin[t * half + i] = Math.sin(a);
+      }
+      const row = mask.subarray(t * W, (t + 1) * W);
+      // Past slots: the blocks before c are full and visible, the rest are
+      // masked. The current block: its positions up to this token's.
+      row.fill(MASKED, c * B, W - B);
+      row.fill(MASKED, W - B + (p - c * B) + 1, W);
+      if (t < n) place[t * B + off + t] = 1;
+    }
+    context.writeTensor(io.ids, ids);
+    context.writeTensor(io.cos, cos);
+    context.writeTensor(io.sin, sin);
+    context.writeTensor(io.mask, mask);
+    context.writeTensor(io.place, place);
+    if (io.last) context.writeTensor(io.last, Int32Array.of(n - 1));
+    const { inputs, next } = this.cache.bindings(c);
+    context.dispatch(step.graph, { ...io, ...inputs }, { logits: step.logits, next });
+    this.cache.commit(c);
+  }
+
+  /**
+   * Drops the positions >= n (after an aborted generation, or to reuse a
+   * shared prefix). Only the position moves: the stale rows are masked and
+   * overwritten by later steps.
+   * @param {number} n
+   */
+  rewind(n) {
+    if (!Number.isInteger(n) || n < 0 || n > this._position) {
+      throw new RangeError(`rewind(${n}): must be an integer from 0 to the position ${this._position}`);
+    }
+    this._position = n;
+  }
+
+  /** Empties the cache (position 0). */
+  reset() {
+    this._position = 0;
+  }
+
+  /** Releases the graphs and tensors; the runner cannot be used afterwards. */
+  destroy() {
+    if (this.steps) {
+      for (const s of Object.values(this.steps)) {
+        s.graph.destroy();
+        s.logits.destroy();
+        for (const t of Object.values(s.io)) t.destroy();
+      }
+      this.steps = null;
+    }
+    this.cache.destroy();
+    if (this.weights) destroyWeights(this.weights);
+    this.weights = null;
+  }
+}
+
+module.exports = { LlamaRunner };

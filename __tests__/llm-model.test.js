@@ -140,7 +140,10 @@ function maxAbsDiff(a, b) {
 // leaves a wide margin while still catching any real error (a wrong
 // position, pair order or mask moves these logits by 1e-2 or more).
 const TOL = 1e-3;
-const OPTS = { maxContext: 64, blockSize: 16, chunk: 8 };
+// The float64 reference is exact arithmetic, so the graphs compute in
+// float32 throughout ('llama.cpp' numerics round activations to int8 on
+// purpose: that is checked against llama.cpp itself on the real model).
+const OPTS = { maxContext: 64, blockSize: 16, chunk: 8, numerics: 'float32' };
 
 let context;
 beforeAll(async () => {
@@ -149,7 +152,7 @@ beforeAll(async () => {
 afterAll(() => context.destroy());
 
 async function runner(model, opts = OPTS) {
-  const r = new LlamaRunner(context, model, opts);
+  const r = new LlamaRunner(context, model, { numerics: 'float32', ...opts });
   await r.init();
   return r;
 }

@@ -136,7 +136,7 @@ function dequantized(b, w, rows) {
  * @param {{T: number, blockSize: number, nBlocks: number}} options
  * @returns {Promise<MLGraph>}
  */
-async function buildStepGraph(context, config, weights, { T, blockSize: B, nBlocks }) {
+async function buildStepGraph(context, config, weights, { T, blockSize: B, nBlocks, numerics = 'llama.cpp' }) {
   // The builder is looked up on the global scope first, so that this code
   // runs unchanged on another implementation that installs MLGraphBuilder.
   const Builder = globalThis.MLGraphBuilder || require('../..').MLGraphBuilder;
@@ -153,7 +153,36 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
     if (!w) throw new Error(`the model has no tensor ${name}`);
     return w;
   };
-  const linear = (x, name) => b.gemm(x, dequantized(b, get(name)), { bTranspose: true });
+  // llama.cpp's CPU backend does not multiply the weights by float32
+  // activations: it quantizes each activation row per block of 32 to int8
+  // (scale = max |x| / 127, rounded to nearest, the scale kept in
+  // float16) and takes integer dot products with the weights' blocks; its
+  // cache holds keys and values in float16, and the attention's products
+  // take the queries and the probabilities in float16. 'llama.cpp'
+  // numerics make the same roundings here, in standard operators
+  // (quantizeLinear / dequantizeLinear, casts), so that greedy decoding
+  // picks the tokens llama.cpp picks; 'float32' leaves them out.
+  const same = numerics !== 'llama.cpp';
+  const half16 = (x) => (same ? x : b.cast(b.cast(x, 'float16'), 'float32'));
+  // Q, K and V read one activation, gate and up another: round each once.
+  const rounded = new Map();
+  const q8 = (x) => {
+    if (same) return x;
+    if (rounded.has(x)) return rounded.get(x);
+    const [rows, K] = x.shape;
+    const blocks = b.reshape(x, [rows, K / 32, 32]);
+    const amax = b.reduceMax(b.abs(blocks), { axes: [2], keepDimensions: true });
+    const d = b.div(amax, b.constant('float32', 127));
+    // An all-zero block has scale 0: divide by a tiny number instead (its
+    // values quantize to 0 all the same), so no 0/0 reaches quantizeLinear.
+    const safe = b.max(d, b.constant('float32', 1e-30));
+    const zero = b.constant({ dataType: 'int8', shape: [rows, K / 32, 1] }, new Int8Array(rows * (K / 32)));
+    const q = b.quantizeLinear(blocks, safe, zero);
+    const xq = b.reshape(b.dequantizeLinear(q, half16(d), zero), [rows, K]);
+    rounded.set(x, xq);
+    return xq;
+  };
+  const linear = (x, name) => b.gemm(q8(x), dequantized(b, get(name)), { bTranspose: true });
   const rmsNorm = (x, name) => {
     const ms = b.reduceMean(b.mul(x, x), { axes: [1], keepDimensions: true });
     const eps = b.constant('float32', rmsEps);
@@ -200,21 +229,21 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
     const k = rope(linear(h, `blk.${l}.attn_k.weight`), Hkv);
     const v = linear(h, `blk.${l}.attn_v.weight`);
 
-    const kT = b.transpose(b.reshape(k, [T, Hkv, hd]), { permutation: [1, 2, 0] }); // [Hkv, hd, T]
-    const vH = b.transpose(b.reshape(v, [T, Hkv, hd]), { permutation: [1, 0, 2] }); // [Hkv, T, hd]
+    const kT = b.transpose(b.reshape(half16(k), [T, Hkv, hd]), { permutation: [1, 2, 0] }); // [Hkv, hd, T]
+    const vH = b.transpose(b.reshape(half16(v), [T, Hkv, hd]), { permutation: [1, 0, 2] }); // [Hkv, T, hd]
     const curK = b.add(b.mul(kOf(cur, l), keep), b.matmul(kT, place)); // [Hkv, hd, B]
     const curV = b.add(b.mul(vOf(cur, l), keepCol), b.matmul(placeT, vH)); // [Hkv, B, hd]
     next.push(b.reshape(curK, [1, Hkv, hd * B]), b.reshape(curV, [1, Hkv, hd * B]));
 
     // The g query heads that share a K/V head are stacked as g*T rows.
     const qg = b.reshape(
-      b.transpose(b.reshape(b.mul(q, qScale), [T, Hkv, g, hd]), { permutation: [1, 2, 0, 3] }),
+      b.transpose(b.reshape(half16(b.mul(q, qScale)), [T, Hkv, g, hd]), { permutation: [1, 2, 0, 3] }),
       [Hkv, g * T, hd]);
     const keys = [...past.map((p) => kOf(p, l)), curK];
     const values = [...past.map((p) => vOf(p, l)), curV];
     const scores = b.concat(keys.map((kb) => b.matmul(qg, kb)), 2); // [Hkv, gT, W]
     const masked = b.add(b.reshape(scores, [Hkv, g, T, W]), mask);
-    const probs = b.reshape(b.softmax(masked, 3), [Hkv, g * T, W]);
+    const probs = half16(b.reshape(b.softmax(masked, 3), [Hkv, g * T, W]));
     let o = null;
     values.forEach((vb, s) => {
       const part = b.matmul(b.slice(probs, [0, 0, s * B], [Hkv, g * T, B]), vb); // [Hkv, gT, hd]

@@ -18,10 +18,13 @@ class LlamaRunner {
   /**
    * @param {MLContext} context
    * @param {{config: object, tensors: Map<string, object>}} model the loader's output
-   * @param {{maxContext?: number, blockSize?: number, chunk?: number}} [options]
-   *   chunk: tokens per prefill dispatch (default 64, at most blockSize)
+   * @param {{maxContext?: number, blockSize?: number, chunk?: number, numerics?: 'llama.cpp'|'float32'}} [options]
+   *   chunk: tokens per prefill dispatch (default 64, at most blockSize);
+   *   numerics: 'llama.cpp' (the default) rounds as llama.cpp's CPU
+   *   backend does (see graphs.js), 'float32' computes every product of
+   *   the dequantized weights in float32
    */
-  constructor(context, model, { maxContext = 2048, blockSize = 128, chunk = 64 } = {}) {
+  constructor(context, model, { maxContext = 2048, blockSize = 128, chunk = 64, numerics = 'llama.cpp' } = {}) {
     const c = model.config;
     if (c.nHead % c.nHeadKv !== 0) throw new RangeError('nHead must be a multiple of nHeadKv');
     if (c.headDim % 2 !== 0 || c.ropeDim % 2 !== 0 || c.ropeDim > c.headDim) {
@@ -35,6 +38,10 @@ class LlamaRunner {
     this.model = model;
     this.config = c;
     this.chunk = chunk;
+    if (numerics !== 'llama.cpp' && numerics !== 'float32') {
+      throw new RangeError(`numerics must be 'llama.cpp' or 'float32', not ${numerics}`);
+    }
+    this.numerics = numerics;
     this.cache = new KVCache(context, c, { maxContext, blockSize });
     this.maxContext = maxContext;
     this.blockSize = blockSize;
@@ -50,7 +57,7 @@ class LlamaRunner {
   async init() {
     const { context, config } = this;
     this.weights = await prepareWeights(context, this.model);
-    const opts = { blockSize: this.blockSize, nBlocks: this.cache.nBlocks };
+    const opts = { blockSize: this.blockSize, nBlocks: this.cache.nBlocks, numerics: this.numerics };
     this.steps = {};
     for (const [name, T] of [['prefill', this.chunk], ['decode', 1]]) {
       const graph = await buildStepGraph(context, config, this.weights, { ...opts, T });

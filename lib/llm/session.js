@@ -1,0 +1,164 @@
+'use strict';
+// A conversation with a loaded model: the chat template, the tokens the
+// cache holds, and generation as an async iterator of text pieces.
+//
+// Each turn renders the whole conversation with the model's template,
+// tokenizes it, and keeps what the cache already holds: the runner is
+// rewound to the longest common prefix of the cached tokens and the new
+// ones, and only the rest is computed. A follow-up question then costs its
+// own tokens, not the history's, and an aborted or edited turn costs no
+// more than what changed.
+
+const { renderChat } = require('./chat-template');
+const { LlamaRunner } = require('./runner');
+const { createSampler } = require('./sampling');
+
+/**
+ * @typedef {{ role: 'system'|'user'|'assistant', content: string }} ChatMessage
+ * @typedef {{
+ *   maxTokens?: number, temperature?: number, topK?: number, topP?: number,
+ *   seed?: number, signal?: AbortSignal, ignoreEos?: boolean
+ * }} GenerateOptions
+ * @typedef {{
+ *   promptTokens: number, promptMs: number, generatedTokens: number,
+ *   generateMs: number, cachedTokens: number
+ * }} GenerateStats
+ */
+
+class ChatSession {
+  /**
+   * @param {import('webnn-node').MLContext} context
+   * @param {ReturnType<typeof import('./gguf').loadLlama> extends Promise<infer M> ? M : never} model
+   * @param {{ maxContext?: number, blockSize?: number, chunk?: number, system?: string }} [options]
+   */
+  constructor(context, model, options = {}) {
+    this.model = model;
+    this.runner = new LlamaRunner(context, model, options);
+    /** @type {ChatMessage[]} */
+    this.messages = options.system ? [{ role: 'system', content: options.system }] : [];
+    /** The tokens whose keys and values the cache holds, in order. */
+    this.cached = [];
+    /** @type {GenerateStats | null} */
+    this.lastStats = null;
+  }
+
+  async init() {
+    await this.runner.init();
+    return this;
+  }
+
+  /** The most tokens a conversation may hold (prompt and answers). */
+  get maxContext() {
+    return this.runner.maxContext;
+  }
+
+  /**
+   * Feeds `tokens` after the longest prefix the cache already holds, and
+   * returns the logits of the last one.
+   * @param {number[]} tokens
+   */
+  async prefill(tokens) {
+    let keep = 0;
+    const max = Math.min(this.cached.length, tokens.length - 1);
+    while (keep < max && this.cached[keep] === tokens[keep]) keep++;
+    if (tokens.length > this.runner.maxContext) {
+      throw new RangeError(
+        `the prompt is ${tokens.length} tokens, more than the context of ` +
+          `${this.runner.maxContext} (start a new session, or shorten the conversation)`,
+      );
+    }
+    this.runner.rewind(keep);
+    this.cached.length = keep;
+    const logits = await this.runner.forward(tokens.slice(keep));
+    this.cached.push(...tokens.slice(keep));
+    return { logits, reused: keep };
+  }
+
+  /**
+   * Adds the user's message and streams the assistant's answer. The answer
+   * joins the conversation when the iteration ends (also when it ends
+   * early: on `signal`, `maxTokens` or the context's end).
+   * @param {string} text
+   * @param {GenerateOptions} [options]
+   * @returns {AsyncGenerator<string, void, void>}
+   */
+  async *ask(text, options = {}) {
+    this.messages.push({ role: 'user', content: text });
+    let answer = '';
+    try {
+      for await (const piece of this.generate(this.messages, options)) {
+        answer += piece;
+        yield piece;
+      }
+    } finally {
+      this.messages.push({ role: 'assistant', content: answer });
+    }
+  }
+
+  /**
+   * Streams the continuation of `messages` (rendered with the chat
+   * template) or of a raw prompt string.
+   * @param {ChatMessage[] | string} messages
+   * @param {GenerateOptions} [options]
+   * @returns {AsyncGenerator<string, void, void>}
+   */
+  async *generate(messages, options = {}) {
+    const {
+      maxTokens = 256,
+      temperature = 0,
+      topK = 40,
+      topP = 0.95,
+      seed = 0,
+      signal,
+      ignoreEos = false,
+    } = options;
+    const m = this.model;
+    const prompt =
+      typeof messages === 'string'
+        ? messages
+        : renderChat(m.chatTemplate, messages, {
+            addGenerationPrompt: true,
+            bosToken: m.tokenizer.tokenToPiece(m.bosId),
+            eosToken: m.tokenizer.tokenToPiece(m.eosId),
+          });
+    const tokens = m.tokenizer.encode(prompt, { special: true });
+    signal?.throwIfAborted();
+    const t0 = performance.now();
+    let { logits, reused } = await this.prefill(tokens);
+    const t1 = performance.now();
+    const stats = {
+      promptTokens: tokens.length - reused,
+      promptMs: t1 - t0,
+      generatedTokens: 0,
+      generateMs: 0,
+      cachedTokens: reused,
+    };
+    this.lastStats = stats;
+    const sampler = createSampler({ temperature, topK, topP, seed });
+    const eog = new Set(m.eogIds);
+    const stream = m.tokenizer.decodeStream();
+    try {
+      while (stats.generatedTokens < maxTokens && !signal?.aborted) {
+        const id = sampler.sample(logits);
+        if (eog.has(id) && !ignoreEos) break;
+        stats.generatedTokens++;
+        const piece = stream.push(id);
+        if (piece) yield piece;
+        // The last token needs no step: nothing reads its logits.
+        if (stats.generatedTokens === maxTokens || this.cached.length >= this.runner.maxContext) {
+          break;
+        }
+        logits = await this.runner.forward([id]);
+        this.cached.push(id);
+      }
+    } finally {
+      stats.generateMs = performance.now() - t1;
+    }
+  }
+
+  destroy() {
+    this.runner.destroy();
+  }
+}
+
+module.exports = { ChatSession };

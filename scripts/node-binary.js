@@ -10,10 +10,10 @@
 
 const { execFileSync } = require('child_process');
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
+const { cacheRoot } = require('./cache-dir');
 
-const CACHE = process.env.WEBNN_NODE_CACHE || path.join(os.homedir(), '.cache', 'webnn-node');
+const CACHE = cacheRoot();
 
 function nodeBinary(major, arch = process.arch) {
   if (arch !== process.arch) {

@@ -14,6 +14,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { nodeBinary } = require('./node-binary');
+const { installDevDependencies } = require('./dev-deps');
 
 const root = path.resolve(__dirname, '..');
 const run = (cmd, args, env) =>
@@ -28,17 +29,7 @@ for (const a of process.argv.slice(2)) {
   else jestArgs.push(a);
 }
 
-const pkg = require(path.join(root, 'package.json'));
-const missing = Object.keys(pkg.devDependencies).filter(
-  (name) => !fs.existsSync(path.join(root, 'node_modules', name, 'package.json')),
-);
-if (missing.length) {
-  // --ignore-scripts: our own install script (the native build) runs next.
-  // `npm install` rather than `npm ci`: the lock records no registry
-  // addresses and only this platform's optional packages, which `npm ci`
-  // refuses as out of sync; --no-save leaves the lock as it is.
-  run('npm', ['install', '--ignore-scripts', '--no-save', '--no-audit', '--no-fund']);
-}
+installDevDependencies();
 run(process.execPath, ['scripts/build.js']);
 run('cargo', ['test', '--release']);
 

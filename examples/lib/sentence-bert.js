@@ -385,9 +385,9 @@ function cosine(a, b) {
   return ab / Math.sqrt(aa * bb);
 }
 
-/** The default model directory: $WEBNN_MINILM_DIR, else the fetch script's cache. */
+/** The default model directory: $WEBNN_MINILM_DIR, else the fetch script's cache (scripts/cache-dir.js). */
 function defaultModelDir() {
-  return process.env.WEBNN_MINILM_DIR || path.join(require('os').homedir(), '.cache', 'webnn-node', 'all-minilm-l6-v2');
+  return process.env.WEBNN_MINILM_DIR || path.join(require('../../scripts/cache-dir').cacheRoot(), 'all-minilm-l6-v2');
 }
 
 module.exports = { loadModel, isModelDir, tokenize, describe, WebnnEmitter, buildEmbedder, sentenceEmbedder, embed, cosine, summary, defaultModelDir, MODEL_FILES };

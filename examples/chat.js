@@ -119,16 +119,14 @@ async function main() {
     const rl = readline.createInterface({ input: process.stdin, output: process.stderr, terminal: process.stdin.isTTY });
     let controller = null;
     rl.on('SIGINT', () => (controller ? controller.abort() : rl.close()));
-    process.stderr.write('Chat with the model (an empty line ends it).\n');
-    for (;;) {
-      const question = await new Promise((resolve) => {
-        rl.question('> ', resolve);
-        rl.once('close', () => resolve(''));
-      });
+    process.stderr.write('Chat with the model (an empty line ends it).\n> ');
+    // Lines typed (or piped) while an answer is written wait their turn.
+    for await (const question of rl) {
       if (!question.trim()) break;
       controller = new AbortController();
       await answer(session, question, { ...o, signal: controller.signal });
       controller = null;
+      process.stderr.write('> ');
     }
     rl.close();
     return 0;

@@ -39,7 +39,7 @@ echo "fresh-clone: $* in a fresh clone of $(git -C "$src" rev-parse --short HEAD
 start=$SECONDS
 set +e
 (cd "$work/webnn-node" &&
-  exec env -u CARGO_TARGET_DIR -u WEBNN_NODE_CACHE -u WEBNN_MINILM_DIR -u WEBNN_DEMO_OFFLINE \
+  exec env -u CARGO_TARGET_DIR -u WEBNN_NODE_CACHE -u WEBNN_MINILM_DIR -u WEBNN_DEMO_OFFLINE -u WEBNN_LLM_MODEL \
     XDG_CACHE_HOME="$work/cache" "$@" </dev/null) | tee "$work/stdout"
 status=${PIPESTATUS[0]}
 set -e

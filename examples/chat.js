@@ -28,9 +28,13 @@
 
 const readline = require('readline');
 const { ml } = require('..');
-const { loadLlama } = require('../lib/llm/gguf');
-const { ChatSession } = require('../lib/llm/session');
+const { installDevDependencies } = require('../scripts/dev-deps');
 const { ensureLlm } = require('../scripts/fetch-llm');
+
+// The libraries lib/llm reads the model with (dev dependencies of the
+// checkout): installed on a fresh clone's first run, npm's output on
+// stderr so that stdout holds only the answer.
+const LIBRARIES = ['@huggingface/gguf', '@huggingface/jinja', '@huggingface/tokenizers'];
 
 const USAGE = 'usage: node examples/chat.js [--max-tokens N] [--temperature T] [--top-k K] ' +
   '[--top-p P] [--seed S] [--ignore-eos] [--threads N] [--gpu] [--model FILE] ' +
@@ -103,6 +107,9 @@ async function main() {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
+  installDevDependencies({ names: LIBRARIES, toStderr: true });
+  const { loadLlama } = require('../lib/llm/gguf');
+  const { ChatSession } = require('../lib/llm/session');
   const file = o.model || process.env.WEBNN_LLM_MODEL || (await ensureLlm()).file;
   const model = await loadLlama(file);
   const context = await ml.createContext(

@@ -13,7 +13,7 @@ use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
 use super::elementwise::with_simd;
-use super::shape::try_transpose_vec;
+use super::shape::transpose_vec;
 use super::util::{floats, from_floats};
 use super::util::{try_copy, try_filled, try_vec};
 
@@ -230,7 +230,7 @@ pub fn run(
                 (shape[0], shape[2], shape[3])
             };
             let mut v = if *nhwc {
-                try_transpose_vec(&x, shape, &[0, 3, 1, 2])?
+                transpose_vec(&x, shape, &[0, 3, 1, 2])?
             } else {
                 owned(x)?
             };
@@ -244,7 +244,7 @@ pub fn run(
                 c,
             )?;
             if *nhwc {
-                try_transpose_vec(&v, &[n, c, h, w], &[0, 2, 3, 1])?
+                transpose_vec(&v, &[n, c, h, w], &[0, 2, 3, 1])?
             } else {
                 v
             }
@@ -275,7 +275,7 @@ pub fn run(
             let mut v = if identity {
                 owned(x)?
             } else {
-                try_transpose_vec(&x, shape, &perm)?
+                transpose_vec(&x, shape, &perm)?
             };
             normalize_rows(
                 &mut v,
@@ -290,7 +290,7 @@ pub fn run(
                 v
             } else {
                 let moved: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-                try_transpose_vec(&v, &moved, &inverse(&perm))?
+                transpose_vec(&v, &moved, &inverse(&perm))?
             }
         }
     };
@@ -449,7 +449,7 @@ mod tests {
             };
             let (xin, shape) = if nhwc {
                 (
-                    transpose_vec(&x, &[n, c, h, w], &[0, 2, 3, 1]),
+                    transpose_vec(&x, &[n, c, h, w], &[0, 2, 3, 1]).unwrap(),
                     [n, h, w, c],
                 )
             } else {
@@ -462,7 +462,7 @@ mod tests {
             )
             .to_f32_vec();
             let r = if nhwc {
-                transpose_vec(&r, &[n, h, w, c], &[0, 3, 1, 2])
+                transpose_vec(&r, &[n, h, w, c], &[0, 3, 1, 2]).unwrap()
             } else {
                 r
             };

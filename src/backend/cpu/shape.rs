@@ -150,22 +150,10 @@ fn gather_into<T: Copy>(
 }
 
 /// Permutes the dimensions of a row-major array: output dimension `i` is
-/// input dimension `perm[i]`. Used by conv/pool to change layouts.
-pub(super) fn transpose_vec<T: Copy>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
-    // The room is reserved here (infallibly, as before, for the conv
-    // kernels' small layout changes), so the fallible reserve inside
-    // cannot fail.
-    let out = Vec::with_capacity(x.len());
-    transpose_vec_into(out, x, shape, perm).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// [`transpose_vec`] whose output allocation fails with an OperationError
+/// input dimension `perm[i]`. Used by conv/pool and the normalizations to
+/// change layouts; its output allocation fails with an OperationError
 /// instead of aborting.
-pub(super) fn try_transpose_vec<T: Copy>(
-    x: &[T],
-    shape: &[usize],
-    perm: &[usize],
-) -> Result<Vec<T>> {
+pub(super) fn transpose_vec<T: Copy>(x: &[T], shape: &[usize], perm: &[usize]) -> Result<Vec<T>> {
     transpose_vec_into(Vec::new(), x, shape, perm)
 }
 

@@ -40,25 +40,28 @@ pub(in crate::backend::cpu) fn plain_input(x: &Buf, p: &Conv2dParams) -> Result<
         ));
     }
     Ok(Buf::F32(match p.nhwc {
-        true => transpose_vec(&v, &[n, h, w, c], &TO_NCHW),
+        true => transpose_vec(&v, &[n, h, w, c], &TO_NCHW)?,
         false => v.into_owned(),
     }))
 }
 
 /// The filter in OIHW order, whatever its layout (borrowed when it is).
-pub(super) fn filter_oihw<'a>(f: &'a [f32], p: &Conv2dParams) -> std::borrow::Cow<'a, [f32]> {
+pub(super) fn filter_oihw<'a>(
+    f: &'a [f32],
+    p: &Conv2dParams,
+) -> Result<std::borrow::Cow<'a, [f32]>> {
     let (o, i, h, w) = (
         p.out_channels,
         p.in_channels / p.groups,
         p.kernel_h,
         p.kernel_w,
     );
-    std::borrow::Cow::Owned(match p.filter_layout {
-        FilterLayout::Oihw => return std::borrow::Cow::Borrowed(f),
-        FilterLayout::Hwio => transpose_vec(f, &[h, w, i, o], &[3, 2, 0, 1]),
-        FilterLayout::Ohwi => transpose_vec(f, &[o, h, w, i], &[0, 3, 1, 2]),
-        FilterLayout::Ihwo => transpose_vec(f, &[i, h, w, o], &[3, 0, 1, 2]),
-    })
+    Ok(std::borrow::Cow::Owned(match p.filter_layout {
+        FilterLayout::Oihw => return Ok(std::borrow::Cow::Borrowed(f)),
+        FilterLayout::Hwio => transpose_vec(f, &[h, w, i, o], &[3, 2, 0, 1])?,
+        FilterLayout::Ohwi => transpose_vec(f, &[o, h, w, i], &[0, 3, 1, 2])?,
+        FilterLayout::Ihwo => transpose_vec(f, &[i, h, w, o], &[3, 0, 1, 2])?,
+    }))
 }
 
 /// The padded rows and columns the taps of a convolution reach (the

@@ -111,7 +111,7 @@ pub(super) fn pack_filter(p: &Conv2dParams, filter: &Buf) -> Result<Option<Vec<P
     if (cg == 1 && og == 1) || f.len() != p.out_channels * kk || og * kk == 0 {
         return Ok(None);
     }
-    let f = filter_oihw(f, p);
+    let f = filter_oihw(f, p)?;
     (0..g)
         .map(|gi| PackedA::new(&f[gi * og * kk..(gi + 1) * og * kk], og, kk))
         .collect::<Result<Vec<_>>>()
@@ -188,11 +188,11 @@ pub(super) fn conv2d_packed(
         ));
     }
     let x = if p.nhwc {
-        std::borrow::Cow::Owned(transpose_vec(&x, &[n, h, w, c], &TO_NCHW))
+        std::borrow::Cow::Owned(transpose_vec(&x, &[n, h, w, c], &TO_NCHW)?)
     } else {
         x
     };
-    let f = filter_oihw(&f, p);
+    let f = filter_oihw(&f, p)?;
     let bias = bias.as_deref();
     let plane = oh * ow;
     let unit = og * plane;
@@ -252,7 +252,7 @@ pub(super) fn conv2d_packed(
         }
     }
     let res = if p.nhwc {
-        transpose_vec(&res, &[n, oc, oh, ow], &TO_NHWC)
+        transpose_vec(&res, &[n, oc, oh, ow], &TO_NHWC)?
     } else {
         res
     };

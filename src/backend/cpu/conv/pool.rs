@@ -127,7 +127,7 @@ pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf>
         ));
     }
     let xv = if p.nhwc {
-        std::borrow::Cow::Owned(transpose_vec(&xv, &[n, h, w, c], &TO_NCHW))
+        std::borrow::Cow::Owned(transpose_vec(&xv, &[n, h, w, c], &TO_NCHW)?)
     } else {
         xv
     };
@@ -160,7 +160,7 @@ pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf>
         }
     }
     let res = if p.nhwc {
-        transpose_vec(&res, &[n, c, oh, ow], &TO_NHWC)
+        transpose_vec(&res, &[n, c, oh, ow], &TO_NHWC)?
     } else {
         res
     };

@@ -181,15 +181,21 @@ fn conv2d_matches_naive_in_every_layout() {
                         ..base.clone()
                     };
                     let xin = if nhwc {
-                        transpose_vec(&x, &[n, c, h, w], &TO_NHWC)
+                        transpose_vec(&x, &[n, c, h, w], &TO_NHWC).unwrap()
                     } else {
                         x.clone()
                     };
                     let fin = match layout {
                         FilterLayout::Oihw => f.clone(),
-                        FilterLayout::Hwio => transpose_vec(&f, &[o, i, kh, kw], &[2, 3, 1, 0]),
-                        FilterLayout::Ohwi => transpose_vec(&f, &[o, i, kh, kw], &[0, 2, 3, 1]),
-                        FilterLayout::Ihwo => transpose_vec(&f, &[o, i, kh, kw], &[1, 2, 3, 0]),
+                        FilterLayout::Hwio => {
+                            transpose_vec(&f, &[o, i, kh, kw], &[2, 3, 1, 0]).unwrap()
+                        }
+                        FilterLayout::Ohwi => {
+                            transpose_vec(&f, &[o, i, kh, kw], &[0, 2, 3, 1]).unwrap()
+                        }
+                        FilterLayout::Ihwo => {
+                            transpose_vec(&f, &[o, i, kh, kw], &[1, 2, 3, 0]).unwrap()
+                        }
                     };
                     let (xb, fb, bb) = (Buf::F32(xin), Buf::F32(fin), Buf::F32(bias.clone()));
                     let mut ins = vec![&xb, &fb];
@@ -213,7 +219,7 @@ fn conv2d_matches_naive_in_every_layout() {
                         assert_eq!(got, Buf::F32(r.clone()));
                     }
                     let r = if nhwc {
-                        transpose_vec(&r, &[n, p.out_h, p.out_w, o], &TO_NCHW)
+                        transpose_vec(&r, &[n, p.out_h, p.out_w, o], &TO_NCHW).unwrap()
                     } else {
                         r
                     };
@@ -586,7 +592,7 @@ fn pool2d_matches_naive() {
                 nhwc: true,
                 ..p.clone()
             };
-            let xn = transpose_vec(&x, &[n, c, h, w], &TO_NHWC);
+            let xn = transpose_vec(&x, &[n, c, h, w], &TO_NHWC).unwrap();
             let Buf::F32(r) = pool2d(
                 &pn,
                 &Buf::F32(xn),
@@ -595,7 +601,11 @@ fn pool2d_matches_naive() {
             .unwrap() else {
                 panic!()
             };
-            close(&transpose_vec(&r, &[n, oh, ow, c], &TO_NCHW), &expect, 1e-6);
+            close(
+                &transpose_vec(&r, &[n, oh, ow, c], &TO_NCHW).unwrap(),
+                &expect,
+                1e-6,
+            );
             let xh = Buf::f16_from_f32(&x);
             let r = pool2d(&p, &xh, &desc(DataType::Float16, &[n, c, oh, ow])).unwrap();
             let expect_h = Buf::f16_from_f32(&naive_pool(&p, &xh.to_f32_vec())).to_f32_vec();
@@ -765,17 +775,17 @@ fn conv_transpose2d_matches_naive_in_every_layout() {
                         ..base.clone()
                     };
                     let xin = if nhwc {
-                        transpose_vec(&x, &[n, c, h, w], &TO_NHWC)
+                        transpose_vec(&x, &[n, c, h, w], &TO_NHWC).unwrap()
                     } else {
                         x.clone()
                     };
                     let fin = match layout {
                         TransposeFilterLayout::Iohw => f.clone(),
                         TransposeFilterLayout::Hwoi => {
-                            transpose_vec(&f, &[c, og, kh, kw], &[2, 3, 1, 0])
+                            transpose_vec(&f, &[c, og, kh, kw], &[2, 3, 1, 0]).unwrap()
                         }
                         TransposeFilterLayout::Ohwi => {
-                            transpose_vec(&f, &[c, og, kh, kw], &[1, 2, 3, 0])
+                            transpose_vec(&f, &[c, og, kh, kw], &[1, 2, 3, 0]).unwrap()
                         }
                     };
                     let (xb, fb, bb) = (Buf::F32(xin), Buf::F32(fin), Buf::F32(bias.clone()));
@@ -796,7 +806,7 @@ fn conv_transpose2d_matches_naive_in_every_layout() {
                         panic!()
                     };
                     let r = if nhwc {
-                        transpose_vec(&r, &[n, oh, ow, oc], &TO_NCHW)
+                        transpose_vec(&r, &[n, oh, ow, oc], &TO_NCHW).unwrap()
                     } else {
                         r
                     };

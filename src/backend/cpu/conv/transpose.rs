@@ -15,14 +15,14 @@ use super::common::{TO_NCHW, TO_NHWC, UNIT_PAR_WORK};
 
 /// The convTranspose2d filter as [groups][og * kh * kw][cg] (each group's
 /// block transposed for the sgemm), whatever its layout.
-fn transpose_filter_groups(f: &[f32], p: &ConvTranspose2dParams) -> Vec<f32> {
+fn transpose_filter_groups(f: &[f32], p: &ConvTranspose2dParams) -> Result<Vec<f32>> {
     let g = p.groups;
     let (c, og, kh, kw) = (p.in_channels, p.out_channels / g, p.kernel_h, p.kernel_w);
     // Canonical IOHW: [c, og, kh, kw].
     let iohw = match p.filter_layout {
         TransposeFilterLayout::Iohw => f.to_vec(),
-        TransposeFilterLayout::Hwoi => transpose_vec(f, &[kh, kw, og, c], &[3, 2, 0, 1]),
-        TransposeFilterLayout::Ohwi => transpose_vec(f, &[og, kh, kw, c], &[3, 0, 1, 2]),
+        TransposeFilterLayout::Hwoi => transpose_vec(f, &[kh, kw, og, c], &[3, 2, 0, 1])?,
+        TransposeFilterLayout::Ohwi => transpose_vec(f, &[og, kh, kw, c], &[3, 0, 1, 2])?,
     };
     // [g, cg, og*kh*kw] -> [g, og*kh*kw, cg].
     transpose_vec(&iohw, &[g, c / g, og * kh * kw], &[0, 2, 1])
@@ -72,11 +72,11 @@ pub fn conv_transpose2d(
         return Err(bad());
     }
     let x = if p.nhwc {
-        std::borrow::Cow::Owned(transpose_vec(&x, &[n, h, w, c], &TO_NCHW))
+        std::borrow::Cow::Owned(transpose_vec(&x, &[n, h, w, c], &TO_NCHW)?)
     } else {
         x
     };
-    let wt = transpose_filter_groups(&f, p);
+    let wt = transpose_filter_groups(&f, p)?;
     let taps = og * kh * kw;
     let (in_plane, plane) = (h * w, oh * ow);
     let mut res = vec![0.0f32; n * oc * plane];
@@ -127,7 +127,7 @@ pub fn conv_transpose2d(
         }
     }
     let res = if p.nhwc {
-        transpose_vec(&res, &[n, oc, oh, ow], &TO_NHWC)
+        transpose_vec(&res, &[n, oc, oh, ow], &TO_NHWC)?
     } else {
         res
     };

@@ -286,7 +286,9 @@ fn blocked_conv(
     if f.len() != p.out_channels * cg * khw {
         return None;
     }
-    let f = super::common::filter_oihw(&f, p);
+    // A filter whose OIHW copy cannot be allocated is not packed: the
+    // generic path then meets the same allocation and reports it.
+    let f = super::common::filter_oihw(&f, p).ok()?;
     if depthwise {
         let c = p.in_channels;
         let mut w = vec![0.0f32; c * khw];
@@ -367,7 +369,7 @@ fn winograd_conv(
     if f.len() != oc * ic * 9 {
         return None;
     }
-    let f = super::common::filter_oihw(&f, p);
+    let f = super::common::filter_oihw(&f, p).ok()?;
     let panels = panel_list(oc / L, isa, ic);
     let u = winograd::pack(&f, ic, oc, &panels);
     Some(Conv::Winograd { u, panels, isa })

@@ -62,24 +62,7 @@ impl Axis {
                 Some(base.wrapping_add_signed((o as isize).wrapping_mul(step)))
             }
             Axis::Wrap { n, s, .. } => Some((o % n.max(1)).wrapping_mul(s)),
-            Axis::Pad { n, p0, s, mode, .. } => {
-                let last = n as i64 - 1;
-                let i = o as i64 - p0 as i64;
-                let i = if (0..=last).contains(&i) {
-                    i
-                } else {
-                    match mode {
-                        PadMode::Constant => return None,
-                        PadMode::Edge => i.clamp(0, last.max(0)),
-                        // [c b | a b c | b a]: -1 reads 1, n reads n - 2.
-                        PadMode::Reflection if i < 0 => -i,
-                        PadMode::Reflection => 2 * last - i,
-                    }
-                };
-                // Validation bounds the padding so that the mirror stays
-                // inside; the clamp keeps a read in range regardless.
-                Some((i.clamp(0, last.max(0)) as usize).wrapping_mul(s))
-            }
+            Axis::Pad { n, p0, s, mode, .. } => mode.source(o, n, p0).map(|i| i.wrapping_mul(s)),
             Axis::Table(ref t) => t.get(o).copied(),
         }
     }

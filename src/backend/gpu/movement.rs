@@ -170,24 +170,8 @@ fn pad_tables(
                 begin.get(d).copied().unwrap_or(0),
                 end.get(d).copied().unwrap_or(0),
             );
-            let last = n as i64 - 1;
             (0..n + p0 + p1)
-                .map(|o| {
-                    let i = o as i64 - p0 as i64;
-                    let i = if (0..=last).contains(&i) {
-                        i
-                    } else {
-                        match mode {
-                            PadMode::Constant => return None,
-                            PadMode::Edge => i.clamp(0, last.max(0)),
-                            PadMode::Reflection if i < 0 => -i,
-                            PadMode::Reflection => 2 * last - i,
-                        }
-                    };
-                    // Validation keeps mirrors inside; the clamp keeps a
-                    // read in range regardless.
-                    Some(i.clamp(0, last.max(0)) as u64 * s)
-                })
+                .map(|o| mode.source(o, n, p0).map(|i| i as u64 * s))
                 .collect()
         })
         .collect()

@@ -22,6 +22,30 @@ pub enum PadMode {
     Reflection,
 }
 
+impl PadMode {
+    /// The input coordinate that output coordinate `o` of a dimension of
+    /// size `n` padded by `p0` in front reads, or `None` for the constant
+    /// fill: `o - p0` inside, mirrored or clamped into `[0, n)` outside
+    /// (`[c b | a b c | b a]`: -1 reads 1, n reads n - 2). Validation keeps
+    /// mirrors inside; the clamp keeps a read in range regardless. One
+    /// rule for every backend.
+    pub fn source(self, o: usize, n: usize, p0: usize) -> Option<usize> {
+        let last = n as i64 - 1;
+        let i = o as i64 - p0 as i64;
+        let i = if (0..=last).contains(&i) {
+            i
+        } else {
+            match self {
+                PadMode::Constant => return None,
+                PadMode::Edge => i,
+                PadMode::Reflection if i < 0 => -i,
+                PadMode::Reflection => 2 * last - i,
+            }
+        };
+        Some(i.clamp(0, last.max(0)) as usize)
+    }
+}
+
 /// The resolved operators of this family. Each takes one input; `Split`
 /// has one output per entry of `sizes`, the others one output whose
 /// descriptor the kernel reads for the output shape.

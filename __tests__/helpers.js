@@ -227,7 +227,26 @@ function testWithChildNode(name, fn, timeout) {
   return test.skip(name, fn, timeout);
 }
 
+/**
+ * Runs `command args` in a child process and reads the JSON it printed on
+ * its last line of stdout; returns its exit status, signal, the end of its
+ * stderr and that result (or what it printed, when that is not JSON).
+ */
+function childJson(command, args, options = {}) {
+  const r = spawnSync(command, args, { encoding: 'utf8', ...options });
+  const stderr = (r.stderr || '').slice(-2000);
+  const line = (r.stdout || '').trim().split('\n').pop();
+  let result;
+  try {
+    result = JSON.parse(line);
+  } catch {
+    result = { unparsed: r.stdout, stderr };
+  }
+  return { status: r.status, signal: r.signal, stderr, result };
+}
+
 module.exports = {
+  childJson,
   ARRAY,
   tag,
   expectThrow,

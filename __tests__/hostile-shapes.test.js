@@ -11,6 +11,7 @@
 
 const path = require('path');
 const { spawnSync } = require('child_process');
+const { childJson } = require('./helpers');
 
 const ROOT = path.resolve(__dirname, '..');
 // Two sizes: 2^31 - 1 elements, whose first huge allocation fails; and
@@ -96,22 +97,12 @@ function runChild(name, deviceType, { n, limit }) {
       }
       ctx.destroy();
     })();`;
-  const r = spawnSync('prlimit', [`--as=${limit}`, process.execPath, '-e', code], {
-    encoding: 'utf8',
-    timeout: 60000,
-  });
-  const line = (r.stdout || '').trim().split('\n').pop();
-  let result;
-  try {
-    result = JSON.parse(line);
-  } catch {
-    result = { unparsed: r.stdout, stderr: (r.stderr || '').slice(-2000) };
-  }
+  const r = childJson('prlimit', [`--as=${limit}`, process.execPath, '-e', code], { timeout: 60000 });
   if (process.env.HOSTILE_SHAPES_VERBOSE) {
     // eslint-disable-next-line no-console
-    console.log(deviceType, name, n, r.status, r.signal, JSON.stringify(result));
+    console.log(deviceType, name, n, r.status, r.signal, JSON.stringify(r.result));
   }
-  return { status: r.status, signal: r.signal, stderr: (r.stderr || '').slice(-2000), result };
+  return r;
 }
 
 describe.each(SIZES)('hostile shapes of $label elements on the CPU backend: no aborts', (size) => {

@@ -10,7 +10,7 @@
 const path = require('path');
 const { spawnSync } = require('child_process');
 const { ml, MLGraphBuilder } = require('..');
-const { expectReject, iota } = require('./helpers');
+const { childJson, expectReject, iota } = require('./helpers');
 
 const ROOT = path.resolve(__dirname, '..');
 
@@ -27,15 +27,7 @@ function inChild(fn, deviceType, timeout = 90000) {
       console.log(JSON.stringify(result));
       ctx.destroy();
     }, (e) => console.log(JSON.stringify({ noContext: e.name + ': ' + e.message })));`;
-  const r = spawnSync(process.execPath, ['-e', code], { encoding: 'utf8', timeout });
-  const line = (r.stdout || '').trim().split('\n').pop();
-  let result;
-  try {
-    result = JSON.parse(line);
-  } catch {
-    result = { unparsed: r.stdout, stderr: (r.stderr || '').slice(-2000) };
-  }
-  return { status: r.status, signal: r.signal, result };
+  return childJson(process.execPath, ['-e', code], { timeout });
 }
 
 // The GPU cases run where a GPU context can be created (a software

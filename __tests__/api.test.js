@@ -19,6 +19,7 @@ const {
   cpuContext,
   iota,
   testWithChildNode,
+  childJson,
 } = require('./helpers');
 
 const ROOT = path.resolve(__dirname, '..');
@@ -127,55 +128,81 @@ describe('ml.createContext', () => {
 
   // The threads of this process that CPU contexts' pools started, by
   // name (Linux: /proc/self/task/*/comm).
-  function poolThreads() {
-    const fs = require('fs');
-    let n = 0;
-    for (const t of fs.readdirSync('/proc/self/task')) {
-      try {
-        if (fs.readFileSync(`/proc/self/task/${t}/comm`, 'utf8').startsWith('webnn-cpu-')) n++;
-      } catch {
-        // The thread ended between the listing and the read.
+  // The thread counts are taken in a child process of their own: in this
+  // one, contexts that other tests left to the garbage collector end their
+  // threads at moments no test controls, and a count would race them.
+  function childThreads() {
+    const code = `
+      const fs = require('fs');
+      const { ml } = require(${JSON.stringify(ROOT)});
+      function poolThreads() {
+        let n = 0;
+        for (const t of fs.readdirSync('/proc/self/task')) {
+          try {
+            if (fs.readFileSync('/proc/self/task/' + t + '/comm', 'utf8').startsWith('webnn-cpu-')) n++;
+          } catch {
+            // The thread ended between the listing and the read.
+          }
+        }
+        return n;
       }
-    }
-    return n;
-  }
-
-  // How many threads a context with this numThreads starts; it is
-  // destroyed, and its threads have ended, before this returns.
-  async function threadsFor(numThreads, base) {
-    const c = await ml.createContext({ numThreads });
-    const { results } = await run(c, { x: f32([2], [1, -2]) }, (b, { x }) => ({ y: b.relu(x) }));
-    expectClose(results.y, [1, 0]);
-    // A new thread names itself once it runs: count until the number has
-    // held for a while.
-    let started = poolThreads() - base;
-    for (let same = 0; same < 10; ) {
-      await new Promise((r) => setTimeout(r, 10));
-      const now = poolThreads() - base;
-      same = now === started ? same + 1 : 0;
-      started = now;
-    }
-    c.destroy();
-    for (let i = 0; i < 200 && poolThreads() > base; i++) {
-      await new Promise((r) => setTimeout(r, 10));
-    }
-    expect(poolThreads()).toBe(base);
-    return started;
+      const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+      // How many threads a context with this numThreads starts, and how
+      // many are left once it is destroyed.
+      async function threadsFor(numThreads) {
+        const c = await ml.createContext({ numThreads });
+        const { MLGraphBuilder } = require(${JSON.stringify(ROOT)});
+        const b = new MLGraphBuilder(c);
+        const x = b.input('x', { dataType: 'float32', shape: [2] });
+        const g = await b.build({ y: b.relu(x) });
+        const r = await c.compute(g, { x: new Float32Array([1, -2]) }, { y: new Float32Array(2) });
+        // A new thread names itself once it runs: count until the number
+        // has held for a while.
+        let started = poolThreads();
+        for (let same = 0; same < 10; ) {
+          await sleep(10);
+          const now = poolThreads();
+          same = now === started ? same + 1 : 0;
+          started = now;
+        }
+        c.destroy();
+        for (let i = 0; i < 200 && poolThreads() > 0; i++) await sleep(10);
+        return { started, left: poolThreads(), y: Array.from(r.outputs.y) };
+      }
+      (async () => {
+        const out = { before: poolThreads() };
+        out.zero = await ml.createContext({ numThreads: 0 }).then(() => 'resolved', (e) => e.name);
+        out.afterZero = poolThreads();
+        out.tooMany = await ml.createContext({ numThreads: 2 ** 32 }).then(() => 'resolved', (e) => e.name);
+        out.one = await threadsFor(1);
+        out.max = await threadsFor(2 ** 32 - 1);
+        out.bound = await threadsFor(out.max.started);
+        out.boundPlusOne = await threadsFor(out.max.started + 1);
+        console.log(JSON.stringify(out));
+      })().catch((e) => console.log(JSON.stringify({ failed: String(e && e.stack) })));`;
+    return childJson(process.execPath, ['-e', code], { timeout: 60000 });
   }
 
   const linux = process.platform === 'linux';
-  (linux ? test : test.skip)('numThreads is clamped to the cores; 0 is a TypeError', async () => {
-    const base = poolThreads();
-    await expectReject(ml.createContext({ numThreads: 0 }), 'TypeError');
-    expect(poolThreads()).toBe(base);
-    expect(await threadsFor(1, base)).toBe(1);
+  (linux ? test : test.skip)('numThreads is clamped to the cores; 0 is a TypeError', () => {
+    const { status, stderr, result } = childThreads();
+    expect({ status, stderr: status === 0 ? '' : stderr }).toEqual({ status: 0, stderr: '' });
+    expect(result.failed).toBeUndefined();
+    expect(result.before).toBe(0);
+    expect(result.zero).toBe('TypeError');
+    expect(result.afterZero).toBe(0);
+    expect(result.tooMany).toBe('TypeError');
+    for (const k of ['one', 'max', 'bound', 'boundPlusOne']) {
+      expect(result[k].y).toEqual([1, 0]);
+      expect(result[k].left).toBe(0);
+    }
+    expect(result.one.started).toBe(1);
     // The bound: what the largest count an option can say gets.
-    const bound = await threadsFor(2 ** 32 - 1, base);
+    const bound = result.max.started;
     expect(bound).toBeGreaterThanOrEqual(1);
     expect(bound).toBeLessThanOrEqual(require('os').availableParallelism());
-    expect(await threadsFor(bound, base)).toBe(bound);
-    expect(await threadsFor(bound + 1, base)).toBe(bound);
-    await expectReject(ml.createContext({ numThreads: 2 ** 32 }), 'TypeError');
+    expect(result.bound.started).toBe(bound);
+    expect(result.boundPlusOne.started).toBe(bound);
   });
 
   test('destroy() resolves lost with a message and is idempotent', async () => {

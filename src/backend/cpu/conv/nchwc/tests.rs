@@ -78,6 +78,18 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
+/// The same bits, except that any NaN equals any NaN. For results of
+/// arithmetic on NaNs of several payloads (a sum over a window holding
+/// two): which payload an addition keeps depends on its operands' order
+/// in the machine code, which the compiler may swap (Rust leaves NaN
+/// payloads of arithmetic unspecified), so no two kernels can promise it.
+fn same_bits_any_nan(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
+
 fn bytes(v: &[f32]) -> Arc<Vec<u8>> {
     Arc::new(v.iter().flat_map(|x| x.to_le_bytes()).collect())
 }

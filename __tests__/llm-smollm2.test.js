@@ -34,19 +34,19 @@ if (model.missing) console.log(`SmolLM2 tests skipped: ${model.missing}`);
 const describeModel = model.missing ? describe.skip : describe;
 
 // Greedy decoding from `tokens` for `steps` tokens; returns the tokens and,
-// per step, the raw logits' largest value (the logits' size).
+// per step, the log-probabilities (a function of the token id).
 async function greedy(runner, tokens, steps) {
   runner.reset();
   let logits = await runner.forward(tokens);
   const out = [];
-  const sizes = [];
+  const logProbs = [];
   for (let i = 0; i < steps; i++) {
     const t = argmax(logits);
     out.push(t);
-    sizes.push(Math.abs(logits[t]));
+    logProbs.push(logSoftmax(logits));
     if (i + 1 < steps) logits = await runner.forward([t]);
   }
-  return { out, sizes, first: null };
+  return { out, logProbs };
 }
 
 function logSoftmax(logits) {
@@ -79,11 +79,19 @@ describeModel('SmolLM2-135M-Instruct against llama.cpp', () => {
     }
   });
 
-  // Where llama.cpp's own two best candidates are within 1e-3 of each
-  // other relative to the logits' size, rounding decides between them and
-  // a different choice is a tie, not an error; from there on the two
-  // sequences differ, so the comparison of that prompt ends.
-  test('greedy decoding gives llama.cpp\'s 32 tokens, but at ties', async () => {
+  // Both sides round every activation to int8 per block of 32 and the
+  // attention's operands to float16, but sum in different orders: a
+  // difference in the last bit moves a value across a rounding boundary
+  // now and then, and the change grows through 30 layers, so the two
+  // disagree on log-probabilities by tenths of a nat (the first step's
+  // test below measures it). Where llama.cpp's two best candidates are
+  // closer than that, either may win. A divergence therefore passes only
+  // as such a near tie: our token is llama.cpp's second choice, both
+  // sides' log-probabilities of the two tokens are within the first
+  // step's bound (1 nat) of each other, and the tokens before are
+  // llama.cpp's; from there on the two sequences differ, so the
+  // comparison of that prompt ends. Most prompts must match throughout.
+  test('greedy decoding gives llama.cpp\'s 32 tokens, but at near ties', async () => {
     const report = [];
     let equalPrompts = 0;
     for (const c of reference.cases) {
@@ -91,7 +99,7 @@ describeModel('SmolLM2-135M-Instruct against llama.cpp', () => {
       // token (it does not record that one): ours must choose one there.
       const ended = c.steps.length < reference.steps;
       const want = c.steps.map((s) => s.token);
-      const { out, sizes } = await greedy(runner, c.tokens, want.length + (ended ? 1 : 0));
+      const { out, logProbs } = await greedy(runner, c.tokens, want.length + (ended ? 1 : 0));
       if (ended && out.slice(0, want.length).every((t, k) => t === want[k])) {
         expect(llm.eogIds).toContain(out[want.length]);
       }
@@ -100,17 +108,18 @@ describeModel('SmolLM2-135M-Instruct against llama.cpp', () => {
         equalPrompts++;
         continue;
       }
-      const [[, a], [, b]] = c.steps[i].top2;
-      const gap = Math.abs(a - b);
+      const [[a, la], [b, lb]] = c.steps[i].top2;
+      const apart = [Math.abs(logProbs[i](a) - la), Math.abs(logProbs[i](b) - lb)];
       report.push(`${JSON.stringify(c.question)}: step ${i}, ours ${out[i]}, llama.cpp ${want[i]}, ` +
-        `llama.cpp's top two ${gap.toExponential(2)} apart, logits of size ${sizes[i].toFixed(1)}`);
-      expect(gap).toBeLessThanOrEqual(1e-3 * sizes[i]);
-      // The tokens before the tie are llama.cpp's.
+        `llama.cpp's top two ${(la - lb).toExponential(2)} apart, our log-probabilities of them ` +
+        `${apart.map((x) => x.toFixed(3)).join(' and ')} from llama.cpp's`);
+      expect({ question: c.question, step: i, ours: out[i] }).toEqual({ question: c.question, step: i, ours: b });
+      expect(Math.max(...apart)).toBeLessThan(1.0);
       expect(out.slice(0, i)).toEqual(want.slice(0, i));
     }
     console.log(`SmolLM2 greedy: ${equalPrompts} of ${reference.cases.length} prompts give llama.cpp's ` +
-      `tokens exactly (${reference.steps}, or up to its end of turn)${report.length ? `; ties:\n  ${report.join('\n  ')}` : ''}`);
-    // Most prompts are not decided by a tie.
+      `tokens exactly (${reference.steps}, or up to its end of turn)${report.length ? `; near ties:\n  ${report.join('\n  ')}` : ''}`);
+    // Most prompts are not decided by a near tie.
     expect(equalPrompts).toBeGreaterThanOrEqual(reference.cases.length / 2);
   }, 600000);
 

@@ -182,7 +182,22 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
     rounded.set(x, xq);
     return xq;
   };
-  const linear = (x, name) => b.gemm(q8(x), dequantized(b, get(name)), { bTranspose: true });
+  // With llama.cpp's numerics, Q4_1's minimum meets the activations as
+  // llama.cpp's dot product has it: sum over blocks of m * s, where s is
+  // the block's sum of the rounded activations, kept in float16 (Q8_1's
+  // s); the codes times their scales are the other product.
+  const linear = (x, name) => {
+    const w = get(name);
+    const xq = q8(x);
+    if (same || w.type !== 'Q4_1') return b.gemm(xq, dequantized(b, w), { bTranspose: true });
+    const [rows, K] = xq.shape;
+    const nb = K / 32;
+    const zp = b.constant({ dataType: 'uint4', shape: [w.N, nb] }, new Uint8Array(Math.ceil((w.N * nb) / 2)));
+    const codes = b.dequantizeLinear(b.constant(w.q), b.cast(b.constant(w.scale), 'float32'), zp);
+    const sums = half16(b.reduceSum(b.reshape(xq, [rows, nb, 32]), { axes: [2] }));
+    const mins = b.cast(b.constant(w.min), 'float32');
+    return b.add(b.gemm(xq, codes, { bTranspose: true }), b.gemm(sums, mins, { bTranspose: true }));
+  };
   const rmsNorm = (x, name) => {
     const ms = b.reduceMean(b.mul(x, x), { axes: [1], keepDimensions: true });
     const eps = b.constant('float32', rmsEps);

@@ -15,6 +15,7 @@ use crate::graph::{Graph, Op};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
+use super::qgemm::{self, QMatrix};
 pub(super) use super::sgemm::sgemm;
 use super::sgemm::{sgemm_packed, sgemm_t, Fuse, PackedB};
 use super::util::{broadcast_strides, floats, from_floats, strides};
@@ -265,13 +266,28 @@ pub fn gemm(
             )?;
         }
     }
+    let c = match p.has_c {
+        true => Some((inputs[2], descs[2])),
+        false => None,
+    };
+    gemm_epilogue(p, &mut res, c)?;
+    from_floats(out.data_type, res)
+}
+
+/// `alpha * res + beta * c` in place, `res` the [M, N] product and `c`
+/// (when given) broadcasting to it.
+fn gemm_epilogue(
+    p: &GemmParams,
+    res: &mut [f32],
+    c: Option<(&Buf, &OperandDescriptor)>,
+) -> Result<()> {
+    let (m, n) = (p.m, p.n);
     let alpha = p.alpha as f32;
     if alpha != 1.0 {
         res.iter_mut().for_each(|x| *x *= alpha);
     }
-    if p.has_c && m * n > 0 {
-        let dc = descs[2];
-        let cv = widen(inputs[2], dc)?;
+    if let Some((c, dc)) = c.filter(|_| m * n > 0) {
+        let cv = widen(c, dc)?;
         let mn = [m, n];
         let fits = dc.rank() <= 2
             && dc
@@ -290,6 +306,52 @@ pub fn gemm(
                 res[i * n + j] += beta * cv[i * s[0] + j * s[1]];
             }
         }
+    }
+    Ok(())
+}
+
+/// A matmul or gemm whose B is constant quantized weights, packed at
+/// compile (`fuse::quantized_products`): `inputs` are the node's others,
+/// `[a]` for matmul (A of any rank 2 or more, its batches as rows) and
+/// `[a]` or `[a, c]` for gemm.
+pub fn quantized(
+    op: &Op,
+    w: &QMatrix,
+    inputs: &[&Buf],
+    descs: &[&OperandDescriptor],
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    let (Some(a), Some(da)) = (inputs.first(), descs.first()) else {
+        return Err(Error::operation("matmul: missing operands"));
+    };
+    let k = *da.shape.last().unwrap_or(&0);
+    let n = *out.shape.last().unwrap_or(&0);
+    if da.rank() < 2 || out.rank() < 2 || k != w.k() || n != w.n() {
+        return Err(Error::operation("matmul: inconsistent shapes"));
+    }
+    let rows = da.element_count() / k.max(1);
+    if out.element_count() != rows * n {
+        return Err(Error::operation("matmul: inconsistent shapes"));
+    }
+    let av = widen(a, da)?;
+    let mut res = Buf::f32_for_overwrite(rows * n);
+    qgemm::product(rows, &av, w, &mut res)?;
+    if let Op::Gemm(p) = op {
+        if p.m != rows || p.n != n || p.k != k || p.a_transpose {
+            return Err(Error::operation("gemm: inconsistent shapes"));
+        }
+        let c = match p.has_c {
+            true => Some((
+                *inputs
+                    .get(1)
+                    .ok_or_else(|| Error::operation("gemm: missing operands"))?,
+                *descs
+                    .get(1)
+                    .ok_or_else(|| Error::operation("gemm: missing operands"))?,
+            )),
+            false => None,
+        };
+        gemm_epilogue(p, &mut res, c)?;
     }
     from_floats(out.data_type, res)
 }

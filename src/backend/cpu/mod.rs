@@ -8,6 +8,7 @@
 mod activation;
 mod conv;
 mod elementwise;
+mod fuse;
 mod gather;
 mod logical;
 mod matmul;
@@ -15,6 +16,7 @@ mod memory;
 mod movement;
 mod norm;
 mod profile;
+mod qgemm;
 mod quantize;
 mod recurrent;
 mod reduce;
@@ -51,6 +53,10 @@ struct CompiledGraph {
     /// Constant right-hand sides of matmul/gemm nodes, packed once for the
     /// sgemm micro-kernel, by node index.
     packed: HashMap<usize, sgemm::PackedB>,
+    /// Matmul and gemm nodes whose B is constant quantized weights, kept
+    /// quantized (see `fuse`), by the node's output operand; such a node
+    /// has B taken off its inputs.
+    quantized: HashMap<usize, Arc<qgemm::QMatrix>>,
     /// Constant filters of conv2d nodes that run as products, packed once
     /// per group for the sgemm micro-kernel, by node index.
     conv_packed: HashMap<usize, Vec<sgemm::PackedA>>,
@@ -111,6 +117,9 @@ pub struct CpuBackend {
     spin: std::time::Duration,
     /// Whether a thread of the pool is spinning now.
     spinning: Arc<AtomicBool>,
+    /// Quantized weights packed for this context's graphs, shared by
+    /// the graphs that multiply by the same constants.
+    weights: fuse::WeightCache,
 }
 
 impl Drop for CpuBackend {
@@ -429,14 +438,15 @@ pub fn gemm_isa() -> &'static str {
 }
 
 /// The vectors each kind of CPU kernel runs on in this process, as the
-/// bench prints them: the matrix products, the blocked convolutions and
-/// the element-wise loops.
+/// bench prints them: the matrix products, the products over quantized
+/// weights, the blocked convolutions and the element-wise loops.
 pub fn isa_report() -> String {
     let conv = nchwc::isa_name();
     format!(
-        "gemm {} ({}), blocked convolutions {}, element-wise {}",
+        "gemm {} ({}), quantized products {}, blocked convolutions {}, element-wise {}",
         sgemm::best_kernel().name(),
         sgemm::best_kernel().blocking_report(),
+        qgemm::isa_name(),
         conv,
         elementwise::simd_level().name()
     )
@@ -765,7 +775,14 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                 })
                 .collect();
             let blocked = plan.and_then(|pl| pl.conv(n));
+            let quantized = node.outputs.first().and_then(|o| cg.quantized.get(o));
             match (&node.op, cg.conv_packed.get(&n), blocked) {
+                (Op::Matmul | Op::Gemm(_), _, _) if quantized.is_some() => {
+                    let Some(w) = quantized else {
+                        unreachable!("checked by the guard")
+                    };
+                    matmul::quantized(&node.op, w, &ins, &in_descs, &out_descs[0]).map(|b| vec![b])
+                }
                 (_, _, Some(_)) if chain.is_some() => {
                     let (Some(pl), Some(ch)) = (plan, chain) else {
                         unreachable!("a chain comes from a plan")
@@ -949,9 +966,30 @@ impl Backend for CpuBackend {
     }
 
     fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()> {
+        // Products over constant quantized weights keep them quantized;
+        // what only computed those weights is gone from the graph.
+        let weights = &mut self.weights;
+        let fused = match &self.pool {
+            Some(p) => p.install(|| fuse::quantized_products(&graph, weights)),
+            None => fuse::quantized_products(&graph, weights),
+        }?;
+        let (graph, quantized) = match fused {
+            Some((g, q)) => (Arc::new(g), q),
+            None => (graph, HashMap::new()),
+        };
+        // The constants that a node reads (or an output names), converted.
+        let mut read = vec![false; graph.operands.len()];
+        for node in &graph.nodes {
+            for &i in &node.inputs {
+                read[i] = true;
+            }
+        }
+        for (_, o) in &graph.outputs {
+            read[*o] = true;
+        }
         let mut constants = HashMap::new();
         for (op, src) in graph.sources.iter().enumerate() {
-            if let Source::Constant(bytes) = src {
+            if let (Source::Constant(bytes), true) = (src, read[op]) {
                 let d = &graph.operands[op];
                 constants.insert(op, Buf::from_bytes(d.data_type, bytes, d.element_count())?);
             }
@@ -1015,6 +1053,7 @@ impl Backend for CpuBackend {
             constants,
             last_use,
             packed,
+            quantized,
             conv_packed,
             nchwc,
             hot: elements >= HOT_ELEMENTS || macs >= HOT_MACS,
@@ -1027,6 +1066,13 @@ impl Backend for CpuBackend {
                 "webnn-node cpu: graph {id} needs {} bytes of intermediates at its peak",
                 plan.peak
             );
+            if !cg.quantized.is_empty() {
+                let bytes: usize = cg.quantized.values().map(|q| q.bytes()).sum();
+                eprintln!(
+                    "webnn-node cpu: graph {id} multiplies by {} quantized weight matrices ({bytes} bytes, shared with the context's other graphs)",
+                    cg.quantized.len()
+                );
+            }
         }
         if let Some(limit) = self.memory_limit {
             memory::check(&cg, &plan, limit, "the context's memoryLimit")?;

@@ -1,0 +1,453 @@
+//! Quantized weights kept quantized: a compile-time rewrite.
+//!
+//! A graph that multiplies by a constant quantized weight matrix writes it
+//! with standard operators: `dequantizeLinear` of a constant
+//! `int4`/`uint4`/`int8`/`uint8` tensor (scale and zero point per tensor,
+//! per axis or per block), perhaps an offset per block added after it
+//! (GGUF's Q4_1 minimum), reshapes between, and a transpose or `gemm`'s
+//! `bTranspose` to put the reduction axis where the product wants it. Run
+//! as written, every dispatch dequantizes every weight into float32.
+//!
+//! [`quantized_products`] finds each `matmul` (B of rank 2) and `gemm`
+//! whose B is such an expression of constants, packs the weights once
+//! into [`QMatrix`] blocks (`qgemm`), and takes B off the node's inputs;
+//! the nodes that only computed B are then dead and dropped, so their
+//! constants are never widened either. The node runs as `qgemm::product`.
+//!
+//! What qualifies, element by element in the row-major order of the
+//! weights as the product reads them (`[N, K]`, K the reduction axis):
+//! the scale, the zero point and each added offset must be constant over
+//! aligned runs of `QK` (32) elements, which holds for any blockwise
+//! scale whose block along K is a multiple of 32 and for per-tensor and
+//! per-row ones when K is. Anything else is left as it is.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use super::qgemm::{QMatrix, QK};
+use crate::error::{Error, Result};
+use crate::graph::ops::elementwise::BinaryKind;
+use crate::graph::ops::quantize::QuantizeOp;
+use crate::graph::ops::shape::TransposeParams;
+use crate::graph::{Graph, Op, OperandId, Source};
+use crate::tensor::Buf;
+use crate::types::DataType;
+
+/// Packed weights shared between the graphs of one context (a prefill
+/// and a decode graph over the same constant tensors pack them once).
+#[derive(Default)]
+pub struct WeightCache {
+    entries: Vec<(CacheKey, Weak<QMatrix>)>,
+}
+
+/// What a packed matrix was made from: the address of the quantized
+/// constant's bytes (alive, and so not reused, while any graph holding
+/// the matrix is) and the scales and offsets, compared in full.
+struct CacheKey {
+    source: usize,
+    n: usize,
+    k: usize,
+    d: Vec<f32>,
+    m: Vec<f32>,
+}
+
+impl WeightCache {
+    fn find(&mut self, key: &CacheKey) -> Option<Arc<QMatrix>> {
+        self.entries.retain(|(_, w)| w.strong_count() > 0);
+        self.entries.iter().find_map(|(k, w)| {
+            let same = k.source == key.source
+                && k.n == key.n
+                && k.k == key.k
+                && bits(&k.d).eq(bits(&key.d))
+                && bits(&k.m).eq(bits(&key.m));
+            same.then(|| w.upgrade()).flatten()
+        })
+    }
+}
+
+fn bits(v: &[f32]) -> impl Iterator<Item = u32> + '_ {
+    v.iter().map(|x| x.to_bits())
+}
+
+/// Constants whose value a scale or offset may be computed from at
+/// compile time (casts and reshapes of them), at most this many elements.
+const MAX_FOLDED: usize = 1 << 24;
+
+/// The value of operand `id` when it is a constant, or a cast or reshape
+/// of one (small enough to compute here).
+fn constant(g: &Graph, id: OperandId) -> Option<Buf> {
+    let d = &g.operands[id];
+    match &g.sources[id] {
+        Source::Constant(bytes) => Buf::from_bytes(d.data_type, bytes, d.element_count()).ok(),
+        Source::Node { node, .. } => {
+            let n = &g.nodes[*node];
+            if d.element_count() > MAX_FOLDED || n.outputs.len() != 1 {
+                return None;
+            }
+            let x = constant(g, *n.inputs.first()?)?;
+            match &n.op {
+                Op::Reshape => Some(x),
+                Op::Cast(_) => {
+                    let ins = [&x];
+                    let descs = [&g.operands[n.inputs[0]]];
+                    super::run_op(&n.op, &ins, &descs, std::slice::from_ref(d), None)
+                        .ok()?
+                        .pop()
+                }
+                _ => None,
+            }
+        }
+        Source::Input(_) => None,
+    }
+}
+
+/// Which element of a (small) operand each element of a larger one
+/// reads, in row-major order: blockwise broadcasting, `block[i]` elements
+/// of the larger along dimension `i` per element of the smaller.
+struct BlockMap {
+    dst: Vec<usize>,
+    block: Vec<usize>,
+    /// Row-major strides of the smaller operand, aligned to `dst`.
+    strides: Vec<usize>,
+}
+
+impl BlockMap {
+    /// `src` (trailing-aligned, missing leading dimensions count as 1)
+    /// spread over `dst` in blocks of `block` (`None`: each dimension of
+    /// `src` is 1 or equals `dst`'s, as for ordinary broadcasting).
+    fn new(dst: &[usize], src: &[usize], block: Option<&[usize]>) -> Option<BlockMap> {
+        if src.len() > dst.len() {
+            return None;
+        }
+        let off = dst.len() - src.len();
+        let aligned: Vec<usize> = (0..dst.len())
+            .map(|i| if i < off { 1 } else { src[i - off] })
+            .collect();
+        let block: Vec<usize> = match block {
+            Some(b) if b.len() == dst.len() => b.to_vec(),
+            Some(_) => return None,
+            None => dst
+                .iter()
+                .zip(&aligned)
+                .map(|(&t, &s)| match s {
+                    1 => Some(t.max(1)),
+                    _ if s == t => Some(1),
+                    _ => None,
+                })
+                .collect::<Option<_>>()?,
+        };
+        if dst
+            .iter()
+            .zip(&block)
+            .zip(&aligned)
+            .any(|((&t, &b), &s)| b == 0 || t.div_ceil(b) != s)
+        {
+            return None;
+        }
+        let mut strides = vec![0; dst.len()];
+        let mut acc = 1;
+        for i in (0..dst.len()).rev() {
+            strides[i] = acc;
+            acc *= aligned[i];
+        }
+        Some(BlockMap {
+            dst: dst.to_vec(),
+            block,
+            strides,
+        })
+    }
+
+    /// The length of the aligned runs of consecutive elements that read
+    /// one element.
+    fn run(&self) -> usize {
+        let mut run = 1usize;
+        for (&t, &b) in self.dst.iter().zip(&self.block).rev() {
+            if b >= t {
+                run = run.saturating_mul(t);
+            } else {
+                return run.saturating_mul(b);
+            }
+        }
+        run
+    }
+
+    /// The element of the smaller operand that element `i` reads.
+    fn index(&self, mut i: usize) -> usize {
+        let mut at = 0;
+        for d in (0..self.dst.len()).rev() {
+            let c = i % self.dst[d];
+            i /= self.dst[d];
+            at += c / self.block[d] * self.strides[d];
+        }
+        at
+    }
+}
+
+/// A weight expression traced to its constants: element `i` (row-major)
+/// is `(q[i] - zero[zero_map(i)]) * scale[scale_map(i)]` plus each
+/// offset's element.
+struct Traced {
+    q: OperandId,
+    scale: (Vec<f32>, BlockMap),
+    zero: (Buf, BlockMap),
+    offsets: Vec<(Vec<f32>, BlockMap)>,
+}
+
+/// Traces operand `id` (float32) back through reshapes and constant
+/// additions to a `dequantizeLinear` of a constant.
+fn trace(g: &Graph, id: OperandId, depth: usize) -> Option<Traced> {
+    let Source::Node { node, .. } = &g.sources[id] else {
+        return None;
+    };
+    let n = &g.nodes[*node];
+    let out = &g.operands[id];
+    if out.data_type != DataType::Float32 || depth > 16 {
+        return None;
+    }
+    match &n.op {
+        Op::Reshape => trace(g, n.inputs[0], depth + 1),
+        Op::Binary(BinaryKind::Add) => {
+            let [x, y] = n.inputs[..] else { return None };
+            let (path, other) = match (constant(g, y), constant(g, x)) {
+                (Some(c), _) => (x, c),
+                (None, Some(c)) => (y, c),
+                (None, None) => return None,
+            };
+            let other_id = if path == x { y } else { x };
+            if g.operands[path].shape != out.shape {
+                return None;
+            }
+            let Buf::F32(v) = other else { return None };
+            let map = BlockMap::new(&out.shape, &g.operands[other_id].shape, None)?;
+            let mut t = trace(g, path, depth + 1)?;
+            t.offsets.push((v, map));
+            Some(t)
+        }
+        Op::Quantize(QuantizeOp::Dequantize { block }) => {
+            let [q, s, z] = n.inputs[..] else { return None };
+            let qd = &g.operands[q];
+            let quantized = matches!(
+                qd.data_type,
+                DataType::Int4 | DataType::Uint4 | DataType::Int8 | DataType::Uint8
+            );
+            if !quantized || !matches!(g.sources[q], Source::Constant(_)) {
+                return None;
+            }
+            let Buf::F32(scale) = constant(g, s)? else {
+                return None;
+            };
+            let zero = constant(g, z)?;
+            let smap = BlockMap::new(&qd.shape, &g.operands[s].shape, Some(block))?;
+            let zmap = BlockMap::new(&qd.shape, &g.operands[z].shape, Some(block))?;
+            Some(Traced {
+                q,
+                scale: (scale, smap),
+                zero: (zero, zmap),
+                offsets: Vec::new(),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The weights of B of node `n` as `[N, K]` rows, traced: B itself when
+/// the product reads it transposed (`gemm`'s `bTranspose`), else the
+/// operand that a `[1, 0]` transpose made B from.
+fn weights_of(g: &Graph, n: usize) -> Option<(Traced, usize, usize)> {
+    let node = &g.nodes[n];
+    let (&a, &b) = (node.inputs.first()?, node.inputs.get(1)?);
+    let (db, out) = (&g.operands[b], &g.operands[*node.outputs.first()?]);
+    if g.operands[a].data_type != DataType::Float32
+        || out.data_type != DataType::Float32
+        || db.rank() != 2
+    {
+        return None;
+    }
+    let transposed = match &node.op {
+        Op::Gemm(p) if !p.a_transpose => p.b_transpose,
+        Op::Matmul if node.inputs.len() == 2 => false,
+        _ => return None,
+    };
+    let rows = if transposed {
+        b
+    } else {
+        let Source::Node { node: t, .. } = &g.sources[b] else {
+            return None;
+        };
+        let tn = &g.nodes[*t];
+        match &tn.op {
+            Op::Transpose(TransposeParams { permutation }) if permutation[..] == [1, 0] => {
+                tn.inputs[0]
+            }
+            _ => return None,
+        }
+    };
+    let (nn, k) = (g.operands[rows].shape[0], g.operands[rows].shape[1]);
+    Some((trace(g, rows, 0)?, nn, k))
+}
+
+/// Packs traced weights (`n` rows of `k`), or finds them packed.
+fn pack(
+    g: &Graph,
+    t: &Traced,
+    n: usize,
+    k: usize,
+    cache: &mut WeightCache,
+) -> Result<Option<Arc<QMatrix>>> {
+    let runs = [&t.scale.1, &t.zero.1]
+        .into_iter()
+        .chain(t.offsets.iter().map(|(_, m)| m))
+        .all(|m| m.run() % QK == 0);
+    if !runs || !k.is_multiple_of(QK) || k == 0 || n == 0 {
+        return Ok(None);
+    }
+    let qd = &g.operands[t.q];
+    let Source::Constant(bytes) = &g.sources[t.q] else {
+        return Ok(None);
+    };
+    // The stored code and the zero point it is relative to: 4-bit codes
+    // are kept as 0..=15 and 8-bit ones as -128..=127, so int4 moves up
+    // by 8 and uint8 down by 128 (the zero point with them).
+    let (wide, shift) = match qd.data_type {
+        DataType::Uint4 => (false, 0),
+        DataType::Int4 => (false, 8),
+        DataType::Int8 => (true, 0),
+        DataType::Uint8 => (true, -128),
+        _ => return Ok(None),
+    };
+    let blocks = n * k / QK;
+    let (mut d, mut m) = (Vec::new(), Vec::new());
+    let room = |v: &mut Vec<f32>| {
+        v.try_reserve_exact(blocks).map_err(|_| {
+            Error::operation(format!(
+                "cannot allocate {} bytes for quantized weights' scales",
+                blocks * 4
+            ))
+        })
+    };
+    room(&mut d)?;
+    room(&mut m)?;
+    for b in 0..blocks {
+        let i = b * QK;
+        let scale = t.scale.0[t.scale.1.index(i)];
+        let zero = t.zero.0.get_f64(t.zero.1.index(i)) + shift as f64;
+        let offset: f64 = t
+            .offsets
+            .iter()
+            .map(|(v, map)| v[map.index(i)] as f64)
+            .sum();
+        d.push(scale);
+        m.push((offset - zero * scale as f64) as f32);
+    }
+    let key = CacheKey {
+        source: Arc::as_ptr(bytes) as usize,
+        n,
+        k,
+        d,
+        m,
+    };
+    if let Some(q) = cache.find(&key) {
+        return Ok(Some(q));
+    }
+    let codes = Buf::from_bytes(qd.data_type, bytes, qd.element_count())?;
+    let code = |i: usize| -> i32 {
+        let raw = match &codes {
+            Buf::I8(v) => v[i] as i32,
+            Buf::U8(v) => v[i] as i32,
+            _ => 0,
+        };
+        raw + shift
+    };
+    let q = Arc::new(QMatrix::pack(
+        n,
+        k,
+        wide,
+        code,
+        key.d.clone(),
+        key.m.clone(),
+    )?);
+    cache.entries.push((key, Arc::downgrade(&q)));
+    Ok(Some(q))
+}
+
+/// Packed weights by the output operand of the product that reads them.
+pub(super) type Packed = HashMap<OperandId, Arc<QMatrix>>;
+
+/// The graph with every product over quantized constant weights made a
+/// quantized product (see the module comment), and the packed weights by
+/// the product's output operand (which later rewrites keep); `None` when
+/// there is none. A fused node's inputs are its others with B taken out:
+/// `[a]` for matmul, `[a, c]` (c if given) for gemm.
+pub(super) fn quantized_products(
+    graph: &Graph,
+    cache: &mut WeightCache,
+) -> Result<Option<(Graph, Packed)>> {
+    // `WEBNN_CPU_QGEMM=off` runs the graphs as written (for comparisons).
+    if std::env::var("WEBNN_CPU_QGEMM").is_ok_and(|v| v == "off") {
+        return Ok(None);
+    }
+    let mut weights = HashMap::new();
+    let mut g = graph.clone();
+    for n in 0..graph.nodes.len() {
+        let Some((t, rows, k)) = weights_of(graph, n) else {
+            continue;
+        };
+        if let Some(q) = pack(graph, &t, rows, k, cache)? {
+            weights.insert(graph.nodes[n].outputs[0], q);
+            g.nodes[n].inputs.remove(1);
+        }
+    }
+    if weights.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((prune(g), weights)))
+}
+
+/// The graph without the nodes whose outputs nothing reads (after a
+/// rewrite took their reader's input away); the sources that name nodes
+/// follow the renumbering.
+fn prune(mut g: Graph) -> Graph {
+    let mut needed = vec![false; g.operands.len()];
+    for (_, o) in &g.outputs {
+        needed[*o] = true;
+    }
+    let mut keep = vec![false; g.nodes.len()];
+    // Nodes are in topological order: a node is kept when a kept node
+    // (or an output) reads one of its outputs.
+    for n in (0..g.nodes.len()).rev() {
+        if g.nodes[n].outputs.iter().any(|&o| needed[o]) {
+            keep[n] = true;
+            for &i in &g.nodes[n].inputs {
+                needed[i] = true;
+            }
+        }
+    }
+    let nodes = std::mem::take(&mut g.nodes);
+    g.nodes = nodes
+        .into_iter()
+        .zip(&keep)
+        .filter_map(|(node, &k)| k.then_some(node))
+        .collect();
+    for (ni, node) in g.nodes.iter().enumerate() {
+        for (index, &o) in node.outputs.iter().enumerate() {
+            g.sources[o] = Source::Node { node: ni, index };
+        }
+    }
+    // The dropped nodes' outputs: no node makes them and none reads them;
+    // they point at node 0 so that no index is out of range.
+    for (o, src) in g.sources.iter_mut().enumerate() {
+        if let Source::Node { node, index } = src {
+            let fine = g
+                .nodes
+                .get(*node)
+                .is_some_and(|n| n.outputs.get(*index) == Some(&o));
+            if !fine {
+                *src = Source::Node { node: 0, index: 0 };
+            }
+        }
+    }
+    g
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,275 @@
+//! The rewrite on graphs as loaders write them: each form of quantized
+//! weights that qualifies runs as one quantized product (the nodes that
+//! computed B are gone) and gives the definition's values; forms that do
+//! not qualify are left as written.
+
+use std::sync::Arc;
+
+use crate::backend::cpu::CpuBackend;
+use crate::backend::testing::{desc, dict, list, random};
+use crate::backend::Backend;
+use crate::f16::f32_to_f16;
+use crate::graph::args::Val;
+use crate::graph::{Graph, GraphBuilder, OperandId};
+use crate::tensor::Buf;
+use crate::types::DataType;
+
+fn op(b: &GraphBuilder, id: OperandId) -> Val {
+    crate::backend::testing::operand(b, id)
+}
+
+/// A constant of `dt` from values (4-bit types packed two to a byte, the
+/// first in the low half).
+fn constant(b: &mut GraphBuilder, dt: DataType, shape: &[usize], v: &[f64]) -> OperandId {
+    let bytes: Vec<u8> = match dt {
+        DataType::Float32 => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+        DataType::Float16 => v
+            .iter()
+            .flat_map(|&x| f32_to_f16(x as f32).to_le_bytes())
+            .collect(),
+        DataType::Int8 | DataType::Uint8 => v.iter().map(|&x| x as i64 as u8).collect(),
+        DataType::Int4 | DataType::Uint4 => v
+            .chunks(2)
+            .map(|p| (p[0] as i64 as u8 & 15) | (p.get(1).map_or(0, |&x| x as i64 as u8 & 15) << 4))
+            .collect(),
+        _ => unreachable!("not a type these tests use"),
+    };
+    b.constant(desc(dt, shape), Arc::new(bytes)).unwrap()
+}
+
+/// How the weights are written.
+struct Form {
+    dt: DataType,
+    /// The scale's and zero point's shape over the [N, K] codes.
+    blocks: [usize; 2],
+    /// A per-block offset added after the dequantization (Q4_1's minimum).
+    offset: bool,
+    /// The scale as a float16 constant cast to float32.
+    half_scale: bool,
+    /// B as `transpose([N, K])` read by matmul, else gemm's bTranspose.
+    matmul: bool,
+}
+
+/// The graph, its inputs' values, and the definition's result.
+fn graph(f: &Form, rows: usize, n: usize, k: usize, seed: u64) -> (Graph, Vec<f32>, Vec<f32>) {
+    let (lo, hi) = match f.dt {
+        DataType::Uint4 => (0, 15),
+        DataType::Int4 => (-8, 7),
+        DataType::Uint8 => (0, 255),
+        _ => (-128, 127),
+    };
+    let r = random(n * k + 3 * n * k, seed);
+    let span = (hi - lo + 1) as f32;
+    let q: Vec<f64> = r[..n * k]
+        .iter()
+        .map(|x| (lo + (((x + 2.0) / 4.0 * span) as i32).min(hi - lo)) as f64)
+        .collect();
+    let nb = f.blocks[0] * f.blocks[1];
+    let scale: Vec<f64> = r[n * k..n * k + nb]
+        .iter()
+        .map(|x| f32_to_f16_round(0.01 + x.abs() as f64 * 0.01, f.half_scale))
+        .collect();
+    let zero: Vec<f64> = r[2 * n * k..2 * n * k + nb]
+        .iter()
+        .map(|x| (lo + (((x + 2.0) / 4.0 * span) as i32).min(hi - lo)) as f64)
+        .collect();
+    let min: Vec<f64> = r[3 * n * k..3 * n * k + n * f.blocks[1]]
+        .iter()
+        .map(|&x| x as f64 * 0.1)
+        .collect();
+    let mut b = GraphBuilder::new();
+    let a = b.input("a", desc(DataType::Float32, &[rows, k])).unwrap();
+    let qc = constant(&mut b, f.dt, &[n, k], &q);
+    let s = match f.half_scale {
+        true => {
+            let h = constant(&mut b, DataType::Float16, &f.blocks, &scale);
+            b.call("cast", &[op(&b, h), Val::String("float32".into())])
+                .unwrap()[0]
+        }
+        false => constant(&mut b, DataType::Float32, &f.blocks, &scale),
+    };
+    let z = constant(&mut b, f.dt, &f.blocks, &zero);
+    let mut w = b
+        .call("dequantizeLinear", &[op(&b, qc), op(&b, s), op(&b, z)])
+        .unwrap()[0];
+    // The block along K and the scale's index of each weight.
+    let (bn, bk) = (n / f.blocks[0], k / f.blocks[1]);
+    let at = |i: usize, j: usize| (i / bn) * f.blocks[1] + j / bk;
+    if f.offset {
+        let per = k / f.blocks[1];
+        let shaped = b
+            .call(
+                "reshape",
+                &[op(&b, w), list(&[n as f64, f.blocks[1] as f64, per as f64])],
+            )
+            .unwrap()[0];
+        let m = constant(&mut b, DataType::Float32, &[n, f.blocks[1], 1], &min);
+        let sum = b.call("add", &[op(&b, shaped), op(&b, m)]).unwrap()[0];
+        w = b
+            .call("reshape", &[op(&b, sum), list(&[n as f64, k as f64])])
+            .unwrap()[0];
+    }
+    let out = match f.matmul {
+        true => {
+            let t = b.call("transpose", &[op(&b, w)]).unwrap()[0];
+            b.call("matmul", &[op(&b, a), op(&b, t)]).unwrap()[0]
+        }
+        false => {
+            let o = dict(&[("bTranspose", Val::Bool(true))]);
+            b.call("gemm", &[op(&b, a), op(&b, w), o]).unwrap()[0]
+        }
+    };
+    let g = b.build(vec![("out".into(), out)]).unwrap();
+    let x = random(rows * k, seed + 9);
+    let mut want = vec![0f32; rows * n];
+    for i in 0..rows {
+        for j in 0..n {
+            let mut acc = 0f64;
+            for t in 0..k {
+                let blk = at(j, t);
+                let mut wv = ((q[j * k + t] - zero[blk]) * scale[blk]) as f32;
+                if f.offset {
+                    wv += min[j * f.blocks[1] + t / (k / f.blocks[1])] as f32;
+                }
+                acc += x[i * k + t] as f64 * wv as f64;
+            }
+            want[i * n + j] = acc as f32;
+        }
+    }
+    (g, x, want)
+}
+
+/// `x` as float16 would hold it, when `half`.
+fn f32_to_f16_round(x: f64, half: bool) -> f64 {
+    match half {
+        true => crate::f16::f16_to_f32(f32_to_f16(x as f32)) as f64,
+        false => x,
+    }
+}
+
+/// Compiles and runs the graph; returns the result and how many products
+/// run quantized.
+fn run(g: Graph, x: Vec<f32>) -> (Vec<f32>, usize, usize) {
+    let g = Arc::new(g);
+    let mut cpu = CpuBackend::new();
+    cpu.compile(1, g.clone()).unwrap();
+    let fused = cpu.graphs[&1].quantized.len();
+    let nodes = cpu.graphs[&1].graph.nodes.len();
+    let out = cpu.compute(1, &g, vec![Buf::F32(x)]).unwrap();
+    (out[0].to_f32_vec(), fused, nodes)
+}
+
+fn assert_near(got: &[f32], want: &[f32], what: &str) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+            "{what}: element {i}: {g} against {w}"
+        );
+    }
+}
+
+#[test]
+fn quantized_weights_run_as_one_product() {
+    let (n, k) = (40, 128);
+    let forms = [
+        // GGUF's Q4_1: blocks of 32, a float16 scale, the minimum added.
+        Form {
+            dt: DataType::Uint4,
+            blocks: [n, k / 32],
+            offset: true,
+            half_scale: true,
+            matmul: false,
+        },
+        // Q8_0 and ONNX MatMulNBits-style: blocks of 64 / 128, a zero point.
+        Form {
+            dt: DataType::Int8,
+            blocks: [n, k / 64],
+            offset: false,
+            half_scale: false,
+            matmul: true,
+        },
+        Form {
+            dt: DataType::Int4,
+            blocks: [n, k / 128],
+            offset: false,
+            half_scale: false,
+            matmul: true,
+        },
+        // Per row (per output channel) and per tensor.
+        Form {
+            dt: DataType::Uint8,
+            blocks: [n, 1],
+            offset: false,
+            half_scale: true,
+            matmul: false,
+        },
+        Form {
+            dt: DataType::Uint4,
+            blocks: [1, 1],
+            offset: true,
+            half_scale: false,
+            matmul: true,
+        },
+    ];
+    for (fi, f) in forms.iter().enumerate() {
+        for rows in [1, 5, 12] {
+            let (g, x, want) = graph(f, rows, n, k, fi as u64 * 10 + rows as u64);
+            let (got, fused, nodes) = run(g, x);
+            assert_eq!(
+                (fused, nodes),
+                (1, 1),
+                "form {fi}: one quantized product, nothing else"
+            );
+            assert_near(&got, &want, &format!("form {fi} rows {rows}"));
+        }
+    }
+}
+
+#[test]
+fn other_forms_run_as_written() {
+    let (n, k) = (8, 64);
+    // Blocks of 16 along K: two scales in a block of 32.
+    let f = Form {
+        dt: DataType::Uint4,
+        blocks: [n, k / 16],
+        offset: false,
+        half_scale: false,
+        matmul: false,
+    };
+    let (g, x, want) = graph(&f, 3, n, k, 1);
+    let (got, fused, _) = run(g, x);
+    assert_eq!(fused, 0);
+    assert_near(&got, &want, "blocks of 16");
+    // Blocks along N, not K (the product's reduction axis).
+    let f = Form {
+        dt: DataType::Int8,
+        blocks: [n / 2, 1],
+        offset: false,
+        half_scale: false,
+        matmul: false,
+    };
+    let (g, x, want) = graph(&f, 2, n, k, 2);
+    let (got, fused, _) = run(g, x);
+    assert_eq!(fused, 1, "a scale per two rows is constant along K");
+    assert_near(&got, &want, "blocks along N");
+}
+
+/// Two graphs over the same constant bytes share one packed matrix.
+#[test]
+fn graphs_share_packed_weights() {
+    let f = Form {
+        dt: DataType::Uint4,
+        blocks: [16, 2],
+        offset: true,
+        half_scale: true,
+        matmul: false,
+    };
+    let (g, ..) = graph(&f, 2, 16, 64, 3);
+    let g = Arc::new(g);
+    let mut cpu = CpuBackend::new();
+    cpu.compile(1, g.clone()).unwrap();
+    cpu.compile(2, g.clone()).unwrap();
+    let one = cpu.graphs[&1].quantized.values().next().unwrap().clone();
+    let two = cpu.graphs[&2].quantized.values().next().unwrap().clone();
+    assert!(Arc::ptr_eq(&one, &two));
+}

@@ -1,0 +1,211 @@
+//! The dot products of one weight row's blocks with one activation row:
+//! `sum over blocks b of d[b] * sum_j a[b*QK + j] * code[b*QK + j]` (the
+//! offsets are added by the caller). A portable form, the reference, and
+//! an AVX2+FMA form, picked once per process ([`best`]); the tests hold
+//! the others to the portable one.
+
+use super::QK;
+
+/// One instruction set's kernels.
+pub struct Kernel {
+    pub name: &'static str,
+    /// 4-bit codes (`Codes::Nibbles` layout), `k / 2` bytes.
+    q4: fn(&[u8], &[f32], &[f32]) -> f32,
+    /// 8-bit codes, `k` bytes.
+    q8: fn(&[i8], &[f32], &[f32]) -> f32,
+}
+
+impl Kernel {
+    /// The sum of `d[b]` times the dot product of block `b` of `codes`
+    /// and of `a` (`a.len()` weights, a whole number of blocks).
+    #[inline]
+    pub fn q4(&self, codes: &[u8], d: &[f32], a: &[f32]) -> f32 {
+        assert!(
+            a.len().is_multiple_of(QK) && codes.len() * 2 == a.len() && d.len() * QK == a.len()
+        );
+        (self.q4)(codes, d, a)
+    }
+
+    /// As [`Kernel::q4`] for 8-bit codes.
+    #[inline]
+    pub fn q8(&self, codes: &[i8], d: &[f32], a: &[f32]) -> f32 {
+        assert!(a.len().is_multiple_of(QK) && codes.len() == a.len() && d.len() * QK == a.len());
+        (self.q8)(codes, d, a)
+    }
+}
+
+/// The portable kernels: eight partial sums per block, which the
+/// compiler can keep in one vector register.
+pub static PORTABLE: Kernel = Kernel {
+    name: "portable",
+    q4: q4_portable,
+    q8: q8_portable,
+};
+
+fn q4_portable(codes: &[u8], d: &[f32], a: &[f32]) -> f32 {
+    let mut total = 0f32;
+    for ((c, &db), ab) in codes.chunks_exact(QK / 2).zip(d).zip(a.chunks_exact(QK)) {
+        let mut s = [0f32; 8];
+        for j in 0..QK / 2 {
+            s[j % 8] += ab[j] * (c[j] & 15) as f32;
+            s[j % 8] += ab[j + QK / 2] * (c[j] >> 4) as f32;
+        }
+        total += db * s.iter().sum::<f32>();
+    }
+    total
+}
+
+fn q8_portable(codes: &[i8], d: &[f32], a: &[f32]) -> f32 {
+    let mut total = 0f32;
+    for ((c, &db), ab) in codes.chunks_exact(QK).zip(d).zip(a.chunks_exact(QK)) {
+        let mut s = [0f32; 8];
+        for j in 0..QK {
+            s[j % 8] += ab[j] * c[j] as f32;
+        }
+        total += db * s.iter().sum::<f32>();
+    }
+    total
+}
+
+/// The kernels this machine runs best.
+pub fn best() -> &'static Kernel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx2::usable() {
+            return &avx2::KERNEL;
+        }
+    }
+    &PORTABLE
+}
+
+/// The name of the kernels [`best`] picks, for the bench's report.
+pub fn isa_name() -> &'static str {
+    best().name
+}
+
+/// Every form this machine can run, the portable one first.
+#[cfg(test)]
+pub fn available() -> Vec<&'static Kernel> {
+    let mut v = vec![&PORTABLE];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx2::usable() {
+            v.push(&avx2::KERNEL);
+        }
+    }
+    v
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Kernel, QK};
+    use std::arch::x86_64::*;
+
+    pub fn usable() -> bool {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+
+    pub static KERNEL: Kernel = Kernel {
+        name: "avx2",
+        q4: |c, d, a| {
+            // SAFETY: `KERNEL` is only handed out by `best`/`available`
+            // after `usable()` saw AVX2 and FMA; the lengths were checked
+            // by `Kernel::q4`.
+            unsafe { q4(c, d, a) }
+        },
+        q8: |c, d, a| {
+            // SAFETY: as above, for `Kernel::q8`.
+            unsafe { q8(c, d, a) }
+        },
+    };
+
+    /// The eight lanes of `v` added.
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+
+    /// # Safety
+    /// AVX2 and FMA must be present; `codes.len() * 2 == a.len()`,
+    /// `d.len() * QK == a.len()`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn q4(codes: &[u8], d: &[f32], a: &[f32]) -> f32 {
+        let low = _mm_set1_epi8(0x0f);
+        let mut acc0 = _mm256_setzero_ps();
+        let mut acc1 = _mm256_setzero_ps();
+        let (cp, ap) = (codes.as_ptr(), a.as_ptr());
+        for (b, &db) in d.iter().enumerate() {
+            // In bounds: block b's 16 code bytes and 32 activations lie
+            // inside the slices whose lengths the caller checked.
+            let raw = _mm_loadu_si128(cp.add(b * QK / 2) as *const __m128i);
+            let lo = _mm_and_si128(raw, low);
+            let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+            let w0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+            let w1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+            let w2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+            let w3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+            let x = ap.add(b * QK);
+            let s0 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(x.add(8)),
+                w1,
+                _mm256_mul_ps(_mm256_loadu_ps(x), w0),
+            );
+            let s1 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(x.add(24)),
+                w3,
+                _mm256_mul_ps(_mm256_loadu_ps(x.add(16)), w2),
+            );
+            let s = _mm256_add_ps(s0, s1);
+            // Two accumulators: consecutive blocks do not wait on each
+            // other's FMA.
+            if b % 2 == 0 {
+                acc0 = _mm256_fmadd_ps(s, _mm256_set1_ps(db), acc0);
+            } else {
+                acc1 = _mm256_fmadd_ps(s, _mm256_set1_ps(db), acc1);
+            }
+        }
+        hsum(_mm256_add_ps(acc0, acc1))
+    }
+
+    /// # Safety
+    /// AVX2 and FMA must be present; `codes.len() == a.len()`,
+    /// `d.len() * QK == a.len()`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn q8(codes: &[i8], d: &[f32], a: &[f32]) -> f32 {
+        let mut acc0 = _mm256_setzero_ps();
+        let mut acc1 = _mm256_setzero_ps();
+        let (cp, ap) = (codes.as_ptr(), a.as_ptr());
+        for (b, &db) in d.iter().enumerate() {
+            // In bounds: block b's 32 codes and 32 activations lie inside
+            // the slices whose lengths the caller checked.
+            let c = cp.add(b * QK);
+            let lo = _mm_loadu_si128(c as *const __m128i);
+            let hi = _mm_loadu_si128(c.add(16) as *const __m128i);
+            let w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+            let w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+            let w2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+            let w3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+            let x = ap.add(b * QK);
+            let s0 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(x.add(8)),
+                w1,
+                _mm256_mul_ps(_mm256_loadu_ps(x), w0),
+            );
+            let s1 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(x.add(24)),
+                w3,
+                _mm256_mul_ps(_mm256_loadu_ps(x.add(16)), w2),
+            );
+            let s = _mm256_add_ps(s0, s1);
+            if b % 2 == 0 {
+                acc0 = _mm256_fmadd_ps(s, _mm256_set1_ps(db), acc0);
+            } else {
+                acc1 = _mm256_fmadd_ps(s, _mm256_set1_ps(db), acc1);
+            }
+        }
+        hsum(_mm256_add_ps(acc0, acc1))
+    }
+}

@@ -1,0 +1,280 @@
+//! Matrix products with quantized weights kept quantized.
+//!
+//! A constant weight matrix that a graph dequantizes before a product
+//! (`dequantizeLinear` of a constant `int4`/`uint4`/`int8`/`uint8` tensor,
+//! perhaps with a per-block offset added; `cpu/fuse.rs` recognises the
+//! pattern) is held here as codes of 4 or 8 bits with a scale and an
+//! offset per block of [`QK`] weights along the reduction axis:
+//!
+//! ```text
+//! w[n][k] = code[n][k] * d[n][k / QK] + m[n][k / QK]
+//! ```
+//!
+//! which is `(q - zeroPoint) * scale + offset` with the zero point folded
+//! into the offset (`m = offset - zeroPoint * scale`, rounded once). The
+//! product then never holds the weights in float32:
+//!
+//! - a few rows of activations (decoding: M = 1 to [`SMALL_M`]) take the
+//!   dot products straight from the codes, one block at a time, as
+//!   `d * sum(a * code) + m * sum(a)` (the sums of `a` per block computed
+//!   once per row, for every output column);
+//! - more rows (a prompt) dequantize a tile of [`TILE_N`] weight rows at a
+//!   time into float32 and run the float32 GEMM kernel on it, each thread
+//!   its own tiles: the dequantization is then 1/M of the work.
+//!
+//! Numerics: against the unfused graph (dequantize, then a float32
+//! product), the weights differ by the one rounding of the folded offset
+//! (none when the zero point is 0 or no offset is added) and the sums are
+//! taken in another order; both are within the rounding a float32 product
+//! of length K already has.
+
+mod kernels;
+#[cfg(test)]
+mod tests;
+
+use rayon::prelude::*;
+
+use crate::backend::cpu::sgemm::sgemm_t;
+use crate::error::{Error, Result};
+
+pub use kernels::isa_name;
+
+/// Weights per block: one scale and one offset each.
+pub const QK: usize = 32;
+
+/// From this many rows of activations the product dequantizes tiles and
+/// runs the float32 GEMM instead of taking dot products from the codes.
+pub const SMALL_M: usize = 8;
+
+/// Weight rows per tile (per task) of the tiled product.
+const TILE_N: usize = 64;
+
+/// The codes of a [`QMatrix`].
+#[derive(Debug)]
+pub enum Codes {
+    /// 4-bit codes 0..=15, [`QK`] / 2 bytes per block: byte `j` holds
+    /// element `j` in its low half and element `j + 16` in its high half,
+    /// so that one mask and one shift give the block's two halves.
+    Nibbles(Vec<u8>),
+    /// 8-bit signed codes, one per weight.
+    Bytes(Vec<i8>),
+}
+
+/// A constant [N, K] weight matrix in quantized blocks (see the module
+/// comment); the product reads it as B transposed (`x · wᵀ`).
+#[derive(Debug)]
+pub struct QMatrix {
+    n: usize,
+    k: usize,
+    codes: Codes,
+    /// Per block, row by row (`n * k / QK` each).
+    d: Vec<f32>,
+    m: Vec<f32>,
+}
+
+/// The bytes a vector of `len` elements of `T` takes, or an error that
+/// says so when it cannot be had.
+fn try_alloc<T: Clone>(len: usize, fill: T, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        Error::operation(format!(
+            "cannot allocate {} bytes for {what}",
+            len.saturating_mul(std::mem::size_of::<T>())
+        ))
+    })?;
+    v.resize(len, fill);
+    Ok(v)
+}
+
+impl QMatrix {
+    /// Packs `n` rows of `k` weights. `code(i)` is the integer code of
+    /// weight `i` (row-major), `wide` whether codes span 8 bits (else
+    /// 0..=15); `d` and `m` the scale and offset of each block. Errors
+    /// when `k` is not a whole number of blocks, a slice is short, a code
+    /// is out of its range, or the memory cannot be had.
+    pub fn pack(
+        n: usize,
+        k: usize,
+        wide: bool,
+        code: impl Fn(usize) -> i32 + Sync,
+        d: Vec<f32>,
+        m: Vec<f32>,
+    ) -> Result<QMatrix> {
+        let blocks = n
+            .checked_mul(k / QK)
+            .ok_or_else(|| Error::operation("quantized weights: too many blocks"))?;
+        if !k.is_multiple_of(QK) || k == 0 || d.len() != blocks || m.len() != blocks {
+            return Err(Error::operation(
+                "quantized weights: the blocks do not match the shape",
+            ));
+        }
+        let bad = || Error::operation("quantized weights: a code is out of range");
+        let codes = if wide {
+            let mut c = try_alloc(n * k, 0i8, "quantized weights")?;
+            c.par_chunks_mut(k).enumerate().try_for_each(|(r, row)| {
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = i8::try_from(code(r * k + j)).map_err(|_| bad())?;
+                }
+                Ok::<_, Error>(())
+            })?;
+            Codes::Bytes(c)
+        } else {
+            let mut c = try_alloc(n * k / 2, 0u8, "quantized weights")?;
+            c.par_chunks_mut(k / 2)
+                .enumerate()
+                .try_for_each(|(r, row)| {
+                    let nib = |i: usize| match code(r * k + i) {
+                        v @ 0..=15 => Ok(v as u8),
+                        _ => Err(bad()),
+                    };
+                    for (b, block) in row.chunks_exact_mut(QK / 2).enumerate() {
+                        for (j, o) in block.iter_mut().enumerate() {
+                            let i = b * QK + j;
+                            *o = nib(i)? | nib(i + QK / 2)? << 4;
+                        }
+                    }
+                    Ok::<_, Error>(())
+                })?;
+            Codes::Nibbles(c)
+        };
+        Ok(QMatrix { n, k, codes, d, m })
+    }
+
+    /// Output columns (weight rows).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// The reduction length.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held (codes, scales and offsets).
+    pub fn bytes(&self) -> usize {
+        let codes = match &self.codes {
+            Codes::Nibbles(c) => c.len(),
+            Codes::Bytes(c) => c.len(),
+        };
+        codes + (self.d.len() + self.m.len()) * 4
+    }
+
+    /// Weight rows `rows` in float32 into `out` (`rows.len() * k`).
+    fn dequantize_rows(&self, rows: std::ops::Range<usize>, out: &mut [f32]) {
+        let nb = self.k / QK;
+        for (r, o) in rows.zip(out.chunks_exact_mut(self.k)) {
+            for (b, ob) in o.chunks_exact_mut(QK).enumerate() {
+                let (d, m) = (self.d[r * nb + b], self.m[r * nb + b]);
+                let at = (r * nb + b) * QK;
+                match &self.codes {
+                    Codes::Nibbles(c) => {
+                        let c = &c[at / 2..at / 2 + QK / 2];
+                        for j in 0..QK / 2 {
+                            ob[j] = (c[j] & 15) as f32 * d + m;
+                            ob[j + QK / 2] = (c[j] >> 4) as f32 * d + m;
+                        }
+                    }
+                    Codes::Bytes(c) => {
+                        for (x, &q) in ob.iter_mut().zip(&c[at..at + QK]) {
+                            *x = q as f32 * d + m;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `c = a · wᵀ` for `a` [rows, K] row-major and `w` [N, K]: `c` is
+/// [rows, N], overwritten. Runs on the current rayon pool.
+pub fn product(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
+    let (n, k) = (w.n, w.k);
+    if a.len() != rows * k || c.len() != rows * n {
+        return Err(Error::operation(
+            "quantized product: the operands do not match the shapes",
+        ));
+    }
+    if rows == 0 || n == 0 {
+        return Ok(());
+    }
+    if rows < SMALL_M {
+        small(rows, a, w, c)
+    } else {
+        tiled(rows, a, w, c)
+    }
+}
+
+/// A few rows of `a`: dot products from the codes, tasks of weight rows.
+fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
+    let (n, k) = (w.n, w.k);
+    let nb = k / QK;
+    // The sum of each block of each row of a, for the offsets.
+    let mut sums = try_alloc(rows * nb, 0f32, "block sums")?;
+    for (s, blk) in sums.iter_mut().zip(a.chunks_exact(QK)) {
+        *s = blk.iter().sum();
+    }
+    let kernel = kernels::best();
+    // About 64k weights per task: enough to pay for the fork, small
+    // enough that two threads share a 576-row matrix.
+    let per_task = (65536 / k).clamp(16, 1024);
+    let tasks = n.div_ceil(per_task);
+    let parts: Vec<Vec<f32>> = (0..tasks)
+        .into_par_iter()
+        .map(|t| {
+            let r0 = t * per_task;
+            let r1 = (r0 + per_task).min(n);
+            let mut out = vec![0f32; rows * (r1 - r0)];
+            for r in r0..r1 {
+                let (d, m) = (&w.d[r * nb..(r + 1) * nb], &w.m[r * nb..(r + 1) * nb]);
+                for i in 0..rows {
+                    let ai = &a[i * k..(i + 1) * k];
+                    let si = &sums[i * nb..(i + 1) * nb];
+                    let offsets: f32 = m.iter().zip(si).map(|(x, y)| x * y).sum();
+                    let dot = match &w.codes {
+                        Codes::Nibbles(cd) => kernel.q4(&cd[r * k / 2..(r + 1) * k / 2], d, ai),
+                        Codes::Bytes(cd) => kernel.q8(&cd[r * k..(r + 1) * k], d, ai),
+                    };
+                    out[i * (r1 - r0) + (r - r0)] = dot + offsets;
+                }
+            }
+            out
+        })
+        .collect();
+    for (t, part) in parts.iter().enumerate() {
+        let r0 = t * per_task;
+        let width = part.len() / rows;
+        for i in 0..rows {
+            c[i * n + r0..i * n + r0 + width].copy_from_slice(&part[i * width..(i + 1) * width]);
+        }
+    }
+    Ok(())
+}
+
+/// Many rows of `a`: tiles of weight rows dequantized and multiplied by
+/// the float32 GEMM kernel, a tile per task.
+fn tiled(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
+    let (n, k) = (w.n, w.k);
+    let tiles = n.div_ceil(TILE_N);
+    let parts: Vec<Result<Vec<f32>>> = (0..tiles)
+        .into_par_iter()
+        .map(|t| {
+            let r0 = t * TILE_N;
+            let r1 = (r0 + TILE_N).min(n);
+            let width = r1 - r0;
+            let mut wt = try_alloc(width * k, 0f32, "a tile of dequantized weights")?;
+            w.dequantize_rows(r0..r1, &mut wt);
+            let mut out = try_alloc(rows * width, 0f32, "a tile of the product")?;
+            sgemm_t(rows, width, k, a, false, &wt, true, &mut out, false)?;
+            Ok(out)
+        })
+        .collect();
+    for (t, part) in parts.into_iter().enumerate() {
+        let part = part?;
+        let r0 = t * TILE_N;
+        let width = part.len() / rows;
+        for i in 0..rows {
+            c[i * n + r0..i * n + r0 + width].copy_from_slice(&part[i * width..(i + 1) * width]);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,144 @@
+use super::kernels::{available, PORTABLE};
+use super::*;
+use crate::backend::testing::random;
+
+/// Random codes (4 or 8 bits), scales and offsets for an [n, k] matrix.
+fn matrix(n: usize, k: usize, wide: bool, seed: u64) -> (Vec<i32>, Vec<f32>, Vec<f32>) {
+    let r = random(n * k, seed);
+    let codes: Vec<i32> = r
+        .iter()
+        .map(|&x| {
+            let u = ((x + 2.0) * 0.25 * 255.99) as i32;
+            if wide {
+                u - 128
+            } else {
+                u >> 4
+            }
+        })
+        .collect();
+    let blocks = n * k / QK;
+    let d = random(blocks, seed + 1)
+        .iter()
+        .map(|x| 0.01 + x.abs() * 0.02)
+        .collect();
+    let m = random(blocks, seed + 2).iter().map(|x| x * 0.1).collect();
+    (codes, d, m)
+}
+
+/// The product from the definition, in f64 over float32 weights.
+fn naive(
+    rows: usize,
+    a: &[f32],
+    codes: &[i32],
+    d: &[f32],
+    m: &[f32],
+    n: usize,
+    k: usize,
+) -> Vec<f32> {
+    let mut c = vec![0f32; rows * n];
+    for i in 0..rows {
+        for j in 0..n {
+            let mut s = 0f64;
+            for t in 0..k {
+                let b = (j * k + t) / QK;
+                let w = codes[j * k + t] as f32 * d[b] + m[b];
+                s += a[i * k + t] as f64 * w as f64;
+            }
+            c[i * n + j] = s as f32;
+        }
+    }
+    c
+}
+
+/// Within what a float32 sum of k products rounds to: relative to the
+/// sum of the products' magnitudes.
+fn assert_close(got: &[f32], want: &[f32], scale: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len());
+    for (i, ((g, w), s)) in got.iter().zip(want).zip(scale).enumerate() {
+        let tol = 1e-5 * s.max(1.0);
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}: element {i}: {g} against {w} (tolerance {tol})"
+        );
+    }
+}
+
+/// The sums of |a| * |w| for each output, the scale of its rounding.
+fn magnitudes(
+    rows: usize,
+    a: &[f32],
+    codes: &[i32],
+    d: &[f32],
+    m: &[f32],
+    n: usize,
+    k: usize,
+) -> Vec<f32> {
+    let abs_a: Vec<f32> = a.iter().map(|x| x.abs()).collect();
+    let abs_c: Vec<i32> = codes.iter().map(|x| x.abs()).collect();
+    let abs_m: Vec<f32> = m.iter().map(|x| x.abs()).collect();
+    naive(rows, &abs_a, &abs_c, d, &abs_m, n, k)
+}
+
+#[test]
+fn every_kernel_matches_the_portable_one() {
+    for wide in [false, true] {
+        let (n, k) = (3, 256);
+        let (codes, d, _) = matrix(n, k, wide, 7);
+        let q = QMatrix::pack(n, k, wide, |i| codes[i], d.clone(), vec![0.0; n * k / QK]).unwrap();
+        let a = random(k, 9);
+        for kernel in available() {
+            for r in 0..n {
+                let dr = &d[r * k / QK..(r + 1) * k / QK];
+                let (want, got) = match &q.codes {
+                    Codes::Nibbles(c) => {
+                        let c = &c[r * k / 2..(r + 1) * k / 2];
+                        (PORTABLE.q4(c, dr, &a), kernel.q4(c, dr, &a))
+                    }
+                    Codes::Bytes(c) => {
+                        let c = &c[r * k..(r + 1) * k];
+                        (PORTABLE.q8(c, dr, &a), kernel.q8(c, dr, &a))
+                    }
+                };
+                let tol = 1e-5 * want.abs().max(1.0);
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{} wide {wide}: {got} against {want}",
+                    kernel.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn products_match_the_definition() {
+    // Rows below and above SMALL_M; a column count that is not a whole
+    // number of tasks or tiles.
+    for wide in [false, true] {
+        for rows in [1, 3, SMALL_M, 19] {
+            let (n, k) = (70, 96);
+            let (codes, d, m) = matrix(n, k, wide, rows as u64);
+            let q = QMatrix::pack(n, k, wide, |i| codes[i], d.clone(), m.clone()).unwrap();
+            let a = random(rows * k, 100 + rows as u64);
+            let mut c = vec![f32::NAN; rows * n];
+            product(rows, &a, &q, &mut c).unwrap();
+            let want = naive(rows, &a, &codes, &d, &m, n, k);
+            let mag = magnitudes(rows, &a, &codes, &d, &m, n, k);
+            assert_close(&c, &want, &mag, &format!("wide {wide} rows {rows}"));
+        }
+    }
+}
+
+#[test]
+fn bad_shapes_and_codes_are_errors() {
+    let d = vec![1.0; 2];
+    assert!(QMatrix::pack(2, 33, false, |_| 0, d.clone(), d.clone()).is_err());
+    assert!(QMatrix::pack(2, 32, false, |_| 16, d.clone(), d.clone()).is_err());
+    assert!(QMatrix::pack(2, 32, true, |_| 128, d.clone(), d.clone()).is_err());
+    assert!(QMatrix::pack(2, 32, false, |_| 0, vec![1.0], d.clone()).is_err());
+    let q = QMatrix::pack(2, 32, false, |i| (i % 16) as i32, d.clone(), d).unwrap();
+    assert_eq!(q.bytes(), 32 + 16);
+    let mut c = vec![0.0; 2];
+    assert!(product(1, &[0.0; 31], &q, &mut c).is_err());
+    assert!(product(1, &[0.0; 32], &q, &mut c[..1]).is_err());
+}

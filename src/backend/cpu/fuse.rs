@@ -370,6 +370,40 @@ fn pack(
     Ok(Some(q))
 }
 
+/// The graph with each cast or reshape of a constant (at most
+/// [`MAX_FOLDED`] elements, not a graph output) made a constant, computed
+/// once here by the same kernel; `None` when there is none. A float16
+/// scale or offset that a graph casts to float32 is then a constant that
+/// the products can pack, not a cast at every dispatch.
+pub(super) fn fold_constant_casts(graph: &Graph) -> Result<Option<Graph>> {
+    let mut g = graph.clone();
+    let outputs: Vec<OperandId> = graph.outputs.iter().map(|(_, o)| *o).collect();
+    let mut folded = false;
+    for n in 0..graph.nodes.len() {
+        let node = &graph.nodes[n];
+        let (Op::Cast(_) | Op::Reshape, [x], [o]) = (&node.op, &node.inputs[..], &node.outputs[..])
+        else {
+            continue;
+        };
+        let d = &g.operands[*o];
+        if outputs.contains(o) || d.element_count() > MAX_FOLDED {
+            continue;
+        }
+        let bytes = match (&node.op, &g.sources[*x]) {
+            // The same bytes in another shape.
+            (Op::Reshape, Source::Constant(b)) => b.clone(),
+            (Op::Cast(_), Source::Constant(_)) => match constant(&g, *o) {
+                Some(v) => Arc::new(v.to_bytes(d.data_type)),
+                None => continue,
+            },
+            _ => continue,
+        };
+        g.sources[*o] = Source::Constant(bytes);
+        folded = true;
+    }
+    Ok(folded.then(|| prune(g)))
+}
+
 /// Packed weights by the output operand of the product that reads them.
 pub(super) type Packed = HashMap<OperandId, Arc<QMatrix>>;
 
@@ -415,7 +449,9 @@ fn prune(mut g: Graph) -> Graph {
     // Nodes are in topological order: a node is kept when a kept node
     // (or an output) reads one of its outputs.
     for n in (0..g.nodes.len()).rev() {
-        if g.nodes[n].outputs.iter().any(|&o| needed[o]) {
+        // An output that a fold made a constant is no longer this node's.
+        let makes = |o: usize| matches!(g.sources[o], Source::Node { node, .. } if node == n);
+        if g.nodes[n].outputs.iter().any(|&o| needed[o] && makes(o)) {
             keep[n] = true;
             for &i in &g.nodes[n].inputs {
                 needed[i] = true;

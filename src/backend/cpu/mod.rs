@@ -968,6 +968,11 @@ impl Backend for CpuBackend {
     fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()> {
         // Products over constant quantized weights keep them quantized;
         // what only computed those weights is gone from the graph.
+        // Casts and reshapes of constants are computed once, here.
+        let graph = match fuse::fold_constant_casts(&graph)? {
+            Some(g) => Arc::new(g),
+            None => graph,
+        };
         let weights = &mut self.weights;
         let fused = match &self.pool {
             Some(p) => p.install(|| fuse::quantized_products(&graph, weights)),

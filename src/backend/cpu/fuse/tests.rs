@@ -273,3 +273,37 @@ fn graphs_share_packed_weights() {
     let two = cpu.graphs[&2].quantized.values().next().unwrap().clone();
     assert!(Arc::ptr_eq(&one, &two));
 }
+
+/// A cast of a float16 constant read by a product becomes a constant
+/// (which the product then packs) and gives the bits of the cast.
+#[test]
+fn casts_of_constants_are_computed_once() {
+    let (m, k, n) = (2, 3, 4);
+    let mut b = GraphBuilder::new();
+    let a = b.input("a", desc(DataType::Float32, &[m, k])).unwrap();
+    let w: Vec<f64> = (0..k * n).map(|i| i as f64 * 0.37 - 1.1).collect();
+    let h = constant(&mut b, DataType::Float16, &[k, n], &w);
+    let c = b
+        .call("cast", &[op(&b, h), Val::String("float32".into())])
+        .unwrap()[0];
+    let r = b
+        .call("reshape", &[op(&b, c), list(&[k as f64, n as f64])])
+        .unwrap()[0];
+    let out = b.call("matmul", &[op(&b, a), op(&b, r)]).unwrap()[0];
+    let g = Arc::new(b.build(vec![("out".into(), out)]).unwrap());
+    let mut cpu = CpuBackend::new();
+    cpu.compile(1, g.clone()).unwrap();
+    let cg = &cpu.graphs[&1];
+    assert_eq!(cg.graph.nodes.len(), 1, "only the matmul is left");
+    assert_eq!(cg.packed.len(), 1, "its B is a constant, packed");
+    let x = random(m * k, 4);
+    let got = cpu.compute(1, &g, vec![Buf::F32(x.clone())]).unwrap()[0].to_f32_vec();
+    let wh: Vec<f32> = w
+        .iter()
+        .map(|&v| crate::f16::f16_to_f32(f32_to_f16(v as f32)))
+        .collect();
+    let want: Vec<f32> = (0..m * n)
+        .map(|t| (0..k).map(|p| x[t / n * k + p] * wh[p * n + t % n]).sum())
+        .collect();
+    assert_near(&got, &want, "cast folded");
+}

@@ -542,21 +542,17 @@ impl MLContext {
                 .unwrap_or_default();
             self.shared.check_size(&d, "createConstantTensor")?;
             let bytes = check_source(e, data, &d, "createConstantTensor: data")?;
-            let buf = Buf::from_bytes(d.data_type, &bytes, d.element_count())?;
+            // The bytes must hold values of the type (checked here, once).
+            Buf::from_bytes(d.data_type, &bytes, d.element_count())?;
             let constant = Some(Arc::new(bytes));
             let info = self.tensor_info(d, label, false, false, constant, false);
-            let (id, label) = (info.id, info.label.clone());
             let (req, p) = map_err(self.send_create(e, info, false))?;
-            self.shared.send_or_reject(
-                e,
-                req,
-                Command::WriteTensor {
-                    id,
-                    data: buf,
-                    label,
-                },
-            );
-            // Resolve once the write is done: a read queued behind it proves it.
+            // The backend's tensor only stands for the constant's lifetime
+            // and memory: graphs read the bytes kept above (a constant
+            // tensor can be neither dispatched nor read), so no copy of
+            // them is written to it.
+            // Resolve once the creation is done: a barrier queued behind it
+            // proves it.
             self.shared.send_or_reject(
                 e,
                 req,

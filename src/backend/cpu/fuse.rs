@@ -25,13 +25,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use super::qgemm::{QMatrix, QK};
+use super::sgemm::PackedB;
 use crate::error::{Error, Result};
 use crate::graph::ops::elementwise::BinaryKind;
 use crate::graph::ops::quantize::QuantizeOp;
 use crate::graph::ops::shape::TransposeParams;
 use crate::graph::{Graph, Op, OperandId, Source};
 use crate::tensor::Buf;
-use crate::types::DataType;
+use crate::types::{DataType, OperandDescriptor};
 
 /// Packed weights shared between the graphs of one context (a prefill
 /// and a decode graph over the same constant tensors pack them once).
@@ -62,6 +63,68 @@ impl WeightCache {
                 && bits(&k.m).eq(bits(&key.m));
             same.then(|| w.upgrade()).flatten()
         })
+    }
+}
+
+/// Constants converted to element buffers, and casts of constants
+/// computed at compile, shared between the graphs of one context: a
+/// prefill and a decode graph built over the same constant tensors hold
+/// one copy. Keys are the addresses of the bytes they were made from,
+/// which stay alive (and so are not reused) while any graph holding the
+/// result does, since its graph holds those bytes.
+#[derive(Default)]
+pub struct ConstantCache {
+    converted: HashMap<(usize, DataType, usize), Weak<Buf>>,
+    casts: HashMap<(usize, DataType), Weak<Vec<u8>>>,
+}
+
+impl ConstantCache {
+    /// Forgets what no graph holds any more.
+    pub fn forget_unused(&mut self) {
+        self.converted.retain(|_, w| w.strong_count() > 0);
+        self.casts.retain(|_, w| w.strong_count() > 0);
+    }
+
+    /// `bytes` (a constant of `d`) as an element buffer.
+    pub fn buf(&mut self, bytes: &Arc<Vec<u8>>, d: &OperandDescriptor) -> Result<Arc<Buf>> {
+        let key = (Arc::as_ptr(bytes) as usize, d.data_type, d.element_count());
+        if let Some(b) = self.converted.get(&key).and_then(Weak::upgrade) {
+            return Ok(b);
+        }
+        let b = Arc::new(Buf::from_bytes(d.data_type, bytes, d.element_count())?);
+        self.converted.insert(key, Arc::downgrade(&b));
+        Ok(b)
+    }
+}
+
+/// Constant B operands packed for the float32 GEMM, shared between the
+/// graphs of one context, keyed by the converted buffer's address (alive
+/// while any graph holding the packed copy is, as above) and the way it
+/// is packed.
+#[derive(Default)]
+pub struct PackedCache {
+    entries: HashMap<(usize, usize, usize, bool), Weak<PackedB>>,
+}
+
+impl PackedCache {
+    /// The packed form of `b` ([k, n], or [n, k] when `transposed`): the
+    /// one packed before, or `pack`'s.
+    pub fn get_or_pack(
+        &mut self,
+        b: &Arc<Buf>,
+        k: usize,
+        n: usize,
+        transposed: bool,
+        pack: impl FnOnce() -> Result<PackedB>,
+    ) -> Result<Arc<PackedB>> {
+        self.entries.retain(|_, w| w.strong_count() > 0);
+        let key = (Arc::as_ptr(b) as usize, k, n, transposed);
+        if let Some(p) = self.entries.get(&key).and_then(Weak::upgrade) {
+            return Ok(p);
+        }
+        let p = Arc::new(pack()?);
+        self.entries.insert(key, Arc::downgrade(&p));
+        Ok(p)
     }
 }
 
@@ -375,7 +438,10 @@ fn pack(
 /// once here by the same kernel; `None` when there is none. A float16
 /// scale or offset that a graph casts to float32 is then a constant that
 /// the products can pack, not a cast at every dispatch.
-pub(super) fn fold_constant_casts(graph: &Graph) -> Result<Option<Graph>> {
+pub(super) fn fold_constant_casts(
+    graph: &Graph,
+    cache: &mut ConstantCache,
+) -> Result<Option<Graph>> {
     let mut g = graph.clone();
     let outputs: Vec<OperandId> = graph.outputs.iter().map(|(_, o)| *o).collect();
     let mut folded = false;
@@ -392,10 +458,20 @@ pub(super) fn fold_constant_casts(graph: &Graph) -> Result<Option<Graph>> {
         let bytes = match (&node.op, &g.sources[*x]) {
             // The same bytes in another shape.
             (Op::Reshape, Source::Constant(b)) => b.clone(),
-            (Op::Cast(_), Source::Constant(_)) => match constant(&g, *o) {
-                Some(v) => Arc::new(v.to_bytes(d.data_type)),
-                None => continue,
-            },
+            (Op::Cast(_), Source::Constant(b)) => {
+                let key = (Arc::as_ptr(b) as usize, d.data_type);
+                match cache.casts.get(&key).and_then(Weak::upgrade) {
+                    Some(done) => done,
+                    None => match constant(&g, *o) {
+                        Some(v) => {
+                            let done = Arc::new(v.to_bytes(d.data_type));
+                            cache.casts.insert(key, Arc::downgrade(&done));
+                            done
+                        }
+                        None => continue,
+                    },
+                }
+            }
             _ => continue,
         };
         g.sources[*o] = Source::Constant(bytes);

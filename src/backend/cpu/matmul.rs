@@ -7,7 +7,6 @@
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use std::collections::HashMap;
 
 use crate::graph::ops::elementwise::BinaryKind;
 use crate::graph::ops::matmul::GemmParams;
@@ -172,7 +171,10 @@ fn add_rows(res: &mut [f32], bias: Option<&[f32]>) {
 /// constant as a third input and the add's output (see [`super::absorb`]).
 /// Results are bitwise those of the unfused graph (one f32 addition per
 /// element, as the add kernel does).
-pub(super) fn fuse_bias(graph: &Graph, constants: &HashMap<usize, Buf>) -> Option<Graph> {
+pub(super) fn fuse_bias(
+    graph: &Graph,
+    constants: &crate::backend::cpu::Constants,
+) -> Option<Graph> {
     let (readers, reader) = super::readers(graph);
     let mut merges = Vec::new();
     for (ni, node) in graph.nodes.iter().enumerate() {
@@ -199,7 +201,7 @@ pub(super) fn fuse_bias(graph: &Graph, constants: &HashMap<usize, Buf>) -> Optio
         if is_add
             && vector
             && dc.data_type == DataType::Float32
-            && matches!(constants.get(&c), Some(Buf::F32(_)))
+            && matches!(constants.get(&c).map(|b| &**b), Some(Buf::F32(_)))
             && add.outputs.len() == 1
             && graph.operands[add.outputs[0]].shape == d.shape
         {

@@ -38,6 +38,10 @@ use crate::types::OperandDescriptor;
 
 use conv::nchwc;
 
+/// A compiled graph's constants as element buffers, by operand id; shared
+/// with the context's other graphs that hold the same bytes.
+pub(crate) type Constants = HashMap<usize, Arc<Buf>>;
+
 struct CpuTensor {
     desc: OperandDescriptor,
     data: Buf,
@@ -46,13 +50,13 @@ struct CpuTensor {
 struct CompiledGraph {
     graph: Arc<Graph>,
     /// Converted constants, by operand id.
-    constants: HashMap<usize, Buf>,
+    constants: Constants,
     /// For each operand, the index of the last node reading it (graph
     /// outputs: `usize::MAX`, never freed during the run).
     last_use: Vec<usize>,
     /// Constant right-hand sides of matmul/gemm nodes, packed once for the
     /// sgemm micro-kernel, by node index.
-    packed: HashMap<usize, sgemm::PackedB>,
+    packed: HashMap<usize, Arc<sgemm::PackedB>>,
     /// Matmul and gemm nodes whose B is constant quantized weights, kept
     /// quantized (see `fuse`), by the node's output operand; such a node
     /// has B taken off its inputs.
@@ -96,6 +100,16 @@ fn reduced_per_output(graph: &Graph, n: &crate::graph::Node) -> usize {
     .max(1)
 }
 
+/// Runs `f` on `pool` (the context's own), or here for the global one. A
+/// function of the pool, not of the backend, so that `f` may borrow the
+/// backend's other fields mutably.
+fn on_pool<T: Send>(pool: &Option<Arc<rayon::ThreadPool>>, f: impl FnOnce() -> T + Send) -> T {
+    match pool {
+        Some(p) => p.install(f),
+        None => f(),
+    }
+}
+
 /// The CPU backend.
 #[derive(Default)]
 pub struct CpuBackend {
@@ -120,6 +134,10 @@ pub struct CpuBackend {
     /// Quantized weights packed for this context's graphs, shared by
     /// the graphs that multiply by the same constants.
     weights: fuse::WeightCache,
+    /// Converted constants and folded casts, shared likewise.
+    constants: fuse::ConstantCache,
+    /// Constant B operands packed for the float32 GEMM, shared likewise.
+    packed: fuse::PackedCache,
 }
 
 impl Drop for CpuBackend {
@@ -239,13 +257,6 @@ impl CpuBackend {
     fn budget(&self) -> Option<usize> {
         self.memory_limit
             .map(|l| l.saturating_sub(self.tensor_bytes))
-    }
-
-    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        match &self.pool {
-            Some(p) => p.install(f),
-            None => f(),
-        }
     }
 
     /// Runs a whole graph: like `run`, but the pool's other threads stay
@@ -511,11 +522,13 @@ pub fn run_op(
 }
 
 /// Packs the constant B operand of every matmul (rank-2 B) and gemm node
-/// once, so that runs skip packing it; by node index.
+/// once, so that runs skip packing it; by node index. A B that another
+/// graph of the context packed the same way is shared (`cache`).
 fn prepack(
     graph: &Graph,
-    constants: &HashMap<usize, Buf>,
-) -> Result<HashMap<usize, sgemm::PackedB>> {
+    constants: &Constants,
+    cache: &mut fuse::PackedCache,
+) -> Result<HashMap<usize, Arc<sgemm::PackedB>>> {
     let mut packed = HashMap::new();
     for (n, node) in graph.nodes.iter().enumerate() {
         let Some(&b_id) = node.inputs.get(1) else {
@@ -535,7 +548,10 @@ fn prepack(
         if bv.len() != k * cols {
             continue;
         }
-        packed.insert(n, sgemm::PackedB::new(&bv, k, cols, transposed)?);
+        let pb = cache.get_or_pack(b, k, cols, transposed, || {
+            sgemm::PackedB::new(&bv, k, cols, transposed)
+        })?;
+        packed.insert(n, pb);
     }
     Ok(packed)
 }
@@ -635,7 +651,7 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
         slots[*id] = Slot::Borrowed(buf);
     }
     for (id, buf) in &cg.constants {
-        slots[*id] = Slot::Borrowed(buf);
+        slots[*id] = Slot::Borrowed(buf.as_ref());
     }
     use std::borrow::Cow;
 
@@ -818,7 +834,13 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                 (Op::Concat(_), _, None) if plan.is_some_and(|pl| pl.is_concat(n)) => {
                     nchwc::concat(&ins, out_descs[0].shape[0]).map(|b| vec![b])
                 }
-                _ => run_op(&node.op, &ins, &in_descs, out_descs, cg.packed.get(&n)),
+                _ => run_op(
+                    &node.op,
+                    &ins,
+                    &in_descs,
+                    out_descs,
+                    cg.packed.get(&n).map(|p| &**p),
+                ),
             }
         };
         if let Some(t) = started {
@@ -968,19 +990,19 @@ impl Backend for CpuBackend {
     fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()> {
         // Products over constant quantized weights keep them quantized;
         // what only computed those weights is gone from the graph.
-        // Casts and reshapes of constants are computed once, here.
-        let graph = match fuse::fold_constant_casts(&graph)? {
-            Some(g) => Arc::new(g),
-            None => graph,
-        };
         let weights = &mut self.weights;
-        let fused = match &self.pool {
-            Some(p) => p.install(|| fuse::quantized_products(&graph, weights)),
-            None => fuse::quantized_products(&graph, weights),
-        }?;
+        let fused = on_pool(&self.pool, || fuse::quantized_products(&graph, weights))?;
         let (graph, quantized) = match fused {
             Some((g, q)) => (Arc::new(g), q),
             None => (graph, HashMap::new()),
+        };
+        // Casts and reshapes of the constants left are computed once, here
+        // (after the products took theirs, so that no cast that only fed
+        // quantized weights is kept).
+        self.constants.forget_unused();
+        let graph = match fuse::fold_constant_casts(&graph, &mut self.constants)? {
+            Some(g) => Arc::new(g),
+            None => graph,
         };
         // The constants that a node reads (or an output names), converted.
         let mut read = vec![false; graph.operands.len()];
@@ -992,11 +1014,10 @@ impl Backend for CpuBackend {
         for (_, o) in &graph.outputs {
             read[*o] = true;
         }
-        let mut constants = HashMap::new();
+        let mut constants = Constants::new();
         for (op, src) in graph.sources.iter().enumerate() {
             if let (Source::Constant(bytes), true) = (src, read[op]) {
-                let d = &graph.operands[op];
-                constants.insert(op, Buf::from_bytes(d.data_type, bytes, d.element_count())?);
+                constants.insert(op, self.constants.buf(bytes, &graph.operands[op])?);
             }
         }
         // Each conv2d that only a clamp or relu reads runs with that
@@ -1020,7 +1041,8 @@ impl Backend for CpuBackend {
         for (_, o) in &graph.outputs {
             last_use[*o] = usize::MAX;
         }
-        let packed = self.run(|| prepack(&graph, &constants))?;
+        let packed_cache = &mut self.packed;
+        let packed = on_pool(&self.pool, || prepack(&graph, &constants, packed_cache))?;
         // Chains of convolutions run in the channel-blocked layout.
         let nchwc = nchwc::plan(&graph, &constants);
         let mut conv_packed = HashMap::new();

@@ -13,7 +13,6 @@
 //! (convolution chains in a channel-blocked layout). `common.rs` holds what
 //! several of them share; the paths import it, never each other.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -269,7 +268,7 @@ pub(super) fn conv2d_packed(
 /// clamp to [0, +inf], NaN and -0 included).
 pub(super) fn fuse_activations(
     graph: &Graph,
-    constants: &mut HashMap<usize, Buf>,
+    constants: &mut crate::backend::cpu::Constants,
 ) -> Option<Graph> {
     let (readers, reader) = super::readers(graph);
     // conv node -> (activation node, bounds).
@@ -318,7 +317,7 @@ pub(super) fn fuse_activations(
         g.sources.push(Source::Constant(Arc::new(
             bounds.iter().flat_map(|v| v.to_le_bytes()).collect(),
         )));
-        constants.insert(id, Buf::F32(bounds.to_vec()));
+        constants.insert(id, std::sync::Arc::new(Buf::F32(bounds.to_vec())));
         merges.push((ni, a, id));
     }
     Some(super::absorb(&g, &merges))

@@ -252,7 +252,7 @@ fn blocked_conv(
     graph: &Graph,
     node: &crate::graph::Node,
     p: &Conv2dParams,
-    constants: &HashMap<usize, Buf>,
+    constants: &crate::backend::cpu::Constants,
     isa: Isa,
 ) -> Option<Conv> {
     let (x, f) = (*node.inputs.first()?, *node.inputs.get(1)?);
@@ -354,7 +354,7 @@ fn panel_list(ocb: usize, isa: Isa, per: usize) -> Vec<Panel> {
 fn winograd_conv(
     node: &crate::graph::Node,
     p: &Conv2dParams,
-    constants: &HashMap<usize, Buf>,
+    constants: &crate::backend::cpu::Constants,
     isa: Isa,
 ) -> Option<Conv> {
     if winograd_disabled()
@@ -414,7 +414,7 @@ fn panel_blocks(isa: Isa) -> usize {
 /// comment); `None` when nothing would run blocked.
 pub(in crate::backend::cpu) fn plan(
     graph: &Graph,
-    constants: &HashMap<usize, Buf>,
+    constants: &crate::backend::cpu::Constants,
 ) -> Option<Plan> {
     match disabled() {
         true => None,
@@ -423,7 +423,7 @@ pub(in crate::backend::cpu) fn plan(
 }
 
 /// [`plan`] for the kernels of `isa`.
-fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<Plan> {
+fn plan_for(graph: &Graph, constants: &crate::backend::cpu::Constants, isa: Isa) -> Option<Plan> {
     plan_with(graph, constants, isa, true)
 }
 
@@ -431,7 +431,7 @@ fn plan_for(graph: &Graph, constants: &HashMap<usize, Buf>, isa: Isa) -> Option<
 /// `windows` (the tests compare both).
 fn plan_with(
     graph: &Graph,
-    constants: &HashMap<usize, Buf>,
+    constants: &crate::backend::cpu::Constants,
     isa: Isa,
     windows: bool,
 ) -> Option<Plan> {

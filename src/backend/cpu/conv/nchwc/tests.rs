@@ -171,7 +171,7 @@ fn one_conv(p: &Conv2dParams, f: &[f32], isa: Isa) -> (Graph, Conv) {
         inputs: vec![("x".into(), 0)],
         outputs: vec![("y".into(), 3)],
     };
-    let constants = HashMap::from([(1, Buf::F32(f.to_vec()))]);
+    let constants = HashMap::from([(1, Arc::new(Buf::F32(f.to_vec())))]);
     let c = blocked_conv(&g, &g.nodes[0], p, &constants, isa).expect("a blocked form");
     (g, c)
 }

@@ -5,8 +5,9 @@
 // The cache is cut into nBlocks = maxContext / B blocks of B positions; a
 // block holds every layer's K and V for its positions (one tensor per
 // block, [2 * nLayer, nHeadKv, headDim * B], see graphs.js), so a dispatch
-// binds nBlocks + 1 cache tensors whatever the number of layers. A step
-// graph reads the block being filled as `cur` and the others as `past*`,
+// binds at most nBlocks + 1 cache tensors whatever the number of layers. A
+// step graph reads the block being filled as `cur` and the others it spans
+// as `past*`,
 // and writes the updated block as `next` into a spare tensor, which then
 // takes the block's place (WebNN writes whole output tensors, and a tensor
 // may not be both an input and an output of a dispatch). So a step writes
@@ -49,16 +50,18 @@ class KVCache {
   }
 
   /**
-   * The cache bindings of a step that writes into block c: that block as
-   * `cur`, every other block as `past0`... in order, and the spare as the
-   * `next` output.
+   * The cache bindings of a step that writes into block c with a graph
+   * over n blocks (c < n): that block as `cur`, the other blocks below n
+   * as `past0`... in order, and the spare as the `next` output.
    * @param {number} c the current block
+   * @param {number} [n] the blocks the step's graph spans (all by default)
    * @returns {{inputs: object, next: MLTensor}}
    */
-  bindings(c) {
+  bindings(c, n = this.nBlocks) {
+    if (!(c >= 0 && c < n && n <= this.nBlocks)) throw new RangeError(`bindings(${c}, ${n}): need 0 <= c < n <= ${this.nBlocks}`);
     const inputs = { cur: this.blocks[c] };
     let s = 0;
-    for (let i = 0; i < this.nBlocks; i++) if (i !== c) inputs[`past${s++}`] = this.blocks[i];
+    for (let i = 0; i < n; i++) if (i !== c) inputs[`past${s++}`] = this.blocks[i];
     return { inputs, next: this.spare };
   }
 

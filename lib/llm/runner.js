@@ -10,9 +10,9 @@ const { KVCache } = require('./kv-cache');
  * A Llama-family model on a WebNN context.
  *
  * Limits: at most `maxContext` positions (default 2048, a multiple of
- * `blockSize`, default 128); beyond it forward() throws. Every step attends
- * over all maxContext / blockSize blocks (unused ones masked), so a step
- * costs the same at any position; a smaller maxContext makes steps cheaper.
+ * `blockSize`, default 128); beyond it forward() throws. A step attends
+ * over the blocks up to its position, rounded up to a power of two of
+ * blocks (unused ones masked), so its cost grows with the position.
  */
 class LlamaRunner {
   /**
@@ -53,28 +53,58 @@ class LlamaRunner {
       (i < c.ropeDim / 2 ? c.ropeBase ** (-2 * i / c.ropeDim) : 0));
   }
 
-  /** Builds the prefill and decode graphs and creates the cache and I/O tensors. */
+  /**
+   * Creates the weights, the cache and the first prefill and decode
+   * graphs (those over one block); graphs over more blocks are built when
+   * the position first needs them (see _step).
+   */
   async init() {
     const { context, config } = this;
     this.weights = await prepareWeights(context, this.model);
-    const opts = { blockSize: this.blockSize, nBlocks: this.cache.nBlocks, numerics: this.numerics };
+    this.io = {};
     this.steps = {};
-    for (const [name, T] of [['prefill', this.chunk], ['decode', 1]]) {
-      const graph = await buildStepGraph(context, config, this.weights, { ...opts, T });
-      const desc = (dataType, shape) => context.createTensor({ dataType, shape, writable: true });
-      const half = config.headDim / 2;
+    const desc = (dataType, shape) => context.createTensor({ dataType, shape, writable: true });
+    const half = config.headDim / 2;
+    for (const T of new Set([this.chunk, 1])) {
       const io = {
         ids: await desc('int32', [T]),
         cos: await desc('float32', [T, 1, half]),
         sin: await desc('float32', [T, 1, half]),
-        mask: await desc('float32', [T, this.maxContext]),
         place: await desc('float32', [T, this.blockSize]),
       };
       if (T > 1) io.last = await desc('int32', [1]);
-      const logits = await context.createTensor({ dataType: 'float32', shape: [1, config.nVocab], readable: true });
-      this.steps[name] = { T, graph, io, logits };
+      this.io[T] = io;
     }
+    this.logits = await context.createTensor({ dataType: 'float32', shape: [1, config.nVocab], readable: true });
     await this.cache.init();
+    await this._step(this.chunk, 1);
+    await this._step(1, 1);
+  }
+
+  /**
+   * The step graph for T tokens that attends over n blocks, built on first
+   * use. A step that writes block c reads blocks 0..c only, so it runs on
+   * the graph over the next power of two of c + 1 blocks (at most all of
+   * them): attention costs what the position needs, not what maxContext
+   * allows, for a handful of graphs per conversation (they share the
+   * weights, and a backend may share what it derives from them).
+   */
+  async _step(T, n) {
+    const key = `${T}:${n}`;
+    if (!this.steps[key]) {
+      const opts = { blockSize: this.blockSize, nBlocks: n, numerics: this.numerics, T };
+      const graph = await buildStepGraph(this.context, this.config, this.weights, opts);
+      const mask = await this.context.createTensor({ dataType: 'float32', shape: [T, n * this.blockSize], writable: true });
+      this.steps[key] = { T, n, graph, mask };
+    }
+    return this.steps[key];
+  }
+
+  /** The number of blocks the graph for a step that writes block c spans. */
+  _blocksFor(c) {
+    let n = 1;
+    while (n < c + 1) n *= 2;
+    return Math.min(n, this.cache.nBlocks);
   }
 
   /** The number of positions in the cache. */
@@ -100,18 +130,17 @@ class LlamaRunner {
     if (this._busy) throw new Error('LlamaRunner: forward() is already running');
     this._busy = true;
     try {
-      let step;
       for (let i = 0; i < ids.length;) {
         const pos = this._position;
         // A chunk never crosses a block boundary: each step writes one block.
         const room = this.blockSize - (pos % this.blockSize);
         const n = Math.min(ids.length - i, room, this.chunk);
-        step = n === 1 ? this.steps.decode : this.steps.prefill;
+        const step = await this._step(n === 1 ? 1 : this.chunk, this._blocksFor(Math.floor(pos / this.blockSize)));
         this._dispatch(step, ids.slice(i, i + n), pos);
         this._position = pos + n;
         i += n;
       }
-      return new Float32Array(await this.context.readTensor(step.logits));
+      return new Float32Array(await this.context.readTensor(this.logits));
     } finally {
       this._busy = false;
     }
@@ -119,8 +148,10 @@ class LlamaRunner {
 
   // Writes the step's small inputs and dispatches it at position pos.
   _dispatch(step, tokens, pos) {
-    const { T, io } = step;
-    const { context, blockSize: B, maxContext: W } = this;
+    const { T } = step;
+    const io = this.io[T];
+    const { context, blockSize: B } = this;
+    const W = step.n * B;
     const n = tokens.length;
     const half = this.config.headDim / 2;
     const c = Math.floor(pos / B);
@@ -148,11 +179,11 @@ class LlamaRunner {
     context.writeTensor(io.ids, ids);
     context.writeTensor(io.cos, cos);
     context.writeTensor(io.sin, sin);
-    context.writeTensor(io.mask, mask);
+    context.writeTensor(step.mask, mask);
     context.writeTensor(io.place, place);
     if (io.last) context.writeTensor(io.last, Int32Array.of(n - 1));
-    const { inputs, next } = this.cache.bindings(c);
-    context.dispatch(step.graph, { ...io, ...inputs }, { logits: step.logits, next });
+    const { inputs, next } = this.cache.bindings(c, step.n);
+    context.dispatch(step.graph, { ...io, mask: step.mask, ...inputs }, { logits: this.logits, next });
     this.cache.commit(c);
   }
 
@@ -179,9 +210,10 @@ class LlamaRunner {
     if (this.steps) {
       for (const s of Object.values(this.steps)) {
         s.graph.destroy();
-        s.logits.destroy();
-        for (const t of Object.values(s.io)) t.destroy();
+        s.mask.destroy();
       }
+      for (const io of Object.values(this.io)) for (const t of Object.values(io)) t.destroy();
+      this.logits.destroy();
       this.steps = null;
     }
     this.cache.destroy();

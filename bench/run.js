@@ -386,8 +386,9 @@ async function main(opts) {
   // g: all-MiniLM-L6-v2 sentences per second (bench/minilm.js), when its
   // files are in the cache (node scripts/fetch-minilm.js).
   const wantMinilm = !opts.only || opts.only.includes('g');
-  if (!selected.length && !wantMinilm) {
-    throw new Error(`--only ${opts.only}: no such workload (a, a1, a2, b, c, d, e, f, g, h, h1-h4, i, i1-i3)`);
+  const wantLlm = !opts.only || opts.only.includes('l');
+  if (!selected.length && !wantMinilm && !wantLlm) {
+    throw new Error(`--only ${opts.only}: no such workload (a, a1, a2, b, c, d, e, f, g, h, h1-h4, i, i1-i3, j, k, l)`);
   }
   const ortVersion = require('onnxruntime-node/package.json').version;
   const cpus = os.cpus();
@@ -470,6 +471,25 @@ async function main(opts) {
     }
   }
 
+  // l: SmolLM2 text generation against llama.cpp (bench/llm.js), when the
+  // model can be had; llama.cpp's side when node-llama-cpp is installed.
+  let llm;
+  let llmFailed = false;
+  if (wantLlm) {
+    const { benchLlm, printRows } = require('./llm');
+    const r = await benchLlm({ threads: opts.threads, quick: opts.quick });
+    console.log('');
+    if (r.unavailable) {
+      console.log(`l SmolLM2 text generation: not measured, ${r.unavailable}`);
+      llm = { unavailable: r.unavailable };
+    } else {
+      console.log('l SmolLM2-135M-Instruct (Q4_1) text generation against llama.cpp (ratio = ours / llama.cpp):');
+      printRows(r.rows);
+      llm = r.rows;
+      llmFailed = r.rows.some((row) => row.status.startsWith('FAILED'));
+    }
+  }
+
   let mobilenetRss;
   if (selected.some((w) => w.id === 'c')) {
     const threads = Math.max(...opts.threads);
@@ -512,9 +532,10 @@ async function main(opts) {
     max_rss_mb: round(maxRssMb),
     mobilenet_rss_mb: mobilenetRss,
     minilm,
+    llm,
   };
   console.log(JSON.stringify(report));
-  return rows.some((r) => r.failed) || minilmFailed ? 1 : 0;
+  return rows.some((r) => r.failed) || minilmFailed || llmFailed ? 1 : 0;
 }
 
 if (require.main === module) {

@@ -1,0 +1,230 @@
+#!/usr/bin/env node
+'use strict';
+// Text generation with SmolLM2-135M-Instruct (the Q4_1 GGUF file of
+// scripts/fetch-llm.js) on the CPU: webnn-node (lib/llm, standard WebNN
+// graphs) against llama.cpp (node-llama-cpp) on the same file, in tokens
+// per second and peak RSS.
+//
+//   node bench/llm.js [--threads 1,2] [--quick] [--model FILE]
+//
+// Two scenarios, each at every thread count: a 128-token prompt then 128
+// tokens generated greedily, and a 1,500-token prompt (a long
+// conversation) then 32 generated. Each side runs in a child process of its
+// own, so its peak RSS is its own; each scenario runs twice there, the
+// first untimed (our graphs over more cache blocks are built on first use,
+// llama.cpp sizes its buffers), then timed. Prompts are the same token ids
+// on both sides.
+//
+// node-llama-cpp is not a dependency of the project (its install brings
+// several hundred MB of GPU builds); when it is not installed the llama.cpp
+// side is reported as not measured, with the command that installs it. The
+// model comes from --model, $WEBNN_LLM_MODEL, or the project's cache;
+// without it the benchmark reports itself unavailable.
+//
+// As a module: `require('./llm').benchLlm(opts)` resolves to the rows (or
+// to { unavailable }) and prints nothing; `printRows(rows)` prints them.
+
+const path = require('path');
+const { spawnSync } = require('child_process');
+const { fmt, printTable, parseArgs: parseBenchArgs } = require('./report');
+
+const ROOT = path.join(__dirname, '..');
+const SCENARIOS = [
+  { name: 'chat', prompt: 128, generate: 128 },
+  { name: 'long', prompt: 1500, generate: 32 },
+];
+const CONTEXT = 2048;
+const INSTALL = 'NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --no-save node-llama-cpp@3.21.1';
+
+function parseArgs(argv) {
+  return parseBenchArgs(
+    argv,
+    { threads: [1, 2], runs: null, quick: false, model: null, child: null },
+    {
+      '--model': (value, opts) => {
+        opts.model = value();
+      },
+      '--child': (value, opts) => {
+        opts.child = value();
+      },
+    },
+  );
+}
+
+/** Token ids of an ordinary range (no special tokens), the same on both sides. */
+function promptIds(n) {
+  return Array.from({ length: n }, (_, i) => 300 + ((i * 37) % 20000));
+}
+
+function modelFile(given) {
+  if (given) return { file: given };
+  if (process.env.WEBNN_LLM_MODEL) return { file: process.env.WEBNN_LLM_MODEL };
+  const r = spawnSync(process.execPath, [path.join(ROOT, 'scripts', 'fetch-llm.js')], { encoding: 'utf8' });
+  if (r.status === 0) return { file: r.stdout.trim().split('\n').pop() };
+  return { unavailable: (r.stderr || '').trim().split('\n').pop() || `fetch-llm exited ${r.status}` };
+}
+
+// One side's runs, in this (child) process: prints one JSON line.
+async function child(side, file, threads, quick) {
+  const scenarios = quick ? SCENARIOS.map((s) => ({ ...s, prompt: Math.min(s.prompt, 200), generate: 8 })) : SCENARIOS;
+  const out = [];
+  if (side === 'ours') {
+    const { ml } = require(ROOT);
+    const { loadLlama } = require(path.join(ROOT, 'lib/llm/gguf'));
+    const { LlamaRunner } = require(path.join(ROOT, 'lib/llm/runner'));
+    const { argmax } = require(path.join(ROOT, 'lib/llm/sampling'));
+    const model = await loadLlama(file);
+    const context = await ml.createContext({ deviceType: 'cpu', numThreads: threads });
+    const runner = new LlamaRunner(context, model, { maxContext: CONTEXT });
+    await runner.init();
+    for (const s of scenarios) {
+      let timed;
+      for (let pass = 0; pass < 2; pass++) {
+        runner.reset();
+        const t0 = performance.now();
+        let logits = await runner.forward(promptIds(s.prompt));
+        const t1 = performance.now();
+        for (let i = 1; i < s.generate; i++) logits = await runner.forward([argmax(logits)]);
+        const t2 = performance.now();
+        timed = { prompt_ms: t1 - t0, generate_ms: t2 - t1 };
+      }
+      out.push({ scenario: s.name, prompt: s.prompt, generate: s.generate, ...timed });
+    }
+    runner.destroy();
+    context.destroy();
+  } else {
+    const { getLlama } = await import('node-llama-cpp');
+    const llama = await getLlama({ gpu: false, build: 'never' });
+    const model = await llama.loadModel({ modelPath: file });
+    const context = await model.createContext({ contextSize: CONTEXT, threads, batchSize: 512 });
+    const sequence = context.getSequence();
+    for (const s of scenarios) {
+      let timed;
+      for (let pass = 0; pass < 2; pass++) {
+        await sequence.clearHistory();
+        const t0 = performance.now();
+        let t1 = 0;
+        let n = 0;
+        // The first token out marks the end of the prompt; the others are
+        // generated one step each (greedy).
+        for await (const token of sequence.evaluate(promptIds(s.prompt), { temperature: 0 })) {
+          void token;
+          if (n === 0) t1 = performance.now();
+          if (++n >= s.generate) break;
+        }
+        const t2 = performance.now();
+        timed = { prompt_ms: t1 - t0, generate_ms: t2 - t1 };
+      }
+      out.push({ scenario: s.name, prompt: s.prompt, generate: s.generate, ...timed });
+    }
+    await context.dispose();
+    await model.dispose();
+  }
+  const maxRssMb = process.resourceUsage().maxRSS / 1024;
+  console.log(JSON.stringify({ side, threads, rows: out, max_rss_mb: maxRssMb }));
+}
+
+function runChild(side, file, threads, quick) {
+  const args = [__filename, '--child', side, '--model', file, '--threads', String(threads)];
+  if (quick) args.push('--quick');
+  const r = spawnSync(process.execPath, args, { encoding: 'utf8', timeout: 30 * 60 * 1000 });
+  const line = (r.stdout || '').trim().split('\n').pop();
+  try {
+    return JSON.parse(line);
+  } catch {
+    return { failed: `${side} exited ${r.status}${r.signal ? ` (${r.signal})` : ''}: ${(r.stderr || '').trim().split('\n').slice(-3).join(' / ')}` };
+  }
+}
+
+/** The rows of every scenario and thread count (see the file comment). */
+async function benchLlm({ threads = [1, 2], quick = false, model: given = null } = {}) {
+  const m = modelFile(given);
+  if (m.unavailable) return { unavailable: m.unavailable };
+  let llamaCpp = null;
+  try {
+    require.resolve('node-llama-cpp', { paths: [ROOT] });
+  } catch {
+    llamaCpp = `node-llama-cpp is not installed (${INSTALL})`;
+  }
+  const rows = [];
+  for (const t of threads) {
+    const ours = runChild('ours', m.file, t, quick);
+    const ref = llamaCpp ? { failed: llamaCpp } : runChild('llama.cpp', m.file, t, quick);
+    for (const s of SCENARIOS) {
+      const o = ours.rows && ours.rows.find((r) => r.scenario === s.name);
+      const l = ref.rows && ref.rows.find((r) => r.scenario === s.name);
+      const rate = (r, k, n) => (r ? (r[n] / r[k]) * 1000 : undefined);
+      const row = {
+        scenario: s.name,
+        threads: t,
+        prompt: o ? o.prompt : s.prompt,
+        generate: o ? o.generate : s.generate,
+        ours_prompt_tps: rate(o, 'prompt_ms', 'prompt'),
+        ours_gen_tps: o ? ((o.generate - 1) / o.generate_ms) * 1000 : undefined,
+        llama_prompt_tps: rate(l, 'prompt_ms', 'prompt'),
+        llama_gen_tps: l ? ((l.generate - 1) / l.generate_ms) * 1000 : undefined,
+        ours_rss_mb: ours.max_rss_mb,
+        llama_rss_mb: ref.max_rss_mb,
+        status: ours.failed ? `FAILED: ${ours.failed}` : ref.failed ? `llama.cpp not measured: ${ref.failed}` : 'ok',
+      };
+      row.prompt_ratio = row.llama_prompt_tps ? row.ours_prompt_tps / row.llama_prompt_tps : undefined;
+      row.gen_ratio = row.llama_gen_tps ? row.ours_gen_tps / row.llama_gen_tps : undefined;
+      rows.push(row);
+    }
+  }
+  return { rows };
+}
+
+function printRows(rows) {
+  printTable(
+    ['scenario', 'thr', 'prompt', 'gen', 'ours prompt t/s', 'llama.cpp', 'ratio', 'ours gen t/s', 'llama.cpp', 'ratio', 'RSS MB ours', 'llama.cpp', 'status'],
+    rows.map((r) => [
+      r.scenario,
+      String(r.threads),
+      String(r.prompt),
+      String(r.generate),
+      fmt(r.ours_prompt_tps, 1),
+      fmt(r.llama_prompt_tps, 1),
+      fmt(r.prompt_ratio, 2),
+      fmt(r.ours_gen_tps, 1),
+      fmt(r.llama_gen_tps, 1),
+      fmt(r.gen_ratio, 2),
+      fmt(r.ours_rss_mb, 0),
+      fmt(r.llama_rss_mb, 0),
+      r.status,
+    ]),
+  );
+}
+
+module.exports = { benchLlm, printRows };
+
+if (require.main === module) {
+  let opts;
+  try {
+    opts = parseArgs(process.argv.slice(2));
+  } catch (e) {
+    console.error(e.message);
+    process.exit(2);
+  }
+  const done = opts.child
+    ? child(opts.child, opts.model, opts.threads[0], opts.quick).then(() => 0)
+    : benchLlm(opts).then((r) => {
+      if (r.unavailable) {
+        console.log(`l SmolLM2 text generation: not measured, ${r.unavailable}`);
+        return 0;
+      }
+      console.log('l SmolLM2-135M-Instruct (Q4_1) text generation, ratio = ours / llama.cpp (higher is better for us):');
+      printRows(r.rows);
+      console.log(JSON.stringify({ bench: 'webnn-node vs llama.cpp (node-llama-cpp)', rows: r.rows }));
+      return r.rows.some((row) => row.status.startsWith('FAILED')) ? 1 : 0;
+    });
+  done.then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (e) => {
+      console.error(e && e.stack ? e.stack : e);
+      process.exitCode = 1;
+    },
+  );
+}

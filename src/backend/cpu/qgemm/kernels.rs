@@ -1,10 +1,16 @@
 //! The dot products of one weight row's blocks with one activation row:
 //! `sum over blocks b of d[b] * sum_j a[b*QK + j] * code[b*QK + j]` (the
-//! offsets are added by the caller). A portable form, the reference, and
-//! an AVX2+FMA form, picked once per process ([`best`]); the tests hold
-//! the others to the portable one.
+//! offsets are added by the caller). A portable form, the reference, an
+//! AVX2+FMA form and a NEON form (aarch64, `neon.rs`), picked once per
+//! process ([`best`]); the tests hold the others to the portable one.
 
 use super::QK;
+
+// A child of this module (it fills `Kernel`'s private fields), kept in
+// its own file beside this one.
+#[cfg(target_arch = "aarch64")]
+#[path = "neon.rs"]
+mod neon;
 
 /// One instruction set's kernels.
 pub struct Kernel {
@@ -35,7 +41,9 @@ impl Kernel {
 }
 
 /// The portable kernels: eight partial sums per block, which the
-/// compiler can keep in one vector register.
+/// compiler can keep in one vector register. (On aarch64 only the tests
+/// use them.)
+#[cfg_attr(all(target_arch = "aarch64", not(test)), allow(dead_code))]
 pub static PORTABLE: Kernel = Kernel {
     name: "portable",
     q4: q4_portable,
@@ -75,7 +83,12 @@ pub fn best() -> &'static Kernel {
             return &avx2::KERNEL;
         }
     }
-    &PORTABLE
+    // NEON is part of every aarch64 CPU: nothing to detect.
+    #[cfg(target_arch = "aarch64")]
+    let best = &neon::KERNEL;
+    #[cfg(not(target_arch = "aarch64"))]
+    let best = &PORTABLE;
+    best
 }
 
 /// The name of the kernels [`best`] picks, for the bench's report.

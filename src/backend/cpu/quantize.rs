@@ -89,6 +89,9 @@ pub fn run(
         Ok((idx, (0..zero.len()).map(|i| zero.get_f64(i)).collect()))
     };
     let buf = match op {
+        QuantizeOp::Quantize { .. } if out.data_type.bits() <= 8 => {
+            quantize_bytes(&floats(x)?, &d.shape, block, &s, zero, out.data_type)?
+        }
         QuantizeOp::Quantize { .. } => {
             let (idx, zp) = table()?;
             let (lo, hi) = range(out.data_type).ok_or_else(bad)?;
@@ -146,15 +149,7 @@ fn dequantize_bytes(
         return Err(bad());
     }
     let zp: Vec<f32> = (0..zero.len()).map(|i| zero.get_f64(i) as f32).collect();
-    let rows = Rows {
-        shape,
-        block,
-        sst: super::util::strides(&sshape),
-        cols: shape.last().copied().unwrap_or(1),
-        bl: block.last().copied().unwrap_or(1),
-        scale,
-        zp: &zp,
-    };
+    let rows = Rows::new(shape, block, &sshape, scale, &zp);
     let n: usize = shape.iter().product();
     let mut out = crate::tensor::Buf::f32_for_overwrite(n);
     // Rows per task: about 64 K elements.
@@ -181,6 +176,64 @@ fn dequantize_bytes(
     Ok(out)
 }
 
+/// quantizeLinear to 8- and 4-bit integers (held as `u8`/`i8`), the
+/// activations that quantized models round: row by row of the last
+/// dimension as [`dequantize_bytes`] reads them, without a table of one
+/// index per element; in parallel over rows. The same values as the
+/// general path.
+fn quantize_bytes(
+    x: &[f32],
+    shape: &[usize],
+    block: &[usize],
+    scale: &[f32],
+    zero: &Buf,
+    dt: DataType,
+) -> Result<Buf> {
+    use rayon::prelude::*;
+    let bad = || Error::operation("quantizeLinear: the scale does not match the parameters");
+    let rank = shape.len();
+    let n: usize = shape.iter().product();
+    if block.len() != rank || block.contains(&0) || x.len() != n {
+        return Err(bad());
+    }
+    let sshape: Vec<usize> = shape.iter().zip(block).map(|(s, b)| s / b).collect();
+    if sshape.iter().product::<usize>() != scale.len() || zero.len() != scale.len() {
+        return Err(bad());
+    }
+    let range = range(dt).ok_or_else(bad)?;
+    let zp: Vec<f32> = (0..zero.len()).map(|i| zero.get_f64(i) as f32).collect();
+    let rows = Rows::new(shape, block, &sshape, scale, &zp);
+    // Rows per task: about 64 K elements.
+    let cols = rows.cols.max(1);
+    let per = ((1 << 16) / cols).max(1) * cols;
+    fn split<T: Send>(out: &mut [T], per: usize, n: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+        if n >= 1 << 16 {
+            out.par_chunks_mut(per)
+                .enumerate()
+                .for_each(|(t, c)| f(t, c));
+        } else if n > 0 {
+            out.chunks_mut(per).enumerate().for_each(|(t, c)| f(t, c));
+        }
+    }
+    Ok(match dt {
+        DataType::Uint8 | DataType::Uint4 => {
+            let mut out = super::util::try_filled(n, 0u8, "quantizeLinear's output")?;
+            split(&mut out, per, n, |t, c| {
+                rows.quantize(x, c, t * per / cols, range, |q| q as u8)
+            });
+            Buf::U8(out)
+        }
+        DataType::Int8 | DataType::Int4 => {
+            let mut out = super::util::try_filled(n, 0i8, "quantizeLinear's output")?;
+            split(&mut out, per, n, |t, c| {
+                rows.quantize(x, c, t * per / cols, range, |q| q as i8)
+            });
+            Buf::I8(out)
+        }
+        _ => return Err(bad()),
+    })
+}
+
 /// The rows of a blockwise dequantization (see [`dequantize_bytes`]).
 struct Rows<'a> {
     shape: &'a [usize],
@@ -194,7 +247,49 @@ struct Rows<'a> {
     zp: &'a [f32],
 }
 
-impl Rows<'_> {
+impl<'a> Rows<'a> {
+    fn new(
+        shape: &'a [usize],
+        block: &'a [usize],
+        sshape: &[usize],
+        scale: &'a [f32],
+        zp: &'a [f32],
+    ) -> Self {
+        Rows {
+            shape,
+            block,
+            sst: super::util::strides(sshape),
+            cols: shape.last().copied().unwrap_or(1),
+            bl: block.last().copied().unwrap_or(1),
+            scale,
+            zp,
+        }
+    }
+
+    /// Rows `first..` of `x` quantized into `out` (whole rows):
+    /// `clamp(roundEven(x / scale) + zeroPoint, lo, hi)`, the division in
+    /// f32 and the rest in f64, as the general path computes it.
+    fn quantize<T>(
+        &self,
+        x: &[f32],
+        out: &mut [T],
+        first: usize,
+        (lo, hi): (f64, f64),
+        to: fn(f64) -> T,
+    ) {
+        for (i, dst) in out.chunks_exact_mut(self.cols).enumerate() {
+            let r = first + i;
+            let k0 = self.scale_row(r);
+            let src = &x[r * self.cols..(r + 1) * self.cols];
+            for (b, (d, s)) in dst.chunks_mut(self.bl).zip(src.chunks(self.bl)).enumerate() {
+                let (sc, z) = (self.scale[k0 + b], self.zp[k0 + b] as f64);
+                for (o, &v) in d.iter_mut().zip(s) {
+                    *o = to((((v / sc) as f64).round_ties_even() + z).clamp(lo, hi));
+                }
+            }
+        }
+    }
+
     /// The scale element of column 0 of row `r`.
     fn scale_row(&self, r: usize) -> usize {
         let (mut rem, mut k) = (r, 0);
@@ -415,6 +510,83 @@ mod tests {
                     .map(|i| ((x.get_f64(i) - z.get_f64(idx[i])) * scale[idx[i]] as f64) as f32)
                     .collect();
                 assert_eq!(got, Buf::F32(want), "{shape:?} / {block:?}");
+            }
+        }
+    }
+
+    /// The row-wise path to 8- and 4-bit outputs gives every element the
+    /// value of the definition, `saturate(roundEven(x / scale) +
+    /// zeroPoint)`, with ties, values past the range, NaN and infinities,
+    /// for the same blockings as above.
+    #[test]
+    fn bytes_quantize_like_the_definition() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[], &[]),
+            (&[64], &[32]),
+            (&[3, 64], &[1, 32]),
+            (&[4, 6, 8], &[2, 3, 4]),
+            (&[5, 96], &[5, 1]),
+            (&[300, 512], &[1, 32]),
+        ];
+        let specials = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e30,
+            -1e30,
+            0.0,
+            -0.0,
+        ];
+        for &(shape, block) in cases {
+            let n: usize = shape.iter().product();
+            let sshape: Vec<usize> = shape.iter().zip(block).map(|(s, b)| s / b).collect();
+            let sn: usize = sshape.iter().product();
+            let scale: Vec<f32> = (0..sn).map(|i| 0.5 + (i % 3) as f32 * 0.25).collect();
+            let idx = scale_indices(shape, block, sn).unwrap();
+            // Multiples of half the scale (ties) and values in between.
+            let x: Vec<f32> = (0..n)
+                .map(|i| match i % 11 {
+                    0 => specials[(i / 11) % specials.len()],
+                    k => (i % 517) as f32 * 0.5 * scale[idx[i]] - 120.0 + k as f32 * 0.01,
+                })
+                .collect();
+            for dt in [
+                DataType::Uint8,
+                DataType::Int8,
+                DataType::Uint4,
+                DataType::Int4,
+            ] {
+                let (lo, hi) = range(dt).unwrap();
+                let z = match dt {
+                    DataType::Uint8 | DataType::Uint4 => {
+                        Buf::U8((0..sn).map(|i| (i * 3 % (hi as usize + 1)) as u8).collect())
+                    }
+                    _ => Buf::I8((0..sn).map(|i| (i % 8) as i8 - 4).collect()),
+                };
+                let d = desc(DataType::Float32, shape);
+                let got = run(
+                    &QuantizeOp::Quantize {
+                        block: block.to_vec(),
+                    },
+                    &[&Buf::F32(x.clone()), &Buf::F32(scale.clone()), &z],
+                    &[&d],
+                    &[desc(dt, shape)],
+                )
+                .unwrap()
+                .remove(0);
+                let want: Vec<f64> = (0..n)
+                    .map(|i| {
+                        let q = ((x[i] / scale[idx[i]]) as f64).round_ties_even();
+                        (q + z.get_f64(idx[i])).clamp(lo, hi)
+                    })
+                    .collect();
+                let got: Vec<f64> = (0..n).map(|i| got.get_f64(i)).collect();
+                // NaN saturates to 0 in the casts.
+                let want: Vec<f64> = want
+                    .iter()
+                    .map(|&w| if w.is_nan() { 0.0 } else { w })
+                    .collect();
+                assert_eq!(got, want, "{shape:?} / {block:?} {dt:?}");
             }
         }
     }

@@ -1,8 +1,9 @@
 //! The dot products of one weight row's blocks with one activation row:
 //! `sum over blocks b of d[b] * sum_j a[b*QK + j] * code[b*QK + j]` (the
 //! offsets are added by the caller). A portable form, the reference, an
-//! AVX2+FMA form and a NEON form (aarch64, `neon.rs`), picked once per
-//! process ([`best`]); the tests hold the others to the portable one.
+//! AVX2+FMA and an AVX-512F form, and a NEON form (aarch64, `neon.rs`),
+//! picked once per process ([`best`]); the tests hold the others to the
+//! portable one.
 
 use super::QK;
 
@@ -79,6 +80,11 @@ fn q8_portable(codes: &[i8], d: &[f32], a: &[f32]) -> f32 {
 pub fn best() -> &'static Kernel {
     #[cfg(target_arch = "x86_64")]
     {
+        // `WEBNN_CPU_ISA=avx2` keeps an AVX-512 machine on AVX2, as for
+        // the other kernels (comparisons).
+        if avx512::usable() && !crate::backend::cpu::avx2_requested() {
+            return &avx512::KERNEL;
+        }
         if avx2::usable() {
             return &avx2::KERNEL;
         }
@@ -100,7 +106,16 @@ pub fn isa_name() -> &'static str {
 #[cfg(test)]
 pub fn available() -> Vec<&'static Kernel> {
     let mut v = vec![&PORTABLE];
-    if !std::ptr::eq(best(), &PORTABLE) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx2::usable() {
+            v.push(&avx2::KERNEL);
+        }
+        if avx512::usable() {
+            v.push(&avx512::KERNEL);
+        }
+    }
+    if !v.iter().any(|k| std::ptr::eq(*k, best())) {
         v.push(best());
     }
     v
@@ -217,5 +232,95 @@ mod avx2 {
             }
         }
         hsum(_mm256_add_ps(acc0, acc1))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{Kernel, QK};
+    use std::arch::x86_64::*;
+
+    pub fn usable() -> bool {
+        is_x86_feature_detected!("avx512f")
+    }
+
+    pub static KERNEL: Kernel = Kernel {
+        name: "avx512",
+        q4: |c, d, a| {
+            // SAFETY: `KERNEL` is only handed out by `best`/`available`
+            // after `usable()` saw AVX-512F; the lengths were checked by
+            // `Kernel::q4`.
+            unsafe { q4(c, d, a) }
+        },
+        q8: |c, d, a| {
+            // SAFETY: as above, for `Kernel::q8`.
+            unsafe { q8(c, d, a) }
+        },
+    };
+
+    /// # Safety
+    /// AVX-512F must be present; `codes.len() * 2 == a.len()`,
+    /// `d.len() * QK == a.len()`.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn q4(codes: &[u8], d: &[f32], a: &[f32]) -> f32 {
+        let low = _mm_set1_epi8(0x0f);
+        let mut acc0 = _mm512_setzero_ps();
+        let mut acc1 = _mm512_setzero_ps();
+        let (cp, ap) = (codes.as_ptr(), a.as_ptr());
+        for (b, &db) in d.iter().enumerate() {
+            // In bounds: block b's 16 code bytes and 32 activations lie
+            // inside the slices whose lengths the caller checked.
+            let raw = _mm_loadu_si128(cp.add(b * QK / 2) as *const __m128i);
+            // The low halves are elements 0..16, the high halves 16..32.
+            let lo = _mm_and_si128(raw, low);
+            let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+            let w0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo));
+            let w1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi));
+            let x = ap.add(b * QK);
+            let s = _mm512_fmadd_ps(
+                _mm512_loadu_ps(x.add(16)),
+                w1,
+                _mm512_mul_ps(_mm512_loadu_ps(x), w0),
+            );
+            // Two accumulators: consecutive blocks do not wait on each
+            // other's FMA.
+            if b % 2 == 0 {
+                acc0 = _mm512_fmadd_ps(s, _mm512_set1_ps(db), acc0);
+            } else {
+                acc1 = _mm512_fmadd_ps(s, _mm512_set1_ps(db), acc1);
+            }
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
+    }
+
+    /// # Safety
+    /// AVX-512F must be present; `codes.len() == a.len()`,
+    /// `d.len() * QK == a.len()`.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn q8(codes: &[i8], d: &[f32], a: &[f32]) -> f32 {
+        let mut acc0 = _mm512_setzero_ps();
+        let mut acc1 = _mm512_setzero_ps();
+        let (cp, ap) = (codes.as_ptr(), a.as_ptr());
+        for (b, &db) in d.iter().enumerate() {
+            // In bounds: block b's 32 codes and 32 activations lie inside
+            // the slices whose lengths the caller checked.
+            let c = cp.add(b * QK);
+            let w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(c as *const __m128i)));
+            let w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                c.add(16) as *const __m128i
+            )));
+            let x = ap.add(b * QK);
+            let s = _mm512_fmadd_ps(
+                _mm512_loadu_ps(x.add(16)),
+                w1,
+                _mm512_mul_ps(_mm512_loadu_ps(x), w0),
+            );
+            if b % 2 == 0 {
+                acc0 = _mm512_fmadd_ps(s, _mm512_set1_ps(db), acc0);
+            } else {
+                acc1 = _mm512_fmadd_ps(s, _mm512_set1_ps(db), acc1);
+            }
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
     }
 }

@@ -260,9 +260,11 @@ describe('LlamaRunner', () => {
     r.destroy();
   });
 
-  test('a step binds every block but writes only the current one', async () => {
+  test('a step binds the blocks its position needs and writes only the current one', async () => {
     const r = await runner(model);
     await r.forward(prompt.slice(0, 20)); // blocks 0 (full) and 1 (4 rows)
+    // Two blocks so far: a step in block 1 spans two (1 + 1, a power of two).
+    expect(r.cache.blocks.length).toBe(2);
     const blocks = r.cache.blocks.slice();
     const spare = r.cache.spare;
     await r.forward([7]);
@@ -270,14 +272,21 @@ describe('LlamaRunner', () => {
     expect(r.cache.blocks[0]).toBe(blocks[0]);
     expect(r.cache.blocks[1]).toBe(spare);
     expect(r.cache.spare).toBe(blocks[1]);
-    expect(r.cache.blocks.slice(2)).toEqual(blocks.slice(2));
     // The graph's cache output is one block: [2 * nLayer, nHeadKv, headDim * blockSize].
     expect(r.cache.shape).toEqual([4, 2, 16 * 16]);
-    const { inputs, next } = r.cache.bindings(1);
-    expect(Object.keys(inputs).sort()).toEqual(['cur', 'past0', 'past1', 'past2']);
+    let { inputs, next } = r.cache.bindings(1);
+    expect(Object.keys(inputs).sort()).toEqual(['cur', 'past0']);
     expect(inputs.past0).toBe(r.cache.blocks[0]);
-    expect(inputs.past1).toBe(r.cache.blocks[2]);
     expect(next).toBe(r.cache.spare);
+    // Into block 2: its step spans four blocks (3 rounded up), which now exist.
+    await r.forward(prompt.slice(21, 34));
+    expect(r.position).toBe(34);
+    expect(r.cache.blocks.length).toBe(4);
+    ({ inputs } = r.cache.bindings(2, 4));
+    expect(Object.keys(inputs).sort()).toEqual(['cur', 'past0', 'past1', 'past2']);
+    expect(inputs.past1).toBe(r.cache.blocks[1]);
+    expect(inputs.past2).toBe(r.cache.blocks[3]);
+    expect(() => r.cache.bindings(2, 5)).toThrow(RangeError);
     r.destroy();
   });
 

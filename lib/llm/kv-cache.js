@@ -34,19 +34,29 @@ class KVCache {
     this.spare = null;
   }
 
-  /** Creates the block tensors (and the spare), filled with zeros. */
+  /** Creates the first block and the spare, filled with zeros. */
   async init() {
+    this.spare = await this._make();
+    await this.ensure(1);
+  }
+
+  /**
+   * Creates the blocks below n that do not exist yet: a conversation holds
+   * the blocks its graphs have spanned so far, not maxContext's worth.
+   * @param {number} n
+   */
+  async ensure(n) {
+    if (!(Number.isInteger(n) && n >= 1 && n <= this.nBlocks)) throw new RangeError(`ensure(${n}): need 1 <= n <= ${this.nBlocks}`);
+    while (this.blocks.length < n) this.blocks.push(await this._make());
+  }
+
+  async _make() {
     const size = this.shape.reduce((a, b) => a * b, 1);
-    const zeros = new Float32Array(size);
-    const make = async () => {
-      // Zeros, not whatever the allocation held: a masked position still
-      // multiplies its (zero) probability by V, and 0 * NaN would be NaN.
-      const t = await this.context.createTensor({ dataType: 'float32', shape: this.shape, writable: true });
-      this.context.writeTensor(t, zeros);
-      return t;
-    };
-    for (let i = 0; i < this.nBlocks; i++) this.blocks.push(await make());
-    this.spare = await make();
+    // Zeros, not whatever the allocation held: a masked position still
+    // multiplies its (zero) probability by V, and 0 * NaN would be NaN.
+    const t = await this.context.createTensor({ dataType: 'float32', shape: this.shape, writable: true });
+    this.context.writeTensor(t, new Float32Array(size));
+    return t;
   }
 
   /**
@@ -54,11 +64,14 @@ class KVCache {
    * over n blocks (c < n): that block as `cur`, the other blocks below n
    * as `past0`... in order, and the spare as the `next` output.
    * @param {number} c the current block
-   * @param {number} [n] the blocks the step's graph spans (all by default)
+   * @param {number} [n] the blocks the step's graph spans (every block
+   *   created so far by default)
    * @returns {{inputs: object, next: MLTensor}}
    */
-  bindings(c, n = this.nBlocks) {
-    if (!(c >= 0 && c < n && n <= this.nBlocks)) throw new RangeError(`bindings(${c}, ${n}): need 0 <= c < n <= ${this.nBlocks}`);
+  bindings(c, n = this.blocks.length) {
+    if (!(c >= 0 && c < n && n <= this.blocks.length)) {
+      throw new RangeError(`bindings(${c}, ${n}): need 0 <= c < n <= ${this.blocks.length} (the blocks created so far)`);
+    }
     const inputs = { cur: this.blocks[c] };
     let s = 0;
     for (let i = 0; i < n; i++) if (i !== c) inputs[`past${s++}`] = this.blocks[i];

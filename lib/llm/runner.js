@@ -136,6 +136,7 @@ class LlamaRunner {
         const room = this.blockSize - (pos % this.blockSize);
         const n = Math.min(ids.length - i, room, this.chunk);
         const step = await this._step(n === 1 ? 1 : this.chunk, this._blocksFor(Math.floor(pos / this.blockSize)));
+        await this.cache.ensure(step.n);
         this._dispatch(step, ids.slice(i, i + n), pos);
         this._position = pos + n;
         i += n;

@@ -226,7 +226,7 @@ function lineOf(s, i) {
 
 // The crate's own allocators that abort on failure, each with a fallible
 // form beside it (`try_` + the name, or `util::try_*`).
-const INFALLIBLE = ['f32_for_overwrite', 'vec_for_overwrite', 'build_vec', 'par_map', 'map_slice', 'f16_from_f32'];
+const INFALLIBLE = ['f32_for_overwrite', 'vec_for_overwrite', 'f16_from_f32'];
 
 function findings(file) {
   const src = fs.readFileSync(file, 'utf8');

@@ -156,7 +156,7 @@ fn dequantize_bytes(
         zp: &zp,
     };
     let n: usize = shape.iter().product();
-    let mut out = crate::tensor::Buf::f32_for_overwrite(n);
+    let mut out = crate::tensor::Buf::try_f32_for_overwrite(n)?;
     // Rows per task: about 64 K elements.
     let per = ((1 << 16) / rows.cols.max(1)).max(1) * rows.cols.max(1);
     let run = |(t, chunk): (usize, &mut [f32])| match x {

@@ -306,7 +306,7 @@ for (const f of all) {
   } else unlisted.push(f);
 }
 for (const e of entries) {
-  if (!e.used) errors.push(`${e.where}: stale (no unlisted finding in ${e.file} contains "${e.fragment}")`);
+  if (!e.used) errors.push(`${e.where}: stale (no finding in ${e.file} is left whose text contains "${e.fragment}")`);
 }
 
 for (const f of showAll ? all : unlisted) {

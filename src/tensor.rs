@@ -58,7 +58,12 @@ impl ZeroBits for u8 {}
 /// zero-fills on first touch, so a huge tensor is created in constant time
 /// and costs memory only where it is written.
 fn try_zeroed<T: ZeroBits>(n: usize) -> Result<Vec<T>> {
-    let err = || Error::operation(format!("cannot allocate {n} elements"));
+    let err = || {
+        Error::operation(format!(
+            "cannot allocate {} bytes for a tensor",
+            (n as u128) * std::mem::size_of::<T>() as u128
+        ))
+    };
     let layout = std::alloc::Layout::array::<T>(n).map_err(|_| err())?;
     if layout.size() == 0 {
         return Ok(Vec::new());
@@ -133,6 +138,15 @@ impl Buf {
         match pool::take(&Buf::F32(Vec::new()), n) {
             Some(Buf::F32(v)) => v,
             _ => vec![0.0; n],
+        }
+    }
+
+    /// [`Buf::f32_for_overwrite`] whose fresh allocation fails with an
+    /// OperationError naming the bytes instead of aborting.
+    pub fn try_f32_for_overwrite(n: usize) -> Result<Vec<f32>> {
+        match pool::take(&Buf::F32(Vec::new()), n) {
+            Some(Buf::F32(v)) => Ok(v),
+            _ => try_zeroed(n),
         }
     }
 
@@ -330,6 +344,22 @@ impl Buf {
         }
     }
 
+    /// [`Buf::to_f32_vec`] in recycled memory when the pool has some, and
+    /// whose fresh allocation fails with an OperationError naming the bytes
+    /// instead of aborting: for the CPU backend's worker.
+    pub fn try_to_f32_vec(&self) -> Result<Vec<f32>> {
+        let mut out = Self::try_f32_for_overwrite(self.len())?;
+        match self {
+            Buf::F32(v) => out.copy_from_slice(v),
+            Buf::F16(v) => crate::f16::widen(v, &mut out),
+            _ => out
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, o)| *o = self.get_f64(i) as f32),
+        }
+        Ok(out)
+    }
+
     /// Element `i` as i64 (integer tensors; floats truncate).
     pub fn get_i64(&self, i: usize) -> i64 {
         match self {
@@ -349,6 +379,18 @@ impl Buf {
         let mut out = vec![0u16; v.len()];
         crate::f16::narrow(v, &mut out);
         Buf::F16(out)
+    }
+
+    /// [`Buf::f16_from_f32`] in recycled memory when the pool has some, and
+    /// whose fresh allocation fails with an OperationError naming the bytes
+    /// instead of aborting: for the CPU backend's worker.
+    pub fn try_f16_from_f32(v: &[f32]) -> Result<Buf> {
+        let mut out = match pool::take(&Buf::F16(Vec::new()), v.len()) {
+            Some(Buf::F16(o)) => o,
+            _ => try_zeroed(v.len())?,
+        };
+        crate::f16::narrow(v, &mut out);
+        Ok(Buf::F16(out))
     }
 }
 
@@ -459,6 +501,17 @@ fn pack_nibbles(v: impl ExactSizeIterator<Item = u8>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fallible_float16_conversions_match_the_others() {
+        let x = [0.0f32, -1.5, 65504.0, 1e-8, f32::INFINITY, 0.1];
+        let h = Buf::f16_from_f32(&x);
+        assert_eq!(Buf::try_f16_from_f32(&x).unwrap(), h);
+        for b in [h, Buf::F32(x.to_vec()), Buf::I32(vec![-3, 7])] {
+            assert_eq!(b.try_to_f32_vec().unwrap(), b.to_f32_vec());
+        }
+        assert_eq!(Buf::try_f32_for_overwrite(3).unwrap().len(), 3);
+    }
 
     #[test]
     fn int4_round_trip() {

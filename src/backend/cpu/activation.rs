@@ -169,7 +169,7 @@ pub(super) fn gelu_owned(x: Cow<'_, Buf>, out: &OperandDescriptor) -> Result<Buf
         }
         (x, _) => {
             let v = floats(&x)?;
-            let r = map_slice(&v, gelu_f32);
+            let r = map_slice(&v, gelu_f32)?;
             from_floats(out.data_type, r)
         }
     }
@@ -185,7 +185,7 @@ fn float_activation(op: &ActivationOp, x: &Buf, out: &OperandDescriptor) -> Resu
     }
     let f = float_fn(op)?;
     let v = floats(x)?;
-    let r = par_map(v.len(), |i| f(v[i] as f64) as f32);
+    let r = par_map(v.len(), |i| f(v[i] as f64) as f32)?;
     from_floats(out.data_type, r)
 }
 

@@ -314,7 +314,7 @@ fn scatter_elements_t<T: Elem>(
     {
         return Err(bad_shape("scatterElements"));
     }
-    let mut res = x.to_vec();
+    let mut res = try_copy(x, "the scatterElements output")?;
     for (p, (&v, &i)) in u.iter().zip(idx).enumerate() {
         let o = p / (k * inner);
         let r = resolve(i, n).unwrap_or(0);
@@ -341,7 +341,7 @@ fn scatter_nd_t<T: Elem>(
     if offsets.len() * slice != u.len() || x.len() != out.element_count() {
         return Err(bad_shape("scatterND"));
     }
-    let mut res = x.to_vec();
+    let mut res = try_copy(x, "the scatterND output")?;
     for (j, &off) in offsets.iter().enumerate() {
         res[off..off + slice].copy_from_slice(&u[j * slice..(j + 1) * slice]);
     }

@@ -133,16 +133,16 @@ fn unary(op: LogicalOp, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
             let Buf::U8(v) = x else {
                 return Err(Error::operation("logicalNot needs a uint8 tensor"));
             };
-            return Ok(Buf::U8(par_map(v.len(), |i| (v[i] == 0) as u8)));
+            return Ok(Buf::U8(par_map(v.len(), |i| (v[i] == 0) as u8)?));
         }
         LogicalOp::IsNaN => f32::is_nan,
         LogicalOp::IsInfinite => f32::is_infinite,
         _ => return not_logical(op),
     };
     Ok(Buf::U8(match x {
-        Buf::F32(v) => par_map(v.len(), |i| test(v[i]) as u8),
+        Buf::F32(v) => par_map(v.len(), |i| test(v[i]) as u8)?,
         // float16 NaN and infinities widen to f32 NaN and infinities.
-        Buf::F16(v) => par_map(v.len(), |i| test(f16_to_f32(v[i])) as u8),
+        Buf::F16(v) => par_map(v.len(), |i| test(f16_to_f32(v[i])) as u8)?,
         _ => {
             return Err(Error::operation(format!(
                 "{} needs a float tensor",

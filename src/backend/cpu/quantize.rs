@@ -151,7 +151,7 @@ fn dequantize_bytes(
     let zp: Vec<f32> = (0..zero.len()).map(|i| zero.get_f64(i) as f32).collect();
     let rows = Rows::new(shape, block, &sshape, scale, &zp);
     let n: usize = shape.iter().product();
-    let mut out = crate::tensor::Buf::f32_for_overwrite(n);
+    let mut out = crate::tensor::Buf::try_f32_for_overwrite(n)?;
     // Rows per task: about 64 K elements.
     let per = ((1 << 16) / rows.cols.max(1)).max(1) * rows.cols.max(1);
     let run = |(t, chunk): (usize, &mut [f32])| match x {

@@ -6,7 +6,9 @@
 //! from step to step, so rounding them once per step to float32 or float16
 //! would compound); each output is rounded once to its type.
 
+use crate::backend::cpu::util::{from_floats, try_copy, try_filled, try_vec};
 use crate::error::{Error, Result};
+use crate::f16::f16_to_f32;
 use crate::graph::ops::recurrent::{RecurrentOp, RnnActivation, RnnDirection, RnnParams};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
@@ -37,17 +39,23 @@ pub fn run(
 }
 
 fn to_f64(b: &Buf) -> Result<Vec<f64>> {
+    let mut out = try_vec(b.len(), "a recurrent operand in float64")?;
     match b {
-        Buf::F32(v) => Ok(v.iter().map(|&x| x as f64).collect()),
-        Buf::F16(_) => Ok(b.to_f32_vec().into_iter().map(|x| x as f64).collect()),
-        _ => Err(Error::operation(
-            "a recurrent operator got a non-float tensor",
-        )),
+        Buf::F32(v) => out.extend(v.iter().map(|&x| x as f64)),
+        Buf::F16(v) => out.extend(v.iter().map(|&x| f16_to_f32(x) as f64)),
+        _ => {
+            return Err(Error::operation(
+                "a recurrent operator got a non-float tensor",
+            ))
+        }
     }
+    Ok(out)
 }
 
 fn from_f64(dt: DataType, v: &[f64]) -> Result<Buf> {
-    crate::backend::cpu::util::from_floats(dt, v.iter().map(|&x| x as f32).collect())
+    let mut out = try_vec(v.len(), "a recurrent output in float32")?;
+    out.extend(v.iter().map(|&x| x as f32));
+    from_floats(dt, out)
 }
 
 fn act(a: RnnActivation, x: f64) -> f64 {
@@ -95,10 +103,10 @@ fn network(p: &RnnParams, lstm: bool, ins: &[Vec<f64>]) -> Result<Vec<Vec<f64>>>
     let h0 = opt(ins, p.hidden_state, state_len)?;
     let c0 = opt(ins, p.cell_state, state_len)?;
 
-    let mut last_h = vec![0.0; state_len];
-    let mut last_c = vec![0.0; state_len];
+    let mut last_h = try_filled(state_len, 0.0, "the last hidden state")?;
+    let mut last_c = try_filled(state_len, 0.0, "the last cell state")?;
     let mut seq = if p.return_sequence {
-        vec![0.0; steps * state_len]
+        try_filled(steps * state_len, 0.0, "the output sequence")?
     } else {
         Vec::new()
     };
@@ -111,8 +119,12 @@ fn network(p: &RnnParams, lstm: bool, ins: &[Vec<f64>]) -> Result<Vec<Vec<f64>>>
             peep: peep.map(|b| &b[d * 3 * h..(d + 1) * 3 * h]),
         };
         let st = d * batch * h..(d + 1) * batch * h;
-        let mut hs = h0.map_or_else(|| vec![0.0; batch * h], |v| v[st.clone()].to_vec());
-        let mut cs = c0.map_or_else(|| vec![0.0; batch * h], |v| v[st.clone()].to_vec());
+        let state = |init: Option<&[f64]>, what: &str| match init {
+            Some(v) => try_copy(&v[st.clone()], what),
+            None => try_filled(batch * h, 0.0, what),
+        };
+        let mut hs = state(h0, "the hidden state")?;
+        let mut cs = state(c0, "the cell state")?;
         // The second direction of "both", and "backward", read the
         // sequence from its end.
         let reverse = p.direction == RnnDirection::Backward || d == 1;
@@ -120,9 +132,9 @@ fn network(p: &RnnParams, lstm: bool, ins: &[Vec<f64>]) -> Result<Vec<Vec<f64>>>
             let t = if reverse { steps - 1 - step } else { step };
             let xt = &x[t * batch * isz..(t + 1) * batch * isz];
             if lstm {
-                lstm_step(p, &dir, xt, &mut hs, &mut cs);
+                lstm_step(p, &dir, xt, &mut hs, &mut cs)?;
             } else {
-                gru_step(p, &dir, xt, &mut hs);
+                gru_step(p, &dir, xt, &mut hs)?;
             }
             if p.return_sequence {
                 // The sequence is indexed by the time slice, whatever the
@@ -159,14 +171,14 @@ fn at(v: Option<&[f64]>, i: usize) -> f64 {
 
 /// One gruCell update of every batch row: z and r gates, new gate n, then
 /// h' = z * h + (1 - z) * n.
-fn gru_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64]) {
+fn gru_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64]) -> Result<()> {
     let (isz, h) = (p.input_size, p.hidden);
     let (zb, rb, nb) = (p.gates[0] * h, p.gates[1] * h, p.gates[2] * h);
     let (fg, fn_) = (p.activations[0], p.activations[1]);
-    let mut r = vec![0.0; h];
-    let mut z = vec![0.0; h];
-    let mut rh = vec![0.0; h];
-    let mut out = vec![0.0; h];
+    let mut r = try_filled(h, 0.0, "a gru gate")?;
+    let mut z = try_filled(h, 0.0, "a gru gate")?;
+    let mut rh = try_filled(h, 0.0, "a gru gate")?;
+    let mut out = try_filled(h, 0.0, "a gru gate")?;
     for b in 0..p.batch {
         let xb = &x[b * isz..(b + 1) * isz];
         let hb = &hs[b * h..(b + 1) * h];
@@ -193,12 +205,13 @@ fn gru_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64]) {
         }
         hs[b * h..(b + 1) * h].copy_from_slice(&out);
     }
+    Ok(())
 }
 
 /// One lstmCell update of every batch row: gates i, f, o (with peepholes
 /// on the incoming cell state), cell gate g, then c' = f * c + i * g and
 /// h' = o * act(c').
-fn lstm_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64], cs: &mut [f64]) {
+fn lstm_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64], cs: &mut [f64]) -> Result<()> {
     let (isz, h) = (p.input_size, p.hidden);
     let (ib, ob, fb, gb) = (
         p.gates[0] * h,
@@ -207,7 +220,7 @@ fn lstm_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64], cs: &mut [f64]) 
         p.gates[3] * h,
     );
     let (fgate, fcell, fout) = (p.activations[0], p.activations[1], p.activations[2]);
-    let mut new_h = vec![0.0; h];
+    let mut new_h = try_filled(h, 0.0, "an lstm hidden state")?;
     for b in 0..p.batch {
         let xb = &x[b * isz..(b + 1) * isz];
         let hb = &hs[b * h..(b + 1) * h];
@@ -229,6 +242,7 @@ fn lstm_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64], cs: &mut [f64]) 
         }
         hs[b * h..(b + 1) * h].copy_from_slice(&new_h);
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -502,5 +516,27 @@ mod tests {
         ];
         let out = network(&p, false, &ins).unwrap();
         assert_eq!(out[0], vec![1.625]);
+    }
+
+    #[test]
+    fn a_state_too_large_to_allocate_is_an_error_that_names_the_bytes() {
+        // No steps and no input features: every input is tiny (the
+        // recurrent weight has 3 elements), but the state of 2^60 batch
+        // rows asks for 2^63 bytes, refused fallibly instead of aborting.
+        let batch = 1usize << 60;
+        let ins = vec![vec![], vec![], vec![0.0; 3]];
+        for lstm in [false, true] {
+            let ins = match lstm {
+                true => vec![vec![], vec![], vec![0.0; 4]],
+                false => ins.clone(),
+            };
+            let e = network(&params(lstm, 0, batch, 0, 1), lstm, &ins).unwrap_err();
+            assert!(
+                e.message
+                    .contains(&format!("cannot allocate {} bytes", (batch as u128) * 8)),
+                "{}",
+                e.message
+            );
+        }
     }
 }

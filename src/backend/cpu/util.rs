@@ -11,7 +11,7 @@ use crate::types::DataType;
 pub fn floats(b: &Buf) -> Result<Cow<'_, [f32]>> {
     match b {
         Buf::F32(v) => Ok(Cow::Borrowed(v)),
-        Buf::F16(_) => Ok(Cow::Owned(b.to_f32_vec())),
+        Buf::F16(_) => Ok(Cow::Owned(b.try_to_f32_vec()?)),
         _ => Err(Error::operation("a float kernel got an integer tensor")),
     }
 }
@@ -20,7 +20,7 @@ pub fn floats(b: &Buf) -> Result<Cow<'_, [f32]>> {
 pub fn from_floats(dt: DataType, v: Vec<f32>) -> Result<Buf> {
     match dt {
         DataType::Float32 => Ok(Buf::F32(v)),
-        DataType::Float16 => Ok(Buf::f16_from_f32(&v)),
+        DataType::Float16 => Buf::try_f16_from_f32(&v),
         _ => Err(Error::operation(
             "a float kernel produced a non-float output",
         )),

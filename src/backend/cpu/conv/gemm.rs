@@ -45,7 +45,7 @@ pub(super) fn conv_gen(
     let wq = wu.div_ceil(sw);
     let chan = sw * hu * wq;
     // Only the cells the input covers are written: the rest is padding.
-    let mut xp_buf = Buf::f32_for_overwrite(cg * chan);
+    let mut xp_buf = Buf::try_f32_for_overwrite(cg * chan)?;
     xp_buf.fill(0.0);
     for (c, d) in xp_buf.chunks_exact_mut(chan).enumerate() {
         pad_split(
@@ -148,7 +148,7 @@ pub(super) fn conv_rows(
     // and copy-out are a pass over the input and the output each: split
     // by plane across the pool like the product (serial, they held the
     // second thread back for a tenth of a 3x3 conv).
-    let mut xp = Buf::f32_for_overwrite(cg * chan + (kw - 1) * dw);
+    let mut xp = Buf::try_f32_for_overwrite(cg * chan + (kw - 1) * dw)?;
     let pad = |(c, d): (usize, &mut [f32])| {
         d.fill(0.0);
         if c < cg {
@@ -177,7 +177,7 @@ pub(super) fn conv_rows(
     if wp == ow {
         sgemm_rows_packed_a(pa, b, dst, parallel, fuse)?;
     } else {
-        let mut wide = Buf::f32_for_overwrite(og * nq);
+        let mut wide = Buf::try_f32_for_overwrite(og * nq)?;
         sgemm_rows_packed_a(pa, b, &mut wide, parallel, fuse)?;
         let copy_out = |(d, s): (&mut [f32], &[f32])| {
             for (d, s) in d.chunks_exact_mut(ow).zip(s.chunks_exact(wp)) {

@@ -196,7 +196,7 @@ pub(super) fn conv2d_packed(
     let plane = oh * ow;
     let unit = og * plane;
     // Every path below writes every element.
-    let mut res = Buf::f32_for_overwrite(n * oc * plane);
+    let mut res = Buf::try_f32_for_overwrite(n * oc * plane)?;
     if unit > 0 && cg == 1 && og == 1 {
         depthwise(&x, &f, bias, act, p, &mut res);
     } else if unit > 0 {
@@ -317,7 +317,7 @@ pub(super) fn fuse_activations(
         g.sources.push(Source::Constant(Arc::new(
             bounds.iter().flat_map(|v| v.to_le_bytes()).collect(),
         )));
-        constants.insert(id, std::sync::Arc::new(Buf::F32(bounds.to_vec())));
+        constants.insert(id, std::sync::Arc::new(Buf::F32(vec![lo, hi])));
         merges.push((ni, a, id));
     }
     Some(super::absorb(&g, &merges))

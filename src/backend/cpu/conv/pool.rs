@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use crate::backend::cpu::shape::transpose_vec;
-use crate::backend::cpu::util::{floats, from_floats};
+use crate::backend::cpu::util::{floats, from_floats, try_filled};
 use crate::error::{Error, Result};
 use crate::graph::ops::conv::{Pool2dParams, PoolKind};
 use crate::tensor::Buf;
@@ -65,7 +65,7 @@ fn max_pool_ints<T: Copy + PartialOrd + Send + Sync>(
             ((b * c + ch) * h + y) * w + xx
         }
     };
-    let mut out = vec![min; n * c * oh * ow];
+    let mut out = try_filled(n * c * oh * ow, min, "the maxPool2d output")?;
     out.par_iter_mut().enumerate().for_each(|(i, dst)| {
         // `i` walks the output in its own layout.
         let (b, ch, oy, ox) = if p.nhwc {
@@ -132,7 +132,7 @@ pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf>
         xv
     };
     let (in_plane, plane) = (h * w, oh * ow);
-    let mut res = vec![0.0f32; n * c * plane];
+    let mut res = try_filled(n * c * plane, 0.0f32, "the pool2d output")?;
     // Global pooling (one window over each whole plane, as at the end of
     // most image classifiers): each plane reduced front to back (the
     // window's own order, so the same bits), many planes per task rather

@@ -881,3 +881,38 @@ fn pools_of_huge_windows_sum_like_the_reductions() {
         }
     }
 }
+
+/// A pool whose padding makes a one-element input's output 2^60 elements
+/// asks for more bytes than exist: an OperationError naming them (float
+/// and integer kernels), never an abort.
+#[test]
+fn a_pool_output_too_large_to_allocate_is_an_error_that_names_the_bytes() {
+    let pad = (1usize << 30) - 1;
+    let p = pool_params(
+        PoolKind::Max,
+        (1, 1, 1, 1),
+        [1, 1],
+        [0, pad, 0, pad],
+        [1, 1],
+        [1, 1],
+        false,
+    );
+    let elements = (p.out_h * p.out_w) as u128;
+    assert_eq!(elements, 1 << 60);
+    for (x, dt, size) in [
+        (Buf::F32(vec![1.0]), DataType::Float32, 4),
+        (Buf::I32(vec![1]), DataType::Int32, 4),
+    ] {
+        let out = OperandDescriptor {
+            data_type: dt,
+            shape: vec![1, 1, p.out_h, p.out_w],
+        };
+        let e = pool2d(&p, &x, &out).unwrap_err();
+        assert!(
+            e.message
+                .contains(&format!("cannot allocate {} bytes", elements * size)),
+            "{dt:?}: {}",
+            e.message
+        );
+    }
+}

@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use crate::backend::cpu::matmul::sgemm;
 use crate::backend::cpu::shape::transpose_vec;
-use crate::backend::cpu::util::{floats, from_floats};
+use crate::backend::cpu::util::{floats, from_floats, try_filled};
 use crate::error::{Error, Result};
 use crate::graph::ops::conv::{ConvTranspose2dParams, TransposeFilterLayout};
 use crate::tensor::Buf;
@@ -18,11 +18,11 @@ use super::common::{TO_NCHW, TO_NHWC, UNIT_PAR_WORK};
 fn transpose_filter_groups(f: &[f32], p: &ConvTranspose2dParams) -> Result<Vec<f32>> {
     let g = p.groups;
     let (c, og, kh, kw) = (p.in_channels, p.out_channels / g, p.kernel_h, p.kernel_w);
-    // Canonical IOHW: [c, og, kh, kw].
+    // Canonical IOHW: [c, og, kh, kw] (the filter itself when it is).
     let iohw = match p.filter_layout {
-        TransposeFilterLayout::Iohw => f.to_vec(),
-        TransposeFilterLayout::Hwoi => transpose_vec(f, &[kh, kw, og, c], &[3, 2, 0, 1])?,
-        TransposeFilterLayout::Ohwi => transpose_vec(f, &[og, kh, kw, c], &[3, 0, 1, 2])?,
+        TransposeFilterLayout::Iohw => std::borrow::Cow::Borrowed(f),
+        TransposeFilterLayout::Hwoi => transpose_vec(f, &[kh, kw, og, c], &[3, 2, 0, 1])?.into(),
+        TransposeFilterLayout::Ohwi => transpose_vec(f, &[og, kh, kw, c], &[3, 0, 1, 2])?.into(),
     };
     // [g, cg, og*kh*kw] -> [g, og*kh*kw, cg].
     transpose_vec(&iohw, &[g, c / g, og * kh * kw], &[0, 2, 1])
@@ -79,13 +79,13 @@ pub fn conv_transpose2d(
     let wt = transpose_filter_groups(&f, p)?;
     let taps = og * kh * kw;
     let (in_plane, plane) = (h * w, oh * ow);
-    let mut res = vec![0.0f32; n * oc * plane];
+    let mut res = try_filled(n * oc * plane, 0.0f32, "the convTranspose2d output")?;
     let unit = og * plane;
     let run = |(t, dst): (usize, &mut [f32]), parallel: bool| {
         let (b, gi) = (t / g, t % g);
         let xs = &x[(b * c + gi * cg) * in_plane..(b * c + (gi + 1) * cg) * in_plane];
         let wg = &wt[gi * taps * cg..(gi + 1) * taps * cg];
-        let mut col = vec![0.0f32; taps * in_plane];
+        let mut col = try_filled(taps * in_plane, 0.0f32, "convTranspose2d's tap columns")?;
         sgemm(taps, in_plane, cg, wg, xs, &mut col, parallel);
         // col2im: row (o, ky, kx) holds that tap's value for every input
         // position.
@@ -110,14 +110,17 @@ pub fn conv_transpose2d(
                 }
             }
         }
+        Ok(())
     };
     if unit > 0 {
         if n * g > 1 && taps * in_plane * cg < UNIT_PAR_WORK {
             res.par_chunks_mut(unit)
                 .enumerate()
-                .for_each(|u| run(u, false));
+                .try_for_each(|u| run(u, false))?;
         } else {
-            res.chunks_mut(unit).enumerate().for_each(|u| run(u, true));
+            res.chunks_mut(unit)
+                .enumerate()
+                .try_for_each(|u| run(u, true))?;
         }
         if let Some(bias) = &bias {
             for (i, ch) in res.chunks_mut(plane).enumerate() {

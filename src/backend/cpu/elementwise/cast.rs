@@ -43,20 +43,24 @@ fn num_to_f32(n: Num) -> f32 {
 
 /// Converts every element to `to`. One generic loop per (source, target)
 /// pair; `num` reads a source element.
-fn cast_from<S: Copy + Sync, F: Fn(S) -> Num + Sync>(src: &[S], num: F, to: DataType) -> Buf {
+fn cast_from<S: Copy + Sync, F: Fn(S) -> Num + Sync>(
+    src: &[S],
+    num: F,
+    to: DataType,
+) -> Result<Buf> {
     let n = src.len();
     macro_rules! int {
         ($variant:ident, $t:ty, $lo:expr, $hi:expr, $bits:expr, $signed:expr) => {
             Buf::$variant(par_map(n, |i| {
                 num_to_int(num(src[i]), $lo as i128, $hi as i128, $bits, $signed) as $t
-            }))
+            })?)
         };
     }
-    match to {
-        DataType::Float32 => Buf::F32(par_map(n, |i| num_to_f32(num(src[i])))),
+    Ok(match to {
+        DataType::Float32 => Buf::F32(par_map(n, |i| num_to_f32(num(src[i])))?),
         // Integers reach float16 through f32 without double rounding: those
         // not exact in f32 (beyond 2^24) overflow float16 either way.
-        DataType::Float16 => Buf::F16(par_map(n, |i| f32_to_f16(num_to_f32(num(src[i]))))),
+        DataType::Float16 => Buf::F16(par_map(n, |i| f32_to_f16(num_to_f32(num(src[i]))))?),
         DataType::Int32 => int!(I32, i32, i32::MIN, i32::MAX, 32, true),
         DataType::Uint32 => int!(U32, u32, 0, u32::MAX, 32, false),
         DataType::Int64 => int!(I64, i64, i64::MIN, i64::MAX, 64, true),
@@ -65,7 +69,7 @@ fn cast_from<S: Copy + Sync, F: Fn(S) -> Num + Sync>(src: &[S], num: F, to: Data
         DataType::Uint8 => int!(U8, u8, 0, u8::MAX, 8, false),
         DataType::Int4 => int!(I8, i8, -8, 7, 4, true),
         DataType::Uint4 => int!(U8, u8, 0, 15, 4, false),
-    }
+    })
 }
 
 /// `cast` between any two data types, following the cast table of the
@@ -80,7 +84,7 @@ pub fn cast(x: &Buf, to: DataType, out: &OperandDescriptor) -> Result<Buf> {
             "cast: the output size differs from the input",
         ));
     }
-    Ok(match x {
+    match x {
         Buf::F32(v) => cast_from(v, Num::F, to),
         Buf::F16(v) => cast_from(v, |h| Num::F(f16_to_f32(h)), to),
         Buf::I32(v) => cast_from(v, |i| Num::I(i as i128), to),
@@ -89,5 +93,5 @@ pub fn cast(x: &Buf, to: DataType, out: &OperandDescriptor) -> Result<Buf> {
         Buf::U64(v) => cast_from(v, |i| Num::I(i as i128), to),
         Buf::I8(v) => cast_from(v, |i| Num::I(i as i128), to),
         Buf::U8(v) => cast_from(v, |i| Num::I(i as i128), to),
-    })
+    }
 }

@@ -29,26 +29,13 @@ const PAR_MIN: usize = 1 << 16;
 /// Builds a vector of `n` elements without zero-filling it first: `fill`
 /// receives the offset of a chunk and the chunk, and must write every
 /// element of it. Chunks run in parallel when `n` is large and the pool has
-/// more than one thread.
+/// more than one thread. The allocation fails with an OperationError naming
+/// the bytes instead of aborting.
 ///
 /// # Safety
 /// `fill` must write every element of every chunk it is given (the
 /// vector's length is set to `n` afterwards, exposing them), unless it
 /// panics.
-pub(super) unsafe fn build_vec<U, F>(n: usize, fill: F) -> Vec<U>
-where
-    U: Copy + Send + 'static,
-    F: Fn(usize, &mut [MaybeUninit<U>]) + Sync,
-{
-    // SAFETY: the caller's contract, passed on.
-    unsafe { fill_vec(Buf::vec_for_overwrite(n), n, fill) }
-}
-
-/// [`build_vec`] whose allocation fails with an OperationError naming the
-/// bytes instead of aborting.
-///
-/// # Safety
-/// As [`build_vec`].
 pub(super) unsafe fn try_build_vec<U, F>(n: usize, fill: F) -> Result<Vec<U>>
 where
     U: Copy + Send + 'static,
@@ -58,10 +45,10 @@ where
     Ok(unsafe { fill_vec(Buf::try_vec_for_overwrite(n)?, n, fill) })
 }
 
-/// The body of [`build_vec`]: `v` has room for `n` elements.
+/// The body of [`try_build_vec`]: `v` has room for `n` elements.
 ///
 /// # Safety
-/// As [`build_vec`].
+/// As [`try_build_vec`].
 unsafe fn fill_vec<U, F>(mut v: Vec<U>, n: usize, fill: F) -> Vec<U>
 where
     U: Copy + Send + 'static,
@@ -89,8 +76,8 @@ where
     }
     // SAFETY: the chunks handed to `fill` cover `spare[..n]`, and `fill`
     // wrote every element of each (the caller's contract; a panic in it
-    // unwinds past this with the length still 0); `vec_for_overwrite`
-    // gave room for `n`, so n <= capacity.
+    // unwinds past this with the length still 0); the caller gave room
+    // for `n`, so n <= capacity.
     unsafe { v.set_len(n) };
     v
 }
@@ -390,14 +377,15 @@ where
     Ok(v)
 }
 
-/// `(0..n).map(f)`, in parallel for large `n`.
+/// `(0..n).map(f)`, in parallel for large `n`; an OperationError when the
+/// result cannot be allocated.
 pub(super) fn par_map<U: Copy + Send + 'static, F: Fn(usize) -> U + Sync>(
     n: usize,
     f: F,
-) -> Vec<U> {
+) -> Result<Vec<U>> {
     // SAFETY: the loop writes each element of the chunk `o`.
     unsafe {
-        build_vec(
+        try_build_vec(
             n,
             #[inline(always)]
             |s, o| {
@@ -409,8 +397,9 @@ pub(super) fn par_map<U: Copy + Send + 'static, F: Fn(usize) -> U + Sync>(
     }
 }
 
-/// `x.map(f)`, vectorisable and in parallel for large inputs.
-pub(super) fn map_slice<T, U, F>(x: &[T], f: F) -> Vec<U>
+/// `x.map(f)`, vectorisable and in parallel for large inputs; an
+/// OperationError when the result cannot be allocated.
+pub(super) fn map_slice<T, U, F>(x: &[T], f: F) -> Result<Vec<U>>
 where
     T: Copy + Sync,
     U: Copy + Send + 'static,
@@ -419,7 +408,7 @@ where
     // SAFETY: `map1` writes each element of the chunk `o`, zipped with an
     // input of exactly `o.len()` elements (bounds-checked slice).
     unsafe {
-        build_vec(
+        try_build_vec(
             x.len(),
             #[inline(always)]
             |s, o| map1(&x[s..s + o.len()], o, &f),
@@ -971,7 +960,7 @@ fn int_unary<T: Int>(k: UnaryKind, v: &[T]) -> Result<Vec<T>> {
             )))
         }
     };
-    Ok(par_map(v.len(), |i| f(v[i])))
+    par_map(v.len(), |i| f(v[i]))
 }
 
 /// Element-wise unary operators. `abs`, `neg`, `relu`, `sign` also take
@@ -984,9 +973,9 @@ pub fn unary(k: UnaryKind, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
         ));
     }
     Ok(match x {
-        Buf::F32(v) => Buf::F32(with_float_unary!(k, f => map_slice(v, f))),
+        Buf::F32(v) => Buf::F32(with_float_unary!(k, f => map_slice(v, f)?)),
         Buf::F16(v) => Buf::F16(with_float_unary!(k, f => {
-            map_slice(v, |h| f32_to_f16(f(f16_to_f32(h))))
+            map_slice(v, |h| f32_to_f16(f(f16_to_f32(h))))?
         })),
         Buf::I32(v) => Buf::I32(int_unary(k, v)?),
         Buf::U32(v) => Buf::U32(int_unary(k, v)?),
@@ -997,7 +986,7 @@ pub fn unary(k: UnaryKind, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
     })
 }
 
-fn clamp_int<T: Int>(v: &[T], min: f64, max: f64) -> Vec<T> {
+fn clamp_int<T: Int>(v: &[T], min: f64, max: f64) -> Result<Vec<T>> {
     // The bounds are converted to the input's type by saturation, then
     // compared exactly in that type.
     let (lo, hi) = (T::sat_from_f64(min), T::sat_from_f64(max));
@@ -1014,16 +1003,16 @@ pub fn clamp(x: &Buf, min: f64, max: f64, out: &OperandDescriptor) -> Result<Buf
     }
     let (lo, hi) = (min as f32, max as f32);
     Ok(match x {
-        Buf::F32(v) => Buf::F32(par_map(v.len(), |i| clamp_f32(v[i], lo, hi))),
+        Buf::F32(v) => Buf::F32(par_map(v.len(), |i| clamp_f32(v[i], lo, hi))?),
         Buf::F16(v) => Buf::F16(par_map(v.len(), |i| {
             f32_to_f16(clamp_f32(f16_to_f32(v[i]), lo, hi))
-        })),
-        Buf::I32(v) => Buf::I32(clamp_int(v, min, max)),
-        Buf::U32(v) => Buf::U32(clamp_int(v, min, max)),
-        Buf::I64(v) => Buf::I64(clamp_int(v, min, max)),
-        Buf::U64(v) => Buf::U64(clamp_int(v, min, max)),
-        Buf::I8(v) => Buf::I8(clamp_int(v, min, max)),
-        Buf::U8(v) => Buf::U8(clamp_int(v, min, max)),
+        })?),
+        Buf::I32(v) => Buf::I32(clamp_int(v, min, max)?),
+        Buf::U32(v) => Buf::U32(clamp_int(v, min, max)?),
+        Buf::I64(v) => Buf::I64(clamp_int(v, min, max)?),
+        Buf::U64(v) => Buf::U64(clamp_int(v, min, max)?),
+        Buf::I8(v) => Buf::I8(clamp_int(v, min, max)?),
+        Buf::U8(v) => Buf::U8(clamp_int(v, min, max)?),
     })
 }
 

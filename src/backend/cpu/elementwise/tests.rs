@@ -849,7 +849,7 @@ fn every_width_gives_the_same_bits() {
 }
 
 /// Sized for Miri (`scripts/miri.sh`): the binary kernel's rows written
-/// into uninitialised memory (`build_vec`), every broadcast form but
+/// into uninitialised memory (`try_build_vec`), every broadcast form but
 /// the one large enough to split across threads.
 #[test]
 fn binary_broadcast_matches_naive_small() {

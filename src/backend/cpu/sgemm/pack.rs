@@ -9,7 +9,7 @@ use super::*;
 pub(super) struct Line([f32; 16]);
 
 /// A zero-initialised, 64-byte aligned float buffer. Its fields are
-/// private so that `len <= lines.len() * 16` holds everywhere (`zeroed`
+/// private so that `len <= lines.len() * 16` holds everywhere (`try_zeroed`
 /// and `ensure` keep it), which the slice views rely on.
 #[derive(Default)]
 pub(super) struct AlignedBuf {
@@ -18,17 +18,24 @@ pub(super) struct AlignedBuf {
 }
 
 impl AlignedBuf {
-    pub(super) fn zeroed(len: usize) -> Self {
-        AlignedBuf {
-            lines: vec![Line([0.0; 16]); len.div_ceil(16)],
-            len,
-        }
+    /// `len` zeros, or an OperationError naming the bytes: for the
+    /// operands packed once, whose size is the operand's.
+    pub(super) fn try_zeroed(len: usize) -> Result<Self> {
+        let lines = crate::backend::cpu::util::try_filled(
+            len.div_ceil(16),
+            Line([0.0; 16]),
+            "a packed matrix operand",
+        )?;
+        Ok(AlignedBuf { lines, len })
     }
 
-    /// Grows (never shrinks) to at least `len` floats.
+    /// Grows (never shrinks) to at least `len` floats. Only for the
+    /// per-thread packing buffers of one block, whose size the blocking
+    /// bounds (kc <= 1024 deep, mc <= 1020 rows or nc <= 8192 columns):
+    /// infallible, as the block loops have no error path.
     pub(super) fn ensure(&mut self, len: usize) {
         if self.lines.len() * 16 < len {
-            *self = Self::zeroed(len);
+            self.lines = vec![Line([0.0; 16]); len.div_ceil(16)];
         }
         self.len = self.len.max(len);
     }
@@ -412,7 +419,7 @@ impl PackedB {
     ) -> Result<Self> {
         let bm = Mat::new(b, k, n, transposed)?;
         let panels = n.div_ceil(kern.nr);
-        let mut data = AlignedBuf::zeroed(k * panels * kern.nr);
+        let mut data = AlignedBuf::try_zeroed(k * panels * kern.nr)?;
         let block = panels * kern.nr * kern.kc;
         if block > 0 {
             for (bi, dst) in data.as_mut_slice().chunks_mut(block).enumerate() {
@@ -557,7 +564,7 @@ impl PackedA {
         let kern = best_kernel();
         let am = Mat::new(a, m, k, false)?;
         let panels = m.div_ceil(kern.mr);
-        let mut data = AlignedBuf::zeroed(k * panels * kern.mr);
+        let mut data = AlignedBuf::try_zeroed(k * panels * kern.mr)?;
         let mut p0 = 0;
         while p0 < k {
             let kc = kern.kc.min(k - p0);

@@ -6,6 +6,7 @@ use rayon::prelude::*;
 use super::par::{for_units, Out, PAR_WORK};
 use super::simd::{Block8, Vf};
 use super::{Panel, L};
+use crate::error::Result;
 use crate::graph::ops::conv::Conv2dParams;
 
 /// Bytes of input a direct convolution's task reads (kept in L2 while
@@ -366,10 +367,10 @@ fn pad(
     pad: [usize; 4],
     lanes: usize,
     from_nchw: bool,
-) -> Vec<f32> {
+) -> Result<Vec<f32>> {
     let [pt, pb, pl, pr] = pad;
     let (hp, wp) = (h + pt + pb, w + pl + pr);
-    let mut out = crate::tensor::Buf::f32_for_overwrite(planes * hp * wp * lanes);
+    let mut out = crate::tensor::Buf::try_f32_for_overwrite(planes * hp * wp * lanes)?;
     let fill = |(b, dst): (usize, &mut [f32])| {
         let src = &x[b * h * w * lanes..(b + 1) * h * w * lanes];
         dst[..pt * wp * lanes].fill(0.0);
@@ -393,7 +394,7 @@ fn pad(
     } else {
         out.chunks_mut(hp * wp * lanes).enumerate().for_each(fill);
     }
-    out
+    Ok(out)
 }
 
 /// `row[q * 8 + k] = src[k * hw + at + q]`: one row of 8 NCHW planes
@@ -472,7 +473,8 @@ unsafe fn interleave8<T: Block8>(x: *const f32, hw: usize, out: *mut f32, w: usi
 /// which only a padded one takes) into blocked `res`.
 ///
 /// Panels whose channels fill whole `V` vectors run on `V`, the others
-/// (a single block) on `N`, of 8 lanes.
+/// (a single block) on `N`, of 8 lanes. An OperationError when the padded
+/// (or strided) copy of the input cannot be allocated.
 ///
 /// # Safety
 /// - The CPU has `V`'s and `N`'s features.
@@ -500,7 +502,7 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
     (lo, hi): (f32, f32),
     sum: Option<&[f32]>,
     res: &mut [f32],
-) {
+) -> Result<()> {
     let (n, ocb) = (p.batch, p.out_channels / L);
     // Plain input: one block of all its channels, one float per pixel.
     let (icb, lanes) = if plain {
@@ -519,15 +521,17 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
     // than L1 holds (1024 channels to 2048 at 14x14: 3.7 ms against 2.9
     // after the copy).
     let one = kh == 1 && kw == 1 && p.padding == [0; 4];
-    let picked = (one && p.strides != [1, 1] && !plain).then(|| {
-        every_sth(
-            x,
-            n * icb,
-            (p.in_h, p.in_w),
-            (p.out_h, p.out_w),
-            (p.strides[0], p.strides[1]),
-        )
-    });
+    let picked = (one && p.strides != [1, 1] && !plain)
+        .then(|| {
+            every_sth(
+                x,
+                n * icb,
+                (p.in_h, p.in_w),
+                (p.out_h, p.out_w),
+                (p.strides[0], p.strides[1]),
+            )
+        })
+        .transpose()?;
     let x: &[f32] = picked.as_deref().unwrap_or(x);
     // A 1x1 kernel at unit strides without padding (or on the picked
     // pixels): the planes are one long row, so tiles run across row ends.
@@ -548,16 +552,18 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
         (p.strides[0], p.strides[1])
     };
     let planes = if plain { n * ic } else { n * icb };
-    let padded = (p.padding != [0; 4]).then(|| {
-        pad(
-            x,
-            planes,
-            (p.in_h, p.in_w),
-            p.padding,
-            lanes,
-            nchw_in && !plain,
-        )
-    });
+    let padded = (p.padding != [0; 4])
+        .then(|| {
+            pad(
+                x,
+                planes,
+                (p.in_h, p.in_w),
+                p.padding,
+                lanes,
+                nchw_in && !plain,
+            )
+        })
+        .transpose()?;
     let xp: &[f32] = padded.as_deref().unwrap_or(x);
     let taps: Vec<usize> = (0..kh)
         .flat_map(|ky| {
@@ -671,6 +677,7 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
     for v in [padded, picked].into_iter().flatten() {
         crate::tensor::Buf::F32(v).recycle();
     }
+    Ok(())
 }
 
 /// The pixels of `planes` blocked planes of `ih x iw` at every `sh`-th
@@ -682,8 +689,8 @@ fn every_sth(
     (ih, iw): (usize, usize),
     (oh, ow): (usize, usize),
     (sh, sw): (usize, usize),
-) -> Vec<f32> {
-    let mut out = crate::tensor::Buf::f32_for_overwrite(planes * oh * ow * L);
+) -> Result<Vec<f32>> {
+    let mut out = crate::tensor::Buf::try_f32_for_overwrite(planes * oh * ow * L)?;
     let copy = |(i, dst): (usize, &mut [f32])| {
         let (src, _) = x[i * ih * iw * L..(i + 1) * ih * iw * L].as_chunks::<L>();
         let (dst, _) = dst.as_chunks_mut::<L>();
@@ -696,5 +703,5 @@ fn every_sth(
     } else {
         out.chunks_mut(oh * ow * L).enumerate().for_each(copy);
     }
-    out
+    Ok(out)
 }

@@ -68,6 +68,7 @@
 
 use std::collections::HashMap;
 
+use crate::backend::cpu::util::{try_filled, try_vec};
 use crate::error::{Error, Result};
 use crate::graph::op::Op;
 use crate::graph::ops::conv::Conv2dParams;
@@ -286,12 +287,13 @@ fn blocked_conv(
     if f.len() != p.out_channels * cg * khw {
         return None;
     }
-    // A filter whose OIHW copy cannot be allocated is not packed: the
-    // generic path then meets the same allocation and reports it.
+    // A filter whose OIHW or packed copy cannot be allocated is not
+    // packed: the generic path then meets the same allocation and reports
+    // it.
     let f = super::common::filter_oihw(&f, p).ok()?;
     if depthwise {
         let c = p.in_channels;
-        let mut w = vec![0.0f32; c * khw];
+        let mut w = try_filled(c * khw, 0.0f32, "a packed depthwise filter").ok()?;
         for cb in 0..c / L {
             for t in 0..khw {
                 for l in 0..L {
@@ -302,7 +304,7 @@ fn blocked_conv(
         return Some(Conv::Depthwise { w, isa });
     }
     let ic = p.in_channels;
-    let mut w = Vec::with_capacity(p.out_channels * ic * khw);
+    let mut w = try_vec(p.out_channels * ic * khw, "a packed filter").ok()?;
     let panels = panel_list(p.out_channels / L, isa, ic * khw);
     for &Panel { ob0, nb, .. } in &panels {
         // Input channels in the order the kernel reads them: blocks of 8,
@@ -737,7 +739,7 @@ impl Plan {
         let wide;
         let x = match x {
             Buf::F16(h) => {
-                let mut v = Buf::f32_for_overwrite(h.len());
+                let mut v = Buf::try_f32_for_overwrite(h.len())?;
                 crate::f16::widen(h, &mut v);
                 wide = Buf::F32(v);
                 &wide
@@ -765,10 +767,9 @@ impl Plan {
         }?;
         match (self.half[i], &plain) {
             (true, Buf::F32(v)) => {
-                let mut h = vec![0u16; v.len()];
-                crate::f16::narrow(v, &mut h);
+                let h = Buf::try_f16_from_f32(v)?;
                 plain.recycle();
-                Ok(Buf::F16(h))
+                Ok(h)
             }
             _ => Ok(plain),
         }
@@ -844,7 +845,7 @@ fn relayout(x: &Buf, d: &OperandDescriptor, into: bool, isa: Isa) -> Result<Buf>
     if x.len() != n * c * hw {
         return Err(Error::operation("blocked layout: operand size mismatch"));
     }
-    let mut out = Buf::f32_for_overwrite(x.len());
+    let mut out = Buf::try_f32_for_overwrite(x.len())?;
     let (o, blocks) = (&mut out[..], n * c / L);
     // SAFETY: `isa` names features this CPU has (see `Isa`): AVX2 for
     // `Avx2`, AVX-512F and AVX2 for `Avx512` (the 16-pixel form, `wide`,
@@ -891,7 +892,7 @@ fn nhwc_relayout(x: &Buf, d: &OperandDescriptor, into: bool) -> Result<Buf> {
     if x.len() != n * hw * c {
         return Err(Error::operation("blocked layout: operand size mismatch"));
     }
-    let mut out = Buf::f32_for_overwrite(x.len());
+    let mut out = Buf::try_f32_for_overwrite(x.len())?;
     if x.is_empty() {
         return Ok(Buf::F32(out));
     }
@@ -1032,7 +1033,7 @@ pub(in crate::backend::cpu) fn conv(
     {
         return Err(bad());
     }
-    let mut res = Buf::f32_for_overwrite(n * oc * oh * ow);
+    let mut res = Buf::try_f32_for_overwrite(n * oc * oh * ow)?;
     #[cfg(test)]
     use simd::Lanes;
     #[cfg(target_arch = "aarch64")]
@@ -1067,19 +1068,19 @@ pub(in crate::backend::cpu) fn conv(
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 => direct::direct::<__m256, __m256>(
                         w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
-                    ),
+                    )?,
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx512 => direct::direct::<__m512, __m256>(
                         w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
-                    ),
+                    )?,
                     #[cfg(target_arch = "aarch64")]
                     Isa::Neon => direct::direct::<Neon8, Neon8>(
                         w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
-                    ),
+                    )?,
                     #[cfg(test)]
                     Isa::Portable => direct::direct::<Lanes<16>, Lanes<8>>(
                         w, panels, plain, nchw_in, p, x, bias, bounds, sum, &mut res,
-                    ),
+                    )?,
                 }
             }
             Conv::Winograd { u, panels, isa } => {
@@ -1216,7 +1217,7 @@ impl Plan {
         if !ok || sum.is_some_and(|r| r.len() != n * oc * p.out_h * p.out_w) {
             return Err(bad());
         }
-        let mut res = Buf::f32_for_overwrite(n * oc * p.out_h * p.out_w);
+        let mut res = Buf::try_f32_for_overwrite(n * oc * p.out_h * p.out_w)?;
         let (e, pj) = (e.as_ref().map(|v| &v.0), pj.as_ref().map(|v| &v.0));
         #[cfg(test)]
         use simd::Lanes;

@@ -16,6 +16,7 @@ use crate::backend::cpu::conv::common::{
     is_global_pool, max_step, sum_finish, sum_step, MAX_IDENTITY,
 };
 use crate::backend::cpu::elementwise::with_simd;
+use crate::backend::cpu::util::try_filled;
 use crate::error::{Error, Result};
 use crate::graph::ops::conv::{Pool2dParams, PoolKind};
 use crate::tensor::Buf;
@@ -40,7 +41,7 @@ pub(super) fn global(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
         ));
     }
     let kind = p.kind;
-    let mut out = vec![0.0f32; blocks * L];
+    let mut out = try_filled(blocks * L, 0.0f32, "the global pool2d output")?;
     // Blocks per task: about 16 K floats of input each.
     let per = ((1 << 14) / (hw * L)).max(1);
     let run = |(t, dst): (usize, &mut [f32])| {
@@ -128,7 +129,7 @@ pub(super) fn window(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
         ));
     }
     // Every element is written below (each output row by `window_rows`).
-    let mut out = Buf::f32_for_overwrite(blocks * oh * ow * L);
+    let mut out = Buf::try_f32_for_overwrite(blocks * oh * ow * L)?;
     match p.kind {
         PoolKind::Max => window_rows(p, x, &mut out, Max),
         PoolKind::Average => window_rows(p, x, &mut out, Sum::<false>),
@@ -273,7 +274,7 @@ pub(super) fn concat(inputs: &[&[f32]], n: usize) -> Result<Vec<f32>> {
             "concat: the operands do not match the parameters",
         ));
     }
-    let mut out = Buf::f32_for_overwrite(total);
+    let mut out = Buf::try_f32_for_overwrite(total)?;
     let mut at = 0;
     for b in 0..n {
         for x in inputs {

@@ -83,7 +83,7 @@ pub fn matmul(
         // no copy), which packs B once and parallelises better.
         let rows = batches * m;
         // Every element is written by the product.
-        let mut res = Buf::f32_for_overwrite(rows * n);
+        let mut res = Buf::try_f32_for_overwrite(rows * n)?;
         match prepacked.filter(|pb| pb.k() == k && pb.n() == n) {
             Some(pb) => {
                 let fuse = Fuse {
@@ -126,7 +126,7 @@ pub fn matmul(
         (oa * m * k, ob * k * n)
     };
     // Every element is written by the products.
-    let mut res = Buf::f32_for_overwrite(batches * m * n);
+    let mut res = Buf::try_f32_for_overwrite(batches * m * n)?;
     let mn = m * n;
     if mn > 0 {
         let one = |(t, c): (usize, &mut [f32]), parallel: bool| {
@@ -249,7 +249,7 @@ pub fn gemm(
     }
     let av = widen(inputs[0], descs[0])?;
     // Every element is written by the product.
-    let mut res = Buf::f32_for_overwrite(m * n);
+    let mut res = Buf::try_f32_for_overwrite(m * n)?;
     // The transposes are read in place (the packing absorbs them).
     match prepacked.filter(|pb| pb.k() == k && pb.n() == n) {
         Some(pb) => sgemm_packed(m, &av, p.a_transpose, pb, &mut res, true, &Fuse::default())?,
@@ -336,7 +336,7 @@ pub fn quantized(
         return Err(Error::operation("matmul: inconsistent shapes"));
     }
     let av = widen(a, da)?;
-    let mut res = Buf::f32_for_overwrite(rows * n);
+    let mut res = Buf::try_f32_for_overwrite(rows * n)?;
     qgemm::product(rows, &av, w, &mut res)?;
     if let Op::Gemm(p) = op {
         if p.m != rows || p.n != n || p.k != k || p.a_transpose {

@@ -162,6 +162,10 @@ fn check_c(c: &[f32], m: usize, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Up to this many rows of A, a product with a row-major B runs as one
+/// row-vector product per row (see [`sgemm_t`]).
+const GEMV_ROWS: usize = 4;
+
 fn threads_for(m: usize, n: usize, k: usize, parallel: bool) -> usize {
     if parallel && m.saturating_mul(n).saturating_mul(k) >= PAR_WORK {
         rayon::current_num_threads().max(1)
@@ -194,6 +198,13 @@ pub fn sgemm_t(
     let threads = threads_for(m, n, k, parallel);
     if m == 1 && n > 0 {
         gemv(n, k, a, bm, c, threads);
+    } else if m <= GEMV_ROWS && n > 0 && k > 0 && !a_t && bm.cs == 1 {
+        // A few rows (attention's query rows per head against one cache
+        // block): a row-vector product per row, B's rows streamed from
+        // the cache as they are; packing B would cost more than the product.
+        for (row, dst) in a.chunks_exact(k.max(1)).zip(c.chunks_exact_mut(n)).take(m) {
+            gemv(n, k, row, bm, dst, threads);
+        }
     } else {
         gemm_blocked(best_kernel(), m, n, k, am, BSrc::Plain(bm), c, threads);
     }

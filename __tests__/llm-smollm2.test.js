@@ -151,3 +151,40 @@ describeModel('SmolLM2-135M-Instruct against llama.cpp', () => {
     }
   }, 300000);
 });
+
+// The GPU backend (lavapipe in CI) against the CPU backend on the same
+// graphs: 16 greedy tokens of one chat prompt must be the same. With
+// float32 numerics: the int8 rounding of llama.cpp's numerics turns the
+// two backends' different summation orders into differences of tenths of
+// a logit within a few steps (see the greedy test above), while in float32
+// they agree to about 1e-4, so a different token would be a real fault.
+// Whether a GPU context can be created (a software adapter counts), probed
+// in a child process so that the test is registered as skipped, not
+// passed, where none can.
+function gpuProbe() {
+  if (model.missing) return { ok: false, why: model.missing };
+  const code = `require(${JSON.stringify(ROOT)}).ml.createContext({ deviceType: 'gpu' })` +
+    '.then((c) => { c.destroy(); process.exit(0); }, (e) => { console.log(e.name + ": " + e.message); process.exit(1); });';
+  const r = spawnSync(process.execPath, ['-e', code], { encoding: 'utf8', timeout: 120000 });
+  return { ok: r.status === 0, why: (r.stdout || '').trim() || `the probe exited ${r.status}` };
+}
+const gpu = gpuProbe();
+if (!model.missing && !gpu.ok) console.log(`SmolLM2 GPU test skipped: no GPU context (${gpu.why})`);
+
+describeModel('SmolLM2-135M-Instruct on the GPU backend', () => {
+  (gpu.ok ? test : test.skip)('greedy decoding of 16 tokens equals the CPU backend\'s', async () => {
+    const llm = await loadLlama(model.file);
+    const c = reference.cases.find((x) => x.question === 'What is 12 times 12?');
+    const tokens = {};
+    for (const deviceType of ['cpu', 'gpu']) {
+      const context = await ml.createContext({ deviceType });
+      const runner = new LlamaRunner(context, llm, { maxContext: 128, numerics: 'float32' });
+      await runner.init();
+      tokens[deviceType] = (await greedy(runner, c.tokens, 16)).out;
+      runner.destroy();
+      context.destroy();
+    }
+    console.log(`SmolLM2 on the GPU: ${JSON.stringify(llm.tokenizer.decode(tokens.gpu))}`);
+    expect(tokens.gpu).toEqual(tokens.cpu);
+  }, 900000);
+});

@@ -176,6 +176,23 @@ fn dequantize_bytes(
     Ok(out)
 }
 
+/// `x.round_ties_even()`, without the library call that it compiles to
+/// on x86-64's baseline (no SSE4.1 rounding instruction): adding and
+/// taking away 1.5 * 2^52 leaves `x` rounded to an integer in the
+/// default rounding mode (to nearest, ties to even) for |x| < 2^51;
+/// larger values are integers already, and NaN and the infinities pass
+/// through. The sign of a zero may be lost, which no integer keeps.
+#[inline(always)]
+fn round_even(x: f64) -> f64 {
+    const SHIFT: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
+    if x.abs() < 2_251_799_813_685_248.0 {
+        // 2^51
+        (x + SHIFT) - SHIFT
+    } else {
+        x
+    }
+}
+
 /// quantizeLinear to 8- and 4-bit integers (held as `u8`/`i8`), the
 /// activations that quantized models round: row by row of the last
 /// dimension as [`dequantize_bytes`] reads them, without a table of one
@@ -284,7 +301,7 @@ impl<'a> Rows<'a> {
             for (b, (d, s)) in dst.chunks_mut(self.bl).zip(src.chunks(self.bl)).enumerate() {
                 let (sc, z) = (self.scale[k0 + b], self.zp[k0 + b] as f64);
                 for (o, &v) in d.iter_mut().zip(s) {
-                    *o = to((((v / sc) as f64).round_ties_even() + z).clamp(lo, hi));
+                    *o = to((round_even((v / sc) as f64) + z).clamp(lo, hi));
                 }
             }
         }
@@ -589,5 +606,38 @@ mod tests {
                 assert_eq!(got, want, "{shape:?} / {block:?} {dt:?}");
             }
         }
+    }
+
+    /// The shortcut rounds as `round_ties_even` does, ties and large,
+    /// tiny, negative and special values included.
+    #[test]
+    fn round_even_is_round_ties_even() {
+        let mut xs = vec![
+            0.5,
+            1.5,
+            2.5,
+            -0.5,
+            -1.5,
+            -2.5,
+            0.49999999999999994,
+            1e-300,
+            -1e-300,
+            2_251_799_813_685_247.5,
+            2_251_799_813_685_248.0,
+            4_503_599_627_370_497.0,
+            1e300,
+            -1e300,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            127.5,
+            -128.5,
+            255.49,
+        ];
+        xs.extend((0..2000).map(|i| (i as f64 - 1000.0) * 0.25 + (i % 7) as f64 * 1e-9));
+        for x in xs {
+            let (got, want) = (round_even(x), x.round_ties_even());
+            assert!(got == want, "{x}: {got} against {want}");
+        }
+        assert!(round_even(f64::NAN).is_nan());
     }
 }

@@ -45,6 +45,7 @@
 'use strict';
 const fs = require('fs');
 const path = require('path');
+const { strip } = require('./rust-source');
 
 const repo = path.join(__dirname, '..');
 const scanRoot = path.join(repo, 'src', 'backend', 'cpu');
@@ -62,52 +63,6 @@ function walk(dir) {
   return out.sort();
 }
 
-// Blanks out comments, string and char literals, keeping offsets and line
-// breaks (the same rules as scripts/imports.js).
-function strip(src) {
-  let out = '';
-  let i = 0;
-  while (i < src.length) {
-    const c = src[i];
-    const d = src[i + 1];
-    if (c === '/' && d === '/') {
-      const j = src.indexOf('\n', i);
-      const end = j < 0 ? src.length : j;
-      out += ' '.repeat(end - i);
-      i = end;
-    } else if (c === '/' && d === '*') {
-      let depth = 1;
-      let j = i + 2;
-      while (j < src.length && depth > 0) {
-        if (src[j] === '/' && src[j + 1] === '*') (depth++, (j += 2));
-        else if (src[j] === '*' && src[j + 1] === '/') (depth--, (j += 2));
-        else j++;
-      }
-      out += src.slice(i, j).replace(/[^\n]/g, ' ');
-      i = j;
-    } else if (c === 'r' && /^r#*"/.test(src.slice(i, i + 10)) && !/\w/.test(src[i - 1] || '')) {
-      const m = /^r(#*)"/.exec(src.slice(i));
-      const close = '"' + m[1];
-      const j = src.indexOf(close, i + m[0].length);
-      const end = j < 0 ? src.length : j + close.length;
-      out += src.slice(i, end).replace(/[^\n]/g, ' ');
-      i = end;
-    } else if (c === '"') {
-      let j = i + 1;
-      while (j < src.length && src[j] !== '"') j += src[j] === '\\' ? 2 : 1;
-      out += src.slice(i, j + 1).replace(/[^\n]/g, ' ');
-      i = j + 1;
-    } else if (c === "'" && /^'(\\.[^']*|[^'\\])'/.test(src.slice(i, i + 12))) {
-      const m = /^'(\\.[^']*|[^'\\])'/.exec(src.slice(i, i + 12));
-      out += ' '.repeat(m[0].length);
-      i += m[0].length;
-    } else {
-      out += c;
-      i++;
-    }
-  }
-  return out;
-}
 
 const OPEN = { '(': ')', '[': ']', '{': '}' };
 const CLOSE = new Set([')', ']', '}']);

@@ -53,8 +53,12 @@ struct CacheKey {
 }
 
 impl WeightCache {
-    fn find(&mut self, key: &CacheKey) -> Option<Arc<QMatrix>> {
+    /// Forgets what no graph holds any more.
+    pub fn forget_unused(&mut self) {
         self.entries.retain(|(_, w)| w.strong_count() > 0);
+    }
+
+    fn find(&self, key: &CacheKey) -> Option<Arc<QMatrix>> {
         self.entries.iter().find_map(|(k, w)| {
             let same = k.source == key.source
                 && k.n == key.n
@@ -107,6 +111,11 @@ pub struct PackedCache {
 }
 
 impl PackedCache {
+    /// Forgets what no graph holds any more.
+    pub fn forget_unused(&mut self) {
+        self.entries.retain(|_, w| w.strong_count() > 0);
+    }
+
     /// The packed form of `b` ([k, n], or [n, k] when `transposed`): the
     /// one packed before, or `pack`'s.
     pub fn get_or_pack(
@@ -117,7 +126,6 @@ impl PackedCache {
         transposed: bool,
         pack: impl FnOnce() -> Result<PackedB>,
     ) -> Result<Arc<PackedB>> {
-        self.entries.retain(|_, w| w.strong_count() > 0);
         let key = (Arc::as_ptr(b) as usize, k, n, transposed);
         if let Some(p) = self.entries.get(&key).and_then(Weak::upgrade) {
             return Ok(p);

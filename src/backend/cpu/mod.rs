@@ -988,6 +988,11 @@ impl Backend for CpuBackend {
     }
 
     fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()> {
+        // The caches shared between graphs drop what destroyed graphs
+        // held, once per compile rather than at every lookup.
+        self.weights.forget_unused();
+        self.constants.forget_unused();
+        self.packed.forget_unused();
         // Products over constant quantized weights keep them quantized;
         // what only computed those weights is gone from the graph.
         let weights = &mut self.weights;
@@ -999,7 +1004,6 @@ impl Backend for CpuBackend {
         // Casts and reshapes of the constants left are computed once, here
         // (after the products took theirs, so that no cast that only fed
         // quantized weights is kept).
-        self.constants.forget_unused();
         let graph = match fuse::fold_constant_casts(&graph, &mut self.constants)? {
             Some(g) => Arc::new(g),
             None => graph,

@@ -184,7 +184,7 @@ describe('ml.createContext', () => {
   }
 
   const linux = process.platform === 'linux';
-  (linux ? test : test.skip)('numThreads is clamped to the cores; 0 is a TypeError', () => {
+  (linux ? testWithChildNode : test.skip)('numThreads is clamped to the cores; 0 is a TypeError', () => {
     const { status, stderr, result } = childThreads();
     expect({ status, stderr: status === 0 ? '' : stderr }).toEqual({ status: 0, stderr: '' });
     expect(result.failed).toBeUndefined();

@@ -442,6 +442,19 @@ mod pool {
     /// with room for `n` elements and at most half as much again; its
     /// length is unspecified (at most its room).
     fn take_any(kind: &Buf, n: usize) -> Option<Buf> {
+        // A pooled buffer has room for at least MIN_BYTES and at most 1.5n
+        // elements: a request smaller than 2/3 of MIN_BYTES cannot be met,
+        // and is answered without the lock and the scan (a decoding step
+        // asks thousands of times for a few hundred elements).
+        fn elem<T>(_: &Vec<T>) -> usize {
+            std::mem::size_of::<T>()
+        }
+        if n.saturating_mul(with_buf!(kind, v => elem(v)))
+            .saturating_mul(3)
+            < MIN_BYTES * 2
+        {
+            return None;
+        }
         let mut p = POOL.lock().unwrap_or_else(|e| e.into_inner());
         let i = p.bufs.iter().rposition(|b| {
             let room = with_buf!(b, v => v.capacity());

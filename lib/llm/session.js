@@ -118,8 +118,9 @@ class ChatSession {
         ? messages
         : renderChat(m.chatTemplate, messages, {
             addGenerationPrompt: true,
-            bosToken: m.tokenizer.tokenToPiece(m.bosId),
-            eosToken: m.tokenizer.tokenToPiece(m.eosId),
+            // A file may name no BOS or EOS token: the template gets '' then.
+            bosToken: m.bosId === undefined ? '' : m.tokenizer.tokenToPiece(m.bosId),
+            eosToken: m.eosId === undefined ? '' : m.tokenizer.tokenToPiece(m.eosId),
           });
     const tokens = m.tokenizer.encode(prompt, { special: true });
     signal?.throwIfAborted();

@@ -27,16 +27,20 @@ const { createSampler } = require('./sampling');
 
 class ChatSession {
   /**
-   * @param {import('webnn-node').MLContext} context
-   * @param {ReturnType<typeof import('./gguf').loadLlama> extends Promise<infer M> ? M : never} model
-   * @param {{ maxContext?: number, blockSize?: number, chunk?: number, system?: string }} [options]
+   * @param {import('../..').MLContext} context
+   * @param {import('./gguf').LlamaModel} model loadLlama's output
+   * @param {{ maxContext?: number, blockSize?: number, chunk?: number, numerics?: 'llama.cpp' | 'float32',
+   *   system?: string }} [options] the runner's options (see LlamaRunner), and a system message
    */
   constructor(context, model, options = {}) {
     this.model = model;
     this.runner = new LlamaRunner(context, model, options);
     /** @type {ChatMessage[]} */
     this.messages = options.system ? [{ role: 'system', content: options.system }] : [];
-    /** The tokens whose keys and values the cache holds, in order. */
+    /**
+     * The tokens whose keys and values the cache holds, in order.
+     * @type {number[]}
+     */
     this.cached = [];
     /** @type {GenerateStats | null} */
     this.lastStats = null;

@@ -44,6 +44,7 @@ export async function answer(file: string, question: string): Promise<string> {
   const history: ChatMessage[] = chat.messages;
   const limit: number = chat.maxContext;
   const ids: number[] = model.tokenizer.encode(text);
+  chat.reset();
   chat.destroy();
   context.destroy();
   return \`\${text} (\${stats?.cachedTokens ?? 0} cached, \${history.length} messages, \${ids.length} of \${limit})\`;

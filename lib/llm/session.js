@@ -35,8 +35,11 @@ class ChatSession {
   constructor(context, model, options = {}) {
     this.model = model;
     this.runner = new LlamaRunner(context, model, options);
+    /** The system message a conversation starts with (see reset()). */
+    this.system = options.system;
     /** @type {ChatMessage[]} */
-    this.messages = options.system ? [{ role: 'system', content: options.system }] : [];
+    this.messages = [];
+    this.reset();
     /**
      * The tokens whose keys and values the cache holds, in order.
      * @type {number[]}
@@ -54,6 +57,16 @@ class ChatSession {
   /** The most tokens a conversation may hold (prompt and answers). */
   get maxContext() {
     return this.runner.maxContext;
+  }
+
+  /**
+   * Starts a new conversation, from the system message if there is one (a
+   * conversation that no longer fits the context goes on this way). The
+   * cache stays: the next turn computes only what the new conversation
+   * does not share with it.
+   */
+  reset() {
+    this.messages = this.system ? [{ role: 'system', content: this.system }] : [];
   }
 
   /**

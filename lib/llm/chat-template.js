@@ -8,18 +8,25 @@
 const { Template } = require('@huggingface/jinja');
 
 // Parsed templates by source: a chat renders the same template every turn.
+/** @type {Map<string, Template>} */
 const cache = new Map();
 const CACHE_LIMIT = 16;
 
+/**
+ * @param {string} template
+ * @returns {Template}
+ */
 function compile(template) {
   let t = cache.get(template);
   if (!t) {
     try {
       t = new Template(template);
-    } catch (e) {
+    } catch (caught) {
+      const e = /** @type {Error | null | undefined} */ (caught);
       throw new Error(`the chat template cannot be parsed: ${e && e.message}`, { cause: e });
     }
-    if (cache.size >= CACHE_LIMIT) cache.delete(cache.keys().next().value);
+    // The oldest entry; the cache is full, so there is one.
+    if (cache.size >= CACHE_LIMIT) cache.delete(/** @type {string} */ (cache.keys().next().value));
     cache.set(template, t);
   }
   return t;
@@ -28,7 +35,8 @@ function compile(template) {
 /**
  * Renders a conversation into the prompt text of the model.
  *
- * @param {string} template the Jinja source (tokenizer.chat_template)
+ * @param {string | undefined} template the Jinja source
+ *   (tokenizer.chat_template); a TypeError where there is none
  * @param {Array<{ role: string, content: string }>} messages
  * @param {{ addGenerationPrompt?: boolean, bosToken?: string, eosToken?: string,
  *   variables?: Record<string, unknown> }} [options]
@@ -55,7 +63,8 @@ function renderChat(template, messages, { addGenerationPrompt = true, bosToken =
       bos_token: bosToken,
       eos_token: eosToken,
     });
-  } catch (e) {
+  } catch (caught) {
+    const e = /** @type {Error | null | undefined} */ (caught);
     throw new Error(`the chat template failed to render: ${e && e.message}`, { cause: e });
   }
 }

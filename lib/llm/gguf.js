@@ -9,9 +9,33 @@ const { gguf, GGMLQuantizationType } = require('@huggingface/gguf');
 const { LlamaTokenizer } = require('./tokenizer');
 
 /**
+ * A tensor of a model: its type, its GGUF dims (ne0 first) and its data as
+ * the file holds it (a view, never dequantized).
+ * @typedef {{ type: string, dims: number[], bytes: Uint8Array }} GgufTensor
+ */
+/**
+ * The hyperparameters of a Llama-family model.
+ * @typedef {{ nLayer: number, nEmbd: number, nHead: number, nHeadKv: number, headDim: number, nFF: number,
+ *   rmsEps: number, ropeBase: number, ropeDim: number, nCtx: number, nVocab: number }} LlamaConfig
+ */
+/**
+ * What the graphs and the runner read of a model: its config and tensors.
+ * @typedef {{ config: LlamaConfig, tensors: Map<string, GgufTensor> }} LlamaWeights
+ */
+/**
+ * A model loaded by loadLlama. `metadata` holds the file's key/value pairs
+ * as they are: their types are whatever the file says, hence `any`.
+ * @typedef {LlamaWeights & { arch: 'llama', name: string | undefined,
+ *   tokenizer: LlamaTokenizer, chatTemplate: string | undefined,
+ *   bosId: number | undefined, eosId: number | undefined, eogIds: number[],
+ *   metadata: Record<string, any> }} LlamaModel
+ */
+
+/**
  * Block layout of the ggml types: [type id, weights per block, bytes per
  * block]. Types not listed here (the IQ family, ...) are named but get no
  * byteLength, and no model built here uses them.
+ * @type {Record<string, [id: number, blockSize: number, blockBytes: number]>}
  */
 const GGML_TYPES = {
   F32: [0, 1, 4],
@@ -59,7 +83,8 @@ function ggmlTypeName(id) {
  */
 function ggmlTypeId(name) {
   if (GGML_TYPES[name]) return GGML_TYPES[name][0];
-  const id = GGMLQuantizationType[name];
+  // The library's enum, looked up by a name that may not be in it.
+  const id = /** @type {Record<string, unknown>} */ (GGMLQuantizationType)[name];
   if (typeof id !== 'number') throw new Error(`unknown ggml type ${JSON.stringify(name)}`);
   return id;
 }
@@ -85,6 +110,12 @@ function tensorByteLength(type, dims) {
   return (ne0 / blockSize) * blockBytes * rows;
 }
 
+/**
+ * u64/i64 values (bigints) as numbers where they are safe integers, in
+ * arrays too; other values as they are.
+ * @param {unknown} v
+ * @returns {unknown}
+ */
 function toNumber(v) {
   if (typeof v === 'bigint' && v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= -BigInt(Number.MAX_SAFE_INTEGER)) {
     return Number(v);
@@ -98,6 +129,9 @@ function toNumber(v) {
  * @huggingface/gguf: that library reads past the end of a short file as
  * zeros, so a truncated or absurd header could otherwise make it loop over
  * millions of empty entries before failing.
+ * @param {string} path
+ * @param {number} fd
+ * @param {number} size
  */
 function checkCounts(path, fd, size) {
   const head = Buffer.alloc(24);
@@ -141,7 +175,9 @@ async function readGguf(path) {
     fd = fs.openSync(path, 'r');
     size = fs.fstatSync(fd).size;
     checkCounts(path, fd, size);
-  } catch (e) {
+  } catch (caught) {
+    // fs errors carry a code (ENOENT, ...); the GGUF checks' do not.
+    const e = /** @type {NodeJS.ErrnoException} */ (caught);
     if (e && e.code) throw new Error(`${path}: cannot read the GGUF file: ${e.message}`, { cause: e });
     throw e;
   } finally {
@@ -151,16 +187,20 @@ async function readGguf(path) {
   let parsed;
   try {
     parsed = await gguf(path, { allowLocalFile: true });
-  } catch (e) {
+  } catch (caught) {
+    const e = /** @type {Error | null | undefined} */ (caught);
     throw new Error(`${path}: corrupt GGUF header: ${e && e.message}`, { cause: e });
   }
-  const { metadata: raw, tensorInfos, tensorDataOffset, tensorInfoByteRange } = parsed;
+  const { tensorInfos, tensorDataOffset, tensorInfoByteRange } = parsed;
+  // Read by key: which keys a file holds is the file's business.
+  const raw = /** @type {Record<string, unknown>} */ (parsed.metadata);
   // The library pads a short file with zeros instead of failing, so a header
   // that ends past the end of the file was read partly from nothing.
   if (tensorInfoByteRange[1] > size) {
     throw new Error(`${path}: truncated GGUF file: the header ends at byte ${tensorInfoByteRange[1]} of ${size}`);
   }
 
+  /** @type {Record<string, any>} */
   const metadata = {};
   for (const [k, v] of Object.entries(raw)) {
     if (k === 'tensor_count' || k === 'kv_count' || k === 'version') continue;
@@ -184,7 +224,7 @@ async function readGguf(path) {
     try {
       byteLength = tensorByteLength(type, dims);
     } catch (e) {
-      throw new Error(`${path}: tensor ${t.name} (${type} [${dims}]): ${e.message}`);
+      throw new Error(`${path}: tensor ${t.name} (${type} [${dims}]): ${/** @type {Error} */ (e).message}`);
     }
     const offset = dataOffset + relative;
     if (byteLength !== undefined && offset + byteLength > size) {
@@ -198,6 +238,15 @@ async function readGguf(path) {
   return { version: Number(raw.version), alignment, dataOffset, fileSize: size, metadata, tensors };
 }
 
+/**
+ * The value of `key`, checked to be a positive integer ('count') or a
+ * positive finite number ('number').
+ * @param {string} path
+ * @param {Record<string, any>} metadata
+ * @param {string} key
+ * @param {'count' | 'number'} kind
+ * @returns {number}
+ */
 function requireKey(path, metadata, key, kind) {
   const v = metadata[key];
   if (v === undefined) throw new Error(`${path}: missing metadata key ${key}`);
@@ -218,13 +267,7 @@ const EOG_TEXTS = ['<|im_end|>', '<|endoftext|>', '<|eot_id|>', '<|eom_id|>', '<
  * the raw data, never dequantized), tokenizer and chat template.
  *
  * @param {string} path
- * @returns {Promise<{ arch: 'llama', name: string | undefined,
- *   config: { nLayer: number, nEmbd: number, nHead: number, nHeadKv: number, headDim: number, nFF: number,
- *     rmsEps: number, ropeBase: number, ropeDim: number, nCtx: number, nVocab: number },
- *   tensors: Map<string, { type: string, dims: number[], bytes: Uint8Array }>,
- *   tokenizer: LlamaTokenizer, chatTemplate: string | undefined,
- *   bosId: number | undefined, eosId: number | undefined, eogIds: number[],
- *   metadata: Record<string, any> }>}
+ * @returns {Promise<LlamaModel>}
  */
 async function loadLlama(path) {
   const file = await readGguf(path);
@@ -251,6 +294,7 @@ async function loadLlama(path) {
   if (!Array.isArray(tokens) || tokens.length === 0) {
     throw new Error(`${path}: missing metadata key tokenizer.ggml.tokens (the vocabulary)`);
   }
+  /** @type {LlamaConfig} */
   const config = {
     nLayer: requireKey(path, md, 'llama.block_count', 'count'),
     nEmbd,
@@ -276,6 +320,7 @@ async function loadLlama(path) {
   const { nLayer, nFF, nVocab } = config;
   const qDim = nHead * headDim;
   const kvDim = nHeadKv * headDim;
+  /** @type {Array<[string, number[]]>} */
   const expected = [
     ['token_embd.weight', [nEmbd, nVocab]],
     ['output_norm.weight', [nEmbd]],
@@ -309,7 +354,7 @@ async function loadLlama(path) {
   try {
     buf = await fs.promises.readFile(path);
   } catch (e) {
-    throw new Error(`${path}: cannot read the GGUF file: ${e.message}`, { cause: e });
+    throw new Error(`${path}: cannot read the GGUF file: ${/** @type {Error} */ (e).message}`, { cause: e });
   }
   if (buf.length !== file.fileSize) {
     throw new Error(`${path}: the file changed while it was being read (${file.fileSize} then ${buf.length} bytes)`);
@@ -327,7 +372,7 @@ async function loadLlama(path) {
   try {
     tokenizer = LlamaTokenizer.fromGgufMetadata(md);
   } catch (e) {
-    throw new Error(`${path}: ${e.message}`, { cause: e });
+    throw new Error(`${path}: ${/** @type {Error} */ (e).message}`, { cause: e });
   }
   const bosId = md['tokenizer.ggml.bos_token_id'];
   const eosId = md['tokenizer.ggml.eos_token_id'];

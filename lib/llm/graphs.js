@@ -35,6 +35,23 @@
 // one softmax, per-block weighted sums of V), so no K/V is concatenated or
 // copied; only the current block is rewritten, at a cost of one block.
 
+/** @typedef {import('../..').MLContext} MLContext */
+/** @typedef {import('../..').MLTensor} MLTensor */
+/** @typedef {import('../..').MLGraph} MLGraph */
+/** @typedef {import('../..').MLGraphBuilder} MLGraphBuilder */
+/** @typedef {import('../..').MLOperand} MLOperand */
+/** @typedef {import('../..').MLOperandDescriptor} MLOperandDescriptor */
+/** @typedef {import('./gguf').LlamaConfig} LlamaConfig */
+/** @typedef {import('./gguf').LlamaWeights} LlamaWeights */
+
+/**
+ * A weight as the graphs take it (see prepareWeights): `shape` is [N, K]
+ * for a matrix, [K] for a vector; Q4_1 has `q`, `scale` and `min`, Q8_0
+ * `q` and `scale`, F32/F16 `data`.
+ * @typedef {{ type: string, N: number, K: number, shape: number[],
+ *   q?: MLTensor, scale?: MLTensor, min?: MLTensor, data?: MLTensor }} PreparedWeight
+ */
+
 /** Additive mask value: exp(-1e9 - max) is 0 in float32, and no NaN. */
 const MASKED = -1e9;
 
@@ -56,11 +73,12 @@ function weightNames(model) {
  * Creates the weight constants of every tensor the graphs use, once, as
  * constant MLTensors in their quantized form.
  * @param {MLContext} context
- * @param {{config: object, tensors: Map<string, {type: string, dims: number[], bytes: Uint8Array}>}} model
- * @returns {Promise<Map<string, object>>} name -> {type, N, K, q, scale, min} or {type, N, K, data}
+ * @param {LlamaWeights} model
+ * @returns {Promise<Map<string, PreparedWeight>>}
  */
 async function prepareWeights(context, model) {
   const { repackQ4_1, repackQ8_0 } = require('./quant');
+  /** @type {Map<string, PreparedWeight>} */
   const out = new Map();
   // Only the tensors the graphs read: a file may hold others (of formats
   // the graphs need not support).
@@ -71,6 +89,7 @@ async function prepareWeights(context, model) {
     const N = t.dims.length > 1 ? t.dims[1] : 1;
     const shape = t.dims.length > 1 ? [N, K] : [K];
     const blocks = t.dims.length > 1 ? [N, K / 32] : [K / 32];
+    /** @type {PreparedWeight} */
     const w = { type: t.type, N, K, shape };
     if (t.type === 'Q4_1') {
       const r = repackQ4_1(t.bytes, N * K);
@@ -93,17 +112,33 @@ async function prepareWeights(context, model) {
   return out;
 }
 
-/** Destroys the constant tensors of prepareWeights. */
+/**
+ * Destroys the constant tensors of prepareWeights.
+ * @param {Map<string, PreparedWeight>} weights
+ */
 function destroyWeights(weights) {
-  for (const w of weights.values()) for (const k of ['q', 'scale', 'min', 'data']) if (w[k]) w[k].destroy();
+  const keys = /** @type {const} */ (['q', 'scale', 'min', 'data']);
+  for (const w of weights.values()) for (const k of keys) w[k]?.destroy();
 }
 
-/** A float32 operand of weight w's values, of w.shape (or rows of it). */
+// The tensors of a PreparedWeight that its type has (see PreparedWeight):
+// the graphs read them where the type says they are there.
+/** @param {MLTensor | undefined} t */
+const present = (t) => /** @type {MLTensor} */ (t);
+
+/**
+ * A float32 operand of weight w's values, of w.shape (or rows of it).
+ * @param {MLGraphBuilder} b
+ * @param {PreparedWeight} w
+ * @param {MLOperand} [rows]
+ * @returns {MLOperand}
+ */
 function dequantized(b, w, rows) {
   // rows: an int32 operand of row ids to gather first (the embedding), so
   // that only those rows are dequantized.
-  let q = b.constant(w.q || w.data);
+  let q = b.constant(present(w.q || w.data));
   let nRows = w.N;
+  /** @param {MLOperand} x */
   const pick = (x) => (rows ? b.gather(x, rows, { axis: 0 }) : x);
   if (rows) nRows = rows.shape[0];
   if (w.data) {
@@ -116,7 +151,7 @@ function dequantized(b, w, rows) {
   q = pick(q);
   // The float16 scale becomes float32 before the multiplication, so that
   // d * q + m is computed in float32 as ggml does, not rounded to float16.
-  const scale = b.cast(pick(b.constant(w.scale)), 'float32');
+  const scale = b.cast(pick(b.constant(present(w.scale))), 'float32');
   const count = bshape.reduce((a, c) => a * c, 1);
   if (w.type === 'Q8_0') {
     const zp = b.constant({ dataType: 'int8', shape: bshape }, new Int8Array(count));
@@ -124,22 +159,23 @@ function dequantized(b, w, rows) {
   }
   const zp = b.constant({ dataType: 'uint4', shape: bshape }, new Uint8Array(Math.ceil(count / 2)));
   const x = b.dequantizeLinear(q, scale, zp);
-  const min = b.cast(pick(b.constant(w.min)), 'float32');
+  const min = b.cast(pick(b.constant(present(w.min))), 'float32');
   return b.reshape(b.add(b.reshape(x, [...bshape, 32]), b.reshape(min, [...bshape, 1])), shape);
 }
 
 /**
  * Builds one step graph (see the file comment).
  * @param {MLContext} context
- * @param {object} config the model's config
- * @param {Map<string, object>} weights from prepareWeights
- * @param {{T: number, blockSize: number, nBlocks: number}} options
+ * @param {LlamaConfig} config the model's config
+ * @param {Map<string, PreparedWeight>} weights from prepareWeights
+ * @param {{T: number, blockSize: number, nBlocks: number, numerics?: 'llama.cpp' | 'float32'}} options
  * @returns {Promise<MLGraph>}
  */
 async function buildStepGraph(context, config, weights, { T, blockSize: B, nBlocks, numerics = 'llama.cpp' }) {
   // The builder is looked up on the global scope first, so that this code
   // runs unchanged on another implementation that installs MLGraphBuilder.
-  const Builder = globalThis.MLGraphBuilder || require('../..').MLGraphBuilder;
+  const scope = /** @type {{ MLGraphBuilder?: typeof import('../..').MLGraphBuilder }} */ (globalThis);
+  const Builder = scope.MLGraphBuilder || require('../..').MLGraphBuilder;
   const b = new Builder(context);
   const { nLayer: L, nEmbd: E, nHead: H, nHeadKv: Hkv, headDim: hd, rmsEps } = config;
   const g = H / Hkv;
@@ -147,7 +183,12 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   const S = nBlocks - 1;
   const W = nBlocks * B;
   const blockShape = [2 * L, Hkv, hd * B];
+  /**
+   * @param {number[]} shape
+   * @returns {MLOperandDescriptor}
+   */
   const f32 = (shape) => ({ dataType: 'float32', shape });
+  /** @param {string} name */
   const get = (name) => {
     const w = weights.get(name);
     if (!w) throw new Error(`the model has no tensor ${name}`);
@@ -163,12 +204,16 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   // (quantizeLinear / dequantizeLinear, casts), so that greedy decoding
   // picks the tokens llama.cpp picks; 'float32' leaves them out.
   const same = numerics !== 'llama.cpp';
+  /** @param {MLOperand} x */
   const half16 = (x) => (same ? x : b.cast(b.cast(x, 'float16'), 'float32'));
   // Q, K and V read one activation, gate and up another: round each once.
+  /** @type {Map<MLOperand, MLOperand>} */
   const rounded = new Map();
+  /** @param {MLOperand} x */
   const q8 = (x) => {
     if (same) return x;
-    if (rounded.has(x)) return rounded.get(x);
+    const done = rounded.get(x);
+    if (done) return done;
     const [rows, K] = x.shape;
     const blocks = b.reshape(x, [rows, K / 32, 32]);
     const amax = b.reduceMax(b.abs(blocks), { axes: [2], keepDimensions: true });
@@ -186,6 +231,10 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   // llama.cpp's dot product has it: sum over blocks of m * s, where s is
   // the block's sum of the rounded activations, kept in float16 (Q8_1's
   // s); the codes times their scales are the other product.
+  /**
+   * @param {MLOperand} x
+   * @param {string} name
+   */
   const linear = (x, name) => {
     const w = get(name);
     const xq = q8(x);
@@ -193,11 +242,15 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
     const [rows, K] = xq.shape;
     const nb = K / 32;
     const zp = b.constant({ dataType: 'uint4', shape: [w.N, nb] }, new Uint8Array(Math.ceil((w.N * nb) / 2)));
-    const codes = b.dequantizeLinear(b.constant(w.q), b.cast(b.constant(w.scale), 'float32'), zp);
+    const codes = b.dequantizeLinear(b.constant(present(w.q)), b.cast(b.constant(present(w.scale)), 'float32'), zp);
     const sums = half16(b.reduceSum(b.reshape(xq, [rows, nb, 32]), { axes: [2] }));
-    const mins = b.cast(b.constant(w.min), 'float32');
+    const mins = b.cast(b.constant(present(w.min)), 'float32');
     return b.add(b.gemm(xq, codes, { bTranspose: true }), b.gemm(sums, mins, { bTranspose: true }));
   };
+  /**
+   * @param {MLOperand} x
+   * @param {string} name
+   */
   const rmsNorm = (x, name) => {
     const ms = b.reduceMean(b.mul(x, x), { axes: [1], keepDimensions: true });
     const eps = b.constant('float32', rmsEps);
@@ -215,6 +268,10 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
 
   // RoPE on adjacent pairs (x[2i], x[2i+1]) of each head (ggml's "normal"
   // mode, for which the GGUF converter permuted the Q/K weights).
+  /**
+   * @param {MLOperand} x
+   * @param {number} nh
+   */
   const rope = (x, nh) => {
     const r = b.reshape(x, [T, nh, half, 2]);
     const x0 = b.reshape(b.slice(r, [0, 0, 0, 0], [T, nh, half, 1]), [T, nh, half]);
@@ -224,8 +281,11 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
     return b.reshape(b.concat([b.reshape(y0, [T, nh, half, 1]), b.reshape(y1, [T, nh, half, 1])], 3), [T, nh * hd]);
   };
   // Row r (0..2L-1) of a cache block, as K [Hkv, hd, B] or V [Hkv, B, hd].
+  /** @type {(blk: MLOperand, r: number) => MLOperand} */
   const blockRow = (blk, r) => b.slice(blk, [r, 0, 0], [1, Hkv, hd * B]);
+  /** @type {(blk: MLOperand, l: number) => MLOperand} */
   const kOf = (blk, l) => b.reshape(blockRow(blk, 2 * l), [Hkv, hd, B]);
+  /** @type {(blk: MLOperand, l: number) => MLOperand} */
   const vOf = (blk, l) => b.reshape(blockRow(blk, 2 * l + 1), [Hkv, B, hd]);
 
   // Rows of the current block that this step writes are cleared (keep = 0)
@@ -259,13 +319,16 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
     const scores = b.concat(keys.map((kb) => b.matmul(qg, kb)), 2); // [Hkv, gT, W]
     const masked = b.add(b.reshape(scores, [Hkv, g, T, W]), mask);
     const probs = half16(b.reshape(b.softmax(masked, 3), [Hkv, g * T, W]));
+    /** @type {MLOperand | null} */
     let o = null;
-    values.forEach((vb, s) => {
+    for (const [s, vb] of values.entries()) {
       const part = b.matmul(b.slice(probs, [0, 0, s * B], [Hkv, g * T, B]), vb); // [Hkv, gT, hd]
       o = o ? b.add(o, part) : part;
-    });
+    }
+    // values holds the current block at least, so o is set.
+    const sum = /** @type {MLOperand} */ (o);
     const attn = b.reshape(
-      b.transpose(b.reshape(o, [Hkv, g, T, hd]), { permutation: [2, 0, 1, 3] }),
+      b.transpose(b.reshape(sum, [Hkv, g, T, hd]), { permutation: [2, 0, 1, 3] }),
       [T, H * hd]);
     x = b.add(x, linear(attn, `blk.${l}.attn_output.weight`));
 

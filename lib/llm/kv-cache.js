@@ -14,12 +14,15 @@
 // one block, never the whole cache. Blocks not yet (or no longer) in use
 // are still bound, to keep the graph's inputs fixed, and masked out.
 
-/**
- * @param {MLContext} context
- * @param {{nLayer: number, nHeadKv: number, headDim: number}} config
- * @param {{maxContext: number, blockSize: number}} options
- */
+/** @typedef {import('../..').MLContext} MLContext */
+/** @typedef {import('../..').MLTensor} MLTensor */
+
 class KVCache {
+  /**
+   * @param {MLContext} context
+   * @param {{nLayer: number, nHeadKv: number, headDim: number}} config
+   * @param {{maxContext: number, blockSize: number}} options
+   */
   constructor(context, config, { maxContext, blockSize }) {
     if (!Number.isInteger(blockSize) || blockSize < 1) throw new RangeError('blockSize must be a positive integer');
     if (!Number.isInteger(maxContext) || maxContext < 1 || maxContext % blockSize !== 0) {
@@ -30,7 +33,9 @@ class KVCache {
     this.maxContext = maxContext;
     this.nBlocks = maxContext / blockSize;
     this.shape = [2 * config.nLayer, config.nHeadKv, config.headDim * blockSize];
+    /** @type {MLTensor[]} */
     this.blocks = [];
+    /** @type {MLTensor | null} */
     this.spare = null;
   }
 
@@ -50,6 +55,7 @@ class KVCache {
     while (this.blocks.length < n) this.blocks.push(await this._make());
   }
 
+  /** @returns {Promise<MLTensor>} */
   async _make() {
     const size = this.shape.reduce((a, b) => a * b, 1);
     // Zeros, not whatever the allocation held: a masked position still
@@ -66,22 +72,27 @@ class KVCache {
    * @param {number} c the current block
    * @param {number} [n] the blocks the step's graph spans (every block
    *   created so far by default)
-   * @returns {{inputs: object, next: MLTensor}}
+   * @returns {{inputs: Record<string, MLTensor>, next: MLTensor}}
    */
   bindings(c, n = this.blocks.length) {
     if (!(c >= 0 && c < n && n <= this.blocks.length)) {
       throw new RangeError(`bindings(${c}, ${n}): need 0 <= c < n <= ${this.blocks.length} (the blocks created so far)`);
     }
+    /** @type {Record<string, MLTensor>} */
     const inputs = { cur: this.blocks[c] };
     let s = 0;
     for (let i = 0; i < n; i++) if (i !== c) inputs[`past${s++}`] = this.blocks[i];
-    return { inputs, next: this.spare };
+    // Blocks exist only after init(), which made the spare.
+    return { inputs, next: /** @type {MLTensor} */ (this.spare) };
   }
 
-  /** After a dispatch: the spare now holds block c; the old block is the new spare. */
+  /**
+   * After a dispatch: the spare now holds block c; the old block is the new spare.
+   * @param {number} c
+   */
   commit(c) {
     const old = this.blocks[c];
-    this.blocks[c] = this.spare;
+    this.blocks[c] = /** @type {MLTensor} */ (this.spare); // a dispatch came after init()
     this.spare = old;
   }
 

@@ -64,6 +64,13 @@ function f32ToF16(x) {
   return sign | r;
 }
 
+/**
+ * Throws unless n is a whole number of blocks and `bytes` holds them.
+ * @param {{ length: number }} bytes
+ * @param {number} n
+ * @param {number} blockBytes
+ * @param {string} what
+ */
 function checkBlocks(bytes, n, blockBytes, what) {
   if (n % QK !== 0) throw new RangeError(`${what}: ${n} weights is not a multiple of ${QK}`);
   if (bytes.length < (n / QK) * blockBytes) {
@@ -140,6 +147,7 @@ function encodeQ4_1(x) {
     out[o + 1] = dh >> 8;
     out[o + 2] = mh & 0xff;
     out[o + 3] = mh >> 8;
+    /** @param {number} v */
     const q = (v) => (d ? Math.min(15, Math.max(0, Math.round((v - m) / d))) : 0);
     for (let j = 0; j < 16; j++) out[o + 4 + j] = q(x[b * QK + j]) | (q(x[b * QK + j + 16]) << 4);
   }

@@ -6,6 +6,22 @@
 const { MASKED, prepareWeights, destroyWeights, buildStepGraph } = require('./graphs');
 const { KVCache } = require('./kv-cache');
 
+/** @typedef {import('../..').MLContext} MLContext */
+/** @typedef {import('../..').MLTensor} MLTensor */
+/** @typedef {import('../..').MLGraph} MLGraph */
+/** @typedef {import('../..').MLOperandDataType} MLOperandDataType */
+/** @typedef {import('./gguf').LlamaWeights} LlamaWeights */
+/** @typedef {import('./graphs').PreparedWeight} PreparedWeight */
+/**
+ * The small inputs of the step graphs over T tokens (see graphs.js); `last`
+ * only where T > 1.
+ * @typedef {{ ids: MLTensor, cos: MLTensor, sin: MLTensor, place: MLTensor, last?: MLTensor }} StepInputs
+ */
+/**
+ * A step graph over T tokens and n cache blocks, with its mask tensor.
+ * @typedef {{ T: number, n: number, graph: MLGraph, mask: MLTensor }} Step
+ */
+
 /**
  * A Llama-family model on a WebNN context.
  *
@@ -17,7 +33,7 @@ const { KVCache } = require('./kv-cache');
 class LlamaRunner {
   /**
    * @param {MLContext} context
-   * @param {{config: object, tensors: Map<string, object>}} model the loader's output
+   * @param {LlamaWeights} model the loader's output (config and tensors are read)
    * @param {{maxContext?: number, blockSize?: number, chunk?: number, numerics?: 'llama.cpp'|'float32'}} [options]
    *   chunk: tokens per prefill dispatch (default 64, at most blockSize);
    *   numerics: 'llama.cpp' (the default) rounds as llama.cpp's CPU
@@ -47,6 +63,17 @@ class LlamaRunner {
     this.blockSize = blockSize;
     this._position = 0;
     this._busy = false;
+    // Made by init(): the weights' constant tensors, the small inputs of the
+    // step graphs by T, the step graphs by `${T}:${n}` (null before init()
+    // and after destroy()), the logits.
+    /** @type {Map<string, PreparedWeight> | null} */
+    this.weights = null;
+    /** @type {Record<number, StepInputs>} */
+    this.io = {};
+    /** @type {Record<string, Step> | null} */
+    this.steps = null;
+    /** @type {MLTensor | null} */
+    this.logits = null;
     // The RoPE frequency of each pair: ropeBase^(-2i/ropeDim); pairs past
     // ropeDim are not rotated (cos 1, sin 0).
     this.freq = Float64Array.from({ length: c.headDim / 2 }, (_, i) =>
@@ -63,9 +90,11 @@ class LlamaRunner {
     this.weights = await prepareWeights(context, this.model);
     this.io = {};
     this.steps = {};
+    /** @type {(dataType: MLOperandDataType, shape: number[]) => Promise<MLTensor>} */
     const desc = (dataType, shape) => context.createTensor({ dataType, shape, writable: true });
     const half = config.headDim / 2;
     for (const T of new Set([this.chunk, 1])) {
+      /** @type {StepInputs} */
       const io = {
         ids: await desc('int32', [T]),
         cos: await desc('float32', [T, 1, half]),
@@ -88,19 +117,29 @@ class LlamaRunner {
    * them): attention costs what the position needs, not what maxContext
    * allows, for a handful of graphs per conversation (they share the
    * weights, and a backend may share what it derives from them).
+   * @param {number} T
+   * @param {number} n
+   * @returns {Promise<Step>}
    */
   async _step(T, n) {
+    // Steps are asked for by init() and forward(), after init() made the
+    // weights and the table and before destroy() dropped them.
+    const steps = /** @type {Record<string, Step>} */ (this.steps);
+    const weights = /** @type {Map<string, PreparedWeight>} */ (this.weights);
     const key = `${T}:${n}`;
-    if (!this.steps[key]) {
+    if (!steps[key]) {
       const opts = { blockSize: this.blockSize, nBlocks: n, numerics: this.numerics, T };
-      const graph = await buildStepGraph(this.context, this.config, this.weights, opts);
+      const graph = await buildStepGraph(this.context, this.config, weights, opts);
       const mask = await this.context.createTensor({ dataType: 'float32', shape: [T, n * this.blockSize], writable: true });
-      this.steps[key] = { T, n, graph, mask };
+      steps[key] = { T, n, graph, mask };
     }
-    return this.steps[key];
+    return steps[key];
   }
 
-  /** The number of blocks the graph for a step that writes block c spans. */
+  /**
+   * The number of blocks the graph for a step that writes block c spans.
+   * @param {number} c
+   */
   _blocksFor(c) {
     let n = 1;
     while (n < c + 1) n *= 2;
@@ -118,7 +157,7 @@ class LlamaRunner {
    * @returns {Promise<Float32Array>} nVocab logits
    */
   async forward(tokenIds) {
-    if (!this.steps) throw new Error('LlamaRunner: call init() first');
+    if (!this.steps || !this.logits) throw new Error('LlamaRunner: call init() first');
     const ids = Array.from(tokenIds);
     if (ids.length === 0) throw new RangeError('forward() needs at least one token');
     for (const id of ids) {
@@ -147,7 +186,12 @@ class LlamaRunner {
     }
   }
 
-  // Writes the step's small inputs and dispatches it at position pos.
+  /**
+   * Writes the step's small inputs and dispatches it at position pos.
+   * @param {Step} step
+   * @param {number[]} tokens
+   * @param {number} pos
+   */
   _dispatch(step, tokens, pos) {
     const { T } = step;
     const io = this.io[T];
@@ -184,7 +228,8 @@ class LlamaRunner {
     context.writeTensor(io.place, place);
     if (io.last) context.writeTensor(io.last, Int32Array.of(n - 1));
     const { inputs, next } = this.cache.bindings(c, step.n);
-    context.dispatch(step.graph, { ...io, mask: step.mask, ...inputs }, { logits: this.logits, next });
+    const logits = /** @type {MLTensor} */ (this.logits); // forward() checked it
+    context.dispatch(step.graph, { ...io, mask: step.mask, ...inputs }, { logits, next });
     this.cache.commit(c);
   }
 
@@ -214,7 +259,7 @@ class LlamaRunner {
         s.mask.destroy();
       }
       for (const io of Object.values(this.io)) for (const t of Object.values(io)) t.destroy();
-      this.logits.destroy();
+      this.logits?.destroy();
       this.steps = null;
     }
     this.cache.destroy();

@@ -72,6 +72,7 @@ function sampleFrom(logits, { temperature, topK = 0, topP = 1, random }) {
   if (topK > 0 && topK < ids.length) ids = ids.slice(0, topK);
   // Probabilities at temperature 1 for the top-p cut, as llama.cpp does,
   // then at the requested temperature for the draw.
+  /** @param {number} t */
   const softmax = (t) => {
     const max = logits[ids[0]];
     const p = ids.map((i) => Math.exp((logits[i] - max) / t));

@@ -27,16 +27,23 @@ const { createSampler } = require('./sampling');
 
 class ChatSession {
   /**
-   * @param {import('webnn-node').MLContext} context
-   * @param {ReturnType<typeof import('./gguf').loadLlama> extends Promise<infer M> ? M : never} model
-   * @param {{ maxContext?: number, blockSize?: number, chunk?: number, system?: string }} [options]
+   * @param {import('../..').MLContext} context
+   * @param {import('./gguf').LlamaModel} model loadLlama's output
+   * @param {{ maxContext?: number, blockSize?: number, chunk?: number, numerics?: 'llama.cpp' | 'float32',
+   *   system?: string }} [options] the runner's options (see LlamaRunner), and a system message
    */
   constructor(context, model, options = {}) {
     this.model = model;
     this.runner = new LlamaRunner(context, model, options);
+    /** The system message a conversation starts with (see reset()). */
+    this.system = options.system;
     /** @type {ChatMessage[]} */
-    this.messages = options.system ? [{ role: 'system', content: options.system }] : [];
-    /** The tokens whose keys and values the cache holds, in order. */
+    this.messages = [];
+    this.reset();
+    /**
+     * The tokens whose keys and values the cache holds, in order.
+     * @type {number[]}
+     */
     this.cached = [];
     /** @type {GenerateStats | null} */
     this.lastStats = null;
@@ -50,6 +57,16 @@ class ChatSession {
   /** The most tokens a conversation may hold (prompt and answers). */
   get maxContext() {
     return this.runner.maxContext;
+  }
+
+  /**
+   * Starts a new conversation, from the system message if there is one (a
+   * conversation that no longer fits the context goes on this way). The
+   * cache stays: the next turn computes only what the new conversation
+   * does not share with it.
+   */
+  reset() {
+    this.messages = this.system ? [{ role: 'system', content: this.system }] : [];
   }
 
   /**
@@ -118,8 +135,9 @@ class ChatSession {
         ? messages
         : renderChat(m.chatTemplate, messages, {
             addGenerationPrompt: true,
-            bosToken: m.tokenizer.tokenToPiece(m.bosId),
-            eosToken: m.tokenizer.tokenToPiece(m.eosId),
+            // A file may name no BOS or EOS token: the template gets '' then.
+            bosToken: m.bosId === undefined ? '' : m.tokenizer.tokenToPiece(m.bosId),
+            eosToken: m.eosId === undefined ? '' : m.tokenizer.tokenToPiece(m.eosId),
           });
     const tokens = m.tokenizer.encode(prompt, { special: true });
     signal?.throwIfAborted();

@@ -22,6 +22,7 @@ const TOKEN_UNUSED = 5;
  */
 const BYTE_TO_CHAR = (() => {
   const table = new Array(256);
+  /** @param {number} b */
   const printable = (b) => (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
   let next = 256;
   for (let b = 0; b < 256; b++) table[b] = String.fromCodePoint(printable(b) ? b : next++);
@@ -33,9 +34,10 @@ const CHAR_TO_BYTE = new Map(BYTE_TO_CHAR.map((c, b) => [c, b]));
  * How llama.cpp splits text into words before BPE, per `tokenizer.ggml.pre`.
  * Each regex list is applied in turn, each splitting the pieces of the
  * previous one; the last one is GPT-2's, which the ByteLevel pre-tokenizer
- * applies by itself.
+ * applies by itself. The steps are @huggingface/tokenizers' JSON config.
  */
 const DIGITS_THEN_GPT2 = [{ type: 'Split', pattern: { Regex: '\\p{N}' }, behavior: 'Isolated', invert: false }];
+/** @type {Record<string, object[]>} */
 const PRE_TOKENIZERS = {
   // llama.cpp: "\p{N}" then GPT-2's regex, for these pre types.
   smollm: DIGITS_THEN_GPT2,
@@ -79,10 +81,14 @@ class LlamaTokenizer {
     this.bosId = bosId;
     this._merges = merges;
     this._preSteps = preSteps;
+    /** @type {Map<string, number>} */
     this._ids = new Map();
     // Where a text appears twice, llama.cpp's text-to-id map keeps the last.
     tokens.forEach((t, id) => this._ids.set(t, id));
+    // The bytes of each token, made when first asked for.
+    /** @type {Array<Uint8Array | undefined>} */
     this._pieces = new Array(tokens.length);
+    /** @type {Map<boolean, Tokenizer>} */
     this._hf = new Map();
   }
 
@@ -132,13 +138,19 @@ class LlamaTokenizer {
   // first used: with special tokens off, control tokens are plain text, as
   // with llama.cpp's parse_special = false, but user-defined ones are still
   // matched.
+  /**
+   * @param {boolean} special
+   * @returns {Tokenizer}
+   */
   _tokenizer(special) {
     let hf = this._hf.get(special);
     if (hf) return hf;
+    /** @type {Record<string, number>} */
     const vocab = Object.create(null);
     this.tokens.forEach((t, id) => {
       vocab[t] = id;
     });
+    /** @type {object[]} */
     const added = [];
     this.tokens.forEach((content, id) => {
       const type = this.tokenTypes[id];
@@ -263,6 +275,10 @@ class LlamaTokenizer {
 
 // BOM kept: a token may well begin with U+FEFF, and dropping it would lose
 // text.
+/**
+ * @param {Uint8Array} bytes
+ * @returns {string}
+ */
 function decodeUtf8(bytes) {
   return new TextDecoder('utf-8', { ignoreBOM: true }).decode(bytes);
 }

@@ -7,7 +7,10 @@ const { BYTE_TO_CHAR, TOKEN_NORMAL, TOKEN_CONTROL } = require('../tokenizer');
 const { f32ToF16, f16ToF32 } = require('../quant');
 const { mulberry32 } = require('../sampling');
 
-// gguf_type
+/**
+ * gguf_type
+ * @type {Record<string, number>}
+ */
 const VALUE_TYPES = {
   u8: 0,
   i8: 1,
@@ -25,13 +28,19 @@ const VALUE_TYPES = {
 };
 
 /**
+ * A metadata value and its GGUF type. The value is whatever JS value the
+ * type is written from (number, bigint, string, boolean, array), hence `any`.
+ * @typedef {{ type: string, value: any, itemType?: string }} TypedValue
+ */
+
+/**
  * A metadata value with an explicit GGUF type, for values whose type
  * cannot be told from the JS value (a float that happens to be integral,
  * a u64, ...). Arrays: `typed('array', values, 'f32')`.
  * @param {string} type
  * @param {any} value
  * @param {string} [itemType]
- * @returns {{ type: string, value: any, itemType?: string }}
+ * @returns {TypedValue}
  */
 function typed(type, value, itemType) {
   if (!(type in VALUE_TYPES)) throw new Error(`unknown GGUF value type ${type}`);
@@ -39,10 +48,20 @@ function typed(type, value, itemType) {
   return { type, value, itemType };
 }
 
+/**
+ * @param {unknown} v
+ * @returns {v is TypedValue}
+ */
 function isTyped(v) {
-  return v !== null && typeof v === 'object' && !Array.isArray(v) && typeof v.type === 'string' && 'value' in v;
+  return (
+    v !== null && typeof v === 'object' && !Array.isArray(v) && 'type' in v && typeof v.type === 'string' && 'value' in v
+  );
 }
 
+/**
+ * @param {unknown} v
+ * @returns {string}
+ */
 function inferType(v) {
   if (typeof v === 'string') return 'string';
   if (typeof v === 'boolean') return 'bool';
@@ -54,6 +73,10 @@ function inferType(v) {
   throw new Error(`cannot tell the GGUF type of ${String(v)}: use typed()`);
 }
 
+/**
+ * @param {unknown[]} arr
+ * @returns {string}
+ */
 function inferItemType(arr) {
   if (arr.length === 0) return 'i32';
   if (arr.every((x) => typeof x === 'string')) return 'string';
@@ -66,15 +89,21 @@ function inferItemType(arr) {
 /** Little-endian writer into a growing list of chunks. */
 class Writer {
   constructor() {
+    /** @type {Buffer[]} */
     this.chunks = [];
     this.length = 0;
   }
 
+  /** @param {Buffer} buf */
   push(buf) {
     this.chunks.push(buf);
     this.length += buf.length;
   }
 
+  /**
+   * @param {string} type
+   * @param {any} v a value of the GGUF type `type`: number, bigint, boolean or string
+   */
   scalar(type, v) {
     let b;
     switch (type) {
@@ -101,6 +130,11 @@ class Writer {
     this.push(b);
   }
 
+  /**
+   * @param {string} type
+   * @param {any} v a value of the GGUF type `type`, or an array of itemType's
+   * @param {string} [itemType]
+   */
   value(type, v, itemType) {
     if (type !== 'array') {
       this.scalar(type, v);
@@ -114,6 +148,7 @@ class Writer {
     for (const x of v) this.scalar(item, x);
   }
 
+  /** @param {number} alignment */
   pad(alignment) {
     const n = (alignment - (this.length % alignment)) % alignment;
     if (n) this.push(Buffer.alloc(n));
@@ -293,7 +328,13 @@ function tinyLlama(options = {}) {
   const vocab = tinyVocab();
   const nVocab = vocab.tokens.length;
   const random = rng(seed);
+  /** @type {Array<{ name: string, type: string, dims: number[], bytes: Uint8Array }>} */
   const tensors = [];
+  /**
+   * @param {string} tname
+   * @param {string} type
+   * @param {number[]} dims
+   */
   const add = (tname, type, dims) => tensors.push({ name: tname, type, dims, bytes: randomTensorBytes(type, dims, random) });
   add('token_embd.weight', embdType, [nEmbd, nVocab]);
   add('output_norm.weight', 'F32', [nEmbd]);

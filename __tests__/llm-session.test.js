@@ -203,6 +203,7 @@ describe('a long conversation', () => {
       // A next prompt does not fit: the documented RangeError, with both
       // counts, and the cache as it was.
       const cached = chat.cached.slice();
+      const messages = chat.messages.slice();
       const over = promptTokens([...chat.messages, { role: 'user', content: 'hello' }]).length;
       expect(over).toBeGreaterThan(OPTS.maxContext);
       const error = await collect(chat.ask('hello', SHORT)).then(
@@ -216,6 +217,14 @@ describe('a long conversation', () => {
       );
       expect(chat.cached).toEqual(cached);
       expect(chat.runner.position).toBe(OPTS.maxContext);
+      // The refused question did not join the conversation: asking it
+      // again gives the same error, not one about a longer prompt.
+      expect(chat.messages).toEqual(messages);
+      const twice = await collect(chat.ask('hello', SHORT)).then(
+        () => null,
+        (e) => e,
+      );
+      expect(twice.message).toBe(error.message);
 
       // The session goes on with a new conversation, from its system
       // message, reusing what that shares with the cache.

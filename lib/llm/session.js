@@ -102,13 +102,20 @@ class ChatSession {
   async *ask(text, options = {}) {
     this.messages.push({ role: 'user', content: text });
     let answer = '';
+    let failed = true;
     try {
       for await (const piece of this.generate(this.messages, options)) {
         answer += piece;
         yield piece;
       }
+      failed = false;
     } finally {
-      this.messages.push({ role: 'assistant', content: answer });
+      // A turn that failed before its first piece (a prompt over the
+      // context, a signal aborted before the start) is undone, so the
+      // conversation stays what it was and the next question can be
+      // asked; otherwise what was answered joins it.
+      if (failed && answer === '') this.messages.pop();
+      else this.messages.push({ role: 'assistant', content: answer });
     }
   }
 
@@ -169,6 +176,9 @@ class ChatSession {
         logits = await this.runner.forward([id]);
         this.cached.push(id);
       }
+      // The bytes of a character that the last tokens left incomplete.
+      const rest = stream.flush();
+      if (rest) yield rest;
     } finally {
       stats.generateMs = performance.now() - t1;
     }

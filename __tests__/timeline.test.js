@@ -242,6 +242,37 @@ describe('non-fatal errors on the timeline', () => {
 });
 
 describe('exceptions', () => {
+  // A few tensors are matched to the graph's names by a scan, many by a
+  // table: both give the same errors and the same results.
+  test.each([3, 40])('dispatch with %i inputs: names and repeated tensors are checked', async (n) => {
+    const context = await ml.createContext();
+    const b = new MLGraphBuilder(context);
+    const xs = Array.from({ length: n }, (_, i) => b.input(`x${i}`, f32([2])));
+    const graph = await b.build({ y: xs.reduce((acc, x) => b.add(acc, x)) });
+    const inputs = {};
+    for (let i = 0; i < n; i++) {
+      inputs[`x${i}`] = await context.createTensor({ ...f32([2]), writable: true });
+      context.writeTensor(inputs[`x${i}`], new Float32Array([i, 2 * i]));
+    }
+    const y = await context.createTensor({ ...f32([2]), readable: true });
+    context.dispatch(graph, inputs, { y });
+    const sum = (n * (n - 1)) / 2;
+    expect(Array.from(new Float32Array(await context.readTensor(y)))).toEqual([sum, 2 * sum]);
+
+    const missing = { ...inputs, z: inputs.x0 };
+    delete missing[`x${n - 1}`];
+    const e1 = thrown(() => context.dispatch(graph, missing, { y }));
+    expect(e1.name).toBe('TypeError');
+    expect(e1.message).toBe(`inputs has no entry named "x${n - 1}"`);
+    const twice = { ...inputs, [`x${n - 1}`]: inputs.x0 };
+    const e2 = thrown(() => context.dispatch(graph, twice, { y }));
+    expect(e2.name).toBe('TypeError');
+    expect(e2.message).toMatch(/a tensor may appear only once among the inputs and outputs/);
+    const e3 = thrown(() => context.dispatch(graph, inputs, { y: inputs.x1 }));
+    expect(e3.message).toMatch(/a tensor may appear only once among the inputs and outputs/);
+    context.destroy();
+  });
+
   test('argument kinds are TypeErrors, whichever way they are wrong', async () => {
     const context = await ml.createContext();
     const b = new MLGraphBuilder(context);

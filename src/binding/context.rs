@@ -203,13 +203,26 @@ fn match_names<T>(
             expected.iter().map(|(n, _)| n).collect::<Vec<_>>()
         )));
     }
+    let missing = |name: &str| Error::type_error(format!("{what} has no entry named {name:?}"));
     let mut out = Vec::with_capacity(expected.len());
+    if named.len() <= 16 {
+        // Few entries (the rule): a linear scan beats hashing them.
+        for (name, _) in expected {
+            let pos = named
+                .iter()
+                .position(|(n, _)| n == name)
+                .ok_or_else(|| missing(name))?;
+            out.push(named.swap_remove(pos));
+        }
+        return Ok(out);
+    }
+    // Many (a language model's cache: hundreds of tensors per dispatch):
+    // by name, so that matching costs what the entries cost, not their
+    // square. A record's keys are distinct.
+    let mut by_name: std::collections::HashMap<String, T> = named.into_iter().collect();
     for (name, _) in expected {
-        let pos = named
-            .iter()
-            .position(|(n, _)| n == name)
-            .ok_or_else(|| Error::type_error(format!("{what} has no entry named {name:?}")))?;
-        out.push(named.swap_remove(pos));
+        let (n, v) = by_name.remove_entry(name).ok_or_else(|| missing(name))?;
+        out.push((n, v));
     }
     Ok(out)
 }
@@ -381,8 +394,10 @@ impl MLContext {
             let outs = tensors(outputs, "outputs")?;
             let label = label_of(e, options, "dispatch")?;
             g.check_usable(&self.shared)?;
-            // Few tensors as a rule: a linear scan beats hashing them.
-            let mut seen: Vec<u64> = Vec::with_capacity(ins.len() + outs.len());
+            // Each tensor once among the inputs and outputs (a set: a
+            // language model's step binds hundreds).
+            let mut seen: std::collections::HashSet<u64> =
+                std::collections::HashSet::with_capacity(ins.len() + outs.len());
             let mut check = |named: Vec<(String, ClassInstance<MLTensor>)>,
                              expected: &[(String, usize)],
                              what: &str|
@@ -394,10 +409,9 @@ impl MLContext {
                     .map(|((name, t), (_, operand))| {
                         let label = Entry(what, &name);
                         t.check_usable(&self.shared, label)?;
-                        if seen.contains(&t.info.id) {
+                        if !seen.insert(t.info.id) {
                             return Err(Error::type_error(format!("{label}: a tensor may appear only once among the inputs and outputs")));
                         }
-                        seen.push(t.info.id);
                         if t.info.constant.is_some() {
                             return Err(Error::type_error(format!("{label} is a constant tensor")));
                         }

@@ -272,20 +272,23 @@ describe('LlamaRunner', () => {
     expect(r.cache.blocks[0]).toBe(blocks[0]);
     expect(r.cache.blocks[1]).toBe(spare);
     expect(r.cache.spare).toBe(blocks[1]);
-    // The graph's cache output is one block: [2 * nLayer, nHeadKv, headDim * blockSize].
-    expect(r.cache.shape).toEqual([4, 2, 16 * 16]);
+    // A block is one tensor per layer for its keys [nHeadKv, headDim,
+    // blockSize] and one for its values [nHeadKv, blockSize, headDim].
+    expect(r.cache.shapes).toEqual({ k: [2, 16, 16], v: [2, 16, 16] });
+    expect(r.cache.blocks[1].map((t) => t.shape)).toEqual([[2, 16, 16], [2, 16, 16], [2, 16, 16], [2, 16, 16]]);
     let { inputs, next } = r.cache.bindings(1);
-    expect(Object.keys(inputs).sort()).toEqual(['cur', 'past0']);
-    expect(inputs.past0).toBe(r.cache.blocks[0]);
-    expect(next).toBe(r.cache.spare);
+    expect(Object.keys(inputs).sort()).toEqual(['k0', 'k1', 'p0k0', 'p0k1', 'p0v0', 'p0v1', 'v0', 'v1']);
+    expect(inputs.p0k1).toBe(r.cache.blocks[0][2]);
+    expect(inputs.v1).toBe(r.cache.blocks[1][3]);
+    expect(next).toEqual({ nk0: r.cache.spare[0], nv0: r.cache.spare[1], nk1: r.cache.spare[2], nv1: r.cache.spare[3] });
     // Into block 2: its step spans four blocks (3 rounded up), which now exist.
     await r.forward(prompt.slice(21, 34));
     expect(r.position).toBe(34);
     expect(r.cache.blocks.length).toBe(4);
     ({ inputs } = r.cache.bindings(2, 4));
-    expect(Object.keys(inputs).sort()).toEqual(['cur', 'past0', 'past1', 'past2']);
-    expect(inputs.past1).toBe(r.cache.blocks[1]);
-    expect(inputs.past2).toBe(r.cache.blocks[3]);
+    expect(Object.keys(inputs).filter((k) => k.endsWith('k0')).sort()).toEqual(['k0', 'p0k0', 'p1k0', 'p2k0']);
+    expect(inputs.p1k0).toBe(r.cache.blocks[1][0]);
+    expect(inputs.p2v1).toBe(r.cache.blocks[3][3]);
     expect(() => r.cache.bindings(2, 5)).toThrow(RangeError);
     r.destroy();
   });

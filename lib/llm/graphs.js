@@ -23,17 +23,21 @@
 //            place  float32 [T, B]       one-hot: token t goes to row
 //                   place[t] of the current block (all 0 for padding)
 //            last   int32   [1]          which token's logits (T > 1 only)
-//            cur    float32 [2L, Hkv, hd*B] the current cache block
-//            past0..past{nBlocks-2}      the other blocks, same shape
+//            k{l}, v{l}                  layer l's keys [Hkv, hd, B] and values
+//                   [Hkv, B, hd] in the current cache block
+//            p{s}k{l}, p{s}v{l}          the same in the other blocks,
+//                   s = 0..nBlocks-2
 //   outputs  logits float32 [1, nVocab]
-//            next   float32 [2L, Hkv, hd*B] the current block with the new
-//                   K/V rows placed in it
+//            nk{l}, nv{l}                layer l's keys and values of the
+//                   current block with the new rows placed in them
 //
-// A cache block holds B positions of every layer: row 2l is layer l's K as
-// [Hkv, hd, B] (already transposed for q·K), row 2l+1 its V as
-// [Hkv, B, hd]. Attention runs per block (scores per block, concatenated,
-// one softmax, per-block weighted sums of V), so no K/V is concatenated or
-// copied; only the current block is rewritten, at a cost of one block.
+// A cache block holds B positions of every layer, as one tensor per layer
+// for the keys (already transposed for q·K) and one for the values, so a
+// step reads each as it is, with no slice or copy, and writes the current
+// block's tensors as its outputs. Attention runs per block (scores per
+// block, concatenated, one softmax, per-block weighted sums of V), so no
+// K/V is concatenated or copied; only the current block is rewritten, at
+// a cost of one block.
 
 /** @typedef {import('../..').MLContext} MLContext */
 /** @typedef {import('../..').MLTensor} MLTensor */
@@ -182,7 +186,8 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   const half = hd / 2;
   const S = nBlocks - 1;
   const W = nBlocks * B;
-  const blockShape = [2 * L, Hkv, hd * B];
+  const kShape = [Hkv, hd, B];
+  const vShape = [Hkv, B, hd];
   /**
    * @param {number[]} shape
    * @returns {MLOperandDescriptor}
@@ -263,8 +268,10 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   const mask = b.input('mask', f32([T, W]));
   const place = b.input('place', f32([T, B]));
   const last = T > 1 ? b.input('last', { dataType: 'int32', shape: [1] }) : null;
-  const cur = b.input('cur', f32(blockShape));
-  const past = Array.from({ length: S }, (_, s) => b.input(`past${s}`, f32(blockShape)));
+  const curK0 = Array.from({ length: L }, (_, l) => b.input(`k${l}`, f32(kShape)));
+  const curV0 = Array.from({ length: L }, (_, l) => b.input(`v${l}`, f32(vShape)));
+  const pastK = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => b.input(`p${s}k${l}`, f32(kShape))));
+  const pastV = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => b.input(`p${s}v${l}`, f32(vShape))));
 
   // RoPE on adjacent pairs (x[2i], x[2i+1]) of each head (ggml's "normal"
   // mode, for which the GGUF converter permuted the Q/K weights).
@@ -280,14 +287,6 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
     const y1 = b.add(b.mul(x0, sin), b.mul(x1, cos));
     return b.reshape(b.concat([b.reshape(y0, [T, nh, half, 1]), b.reshape(y1, [T, nh, half, 1])], 3), [T, nh * hd]);
   };
-  // Row r (0..2L-1) of a cache block, as K [Hkv, hd, B] or V [Hkv, B, hd].
-  /** @type {(blk: MLOperand, r: number) => MLOperand} */
-  const blockRow = (blk, r) => b.slice(blk, [r, 0, 0], [1, Hkv, hd * B]);
-  /** @type {(blk: MLOperand, l: number) => MLOperand} */
-  const kOf = (blk, l) => b.reshape(blockRow(blk, 2 * l), [Hkv, hd, B]);
-  /** @type {(blk: MLOperand, l: number) => MLOperand} */
-  const vOf = (blk, l) => b.reshape(blockRow(blk, 2 * l + 1), [Hkv, B, hd]);
-
   // Rows of the current block that this step writes are cleared (keep = 0)
   // and the new rows added through the one-hot placement: a matmul with a
   // T x B matrix, exact since each sum has one non-zero term.
@@ -297,7 +296,8 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   const qScale = b.constant('float32', 1 / Math.sqrt(hd));
 
   let x = dequantized(b, get('token_embd.weight'), ids); // [T, E], only these rows
-  const next = [];
+  /** @type {Record<string, MLOperand>} */
+  const next = {};
   for (let l = 0; l < L; l++) {
     const h = rmsNorm(x, `blk.${l}.attn_norm.weight`);
     const q = rope(linear(h, `blk.${l}.attn_q.weight`), H);
@@ -306,16 +306,17 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
 
     const kT = b.transpose(b.reshape(half16(k), [T, Hkv, hd]), { permutation: [1, 2, 0] }); // [Hkv, hd, T]
     const vH = b.transpose(b.reshape(half16(v), [T, Hkv, hd]), { permutation: [1, 0, 2] }); // [Hkv, T, hd]
-    const curK = b.add(b.mul(kOf(cur, l), keep), b.matmul(kT, place)); // [Hkv, hd, B]
-    const curV = b.add(b.mul(vOf(cur, l), keepCol), b.matmul(placeT, vH)); // [Hkv, B, hd]
-    next.push(b.reshape(curK, [1, Hkv, hd * B]), b.reshape(curV, [1, Hkv, hd * B]));
+    const curK = b.add(b.mul(curK0[l], keep), b.matmul(kT, place)); // [Hkv, hd, B]
+    const curV = b.add(b.mul(curV0[l], keepCol), b.matmul(placeT, vH)); // [Hkv, B, hd]
+    next[`nk${l}`] = curK;
+    next[`nv${l}`] = curV;
 
     // The g query heads that share a K/V head are stacked as g*T rows.
     const qg = b.reshape(
       b.transpose(b.reshape(half16(b.mul(q, qScale)), [T, Hkv, g, hd]), { permutation: [1, 2, 0, 3] }),
       [Hkv, g * T, hd]);
-    const keys = [...past.map((p) => kOf(p, l)), curK];
-    const values = [...past.map((p) => vOf(p, l)), curV];
+    const keys = [...pastK.map((p) => p[l]), curK];
+    const values = [...pastV.map((p) => p[l]), curV];
     const scores = b.concat(keys.map((kb) => b.matmul(qg, kb)), 2); // [Hkv, gT, W]
     const masked = b.add(b.reshape(scores, [Hkv, g, T, W]), mask);
     const probs = half16(b.reshape(b.softmax(masked, 3), [Hkv, g * T, W]));
@@ -341,7 +342,7 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   const hN = rmsNorm(x, 'output_norm.weight');
   const head = weights.has('output.weight') ? 'output.weight' : 'token_embd.weight';
   const logits = linear(hN, head);
-  return b.build({ logits, next: b.concat(next, 0) });
+  return b.build({ logits, ...next });
 }
 
 module.exports = { MASKED, weightNames, prepareWeights, destroyWeights, buildStepGraph };

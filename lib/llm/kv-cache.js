@@ -3,19 +3,20 @@
 // are never read back to JavaScript.
 //
 // The cache is cut into nBlocks = maxContext / B blocks of B positions; a
-// block holds every layer's K and V for its positions (one tensor per
-// block, [2 * nLayer, nHeadKv, headDim * B], see graphs.js), so a dispatch
-// binds at most nBlocks + 1 cache tensors whatever the number of layers. A
-// step graph reads the block being filled as `cur` and the others it spans
-// as `past*`,
-// and writes the updated block as `next` into a spare tensor, which then
-// takes the block's place (WebNN writes whole output tensors, and a tensor
-// may not be both an input and an output of a dispatch). So a step writes
-// one block, never the whole cache. Blocks not yet (or no longer) in use
-// are still bound, to keep the graph's inputs fixed, and masked out.
+// block holds every layer's K and V for its positions, one tensor each
+// (layer l's keys [nHeadKv, headDim, B] at 2l, its values [nHeadKv, B,
+// headDim] at 2l + 1, see graphs.js), so a step reads each layer's part
+// of a block where it lies. A step graph reads the block being filled as
+// `k{l}`/`v{l}` and the others it spans as `p{s}k{l}`/`p{s}v{l}`, and writes
+// the updated block as `nk{l}`/`nv{l}` into spare tensors, which then take
+// the block's place (WebNN writes whole output tensors, and a tensor may
+// not be both an input and an output of a dispatch). So a step writes one
+// block, never the whole cache. Blocks not yet (or no longer) in use are
+// still bound, to keep the graph's inputs fixed, and masked out.
 
 /** @typedef {import('../..').MLContext} MLContext */
 /** @typedef {import('../..').MLTensor} MLTensor */
+/** A block: layer l's keys at 2l, its values at 2l + 1. @typedef {MLTensor[]} Block */
 
 class KVCache {
   /**
@@ -32,10 +33,15 @@ class KVCache {
     this.blockSize = blockSize;
     this.maxContext = maxContext;
     this.nBlocks = maxContext / blockSize;
-    this.shape = [2 * config.nLayer, config.nHeadKv, config.headDim * blockSize];
-    /** @type {MLTensor[]} */
+    this.nLayer = config.nLayer;
+    /** The shapes of a layer's keys and values in a block. */
+    this.shapes = {
+      k: [config.nHeadKv, config.headDim, blockSize],
+      v: [config.nHeadKv, blockSize, config.headDim],
+    };
+    /** @type {Block[]} */
     this.blocks = [];
-    /** @type {MLTensor | null} */
+    /** @type {Block | null} */
     this.spare = null;
   }
 
@@ -55,35 +61,59 @@ class KVCache {
     while (this.blocks.length < n) this.blocks.push(await this._make());
   }
 
-  /** @returns {Promise<MLTensor>} */
+  /** @returns {Promise<Block>} */
   async _make() {
-    const size = this.shape.reduce((a, b) => a * b, 1);
-    // Zeros, not whatever the allocation held: a masked position still
-    // multiplies its (zero) probability by V, and 0 * NaN would be NaN.
-    const t = await this.context.createTensor({ dataType: 'float32', shape: this.shape, writable: true });
-    this.context.writeTensor(t, new Float32Array(size));
-    return t;
+    /** @type {Block} */
+    const block = [];
+    for (let i = 0; i < 2 * this.nLayer; i++) {
+      const shape = i % 2 === 0 ? this.shapes.k : this.shapes.v;
+      const size = shape.reduce((a, b) => a * b, 1);
+      // Zeros, not whatever the allocation held: a masked position still
+      // multiplies its (zero) probability by V, and 0 * NaN would be NaN.
+      const t = await this.context.createTensor({ dataType: 'float32', shape, writable: true });
+      this.context.writeTensor(t, new Float32Array(size));
+      block.push(t);
+    }
+    return block;
   }
 
   /**
    * The cache bindings of a step that writes into block c with a graph
-   * over n blocks (c < n): that block as `cur`, the other blocks below n
-   * as `past0`... in order, and the spare as the `next` output.
+   * over n blocks (c < n): that block's tensors as `k{l}`/`v{l}`, the other
+   * blocks below n as `p0k{l}`/`p0v{l}`... in order, and the spare's as the
+   * `nk{l}`/`nv{l}` outputs.
    * @param {number} c the current block
    * @param {number} [n] the blocks the step's graph spans (every block
    *   created so far by default)
-   * @returns {{inputs: Record<string, MLTensor>, next: MLTensor}}
+   * @returns {{inputs: Record<string, MLTensor>, next: Record<string, MLTensor>}}
    */
   bindings(c, n = this.blocks.length) {
     if (!(c >= 0 && c < n && n <= this.blocks.length)) {
       throw new RangeError(`bindings(${c}, ${n}): need 0 <= c < n <= ${this.blocks.length} (the blocks created so far)`);
     }
-    /** @type {Record<string, MLTensor>} */
-    const inputs = { cur: this.blocks[c] };
-    let s = 0;
-    for (let i = 0; i < n; i++) if (i !== c) inputs[`past${s++}`] = this.blocks[i];
     // Blocks exist only after init(), which made the spare.
-    return { inputs, next: /** @type {MLTensor} */ (this.spare) };
+    const spare = /** @type {Block} */ (this.spare);
+    /** @type {Record<string, MLTensor>} */
+    const inputs = {};
+    /** @type {Record<string, MLTensor>} */
+    const next = {};
+    const cur = this.blocks[c];
+    for (let l = 0; l < this.nLayer; l++) {
+      inputs[`k${l}`] = cur[2 * l];
+      inputs[`v${l}`] = cur[2 * l + 1];
+      next[`nk${l}`] = spare[2 * l];
+      next[`nv${l}`] = spare[2 * l + 1];
+    }
+    let s = 0;
+    for (let i = 0; i < n; i++) {
+      if (i === c) continue;
+      for (let l = 0; l < this.nLayer; l++) {
+        inputs[`p${s}k${l}`] = this.blocks[i][2 * l];
+        inputs[`p${s}v${l}`] = this.blocks[i][2 * l + 1];
+      }
+      s++;
+    }
+    return { inputs, next };
   }
 
   /**
@@ -92,14 +122,14 @@ class KVCache {
    */
   commit(c) {
     const old = this.blocks[c];
-    this.blocks[c] = /** @type {MLTensor} */ (this.spare); // a dispatch came after init()
+    this.blocks[c] = /** @type {Block} */ (this.spare); // a dispatch came after init()
     this.spare = old;
   }
 
   /** Releases the tensors. */
   destroy() {
-    for (const t of this.blocks) t.destroy();
-    if (this.spare) this.spare.destroy();
+    for (const block of this.blocks) for (const t of block) t.destroy();
+    if (this.spare) for (const t of this.spare) t.destroy();
     this.blocks = [];
     this.spare = null;
   }

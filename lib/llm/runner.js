@@ -228,8 +228,12 @@ class LlamaRunner {
     context.writeTensor(io.place, place);
     if (io.last) context.writeTensor(io.last, Int32Array.of(n - 1));
     const { inputs, next } = this.cache.bindings(c, step.n);
-    const logits = /** @type {MLTensor} */ (this.logits); // forward() checked it
-    context.dispatch(step.graph, { ...io, mask: step.mask, ...inputs }, { logits, next });
+    // Added to the cache's records, not spread into new ones: a spread of
+    // the hundreds of entries a long context binds costs V8 milliseconds.
+    Object.assign(inputs, io);
+    inputs.mask = step.mask;
+    next.logits = /** @type {MLTensor} */ (this.logits); // forward() checked it
+    context.dispatch(step.graph, inputs, next);
     this.cache.commit(c);
   }
 

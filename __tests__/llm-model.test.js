@@ -236,6 +236,30 @@ describe('LlamaRunner', () => {
     fresh.destroy();
   });
 
+  test("with llama.cpp's numerics a float16 cache gives the bits of a float32 one", async () => {
+    // The keys and values are rounded to float16 before they enter the
+    // cache in these numerics, so storing them as float16 loses nothing.
+    const opts = { ...OPTS, numerics: 'llama.cpp' };
+    const half = await runner(model, { ...opts, cacheType: 'float16' });
+    const full = await runner(model, opts);
+    expect(half.cache.blocks[0].map((t) => t.dataType)).toEqual(Array(4).fill('float16'));
+    expect(full.cache.blocks[0].map((t) => t.dataType)).toEqual(Array(4).fill('float32'));
+    const steps = [prompt, [5], [17], [250]];
+    for (const ids of steps) {
+      const [a, b] = [await half.forward(ids), await full.forward(ids)];
+      expect(Buffer.from(a.buffer).equals(Buffer.from(b.buffer))).toBe(true);
+    }
+    // Not a vacuous equality: the steps read what earlier ones cached (a
+    // cache that lost it would give other logits).
+    const fresh = await runner(model, opts);
+    const all = await fresh.forward([...prompt, 5, 17, 250, 9]);
+    expect(maxAbsDiff(await half.forward([9]), all)).toBeLessThan(1e-3);
+    fresh.destroy();
+    expect(() => new LlamaRunner(context, model, { ...OPTS, cacheType: 'float16' })).toThrow(/needs numerics 'llama.cpp'/);
+    half.destroy();
+    full.destroy();
+  });
+
   test('rewind then continuing equals a fresh run', async () => {
     const r = await runner(model);
     await r.forward(prompt);

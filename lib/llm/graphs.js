@@ -172,10 +172,12 @@ function dequantized(b, w, rows) {
  * @param {MLContext} context
  * @param {LlamaConfig} config the model's config
  * @param {Map<string, PreparedWeight>} weights from prepareWeights
- * @param {{T: number, blockSize: number, nBlocks: number, numerics?: 'llama.cpp' | 'float32'}} options
+ * @param {{T: number, blockSize: number, nBlocks: number, numerics?: 'llama.cpp' | 'float32', cacheType?: 'float32' | 'float16'}} options
+ *   cacheType: the cache tensors' type; float16 holds values the graph
+ *   has rounded to float16 already (llama.cpp's numerics), read as float32
  * @returns {Promise<MLGraph>}
  */
-async function buildStepGraph(context, config, weights, { T, blockSize: B, nBlocks, numerics = 'llama.cpp' }) {
+async function buildStepGraph(context, config, weights, { T, blockSize: B, nBlocks, numerics = 'llama.cpp', cacheType = 'float32' }) {
   // The builder is looked up on the global scope first, so that this code
   // runs unchanged on another implementation that installs MLGraphBuilder.
   const scope = /** @type {{ MLGraphBuilder?: typeof import('../..').MLGraphBuilder }} */ (globalThis);
@@ -268,10 +270,18 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   const mask = b.input('mask', f32([T, W]));
   const place = b.input('place', f32([T, B]));
   const last = T > 1 ? b.input('last', { dataType: 'int32', shape: [1] }) : null;
-  const curK0 = Array.from({ length: L }, (_, l) => b.input(`k${l}`, f32(kShape)));
-  const curV0 = Array.from({ length: L }, (_, l) => b.input(`v${l}`, f32(vShape)));
-  const pastK = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => b.input(`p${s}k${l}`, f32(kShape))));
-  const pastV = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => b.input(`p${s}v${l}`, f32(vShape))));
+  // A cache tensor as a float32 operand: float16 ones are widened (exact).
+  /** @type {(name: string, shape: number[]) => MLOperand} */
+  const cacheIn = (name, shape) => {
+    const x = b.input(name, { dataType: cacheType, shape });
+    return cacheType === 'float32' ? x : b.cast(x, 'float32');
+  };
+  /** @type {(x: MLOperand) => MLOperand} */
+  const cacheOut = (x) => (cacheType === 'float32' ? x : b.cast(x, cacheType));
+  const curK0 = Array.from({ length: L }, (_, l) => cacheIn(`k${l}`, kShape));
+  const curV0 = Array.from({ length: L }, (_, l) => cacheIn(`v${l}`, vShape));
+  const pastK = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => cacheIn(`p${s}k${l}`, kShape)));
+  const pastV = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => cacheIn(`p${s}v${l}`, vShape)));
 
   // RoPE on adjacent pairs (x[2i], x[2i+1]) of each head (ggml's "normal"
   // mode, for which the GGUF converter permuted the Q/K weights).
@@ -308,8 +318,8 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
     const vH = b.transpose(b.reshape(half16(v), [T, Hkv, hd]), { permutation: [1, 0, 2] }); // [Hkv, T, hd]
     const curK = b.add(b.mul(curK0[l], keep), b.matmul(kT, place)); // [Hkv, hd, B]
     const curV = b.add(b.mul(curV0[l], keepCol), b.matmul(placeT, vH)); // [Hkv, B, hd]
-    next[`nk${l}`] = curK;
-    next[`nv${l}`] = curV;
+    next[`nk${l}`] = cacheOut(curK);
+    next[`nv${l}`] = cacheOut(curV);
 
     // The g query heads that share a K/V head are stacked as g*T rows.
     const qg = b.reshape(

@@ -22,9 +22,11 @@ class KVCache {
   /**
    * @param {MLContext} context
    * @param {{nLayer: number, nHeadKv: number, headDim: number}} config
-   * @param {{maxContext: number, blockSize: number}} options
+   * @param {{maxContext: number, blockSize: number, dataType?: 'float32'|'float16'}} options
+   *   dataType: of the keys and values as stored (float16 where the graphs
+   *   round them to float16 anyway: half the bytes a step reads)
    */
-  constructor(context, config, { maxContext, blockSize }) {
+  constructor(context, config, { maxContext, blockSize, dataType = 'float32' }) {
     if (!Number.isInteger(blockSize) || blockSize < 1) throw new RangeError('blockSize must be a positive integer');
     if (!Number.isInteger(maxContext) || maxContext < 1 || maxContext % blockSize !== 0) {
       throw new RangeError(`maxContext (${maxContext}) must be a positive multiple of blockSize (${blockSize})`);
@@ -34,6 +36,7 @@ class KVCache {
     this.maxContext = maxContext;
     this.nBlocks = maxContext / blockSize;
     this.nLayer = config.nLayer;
+    this.dataType = dataType;
     /** The shapes of a layer's keys and values in a block. */
     this.shapes = {
       k: [config.nHeadKv, config.headDim, blockSize],
@@ -70,8 +73,9 @@ class KVCache {
       const size = shape.reduce((a, b) => a * b, 1);
       // Zeros, not whatever the allocation held: a masked position still
       // multiplies its (zero) probability by V, and 0 * NaN would be NaN.
-      const t = await this.context.createTensor({ dataType: 'float32', shape, writable: true });
-      this.context.writeTensor(t, new Float32Array(size));
+      const t = await this.context.createTensor({ dataType: this.dataType, shape, writable: true });
+      // float16 zeros are 0 bits, as float32's are.
+      this.context.writeTensor(t, this.dataType === 'float16' ? new Uint16Array(size) : new Float32Array(size));
       block.push(t);
     }
     return block;

@@ -15,12 +15,19 @@ pub(super) fn gemv(n: usize, k: usize, a: &[f32], b: Mat, c: &mut [f32], threads
     let one = |(ci, dst): (usize, &mut [f32])| {
         let j0 = ci * chunk;
         if b.cs == 1 {
-            // Row-major B: axpy over contiguous rows (vectorises).
-            dst.fill(0.0);
-            for (p, &x) in a[..k].iter().enumerate() {
-                let row = &b.data[p * b.rs + j0..p * b.rs + j0 + dst.len()];
-                dst.iter_mut().zip(row).for_each(|(y, &bv)| *y += x * bv);
-            }
+            // Row-major B: axpy over contiguous rows, compiled for the
+            // widest vectors the CPU has (a multiply then an add, as
+            // written: the same bits at every width).
+            crate::backend::cpu::elementwise::with_simd(
+                #[inline(always)]
+                || {
+                    dst.fill(0.0);
+                    for (p, &x) in a[..k].iter().enumerate() {
+                        let row = &b.data[p * b.rs + j0..p * b.rs + j0 + dst.len()];
+                        dst.iter_mut().zip(row).for_each(|(y, &bv)| *y += x * bv);
+                    }
+                },
+            )
         } else {
             for (j, y) in dst.iter_mut().enumerate() {
                 let base = (j0 + j) * b.cs;

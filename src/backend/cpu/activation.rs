@@ -614,7 +614,7 @@ mod tests {
     /// gelu gives the same bits at every vector width this CPU has.
     #[test]
     fn gelu_same_bits_at_every_width() {
-        use super::super::elementwise::{detected_level, with_simd_at, SimdLevel};
+        use super::super::simd::{detected_level, with_simd_at, SimdLevel};
         let x: Vec<f32> = (0..5003)
             .map(|i| (i as f32 - 2500.0) * 0.0123)
             .chain([

@@ -22,6 +22,7 @@ mod recurrent;
 mod reduce;
 mod sgemm;
 mod shape;
+mod simd;
 pub mod util;
 
 use std::collections::HashMap;

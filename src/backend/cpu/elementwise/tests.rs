@@ -1,4 +1,5 @@
 use super::*;
+use crate::backend::cpu::simd::{detected_level, with_simd_at, SimdLevel};
 
 fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
     OperandDescriptor {

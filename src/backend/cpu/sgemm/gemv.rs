@@ -18,7 +18,7 @@ pub(super) fn gemv(n: usize, k: usize, a: &[f32], b: Mat, c: &mut [f32], threads
             // Row-major B: axpy over contiguous rows, compiled for the
             // widest vectors the CPU has (a multiply then an add, as
             // written: the same bits at every width).
-            crate::backend::cpu::elementwise::with_simd(
+            crate::backend::cpu::simd::with_simd(
                 #[inline(always)]
                 || {
                     dst.fill(0.0);

@@ -13,7 +13,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { readGguf, loadLlama, tensorByteLength } = require('../lib/llm/gguf');
+const { readGguf, loadLlama, tensorByteLength, ggmlTypeId } = require('../lib/llm/gguf');
 const { LlamaTokenizer } = require('../lib/llm/tokenizer');
 const { renderChat } = require('../lib/llm/chat-template');
 const { writeGguf, tinyLlama, tinyVocab, typed, f32ToF16, f16ToF32, rng } = require('../lib/llm/testing/tiny-gguf');
@@ -224,6 +224,14 @@ describe('GGUF errors', () => {
   function withTensor(spec, name, change) {
     return { ...spec, tensors: spec.tensors.map((t) => (t.name === name ? { ...t, ...change } : t)) };
   }
+
+  test('a type name is looked up among the types only', () => {
+    expect(ggmlTypeId('Q4_1')).toBe(3);
+    // Names every JavaScript object has are not ggml types.
+    for (const name of ['toString', 'constructor', '__proto__', 'hasOwnProperty']) {
+      expect(() => ggmlTypeId(name)).toThrow(`unknown ggml type ${JSON.stringify(name)}`);
+    }
+  });
 
   test('another architecture is named', async () => {
     const spec = tinyLlama();

@@ -82,7 +82,8 @@ function ggmlTypeName(id) {
  * @returns {number}
  */
 function ggmlTypeId(name) {
-  if (GGML_TYPES[name]) return GGML_TYPES[name][0];
+  // Own keys only: a name such as "toString" is not a type.
+  if (Object.hasOwn(GGML_TYPES, name)) return GGML_TYPES[name][0];
   // The library's enum, looked up by a name that may not be in it.
   const id = /** @type {Record<string, unknown>} */ (GGMLQuantizationType)[name];
   if (typeof id !== 'number') throw new Error(`unknown ggml type ${JSON.stringify(name)}`);

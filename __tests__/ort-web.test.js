@@ -99,11 +99,15 @@ describe('Int8Array as a byte view in writeTensor and readTensor (compatibility 
 
 let report;
 let failure;
+// The child's stderr: the CPU backend's build-time lines (WEBNN_CPU_PROFILE).
+let stderr = '';
 
 function runChild() {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ['--liftoff-only', path.join(__dirname, 'ort-web', 'run.mjs')], {
       cwd: root,
+      // The backend reports which graphs keep quantized weights quantized.
+      env: { ...process.env, WEBNN_CPU_PROFILE: '1' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';
@@ -130,6 +134,7 @@ describe('onnxruntime-web WebNN EP on webnn-node', () => {
       return;
     }
     const r = await runChild();
+    stderr = r.err;
     try {
       report = JSON.parse(r.out.trim().split('\n').pop());
     } catch {
@@ -137,7 +142,7 @@ describe('onnxruntime-web WebNN EP on webnn-node', () => {
     }
   }, 170000);
 
-  for (const { name, expect: want } of models()) {
+  for (const { name, expect: want, node } of models()) {
     test(`${name}: partitioned as expected, dispatched, same results as the wasm EP`, () => {
       const m = modelReport(name);
       const p = m.partitioning;
@@ -151,8 +156,32 @@ describe('onnxruntime-web WebNN EP on webnn-node', () => {
       // elements outside the tolerance; listed with their largest errors.
       const bad = outputs.filter(([, o]) => o.missing || o.mismatches !== 0).map(([output, o]) => ({ output, ...o }));
       expect(bad).toEqual([]);
+      if (node) {
+        // The same outputs against onnxruntime-node, within the same tolerance.
+        const native = Object.entries(m.nodeOutputs || {});
+        expect(native.map(([output]) => output).sort()).toEqual(outputs.map(([output]) => output).sort());
+        const off = native.filter(([, o]) => o.missing || o.mismatches !== 0).map(([output, o]) => ({ output, ...o }));
+        expect(off).toEqual([]);
+      }
     });
   }
+
+  test('MatMulNBits runs on the CPU backend\'s quantized products: its three 4-bit weight matrices stay quantized', () => {
+    if (failure) throw new Error(failure);
+    // With WEBNN_CPU_PROFILE set, the backend says at build which graphs
+    // multiply by quantized weights; only the matmul-nbits model has any.
+    // (ORT may build its graph more than once; each build says the same.)
+    const lines = stderr.split('\n').filter((l) => /quantized weight matrices/.test(l));
+    expect(lines.length).toBeGreaterThan(0);
+    for (const line of lines) {
+      expect(line).toMatch(/multiplies by 3 quantized weight matrices \(\d+ bytes/);
+      // Two reads of a 64x64 matrix (packed once) and a 64x24 one: about
+      // their quantized size (4 bits, and a float32 scale and offset per
+      // 32 weights), far from the 28,672 bytes of the three in float32.
+      const bytes = Number(/\((\d+) bytes/.exec(line)[1]);
+      expect(bytes).toBeLessThan(((2 * 64 * 64 + 64 * 24) * 4) / 3);
+    }
+  });
 
   test('no WebNN call that ORT made threw or rejected, and no rejection went unhandled', () => {
     if (failure) throw new Error(failure);

@@ -297,9 +297,60 @@ function transformer() {
   };
 }
 
+/**
+ * 4-bit weights as onnxruntime's quantizers write them: `MatMulNBits`
+ * (com.microsoft, blocks of 32 along K), which ORT's WebNN execution
+ * provider lowers to `dequantizeLinear` of a constant uint4 tensor, a
+ * reshape and a transpose before a `matmul`, the pattern the CPU backend
+ * keeps quantized. One weight matrix with zero points (packed two to a
+ * byte) is read by a single-row input (a decoding step's product) and a
+ * batched one of ten rows (a prompt's); a second one without zero points
+ * (ONNX's default of 8) follows a Relu. `node: true`: the outputs are also
+ * compared with onnxruntime-node's.
+ */
+function matmulNBits() {
+  const rand = random(8);
+  const codes = (n) => Uint8Array.from({ length: n }, () => Math.floor(rand(0, 16)));
+  // N rows of K 4-bit codes, two to a byte, the lower index in the low half.
+  const blob = (N, K) => {
+    const q = codes(N * K);
+    return Uint8Array.from({ length: (N * K) / 2 }, (_, i) => q[2 * i] | (q[2 * i + 1] << 4));
+  };
+  const w = new OnnxWriter('matmul-nbits');
+  const nbits = (x, K, N, zeroPoints) => {
+    const blocks = K / 32;
+    const B = w.constant('uint8', [N, blocks, 16], blob(N, K));
+    const scales = w.constant('float32', [N * blocks], floats(rand, [N * blocks], 0.01, 0.05));
+    const inputs = [x, B, scales];
+    // One byte per column holds its blocks' zero points (2 blocks here).
+    if (zeroPoints) inputs.push(w.constant('uint8', [N], blob(N, 2)));
+    const attrs = { K: attr.int(K), N: attr.int(N), bits: attr.int(4), block_size: attr.int(32) };
+    return [inputs, attrs];
+  };
+  const x = w.input('x', 'float32', [1, 64]);
+  const xs = w.input('xs', 'float32', [2, 5, 64]);
+  const [first, attrs1] = nbits(x, 64, 64, true);
+  const h = w.node('MatMulNBits', first, attrs1, 1, 'com.microsoft');
+  w.node('MatMulNBits', [xs, ...first.slice(1)], attrs1, ['ys'], 'com.microsoft');
+  const [second, attrs2] = nbits(w.node('Relu', [h]), 64, 24, false);
+  w.node('MatMulNBits', second, attrs2, ['y'], 'com.microsoft');
+  w.output('y', 'float32', [1, 24]);
+  w.output('ys', 'float32', [2, 5, 64]);
+  return {
+    name: 'matmul-nbits',
+    bytes: w.encode(),
+    inputs: {
+      x: { type: 'float32', dims: [1, 64], data: floats(rand, [1, 64]) },
+      xs: { type: 'float32', dims: [2, 5, 64], data: floats(rand, [2, 5, 64]) },
+    },
+    node: true,
+    expect: { webnn: 4, cpu: 0, partitions: 1, cpuOps: {} },
+  };
+}
+
 /** Every model, in the order the test runs them. */
 function models() {
-  return [convChain(), partitioned(), lstm(), gru(), float16(), int64(), transformer()];
+  return [convChain(), partitioned(), lstm(), gru(), float16(), int64(), transformer(), matmulNBits()];
 }
 
 module.exports = { models };

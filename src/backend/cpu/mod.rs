@@ -1009,6 +1009,12 @@ impl Backend for CpuBackend {
             Some(g) => Arc::new(g),
             None => graph,
         };
+        // Products read float16 operands that the graph widens only for
+        // them (a float16 cache) as they are.
+        let graph = match fuse::widen_into_products(&graph) {
+            Some(g) => Arc::new(g),
+            None => graph,
+        };
         // The constants that a node reads (or an output names), converted.
         let mut read = vec![false; graph.operands.len()];
         for node in &graph.nodes {

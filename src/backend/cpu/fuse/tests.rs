@@ -307,3 +307,83 @@ fn casts_of_constants_are_computed_once() {
         .collect();
     assert_near(&got, &want, "cast folded");
 }
+
+#[test]
+fn products_read_float16_operands_that_only_they_widen() {
+    // matmul(a, cast(h, float32)) with h a float16 input: the cast is
+    // gone and the product reads h, with the bits of the graph as
+    // written, for few rows of A (the row-vector form) and many (the
+    // widened copy), batched and broadcast.
+    for (rows, batch_a, batch_b) in [(3, 3, 3), (12, 2, 1), (1, 1, 4)] {
+        let (k, n) = (40, 70);
+        let batch = batch_a.max(batch_b);
+        let mut b = GraphBuilder::new();
+        let a = b
+            .input("a", desc(DataType::Float32, &[batch_a, rows, k]))
+            .unwrap();
+        let h = b
+            .input("h", desc(DataType::Float16, &[batch_b, k, n]))
+            .unwrap();
+        let c = b
+            .call("cast", &[op(&b, h), Val::String("float32".into())])
+            .unwrap()[0];
+        let out = b.call("matmul", &[op(&b, a), op(&b, c)]).unwrap()[0];
+        let g = Arc::new(b.build(vec![("out".into(), out)]).unwrap());
+        let x = random(batch_a * rows * k, 5);
+        let hv: Vec<u16> = random(batch_b * k * n, 6)
+            .iter()
+            .map(|&v| f32_to_f16(v))
+            .collect();
+        let mut cpu = CpuBackend::new();
+        cpu.compile(1, g.clone()).unwrap();
+        assert_eq!(
+            cpu.graphs[&1].graph.nodes.len(),
+            1,
+            "only the matmul is left"
+        );
+        let inputs = || vec![Buf::F32(x.clone()), Buf::F16(hv.clone())];
+        let got = cpu.compute(1, &g, inputs()).unwrap()[0].to_f32_vec();
+        // The same product of float32 operands, in a graph of its own.
+        let mut b = GraphBuilder::new();
+        let a = b
+            .input("a", desc(DataType::Float32, &[batch_a, rows, k]))
+            .unwrap();
+        let w = b
+            .input("w", desc(DataType::Float32, &[batch_b, k, n]))
+            .unwrap();
+        let out = b.call("matmul", &[op(&b, a), op(&b, w)]).unwrap()[0];
+        let g2 = Arc::new(b.build(vec![("out".into(), out)]).unwrap());
+        cpu.compile(2, g2.clone()).unwrap();
+        let wide: Vec<f32> = hv.iter().map(|&v| crate::f16::f16_to_f32(v)).collect();
+        let want = cpu
+            .compute(2, &g2, vec![Buf::F32(x.clone()), Buf::F32(wide)])
+            .unwrap()[0]
+            .to_f32_vec();
+        assert_eq!(got.len(), batch * rows * n);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&got),
+            bits(&want),
+            "rows {rows}, batches {batch_a} x {batch_b}"
+        );
+    }
+}
+
+#[test]
+fn a_widened_operand_that_another_node_reads_stays() {
+    let mut b = GraphBuilder::new();
+    let a = b.input("a", desc(DataType::Float32, &[2, 3, 4])).unwrap();
+    let h = b.input("h", desc(DataType::Float16, &[2, 4, 5])).unwrap();
+    let c = b
+        .call("cast", &[op(&b, h), Val::String("float32".into())])
+        .unwrap()[0];
+    let p = b.call("matmul", &[op(&b, a), op(&b, c)]).unwrap()[0];
+    let g = Arc::new(b.build(vec![("p".into(), p), ("c".into(), c)]).unwrap());
+    let mut cpu = CpuBackend::new();
+    cpu.compile(1, g).unwrap();
+    assert_eq!(
+        cpu.graphs[&1].graph.nodes.len(),
+        2,
+        "the cast is an output too"
+    );
+}

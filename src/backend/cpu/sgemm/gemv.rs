@@ -42,6 +42,37 @@ pub(super) fn gemv(n: usize, k: usize, a: &[f32], b: Mat, c: &mut [f32], threads
     }
 }
 
+/// [`gemv`] of each of `m` rows of `a` ([m, k]) against a row-major float16
+/// `b` ([k, n] bit patterns): each row of `b` is widened once, a run of
+/// columns at a time, and added into every row of `c` (in order over k, a
+/// multiply then an add: the bits of `gemv` on `b` widened first).
+pub(super) fn gemv_rows_f16(m: usize, n: usize, k: usize, a: &[f32], b: &[u16], c: &mut [f32]) {
+    // Columns per pass: the widened run stays in registers and L1.
+    const RUN: usize = 256;
+    let mut run = [0f32; RUN];
+    let c = &mut c[..m * n];
+    c.fill(0.0);
+    for j0 in (0..n).step_by(RUN) {
+        let w = RUN.min(n - j0);
+        for p in 0..k {
+            crate::f16::widen(&b[p * n + j0..p * n + j0 + w], &mut run[..w]);
+            let run = &run[..w];
+            crate::backend::cpu::simd::with_simd(
+                #[inline(always)]
+                || {
+                    for (i, row) in c.chunks_exact_mut(n).enumerate() {
+                        let x = a[i * k + p];
+                        row[j0..j0 + w]
+                            .iter_mut()
+                            .zip(run)
+                            .for_each(|(y, &bv)| *y += x * bv);
+                    }
+                },
+            );
+        }
+    }
+}
+
 /// One row times a packed B panel: `acc[j] += a[p] * panel[p][j]` for
 /// each p in order, with the multiply-add of the micro-kernel that packed
 /// the panel (fused for the SIMD kernels).

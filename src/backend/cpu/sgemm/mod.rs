@@ -211,6 +211,43 @@ pub fn sgemm_t(
     Ok(())
 }
 
+/// `c = a * b` for row-major f32 `a` [m, k] and float16 `b` [k, n] (bit
+/// patterns), `c` [m, n] f32, overwritten: the bits of [`sgemm`] on `b`
+/// widened first (the widening is exact). A few rows (a decoding step's
+/// queries against a float16 cache block) read `b` as it is, each row of
+/// it widened once for all rows of `a`; more rows widen `b` into a
+/// buffer first (and run on the pool with `parallel`, as [`sgemm_t`]).
+pub fn sgemm_f16b(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[u16],
+    c: &mut [f32],
+    parallel: bool,
+) -> Result<()> {
+    if a.len() < m * k || b.len() < k * n {
+        return Err(Error::operation(
+            "sgemm: an operand is smaller than its shape",
+        ));
+    }
+    check_c(c, m, n)?;
+    if m <= GEMV_ROWS && n > 0 && k > 0 {
+        gemv_rows_f16(m, n, k, a, b, c);
+        return Ok(());
+    }
+    let mut wide = Vec::new();
+    wide.try_reserve_exact(k * n).map_err(|_| {
+        Error::operation(format!(
+            "cannot allocate {} bytes for a widened operand",
+            k * n * 4
+        ))
+    })?;
+    wide.resize(k * n, 0f32);
+    crate::f16::widen(&b[..k * n], &mut wide);
+    sgemm_t(m, n, k, a, false, &wide, false, c, parallel)
+}
+
 /// `c = a * b` for row-major `a` [m, k], `b` [k, n], `c` [m, n] (f32);
 /// see [`sgemm_t`].
 ///

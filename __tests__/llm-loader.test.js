@@ -97,15 +97,17 @@ describe('GGUF round trip', () => {
       nVocab: tinyVocab().tokens.length,
     });
     expect(m.tensors.size).toBe(spec.tensors.length);
-    let buffer;
     for (const s of spec.tensors) {
       const t = m.tensors.get(s.name);
       expect(t.type).toBe(s.type);
       expect(t.dims).toEqual(s.dims);
-      expect(Buffer.compare(Buffer.from(t.bytes.buffer, t.bytes.byteOffset, t.bytes.byteLength), Buffer.from(s.bytes))).toBe(0);
-      // Views of one buffer holding the file, not copies.
-      buffer ??= t.bytes.buffer;
-      expect(t.bytes.buffer).toBe(buffer);
+      expect(t.byteLength).toBe(s.bytes.length);
+      // Read from the file when asked, into a buffer of its own each time
+      // (the model keeps no copy of the weights).
+      const bytes = t.read();
+      expect(Buffer.compare(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), Buffer.from(s.bytes))).toBe(0);
+      expect(bytes.byteOffset).toBe(0);
+      expect(t.read().buffer).not.toBe(bytes.buffer);
     }
     expect(m.chatTemplate).toBe(spec.metadata['tokenizer.chat_template']);
     expect({ bosId: m.bosId, eosId: m.eosId, eogIds: m.eogIds }).toEqual({ bosId: 1, eosId: 2, eogIds: [0, 2] });
@@ -291,6 +293,18 @@ describe('GGUF errors', () => {
       await expectError(readGguf(file), /truncated GGUF file: tensor \S+ \(\w+ \[[\d,]+\]\) needs bytes/);
       await expectError(loadLlama(file), /truncated/);
     }
+  });
+
+  test('a file that changes or goes away after loading: reading a tensor is an Error that names it', async () => {
+    const buf = writeGguf(tinyLlama());
+    const file = writeFile(buf);
+    const m = await loadLlama(file);
+    const t = m.tensors.get('blk.1.ffn_down.weight');
+    expect(t.read().length).toBe(t.byteLength);
+    fs.writeFileSync(file, buf.subarray(0, buf.length - 64));
+    expect(() => t.read()).toThrow(/cannot read tensor blk\.1\.ffn_down\.weight: the file changed size since it was loaded/);
+    fs.unlinkSync(file);
+    expect(() => t.read()).toThrow(/cannot read tensor blk\.1\.ffn_down\.weight: .*ENOENT/);
   });
 
   test('a file truncated anywhere in the header is an Error, not a crash or a hang', async () => {
@@ -525,7 +539,7 @@ describeModel('SmolLM2-135M-Instruct', () => {
     expect({ bosId: model.bosId, eosId: model.eosId }).toEqual({ bosId: 1, eosId: 2 });
     expect(model.eogIds).toEqual([0, 2]);
     expect(model.tensors.get('blk.0.attn_q.weight')).toMatchObject({ type: 'Q4_1', dims: [576, 576] });
-    expect(model.tensors.get('blk.0.attn_q.weight').bytes.length).toBe(576 * 576 / 32 * 20);
+    expect(model.tensors.get('blk.0.attn_q.weight').byteLength).toBe(576 * 576 / 32 * 20);
     expect(model.tensors.get('token_embd.weight')).toMatchObject({ type: 'Q8_0', dims: [576, 49152] });
     expect(model.tensors.has('output.weight')).toBe(false);
   });

@@ -24,12 +24,14 @@ function tinyModel({ seed = 1, tied = true } = {}) {
   const rand = mulberry32(seed);
   const c = CONFIG;
   const tensors = new Map();
-  const q41 = (name, K, N) => tensors.set(name, { type: 'Q4_1', dims: [K, N], bytes: quant.encodeQ4_1(randn(rand, K * N, 1 / Math.sqrt(K))) });
+  // The loader's tensors read their bytes from the file; these hold them.
+  const set = (name, type, dims, bytes) => tensors.set(name, { type, dims, byteLength: bytes.length, read: () => bytes });
+  const q41 = (name, K, N) => set(name, 'Q4_1', [K, N], quant.encodeQ4_1(randn(rand, K * N, 1 / Math.sqrt(K))));
   const f32 = (name, n) => {
     const v = Float32Array.from(randn(rand, n, 0.1, 1)); // norm weights around 1
-    tensors.set(name, { type: 'F32', dims: [n], bytes: new Uint8Array(v.buffer) });
+    set(name, 'F32', [n], new Uint8Array(v.buffer));
   };
-  tensors.set('token_embd.weight', { type: 'Q8_0', dims: [c.nEmbd, c.nVocab], bytes: quant.encodeQ8_0(randn(rand, c.nEmbd * c.nVocab, 1)) });
+  set('token_embd.weight', 'Q8_0', [c.nEmbd, c.nVocab], quant.encodeQ8_0(randn(rand, c.nEmbd * c.nVocab, 1)));
   if (!tied) q41('output.weight', c.nEmbd, c.nVocab);
   f32('output_norm.weight', c.nEmbd);
   const qd = c.nHead * c.headDim;

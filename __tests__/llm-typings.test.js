@@ -59,7 +59,7 @@ void ((chat: ChatSession) => chat.generate([{ role: 'tool', content: '' }]));
 // @ts-expect-error the config's sizes are numbers
 void ((m: LlamaModel): string => m.config.nCtx);
 // @ts-expect-error a tensor's data is its bytes
-void ((m: LlamaModel): Float32Array | undefined => m.tensors.get('output_norm.weight')?.bytes);
+void ((m: LlamaModel): Float32Array | undefined => m.tensors.get('output_norm.weight')?.read());
 `;
 
 test('a TypeScript program using loadLlama and ChatSession type-checks with tsc --strict', () => {

@@ -228,12 +228,10 @@ impl Buf {
         self.len() == 0
     }
 
-    /// Reads `n` elements of type `dt` from the external byte layout
-    /// (little-endian, int4/uint4 packed low nibble first). `bytes` may be
-    /// unaligned.
-    pub fn from_bytes(dt: DataType, bytes: &[u8], n: usize) -> Result<Buf> {
-        // Checked: the copies below trust this bound, and a wrapped
-        // product would pass a short `bytes`.
+    /// Whether `bytes` hold `n` elements of `dt`: the one condition
+    /// [`Buf::from_bytes`] puts on them (every bit pattern is a value of
+    /// every type), checked without a copy.
+    pub fn check_bytes(dt: DataType, bytes: &[u8], n: usize) -> Result<()> {
         let need = n.checked_mul(dt.bits()).map(|bits| bits.div_ceil(8));
         if need.is_none_or(|need| bytes.len() < need) {
             return Err(Error::type_error(format!(
@@ -242,6 +240,16 @@ impl Buf {
                 dt.name()
             )));
         }
+        Ok(())
+    }
+
+    /// Reads `n` elements of type `dt` from the external byte layout
+    /// (little-endian, int4/uint4 packed low nibble first). `bytes` may be
+    /// unaligned.
+    pub fn from_bytes(dt: DataType, bytes: &[u8], n: usize) -> Result<Buf> {
+        // Checked: the copies below trust this bound, and a wrapped
+        // product would pass a short `bytes`.
+        Buf::check_bytes(dt, bytes, n)?;
         // The external layout is the in-memory one (little-endian, plain
         // old data), so one bulk copy fills the vector; the source may be
         // unaligned, which a byte copy does not mind.

@@ -2,16 +2,19 @@
 // GGUF files (the llama.cpp model format): the header is parsed by
 // @huggingface/gguf; this module adds the absolute position and size of each
 // tensor's data, checks them against the file, and builds a Llama model
-// description whose tensors are views of one Buffer holding the whole file.
+// description whose tensors read their bytes from the file when asked
+// (once each, when a runner creates its weights): the model holds no copy
+// of the weights, so they are in memory once, where the backend keeps them.
 
 const fs = require('fs');
 const { gguf, GGMLQuantizationType } = require('@huggingface/gguf');
 const { LlamaTokenizer } = require('./tokenizer');
 
 /**
- * A tensor of a model: its type, its GGUF dims (ne0 first) and its data as
- * the file holds it (a view, never dequantized).
- * @typedef {{ type: string, dims: number[], bytes: Uint8Array }} GgufTensor
+ * A tensor of a model: its type, its GGUF dims (ne0 first), its size, and
+ * `read()`, which reads its data as the file holds it (never dequantized)
+ * into a new buffer; it throws when the file is gone or has changed size.
+ * @typedef {{ type: string, dims: number[], byteLength: number, read: () => Uint8Array }} GgufTensor
  */
 /**
  * The hyperparameters of a Llama-family model.
@@ -264,6 +267,38 @@ function requireKey(path, metadata, key, kind) {
 const EOG_TEXTS = ['<|im_end|>', '<|endoftext|>', '<|eot_id|>', '<|eom_id|>', '<|end|>', '<end_of_turn>', '<EOT>'];
 
 /**
+ * A function that reads `length` bytes at `offset` of the file into a new
+ * buffer, after checking that the file still has the size it had when it
+ * was loaded; errors name the file and the tensor.
+ * @param {string} path
+ * @param {number} size
+ * @returns {(name: string, offset: number, length: number) => Uint8Array}
+ */
+function tensorReader(path, size) {
+  return (name, offset, length) => {
+    let fd;
+    try {
+      fd = fs.openSync(path, 'r');
+      const now = fs.fstatSync(fd).size;
+      if (now !== size) throw new Error(`the file changed size since it was loaded (${size} then ${now} bytes)`);
+      // A buffer of its own (never a slice of a shared pool), so the
+      // data starts aligned for any element type.
+      const out = Buffer.allocUnsafeSlow(length);
+      for (let at = 0; at < length;) {
+        const n = fs.readSync(fd, out, at, length - at, offset + at);
+        if (n === 0) throw new Error(`the file ended at byte ${offset + at}`);
+        at += n;
+      }
+      return out;
+    } catch (e) {
+      throw new Error(`${path}: cannot read tensor ${name}: ${/** @type {Error} */ (e).message}`, { cause: e });
+    } finally {
+      if (fd !== undefined) fs.closeSync(fd);
+    }
+  };
+}
+
+/**
  * Loads a Llama-architecture GGUF file: its config, its tensors (views of
  * the raw data, never dequantized), tokenizer and chat template.
  *
@@ -349,23 +384,19 @@ async function loadLlama(path) {
     }
   }
 
-  // One read of the whole file; tensors are views of it so that the weights
-  // exist once in memory.
-  let buf;
-  try {
-    buf = await fs.promises.readFile(path);
-  } catch (e) {
-    throw new Error(`${path}: cannot read the GGUF file: ${/** @type {Error} */ (e).message}`, { cause: e });
-  }
-  if (buf.length !== file.fileSize) {
-    throw new Error(`${path}: the file changed while it was being read (${file.fileSize} then ${buf.length} bytes)`);
-  }
+  // The tensors are read when a runner creates its weights, not now: a
+  // copy of the file held here would double the weights' memory for as
+  // long as the model lives (the backend keeps its own, in the same form).
+  const read = tensorReader(path, file.fileSize);
   const tensors = new Map();
   for (const t of file.tensors) {
+    // Every supported type has a known size (checked above).
+    const byteLength = /** @type {number} */ (t.byteLength);
     tensors.set(t.name, {
       type: t.type,
       dims: t.dims,
-      bytes: new Uint8Array(buf.buffer, buf.byteOffset + t.offset, t.byteLength),
+      byteLength,
+      read: () => read(t.name, t.offset, byteLength),
     });
   }
 

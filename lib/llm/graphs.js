@@ -95,18 +95,19 @@ async function prepareWeights(context, model) {
     const blocks = t.dims.length > 1 ? [N, K / 32] : [K / 32];
     /** @type {PreparedWeight} */
     const w = { type: t.type, N, K, shape };
+    // Read from the file now, and dropped once the backend has its copy.
+    const bytes = t.read();
     if (t.type === 'Q4_1') {
-      const r = repackQ4_1(t.bytes, N * K);
+      const r = repackQ4_1(bytes, N * K);
       w.q = await context.createConstantTensor({ dataType: 'uint4', shape }, r.q);
       w.scale = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.scale);
       w.min = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.min);
     } else if (t.type === 'Q8_0') {
-      const r = repackQ8_0(t.bytes, N * K);
+      const r = repackQ8_0(bytes, N * K);
       w.q = await context.createConstantTensor({ dataType: 'int8', shape }, r.q);
       w.scale = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.scale);
     } else if (t.type === 'F32' || t.type === 'F16') {
       const dataType = t.type === 'F32' ? 'float32' : 'float16';
-      const bytes = t.bytes.slice(); // an aligned copy of exactly the tensor's bytes
       w.data = await context.createConstantTensor({ dataType, shape }, bytes);
     } else {
       throw new TypeError(`${name}: tensor type ${t.type} is not supported`);

@@ -228,24 +228,25 @@ function repackQ8_0(bytes, n) {
 }
 
 /**
- * Decodes a tensor of the model interface ({type, dims, bytes}) to floats,
+ * Decodes a tensor of the model interface ({type, dims, read}) to floats,
  * whatever its type. For references and tests.
- * @param {{type: string, dims: number[], bytes: Uint8Array}} t
+ * @param {{type: string, dims: number[], read: () => Uint8Array}} t
  * @param {Float64ArrayConstructor|Float32ArrayConstructor} [Type=Float64Array]
  * @returns {Float64Array|Float32Array}
  */
 function decodeTensor(t, Type = Float64Array) {
   const n = t.dims.reduce((a, b) => a * b, 1);
+  const bytes = t.read();
   switch (t.type) {
-    case 'Q4_1': return decodeQ4_1(t.bytes, n, Type);
-    case 'Q8_0': return decodeQ8_0(t.bytes, n, Type);
+    case 'Q4_1': return decodeQ4_1(bytes, n, Type);
+    case 'Q8_0': return decodeQ8_0(bytes, n, Type);
     case 'F32': {
-      const src = new Float32Array(t.bytes.buffer.slice(t.bytes.byteOffset, t.bytes.byteOffset + 4 * n));
+      const src = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + 4 * n));
       return Type.from(src);
     }
     case 'F16': {
       const out = new Type(n);
-      for (let i = 0; i < n; i++) out[i] = f16ToF32(t.bytes[2 * i] | (t.bytes[2 * i + 1] << 8));
+      for (let i = 0; i < n; i++) out[i] = f16ToF32(bytes[2 * i] | (bytes[2 * i + 1] << 8));
       return out;
     }
     default: throw new TypeError(`tensor type ${t.type} is not supported`);

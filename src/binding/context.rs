@@ -556,8 +556,9 @@ impl MLContext {
                 .unwrap_or_default();
             self.shared.check_size(&d, "createConstantTensor")?;
             let bytes = check_source(e, data, &d, "createConstantTensor: data")?;
-            // The bytes must hold values of the type (checked here, once).
-            Buf::from_bytes(d.data_type, &bytes, d.element_count())?;
+            // The bytes must hold values of the type (checked here, once,
+            // without a copy: a model's weights are large).
+            Buf::check_bytes(d.data_type, &bytes, d.element_count())?;
             let constant = Some(Arc::new(bytes));
             let info = self.tensor_info(d, label, false, false, constant, false);
             let (req, p) = map_err(self.send_create(e, info, false))?;

@@ -10,7 +10,9 @@
 //!
 //! [`quantized_products`] finds each `matmul` (B of rank 2) and `gemm`
 //! whose B is such an expression of constants, packs the weights once
-//! into [`QMatrix`] blocks (`qgemm`), and takes B off the node's inputs;
+//! into [`QMatrix`] blocks (`qgemm`; `uint4` and `int8` codes are read
+//! from the constant's own bytes, so the weights are held once), and
+//! takes B off the node's inputs;
 //! the nodes that only computed B are then dead and dropped, so their
 //! constants are never widened either. The node runs as `qgemm::product`.
 //!
@@ -43,13 +45,13 @@ pub struct WeightCache {
 
 /// What a packed matrix was made from: the address of the quantized
 /// constant's bytes (alive, and so not reused, while any graph holding
-/// the matrix is) and the scales and offsets, compared in full.
+/// the matrix is) and its shape; the scales and offsets are compared
+/// with the matrix's own, in full.
+#[derive(PartialEq)]
 struct CacheKey {
     source: usize,
     n: usize,
     k: usize,
-    d: Vec<f32>,
-    m: Vec<f32>,
 }
 
 impl WeightCache {
@@ -58,15 +60,12 @@ impl WeightCache {
         self.entries.retain(|(_, w)| w.strong_count() > 0);
     }
 
-    fn find(&self, key: &CacheKey) -> Option<Arc<QMatrix>> {
-        self.entries.iter().find_map(|(k, w)| {
-            let same = k.source == key.source
-                && k.n == key.n
-                && k.k == key.k
-                && bits(&k.d).eq(bits(&key.d))
-                && bits(&k.m).eq(bits(&key.m));
-            same.then(|| w.upgrade()).flatten()
-        })
+    fn find(&self, key: &CacheKey, d: &[f32], m: &[f32]) -> Option<Arc<QMatrix>> {
+        self.entries
+            .iter()
+            .filter(|(k, _)| k == key)
+            .filter_map(|(_, w)| w.upgrade())
+            .find(|q| q.has_blocks(d, m))
     }
 }
 
@@ -134,10 +133,6 @@ impl PackedCache {
         self.entries.insert(key, Arc::downgrade(&p));
         Ok(p)
     }
-}
-
-fn bits(v: &[f32]) -> impl Iterator<Item = u32> + '_ {
-    v.iter().map(|x| x.to_bits())
 }
 
 /// Constants whose value a scale or offset may be computed from at
@@ -414,29 +409,27 @@ fn pack(
         source: Arc::as_ptr(bytes) as usize,
         n,
         k,
-        d,
-        m,
     };
-    if let Some(q) = cache.find(&key) {
+    if let Some(q) = cache.find(&key, &d, &m) {
         return Ok(Some(q));
     }
-    let codes = Buf::from_bytes(qd.data_type, bytes, qd.element_count())?;
-    let code = |i: usize| -> i32 {
-        let raw = match &codes {
-            Buf::I8(v) => v[i] as i32,
-            Buf::U8(v) => v[i] as i32,
-            _ => 0,
+    // `uint4` and `int8` codes are read where the constant holds them
+    // (its bytes are already the kernels' layout); the others are
+    // repacked, moved to 0..=15 or -128..=127.
+    let q = if shift == 0 {
+        Arc::new(QMatrix::share(n, k, wide, bytes.clone(), d, m)?)
+    } else {
+        let codes = Buf::from_bytes(qd.data_type, bytes, qd.element_count())?;
+        let code = |i: usize| -> i32 {
+            let raw = match &codes {
+                Buf::I8(v) => v[i] as i32,
+                Buf::U8(v) => v[i] as i32,
+                _ => 0,
+            };
+            raw + shift
         };
-        raw + shift
+        Arc::new(QMatrix::pack(n, k, wide, code, d, m)?)
     };
-    let q = Arc::new(QMatrix::pack(
-        n,
-        k,
-        wide,
-        code,
-        key.d.clone(),
-        key.m.clone(),
-    )?);
     cache.entries.push((key, Arc::downgrade(&q)));
     Ok(Some(q))
 }

@@ -1106,8 +1106,9 @@ impl Backend for CpuBackend {
             );
             if !cg.quantized.is_empty() {
                 let bytes: usize = cg.quantized.values().map(|q| q.bytes()).sum();
+                let shared = cg.quantized.values().filter(|q| q.shares_codes()).count();
                 eprintln!(
-                    "webnn-node cpu: graph {id} multiplies by {} quantized weight matrices ({bytes} bytes, shared with the context's other graphs)",
+                    "webnn-node cpu: graph {id} multiplies by {} quantized weight matrices ({bytes} bytes, shared with the context's other graphs; the codes of {shared} read from their constants' bytes)",
                     cg.quantized.len()
                 );
             }

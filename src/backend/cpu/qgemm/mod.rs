@@ -32,6 +32,8 @@ mod kernels;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 use crate::backend::cpu::sgemm::sgemm_t;
@@ -49,15 +51,52 @@ pub const SMALL_M: usize = 8;
 /// Weight rows per tile (per task) of the tiled product.
 const TILE_N: usize = 64;
 
-/// The codes of a [`QMatrix`].
+/// The bytes of a [`QMatrix`]'s codes: its own, or a constant's bytes
+/// held as they are (the weights then take memory once, not twice).
+#[derive(Debug)]
+pub enum CodeBytes {
+    Owned(Vec<u8>),
+    Shared(Arc<Vec<u8>>),
+}
+
+impl CodeBytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            CodeBytes::Owned(v) => v,
+            CodeBytes::Shared(v) => v,
+        }
+    }
+}
+
+/// The codes of a [`QMatrix`], row-major [N, K], in the layout of
+/// WebNN's tensors, so that a constant's bytes serve as they are.
 #[derive(Debug)]
 pub enum Codes {
-    /// 4-bit codes 0..=15, [`QK`] / 2 bytes per block: byte `j` holds
-    /// element `j` in its low half and element `j + 16` in its high half,
-    /// so that one mask and one shift give the block's two halves.
-    Nibbles(Vec<u8>),
-    /// 8-bit signed codes, one per weight.
-    Bytes(Vec<i8>),
+    /// 4-bit codes 0..=15, two per byte: byte `j` of a row holds element
+    /// `2j` in its low half and `2j + 1` in its high half (`uint4`). The
+    /// kernels take a block's low halves against one half of the
+    /// activations and its high halves against the other, so the small
+    /// product reads each activation row with its even and odd elements
+    /// parted per block ([`deinterleave`]).
+    Nibbles(CodeBytes),
+    /// 8-bit signed codes, one per weight (`int8`).
+    Bytes(CodeBytes),
+}
+
+impl Codes {
+    fn nibbles(&self) -> Option<&[u8]> {
+        match self {
+            Codes::Nibbles(c) => Some(c.as_slice()),
+            Codes::Bytes(_) => None,
+        }
+    }
+
+    fn bytes(&self) -> Option<&[i8]> {
+        match self {
+            Codes::Nibbles(_) => None,
+            Codes::Bytes(c) => Some(bytemuck::cast_slice(c.as_slice())),
+        }
+    }
 }
 
 /// A constant [N, K] weight matrix in quantized blocks (see the module
@@ -67,13 +106,14 @@ pub struct QMatrix {
     n: usize,
     k: usize,
     codes: Codes,
-    /// Per block, row by row (`n * k / QK` each).
+    /// Per block, row by row (`n * k / QK` each); `m` is empty when every
+    /// offset is zero.
     d: Vec<f32>,
     m: Vec<f32>,
     /// Whether any offset is non-zero: without offsets (a zero point of 0
     /// and nothing added, as in Q4_0/Q8_0 and in a graph that adds Q4_1's
-    /// minimum as a product of its own) the small product skips the
-    /// offsets' term, which is then 0 for every output.
+    /// minimum as a product of its own) the products skip the offsets'
+    /// term, which is then 0 for every output, and `m` is not kept.
     offsets: bool,
 }
 
@@ -105,24 +145,17 @@ impl QMatrix {
         d: Vec<f32>,
         m: Vec<f32>,
     ) -> Result<QMatrix> {
-        let blocks = n
-            .checked_mul(k / QK)
-            .ok_or_else(|| Error::operation("quantized weights: too many blocks"))?;
-        if !k.is_multiple_of(QK) || k == 0 || d.len() != blocks || m.len() != blocks {
-            return Err(Error::operation(
-                "quantized weights: the blocks do not match the shape",
-            ));
-        }
+        check_blocks(n, k, &d, &m)?;
         let bad = || Error::operation("quantized weights: a code is out of range");
         let codes = if wide {
-            let mut c = try_alloc(n * k, 0i8, "quantized weights")?;
+            let mut c = try_alloc(n * k, 0u8, "quantized weights")?;
             c.par_chunks_mut(k).enumerate().try_for_each(|(r, row)| {
                 for (j, o) in row.iter_mut().enumerate() {
-                    *o = i8::try_from(code(r * k + j)).map_err(|_| bad())?;
+                    *o = i8::try_from(code(r * k + j)).map_err(|_| bad())? as u8;
                 }
                 Ok::<_, Error>(())
             })?;
-            Codes::Bytes(c)
+            Codes::Bytes(CodeBytes::Owned(c))
         } else {
             let mut c = try_alloc(n * k / 2, 0u8, "quantized weights")?;
             c.par_chunks_mut(k / 2)
@@ -132,25 +165,67 @@ impl QMatrix {
                         v @ 0..=15 => Ok(v as u8),
                         _ => Err(bad()),
                     };
-                    for (b, block) in row.chunks_exact_mut(QK / 2).enumerate() {
-                        for (j, o) in block.iter_mut().enumerate() {
-                            let i = b * QK + j;
-                            *o = nib(i)? | nib(i + QK / 2)? << 4;
-                        }
+                    for (j, o) in row.iter_mut().enumerate() {
+                        *o = nib(2 * j)? | nib(2 * j + 1)? << 4;
                     }
                     Ok::<_, Error>(())
                 })?;
-            Codes::Nibbles(c)
+            Codes::Nibbles(CodeBytes::Owned(c))
         };
+        Ok(QMatrix::new(n, k, codes, d, m))
+    }
+
+    /// The matrix over a constant's bytes as they are: `uint4` codes
+    /// (`wide` false; any nibble is a code) or `int8` ones (`wide`),
+    /// row-major [n, k], held, not copied. Errors as [`QMatrix::pack`]
+    /// when the blocks do not match or the bytes are too few.
+    pub fn share(
+        n: usize,
+        k: usize,
+        wide: bool,
+        bytes: Arc<Vec<u8>>,
+        d: Vec<f32>,
+        m: Vec<f32>,
+    ) -> Result<QMatrix> {
+        check_blocks(n, k, &d, &m)?;
+        let need = if wide { n * k } else { n * k / 2 };
+        if bytes.len() < need {
+            return Err(Error::operation(
+                "quantized weights: the codes do not match the shape",
+            ));
+        }
+        let codes = CodeBytes::Shared(bytes);
+        let codes = match wide {
+            true => Codes::Bytes(codes),
+            false => Codes::Nibbles(codes),
+        };
+        Ok(QMatrix::new(n, k, codes, d, m))
+    }
+
+    fn new(n: usize, k: usize, codes: Codes, d: Vec<f32>, mut m: Vec<f32>) -> QMatrix {
         let offsets = m.iter().any(|&x| x != 0.0);
-        Ok(QMatrix {
+        if !offsets {
+            m = Vec::new();
+        }
+        QMatrix {
             n,
             k,
             codes,
             d,
             m,
             offsets,
-        })
+        }
+    }
+
+    /// Whether this matrix has these scales and offsets (bit for bit; an
+    /// offset of zero where it keeps none).
+    pub fn has_blocks(&self, d: &[f32], m: &[f32]) -> bool {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let same_m = match self.offsets {
+            true => bits(&self.m) == bits(m),
+            false => m.iter().all(|&x| x.to_bits() == 0),
+        };
+        same_m && bits(&self.d) == bits(d)
     }
 
     /// Output columns (weight rows).
@@ -163,13 +238,31 @@ impl QMatrix {
         self.k
     }
 
-    /// Bytes held (codes, scales and offsets).
+    /// Bytes held (codes, scales and offsets), the codes counted whether
+    /// they are the matrix's own or a constant's.
     pub fn bytes(&self) -> usize {
         let codes = match &self.codes {
-            Codes::Nibbles(c) => c.len(),
-            Codes::Bytes(c) => c.len(),
+            Codes::Nibbles(_) => self.n * self.k / 2,
+            Codes::Bytes(_) => self.n * self.k,
         };
         codes + (self.d.len() + self.m.len()) * 4
+    }
+
+    /// Whether the codes are a constant's bytes, held as they are.
+    pub fn shares_codes(&self) -> bool {
+        matches!(
+            self.codes,
+            Codes::Nibbles(CodeBytes::Shared(_)) | Codes::Bytes(CodeBytes::Shared(_))
+        )
+    }
+
+    /// Block `b`'s offset (0 where none is kept).
+    #[inline]
+    fn offset(&self, b: usize) -> f32 {
+        match self.offsets {
+            true => self.m[b],
+            false => 0.0,
+        }
     }
 
     /// Weight rows `rows` in float32 into `out` (`rows.len() * k`).
@@ -177,23 +270,45 @@ impl QMatrix {
         let nb = self.k / QK;
         for (r, o) in rows.zip(out.chunks_exact_mut(self.k)) {
             for (b, ob) in o.chunks_exact_mut(QK).enumerate() {
-                let (d, m) = (self.d[r * nb + b], self.m[r * nb + b]);
+                let (d, m) = (self.d[r * nb + b], self.offset(r * nb + b));
                 let at = (r * nb + b) * QK;
-                match &self.codes {
-                    Codes::Nibbles(c) => {
-                        let c = &c[at / 2..at / 2 + QK / 2];
-                        for j in 0..QK / 2 {
-                            ob[j] = (c[j] & 15) as f32 * d + m;
-                            ob[j + QK / 2] = (c[j] >> 4) as f32 * d + m;
-                        }
+                if let Some(c) = self.codes.nibbles() {
+                    let c = &c[at / 2..at / 2 + QK / 2];
+                    for (j, &byte) in c.iter().enumerate() {
+                        ob[2 * j] = (byte & 15) as f32 * d + m;
+                        ob[2 * j + 1] = (byte >> 4) as f32 * d + m;
                     }
-                    Codes::Bytes(c) => {
-                        for (x, &q) in ob.iter_mut().zip(&c[at..at + QK]) {
-                            *x = q as f32 * d + m;
-                        }
+                } else if let Some(c) = self.codes.bytes() {
+                    for (x, &q) in ob.iter_mut().zip(&c[at..at + QK]) {
+                        *x = q as f32 * d + m;
                     }
                 }
             }
+        }
+    }
+}
+
+/// The scales and offsets of `n` rows of `k` weights: one per block.
+fn check_blocks(n: usize, k: usize, d: &[f32], m: &[f32]) -> Result<()> {
+    let blocks = n
+        .checked_mul(k / QK)
+        .ok_or_else(|| Error::operation("quantized weights: too many blocks"))?;
+    if !k.is_multiple_of(QK) || k == 0 || d.len() != blocks || m.len() != blocks {
+        return Err(Error::operation(
+            "quantized weights: the blocks do not match the shape",
+        ));
+    }
+    Ok(())
+}
+
+/// Each block of `QK` activations with its even elements first and its
+/// odd ones after, as the 4-bit kernels read them against `uint4` bytes
+/// (see [`Codes::Nibbles`]).
+fn deinterleave(a: &[f32], out: &mut [f32]) {
+    for (o, x) in out.chunks_exact_mut(QK).zip(a.chunks_exact(QK)) {
+        for j in 0..QK / 2 {
+            o[j] = x[2 * j];
+            o[j + QK / 2] = x[2 * j + 1];
         }
     }
 }
@@ -226,6 +341,17 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
     for (s, blk) in sums.iter_mut().zip(a.chunks_exact(QK)) {
         *s = blk.iter().sum();
     }
+    // The 4-bit kernels read each block's even and odd activations apart.
+    let parted;
+    let a = match w.codes {
+        Codes::Nibbles(_) => {
+            let mut p = try_alloc(a.len(), 0f32, "activations")?;
+            deinterleave(a, &mut p);
+            parted = p;
+            &parted[..]
+        }
+        Codes::Bytes(_) => a,
+    };
     let kernel = kernels::best();
     // About 64k weights per task: enough to pay for the fork, small
     // enough that two threads share a 576-row matrix.
@@ -238,16 +364,19 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
             let r1 = (r0 + per_task).min(n);
             let mut out = vec![0f32; rows * (r1 - r0)];
             for r in r0..r1 {
-                let (d, m) = (&w.d[r * nb..(r + 1) * nb], &w.m[r * nb..(r + 1) * nb]);
+                let d = &w.d[r * nb..(r + 1) * nb];
                 for i in 0..rows {
                     let ai = &a[i * k..(i + 1) * k];
-                    let si = &sums[i * nb..(i + 1) * nb];
-                    let dot = match &w.codes {
-                        Codes::Nibbles(cd) => kernel.q4(&cd[r * k / 2..(r + 1) * k / 2], d, ai),
-                        Codes::Bytes(cd) => kernel.q8(&cd[r * k..(r + 1) * k], d, ai),
+                    let dot = match (w.codes.nibbles(), w.codes.bytes()) {
+                        (Some(cd), _) => kernel.q4(&cd[r * k / 2..(r + 1) * k / 2], d, ai),
+                        (_, Some(cd)) => kernel.q8(&cd[r * k..(r + 1) * k], d, ai),
+                        _ => 0.0,
                     };
                     out[i * (r1 - r0) + (r - r0)] = match w.offsets {
-                        true => dot + dot8(m, si),
+                        true => {
+                            let si = &sums[i * nb..(i + 1) * nb];
+                            dot + dot8(&w.m[r * nb..(r + 1) * nb], si)
+                        }
                         false => dot,
                     };
                 }

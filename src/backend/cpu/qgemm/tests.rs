@@ -89,15 +89,16 @@ fn every_kernel_matches_the_portable_one() {
         for kernel in available() {
             for r in 0..n {
                 let dr = &d[r * k / QK..(r + 1) * k / QK];
-                let (want, got) = match &q.codes {
-                    Codes::Nibbles(c) => {
+                let (want, got) = match (q.codes.nibbles(), q.codes.bytes()) {
+                    (Some(c), _) => {
                         let c = &c[r * k / 2..(r + 1) * k / 2];
                         (PORTABLE.q4(c, dr, &a), kernel.q4(c, dr, &a))
                     }
-                    Codes::Bytes(c) => {
+                    (_, Some(c)) => {
                         let c = &c[r * k..(r + 1) * k];
                         (PORTABLE.q8(c, dr, &a), kernel.q8(c, dr, &a))
                     }
+                    _ => unreachable!("a matrix has 4- or 8-bit codes"),
                 };
                 let tol = 1e-5 * want.abs().max(1.0);
                 assert!(
@@ -141,4 +142,73 @@ fn bad_shapes_and_codes_are_errors() {
     let mut c = vec![0.0; 2];
     assert!(product(1, &[0.0; 31], &q, &mut c).is_err());
     assert!(product(1, &[0.0; 32], &q, &mut c[..1]).is_err());
+}
+
+/// `uint4`/`int8` bytes of the codes as a WebNN constant holds them.
+fn constant_bytes(codes: &[i32], wide: bool) -> Vec<u8> {
+    match wide {
+        true => codes.iter().map(|&c| c as i8 as u8).collect(),
+        false => codes
+            .chunks_exact(2)
+            .map(|p| (p[0] as u8) | (p[1] as u8) << 4)
+            .collect(),
+    }
+}
+
+#[test]
+fn shared_constant_bytes_give_the_packed_products() {
+    for wide in [false, true] {
+        for rows in [1, 5, 19] {
+            let (n, k) = (40, 128);
+            let (codes, d, m) = matrix(n, k, wide, 30 + rows as u64);
+            let bytes = Arc::new(constant_bytes(&codes, wide));
+            let shared = QMatrix::share(n, k, wide, bytes.clone(), d.clone(), m.clone()).unwrap();
+            assert!(shared.shares_codes());
+            let packed = QMatrix::pack(n, k, wide, |i| codes[i], d.clone(), m.clone()).unwrap();
+            assert!(!packed.shares_codes());
+            // The packed codes are the constant's bytes themselves.
+            let own = match (packed.codes.nibbles(), packed.codes.bytes()) {
+                (Some(c), _) => c.to_vec(),
+                (_, Some(c)) => c.iter().map(|&x| x as u8).collect(),
+                _ => unreachable!("a matrix has 4- or 8-bit codes"),
+            };
+            assert_eq!(own, *bytes);
+            let a = random(rows * k, 200 + rows as u64);
+            let (mut c1, mut c2) = (vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]);
+            product(rows, &a, &shared, &mut c1).unwrap();
+            product(rows, &a, &packed, &mut c2).unwrap();
+            assert_eq!(c1, c2, "wide {wide} rows {rows}");
+            let want = naive(rows, &a, &codes, &d, &m, n, k);
+            let mag = magnitudes(rows, &a, &codes, &d, &m, n, k);
+            assert_close(
+                &c1,
+                &want,
+                &mag,
+                &format!("shared, wide {wide} rows {rows}"),
+            );
+        }
+    }
+    // Too few bytes for the shape.
+    let d = vec![1.0; 2];
+    assert!(QMatrix::share(2, 32, false, Arc::new(vec![0; 31]), d.clone(), d.clone()).is_err());
+    assert!(QMatrix::share(2, 32, true, Arc::new(vec![0; 63]), d.clone(), d).is_err());
+}
+
+#[test]
+fn zero_offsets_are_not_kept() {
+    let (n, k) = (4, 64);
+    let d = vec![0.5; n * k / QK];
+    let q = QMatrix::pack(
+        n,
+        k,
+        false,
+        |i| (i % 16) as i32,
+        d.clone(),
+        vec![0.0; n * k / QK],
+    )
+    .unwrap();
+    assert_eq!(q.bytes(), n * k / 2 + d.len() * 4);
+    assert!(q.has_blocks(&d, &vec![0.0; d.len()]));
+    assert!(!q.has_blocks(&d, &vec![1.0; d.len()]));
+    assert!(!q.has_blocks(&vec![0.25; d.len()], &vec![0.0; d.len()]));
 }

@@ -30,6 +30,7 @@ use super::qgemm::{QMatrix, QK};
 use super::sgemm::PackedB;
 use crate::error::{Error, Result};
 use crate::graph::ops::elementwise::BinaryKind;
+use crate::graph::ops::gather::GatherOp;
 use crate::graph::ops::quantize::QuantizeOp;
 use crate::graph::ops::shape::TransposeParams;
 use crate::graph::{Graph, Op, OperandId, Source};
@@ -481,12 +482,18 @@ pub(super) fn fold_constant_casts(
     Ok(folded.then(|| prune(g)))
 }
 
-/// The graph with each `matmul` whose B is a cast of a float16 operand to
-/// float32 (and which is that cast's only reader) reading the float16
-/// operand itself; `None` when there is none. The product widens it as
-/// it goes (`sgemm::sgemm_f16b`), with the same bits, so the cast's
-/// float32 copy is never made: a language model's float16 cache blocks
-/// are read in half the bytes, with no pass over them before the product.
+/// The graph with each `matmul` or `gemm` whose B is a cast of a float16
+/// operand to float32 (and which is that cast's only reader) reading the
+/// float16 operand itself; `None` when there is none. The product widens
+/// it as it goes (`sgemm::sgemm_f16b`, or `gemm`'s own widening), with the
+/// same bits, so the cast's float32 copy is never made: a language
+/// model's float16 cache blocks are read in half the bytes, with no pass
+/// over them before the product. A float16 constant read so is packed
+/// from its float16 form at build (`prepack`), so the graph holds no
+/// float32 copy of it beside the packed one: this runs before
+/// [`fold_constant_casts`], which would otherwise make one (Q4_1's
+/// minimums, which a language model's graphs multiply in a product of
+/// their own, took 13 MB three times over: folded, converted, packed).
 pub(super) fn widen_into_products(graph: &Graph) -> Option<Graph> {
     let mut readers = vec![0usize; graph.operands.len()];
     for node in &graph.nodes {
@@ -500,7 +507,7 @@ pub(super) fn widen_into_products(graph: &Graph) -> Option<Graph> {
     let mut g = graph.clone();
     let mut changed = false;
     for node in g.nodes.iter_mut() {
-        let (Op::Matmul, Some(&b)) = (&node.op, node.inputs.get(1)) else {
+        let (Op::Matmul | Op::Gemm(_), Some(&b)) = (&node.op, node.inputs.get(1)) else {
             continue;
         };
         let Source::Node { node: c, .. } = graph.sources[b] else {
@@ -525,6 +532,43 @@ pub(super) fn widen_into_products(graph: &Graph) -> Option<Graph> {
         }
     }
     changed.then(|| prune(g))
+}
+
+/// Constants of at least this many bytes that a `gather` reads are read
+/// where they lie ([`gathers_from_constants`]); smaller ones are
+/// converted as every constant is, which costs little.
+const TABLE_MIN_BYTES: usize = 1 << 20;
+
+/// Large constants that gathers read in place, by the gather's output
+/// operand: the constant's bytes and descriptor.
+pub(super) type Tables = HashMap<OperandId, (Arc<Vec<u8>>, OperandDescriptor)>;
+
+/// The graph with each `gather` of a large constant (a language model's
+/// token embedding: 28 MB of int8 for SmolLM2) reading the constant's
+/// bytes where they lie (`gather::gather_table`), with the table taken
+/// off the node's inputs so that it is never converted to an element
+/// buffer, which would hold the table twice for the few rows a step
+/// reads; `None` when there is none. 4-bit tables are left as they are
+/// (their elements are not whole bytes).
+pub(super) fn gathers_from_constants(graph: &Graph) -> Option<(Graph, Tables)> {
+    let mut g = graph.clone();
+    let mut tables = HashMap::new();
+    for node in g.nodes.iter_mut() {
+        let (Op::Gather(GatherOp::Gather { .. }), [x, _], [o]) =
+            (&node.op, &node.inputs[..], &node.outputs[..])
+        else {
+            continue;
+        };
+        let (Source::Constant(bytes), d) = (&graph.sources[*x], &graph.operands[*x]) else {
+            continue;
+        };
+        let whole = d.data_type.bits().is_multiple_of(8);
+        if whole && bytes.len() >= TABLE_MIN_BYTES {
+            tables.insert(*o, (bytes.clone(), d.clone()));
+            node.inputs.remove(0);
+        }
+    }
+    (!tables.is_empty()).then_some((g, tables))
 }
 
 /// Packed weights by the output operand of the product that reads them.

@@ -86,6 +86,45 @@ pub fn run(
     Ok(vec![res])
 }
 
+/// `gather` of rows of a large constant read where the constant's bytes
+/// lie (`fuse::gathers_from_constants`): the table is never converted to
+/// an element buffer, only the gathered rows are. `table` describes
+/// `bytes`; its type takes a whole number of bytes per element (not
+/// int4/uint4, which the rewrite leaves alone). The same indices, the
+/// same clamping ([`resolve`]) and the same result as [`run`].
+pub fn gather_table(
+    bytes: &[u8],
+    table: &OperandDescriptor,
+    axis: usize,
+    ids: &Buf,
+    di: &OperandDescriptor,
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    check_len(ids, di)?;
+    let size = table.data_type.bits() / 8;
+    let count = table.element_count();
+    if !table.data_type.bits().is_multiple_of(8) || bytes.len() != count.saturating_mul(size) {
+        return Err(Error::operation(
+            "gather: the table does not match its type",
+        ));
+    }
+    let idx = indices(ids)?;
+    let (outer, n, inner) = split_at_axis(&table.shape, axis).ok_or_else(|| bad_shape("gather"))?;
+    if outer * idx.len() * inner != out.element_count() || out.data_type != table.data_type {
+        return Err(bad_shape("gather"));
+    }
+    let run = inner * size;
+    let mut res: Vec<u8> = try_vec(out.element_count() * size, "the output of gather")?;
+    for o in 0..outer {
+        for &i in &idx {
+            let r = resolve(i, n).ok_or_else(|| bad_shape("gather"))?;
+            let start = (o * n + r) * run;
+            res.extend_from_slice(&bytes[start..start + run]);
+        }
+    }
+    Buf::from_bytes(out.data_type, &res, out.element_count())
+}
+
 fn check_len(b: &Buf, d: &OperandDescriptor) -> Result<()> {
     if b.len() != d.element_count() {
         return Err(Error::operation(format!(

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use super::{Backend, GraphId, TensorId};
 use crate::error::{Error, Result};
 use crate::graph::ops::elementwise::{ClampParams, SoftmaxParams};
+use crate::graph::ops::gather::GatherOp;
 use crate::graph::ops::shape::{CastParams, ConcatParams, SliceParams, TransposeParams};
 use crate::graph::{Graph, Op, Source};
 use crate::tensor::Buf;
@@ -62,6 +63,11 @@ struct CompiledGraph {
     /// quantized (see `fuse`), by the node's output operand; such a node
     /// has B taken off its inputs.
     quantized: HashMap<usize, Arc<qgemm::QMatrix>>,
+    /// Gather nodes that read a large constant where it lies (see
+    /// `fuse::gathers_from_constants`), by the node's output operand: the
+    /// constant's bytes and descriptor; such a node has the table taken off
+    /// its inputs.
+    tables: fuse::Tables,
     /// Constant filters of conv2d nodes that run as products, packed once
     /// per group for the sgemm micro-kernel, by node index.
     conv_packed: HashMap<usize, Vec<sgemm::PackedA>>,
@@ -793,12 +799,19 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                 .collect();
             let blocked = plan.and_then(|pl| pl.conv(n));
             let quantized = node.outputs.first().and_then(|o| cg.quantized.get(o));
+            let table = node.outputs.first().and_then(|o| cg.tables.get(o));
             match (&node.op, cg.conv_packed.get(&n), blocked) {
                 (Op::Matmul | Op::Gemm(_), _, _) if quantized.is_some() => {
                     let Some(w) = quantized else {
                         unreachable!("checked by the guard")
                     };
                     matmul::quantized(&node.op, w, &ins, &in_descs, &out_descs[0]).map(|b| vec![b])
+                }
+                (Op::Gather(GatherOp::Gather { axis }), _, _) if table.is_some() => {
+                    let (Some((bytes, d)), [ids], [di]) = (table, &ins[..], &in_descs[..]) else {
+                        return Err(Error::operation("gather: missing operands"));
+                    };
+                    gather::gather_table(bytes, d, *axis, ids, di, &out_descs[0]).map(|b| vec![b])
                 }
                 (_, _, Some(_)) if chain.is_some() => {
                     let (Some(pl), Some(ch)) = (plan, chain) else {
@@ -1002,18 +1015,23 @@ impl Backend for CpuBackend {
             Some((g, q)) => (Arc::new(g), q),
             None => (graph, HashMap::new()),
         };
+        // Products read float16 operands that the graph widens only for
+        // them (a float16 cache, a float16 constant) as they are.
+        let graph = match fuse::widen_into_products(&graph) {
+            Some(g) => Arc::new(g),
+            None => graph,
+        };
         // Casts and reshapes of the constants left are computed once, here
         // (after the products took theirs, so that no cast that only fed
-        // quantized weights is kept).
+        // quantized weights or a product is kept).
         let graph = match fuse::fold_constant_casts(&graph, &mut self.constants)? {
             Some(g) => Arc::new(g),
             None => graph,
         };
-        // Products read float16 operands that the graph widens only for
-        // them (a float16 cache) as they are.
-        let graph = match fuse::widen_into_products(&graph) {
-            Some(g) => Arc::new(g),
-            None => graph,
+        // Gathers read large constants (embedding tables) where they lie.
+        let (graph, tables) = match fuse::gathers_from_constants(&graph) {
+            Some((g, t)) => (Arc::new(g), t),
+            None => (graph, HashMap::new()),
         };
         // The constants that a node reads (or an output names), converted.
         let mut read = vec![false; graph.operands.len()];
@@ -1092,6 +1110,7 @@ impl Backend for CpuBackend {
             last_use,
             packed,
             quantized,
+            tables,
             conv_packed,
             nchwc,
             hot: elements >= HOT_ELEMENTS || macs >= HOT_MACS,
@@ -1119,6 +1138,8 @@ impl Backend for CpuBackend {
         if let Some(have) = memory::physical_memory() {
             memory::check(&cg, &plan, have, "the memory this process can have")?;
         }
+        // The recycling pool may keep as much idle as this graph can reuse.
+        crate::tensor::pool::keep_room_for(plan.peak);
         self.graphs.insert(id, cg);
         Ok(())
     }

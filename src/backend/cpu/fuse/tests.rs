@@ -387,3 +387,93 @@ fn a_widened_operand_that_another_node_reads_stays() {
         "the cast is an output too"
     );
 }
+
+/// gemm(a, cast(h), bTranspose) with h a float16 constant: the cast is
+/// gone, B is packed from h (no float32 copy of it is kept), and the
+/// result has the bits of the cast folded first, for one row and many.
+#[test]
+fn a_float16_constant_b_is_packed_from_itself() {
+    for m in [1, 40] {
+        let (k, n) = (18, 70);
+        let w: Vec<f64> = random(n * k, 11).iter().map(|&v| v as f64).collect();
+        let build = |widen: bool| {
+            let mut b = GraphBuilder::new();
+            let a = b.input("a", desc(DataType::Float32, &[m, k])).unwrap();
+            let bt = if widen {
+                let h = constant(&mut b, DataType::Float16, &[n, k], &w);
+                b.call("cast", &[op(&b, h), Val::String("float32".into())])
+                    .unwrap()[0]
+            } else {
+                let wh: Vec<f64> = w.iter().map(|&v| f32_to_f16_round(v, true)).collect();
+                constant(&mut b, DataType::Float32, &[n, k], &wh)
+            };
+            let opts = dict(&[("bTranspose", Val::Bool(true))]);
+            let out = b.call("gemm", &[op(&b, a), op(&b, bt), opts]).unwrap()[0];
+            Arc::new(b.build(vec![("out".into(), out)]).unwrap())
+        };
+        let x = random(m * k, 12);
+        let mut cpu = CpuBackend::new();
+        let (g1, g2) = (build(true), build(false));
+        cpu.compile(1, g1.clone()).unwrap();
+        cpu.compile(2, g2.clone()).unwrap();
+        let cg = &cpu.graphs[&1];
+        assert_eq!(cg.graph.nodes.len(), 1, "only the gemm is left");
+        assert_eq!(cg.packed.len(), 1, "its B is packed");
+        let b_id = cg.graph.nodes[0].inputs[1];
+        assert_eq!(cg.graph.operands[b_id].data_type, DataType::Float16);
+        let got = cpu.compute(1, &g1, vec![Buf::F32(x.clone())]).unwrap()[0].to_f32_vec();
+        let want = cpu.compute(2, &g2, vec![Buf::F32(x.clone())]).unwrap()[0].to_f32_vec();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "rows {m}");
+    }
+}
+
+/// gather(table, ids) with a large int8 or float16 constant table: the
+/// table is read where it lies (never converted, so not held twice), and
+/// the rows are those of the gather as written, out-of-range and negative
+/// indices clamped and wrapped alike; along axis 0 and axis 1.
+#[test]
+fn gathers_read_large_constant_tables_in_place() {
+    for (dt, axis) in [
+        (DataType::Int8, 0),
+        (DataType::Float16, 1),
+        (DataType::Int8, 1),
+    ] {
+        let (v, k) = (8200, 160);
+        let values: Vec<f64> = (0..v * k)
+            .map(|i| ((i * 7919) % 255) as f64 - 127.0)
+            .collect();
+        let ids = [3i32, -1, 8199, 70000, -9000, 0];
+        let build = |big: bool| {
+            let mut b = GraphBuilder::new();
+            let x = b.input("ids", desc(DataType::Int32, &[ids.len()])).unwrap();
+            // The same table as a constant, or as an input (run as written).
+            let t = match big {
+                true => constant(&mut b, dt, &[v, k], &values),
+                false => b.input("t", desc(dt, &[v, k])).unwrap(),
+            };
+            let opts = dict(&[("axis", Val::Number(axis as f64))]);
+            let out = b.call("gather", &[op(&b, t), op(&b, x), opts]).unwrap()[0];
+            Arc::new(b.build(vec![("out".into(), out)]).unwrap())
+        };
+        let mut cpu = CpuBackend::new();
+        let (g1, g2) = (build(true), build(false));
+        cpu.compile(1, g1.clone()).unwrap();
+        cpu.compile(2, g2.clone()).unwrap();
+        let cg = &cpu.graphs[&1];
+        assert_eq!(
+            cg.tables.len(),
+            1,
+            "{dt:?} axis {axis}: the table is read in place"
+        );
+        assert!(cg.constants.is_empty(), "and never converted");
+        let idv = Buf::I32(ids.to_vec());
+        let table = match &g1.sources[g1.nodes[0].inputs[0]] {
+            crate::graph::Source::Constant(bytes) => Buf::from_bytes(dt, bytes, v * k).unwrap(),
+            _ => unreachable!("the first graph's table is a constant"),
+        };
+        let got = cpu.compute(1, &g1, vec![idv.clone()]).unwrap();
+        let want = cpu.compute(2, &g2, vec![idv, table]).unwrap();
+        assert_eq!(got, want, "{dt:?} axis {axis}");
+    }
+}

@@ -13,6 +13,10 @@ use super::QK;
 #[path = "neon.rs"]
 mod neon;
 
+/// The integer form of a block dot product: codes, their scales per
+/// block, int8 activations and theirs.
+type IntDot<C> = fn(&[C], &[f32], &[i8], &[f32]) -> f32;
+
 /// One instruction set's kernels.
 pub struct Kernel {
     pub name: &'static str,
@@ -20,6 +24,11 @@ pub struct Kernel {
     q4: fn(&[u8], &[f32], &[f32]) -> f32,
     /// 8-bit codes, `k` bytes.
     q8: fn(&[i8], &[f32], &[f32]) -> f32,
+    /// The same with int8 activations (each block `da[b] * qa`): integer
+    /// dot products per block, scaled once, where the instruction set
+    /// multiplies bytes (`None`: the float forms serve).
+    q4i: Option<IntDot<u8>>,
+    q8i: Option<IntDot<i8>>,
 }
 
 impl Kernel {
@@ -39,6 +48,39 @@ impl Kernel {
         assert!(a.len().is_multiple_of(QK) && codes.len() == a.len() && d.len() * QK == a.len());
         (self.q8)(codes, d, a)
     }
+
+    /// Whether this instruction set takes int8 activations
+    /// ([`Kernel::q4i`], [`Kernel::q8i`]).
+    pub fn integer(&self) -> bool {
+        self.q4i.is_some() && self.q8i.is_some()
+    }
+
+    /// As [`Kernel::q4`] with the activations as int8 codes `qa` and a
+    /// scale `da` per block: `sum over b of d[b] * da[b] * sum_j qa * code`,
+    /// the inner sums exact in integers. The portable form where the
+    /// instruction set has none.
+    #[inline]
+    pub fn q4i(&self, codes: &[u8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
+        assert!(
+            qa.len().is_multiple_of(QK)
+                && codes.len() * 2 == qa.len()
+                && d.len() * QK == qa.len()
+                && da.len() == d.len()
+        );
+        self.q4i.unwrap_or(q4i_portable)(codes, d, qa, da)
+    }
+
+    /// As [`Kernel::q4i`] for 8-bit codes.
+    #[inline]
+    pub fn q8i(&self, codes: &[i8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
+        assert!(
+            qa.len().is_multiple_of(QK)
+                && codes.len() == qa.len()
+                && d.len() * QK == qa.len()
+                && da.len() == d.len()
+        );
+        self.q8i.unwrap_or(q8i_portable)(codes, d, qa, da)
+    }
 }
 
 /// The portable kernels: eight partial sums per block, which the
@@ -49,7 +91,44 @@ pub static PORTABLE: Kernel = Kernel {
     name: "portable",
     q4: q4_portable,
     q8: q8_portable,
+    // Without byte multiplies the integer form gains nothing; the
+    // portable one below is the reference the others are tested against.
+    q4i: None,
+    q8i: None,
 };
+
+/// The integer reference: exact block sums, then one scale per block.
+pub fn q4i_portable(codes: &[u8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
+    let mut total = 0f32;
+    for (((c, &db), a), &dab) in codes
+        .chunks_exact(QK / 2)
+        .zip(d)
+        .zip(qa.chunks_exact(QK))
+        .zip(da)
+    {
+        let mut s = 0i32;
+        for j in 0..QK / 2 {
+            s += a[j] as i32 * (c[j] & 15) as i32 + a[j + QK / 2] as i32 * (c[j] >> 4) as i32;
+        }
+        total += db * dab * s as f32;
+    }
+    total
+}
+
+/// As [`q4i_portable`] for 8-bit codes.
+pub fn q8i_portable(codes: &[i8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
+    let mut total = 0f32;
+    for (((c, &db), a), &dab) in codes
+        .chunks_exact(QK)
+        .zip(d)
+        .zip(qa.chunks_exact(QK))
+        .zip(da)
+    {
+        let s: i32 = c.iter().zip(a).map(|(&x, &y)| x as i32 * y as i32).sum();
+        total += db * dab * s as f32;
+    }
+    total
+}
 
 fn q4_portable(codes: &[u8], d: &[f32], a: &[f32]) -> f32 {
     let mut total = 0f32;
@@ -142,7 +221,82 @@ mod avx2 {
             // SAFETY: as above, for `Kernel::q8`.
             unsafe { q8(c, d, a) }
         },
+        q4i: Some(Q4I),
+        q8i: Some(Q8I),
     };
+
+    /// The integer forms, which the AVX-512 kernel takes too (every CPU
+    /// with AVX-512F has AVX2 and FMA).
+    pub const Q4I: super::IntDot<u8> = |c, d, qa, da| {
+        // SAFETY: handed out only with a kernel whose `usable()` saw AVX2
+        // and FMA (this one's, or the AVX-512 one's, which checks them
+        // too); the lengths were checked by `Kernel::q4i`.
+        unsafe { q4i(c, d, qa, da) }
+    };
+    pub const Q8I: super::IntDot<i8> = |c, d, qa, da| {
+        // SAFETY: as above, for `Kernel::q8i`.
+        unsafe { q8i(c, d, qa, da) }
+    };
+
+    /// # Safety
+    /// AVX2 and FMA must be present; `codes.len() * 2 == qa.len()`,
+    /// `d.len() * QK == qa.len()`, `da.len() == d.len()`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn q4i(codes: &[u8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
+        let low = _mm_set1_epi8(0x0f);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc0 = _mm256_setzero_ps();
+        let mut acc1 = _mm256_setzero_ps();
+        let (cp, ap) = (codes.as_ptr(), qa.as_ptr());
+        for (b, (&db, &dab)) in d.iter().zip(da).enumerate() {
+            // In bounds: block b's 16 code bytes and 32 activations lie
+            // inside the slices whose lengths the caller checked.
+            let raw = _mm_loadu_si128(cp.add(b * QK / 2) as *const __m128i);
+            // The low halves against the first 16 activations, the high
+            // halves against the last 16 (the caller's order).
+            let lo = _mm_and_si128(raw, low);
+            let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+            let w = _mm256_set_m128i(hi, lo);
+            let x = _mm256_loadu_si256(ap.add(b * QK) as *const __m256i);
+            // Codes 0..=15 times int8: pairs sum within i16 (2 * 15 * 128).
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
+            let s = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(db * dab));
+            if b % 2 == 0 {
+                acc0 = _mm256_add_ps(acc0, s);
+            } else {
+                acc1 = _mm256_add_ps(acc1, s);
+            }
+        }
+        hsum(_mm256_add_ps(acc0, acc1))
+    }
+
+    /// # Safety
+    /// AVX2 and FMA must be present; `codes.len() == qa.len()`,
+    /// `d.len() * QK == qa.len()`, `da.len() == d.len()`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn q8i(codes: &[i8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc0 = _mm256_setzero_ps();
+        let mut acc1 = _mm256_setzero_ps();
+        let (cp, ap) = (codes.as_ptr(), qa.as_ptr());
+        for (b, (&db, &dab)) in d.iter().zip(da).enumerate() {
+            // In bounds: block b's 32 codes and 32 activations lie inside
+            // the slices whose lengths the caller checked.
+            let w = _mm256_loadu_si256(cp.add(b * QK) as *const __m256i);
+            let x = _mm256_loadu_si256(ap.add(b * QK) as *const __m256i);
+            // The byte multiply takes one unsigned operand: |w| against x
+            // with w's sign (128 * 127 * 2 still fits i16).
+            let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+            let p = _mm256_madd_epi16(p, ones);
+            let s = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(db * dab));
+            if b % 2 == 0 {
+                acc0 = _mm256_add_ps(acc0, s);
+            } else {
+                acc1 = _mm256_add_ps(acc1, s);
+            }
+        }
+        hsum(_mm256_add_ps(acc0, acc1))
+    }
 
     /// The eight lanes of `v` added.
     #[inline(always)]
@@ -240,8 +394,10 @@ mod avx512 {
     use super::{Kernel, QK};
     use std::arch::x86_64::*;
 
+    /// AVX-512F, and the AVX2 and FMA that its integer forms use (every
+    /// CPU with the first has the others; checked all the same).
     pub fn usable() -> bool {
-        is_x86_feature_detected!("avx512f")
+        is_x86_feature_detected!("avx512f") && super::avx2::usable()
     }
 
     pub static KERNEL: Kernel = Kernel {
@@ -256,6 +412,10 @@ mod avx512 {
             // SAFETY: as above, for `Kernel::q8`.
             unsafe { q8(c, d, a) }
         },
+        // The AVX2 integer forms (see `avx2::Q4I`): 256-bit byte
+        // multiplies, present wherever AVX-512F is.
+        q4i: Some(super::avx2::Q4I),
+        q8i: Some(super::avx2::Q8I),
     };
 
     /// # Safety

@@ -17,7 +17,13 @@
 //! - a few rows of activations (decoding: M = 1 to [`SMALL_M`]) take the
 //!   dot products straight from the codes, one block at a time, as
 //!   `d * sum(a * code) + m * sum(a)` (the sums of `a` per block computed
-//!   once per row, for every output column);
+//!   once per row, for every output column). Where the activations are
+//!   int8 codes times a scale per block, exactly (a graph that rounds
+//!   them as llama.cpp does makes them so; [`exact_int8`] checks every
+//!   value), `sum(a * code)` is taken as `da * sum(qa * code)` in integers
+//!   with byte multiplies (AVX2's `maddubs`): the same value, exact inner
+//!   sums, a third of the instructions per block and a quarter of the
+//!   activation bytes; other activations take the float forms;
 //! - more rows (a prompt) dequantize a tile of [`TILE_N`] weight rows at a
 //!   time into float32 and run the float32 GEMM kernel on it, each thread
 //!   its own tiles: the dequantization is then 1/M of the work.
@@ -25,8 +31,9 @@
 //! Numerics: against the unfused graph (dequantize, then a float32
 //! product), the weights differ by the one rounding of the folded offset
 //! (none when the zero point is 0 or no offset is added) and the sums are
-//! taken in another order; both are within the rounding a float32 product
-//! of length K already has.
+//! taken in another order (the integer form's block sums are exact, then
+//! scaled by `d * da` rounded once); all within the rounding a float32
+//! product of length K already has.
 
 mod kernels;
 #[cfg(test)]
@@ -99,6 +106,61 @@ impl Codes {
     }
 }
 
+/// The scales of a [`QMatrix`]: float16 when every one is a float16
+/// value (a GGUF file's and a graph's that casts float16 scales), which
+/// halves the bytes a product reads besides the codes; else float32.
+#[derive(Debug)]
+enum Scales {
+    F16(Vec<u16>),
+    F32(Vec<f32>),
+}
+
+impl Scales {
+    fn new(d: Vec<f32>) -> Scales {
+        let half = |x: f32| crate::f16::f32_to_f16(x);
+        let exact = d
+            .iter()
+            .all(|&x| crate::f16::f16_to_f32(half(x)).to_bits() == x.to_bits());
+        match exact {
+            true => Scales::F16(d.iter().map(|&x| half(x)).collect()),
+            false => Scales::F32(d),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Scales::F16(v) => v.len(),
+            Scales::F32(v) => v.len(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Scales::F16(v) => v.len() * 2,
+            Scales::F32(v) => v.len() * 4,
+        }
+    }
+
+    fn get(&self, i: usize) -> f32 {
+        match self {
+            Scales::F16(v) => crate::f16::f16_to_f32(v[i]),
+            Scales::F32(v) => v[i],
+        }
+    }
+
+    /// Scales `at` as float32: borrowed, or widened into `room`.
+    fn row<'a>(&'a self, at: std::ops::Range<usize>, room: &'a mut [f32]) -> &'a [f32] {
+        match self {
+            Scales::F32(v) => &v[at],
+            Scales::F16(v) => {
+                let out = &mut room[..at.len()];
+                crate::f16::widen(&v[at], out);
+                out
+            }
+        }
+    }
+}
+
 /// A constant [N, K] weight matrix in quantized blocks (see the module
 /// comment); the product reads it as B transposed (`x · wᵀ`).
 #[derive(Debug)]
@@ -108,7 +170,7 @@ pub struct QMatrix {
     codes: Codes,
     /// Per block, row by row (`n * k / QK` each); `m` is empty when every
     /// offset is zero.
-    d: Vec<f32>,
+    d: Scales,
     m: Vec<f32>,
     /// Whether any offset is non-zero: without offsets (a zero point of 0
     /// and nothing added, as in Q4_0/Q8_0 and in a graph that adds Q4_1's
@@ -211,7 +273,7 @@ impl QMatrix {
             n,
             k,
             codes,
-            d,
+            d: Scales::new(d),
             m,
             offsets,
         }
@@ -225,7 +287,11 @@ impl QMatrix {
             true => bits(&self.m) == bits(m),
             false => m.iter().all(|&x| x.to_bits() == 0),
         };
-        same_m && bits(&self.d) == bits(d)
+        let same_d = self.d.len() == d.len()
+            && d.iter()
+                .enumerate()
+                .all(|(i, x)| self.d.get(i).to_bits() == x.to_bits());
+        same_m && same_d
     }
 
     /// Output columns (weight rows).
@@ -245,7 +311,7 @@ impl QMatrix {
             Codes::Nibbles(_) => self.n * self.k / 2,
             Codes::Bytes(_) => self.n * self.k,
         };
-        codes + (self.d.len() + self.m.len()) * 4
+        codes + self.d.bytes() + self.m.len() * 4
     }
 
     /// Whether the codes are a constant's bytes, held as they are.
@@ -270,7 +336,7 @@ impl QMatrix {
         let nb = self.k / QK;
         for (r, o) in rows.zip(out.chunks_exact_mut(self.k)) {
             for (b, ob) in o.chunks_exact_mut(QK).enumerate() {
-                let (d, m) = (self.d[r * nb + b], self.offset(r * nb + b));
+                let (d, m) = (self.d.get(r * nb + b), self.offset(r * nb + b));
                 let at = (r * nb + b) * QK;
                 if let Some(c) = self.codes.nibbles() {
                     let c = &c[at / 2..at / 2 + QK / 2];
@@ -353,6 +419,13 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
         Codes::Bytes(_) => a,
     };
     let kernel = kernels::best();
+    // Activations that are int8 codes times a scale per block (as a graph
+    // that rounds them as llama.cpp does makes them) take the integer
+    // products: the same value, the sums exact.
+    let int8 = match kernel.integer() {
+        true => exact_int8(a)?,
+        false => None,
+    };
     // About 64k weights per task: enough to pay for the fork, small
     // enough that two threads share a 576-row matrix.
     let per_task = (65536 / k).clamp(16, 1024);
@@ -363,13 +436,29 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
             let r0 = t * per_task;
             let r1 = (r0 + per_task).min(n);
             let mut out = vec![0f32; rows * (r1 - r0)];
+            // The task's scales, widened here once when they are float16
+            // (nb values against each row's k codes).
+            let mut room = try_alloc((r1 - r0) * nb, 0f32, "a task's scales")?;
+            let task_d = w.d.row(r0 * nb..r1 * nb, &mut room);
             for r in r0..r1 {
-                let d = &w.d[r * nb..(r + 1) * nb];
+                let d = &task_d[(r - r0) * nb..(r - r0 + 1) * nb];
                 for i in 0..rows {
                     let ai = &a[i * k..(i + 1) * k];
-                    let dot = match (w.codes.nibbles(), w.codes.bytes()) {
-                        (Some(cd), _) => kernel.q4(&cd[r * k / 2..(r + 1) * k / 2], d, ai),
-                        (_, Some(cd)) => kernel.q8(&cd[r * k..(r + 1) * k], d, ai),
+                    let dot = match (&int8, w.codes.nibbles(), w.codes.bytes()) {
+                        (Some((qa, da)), Some(cd), _) => kernel.q4i(
+                            &cd[r * k / 2..(r + 1) * k / 2],
+                            d,
+                            &qa[i * k..(i + 1) * k],
+                            &da[i * nb..(i + 1) * nb],
+                        ),
+                        (Some((qa, da)), _, Some(cd)) => kernel.q8i(
+                            &cd[r * k..(r + 1) * k],
+                            d,
+                            &qa[i * k..(i + 1) * k],
+                            &da[i * nb..(i + 1) * nb],
+                        ),
+                        (None, Some(cd), _) => kernel.q4(&cd[r * k / 2..(r + 1) * k / 2], d, ai),
+                        (None, _, Some(cd)) => kernel.q8(&cd[r * k..(r + 1) * k], d, ai),
                         _ => 0.0,
                     };
                     out[i * (r1 - r0) + (r - r0)] = match w.offsets {
@@ -381,9 +470,9 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
                     };
                 }
             }
-            out
+            Ok(out)
         })
-        .collect();
+        .collect::<Result<_>>()?;
     for (t, part) in parts.iter().enumerate() {
         let r0 = t * per_task;
         let width = part.len() / rows;
@@ -392,6 +481,49 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `a` as int8 codes and a scale per block of [`QK`], when every value
+/// is exactly its code times its block's scale (`scale = max|x| / 127`,
+/// codes rounded): then a product over the codes is the product over `a`,
+/// in exact integer sums. `None` as soon as a block is not (ordinary
+/// float activations), and the float kernels serve. A graph that rounds
+/// its activations per block as llama.cpp does (`quantizeLinear` then
+/// `dequantizeLinear`, its scale in float16) gives such values: the
+/// largest of a block is 127 times the scale, so dividing by max/127
+/// recovers the codes exactly.
+fn exact_int8(a: &[f32]) -> Result<Option<(Vec<i8>, Vec<f32>)>> {
+    let mut qa = try_alloc(a.len(), 0i8, "int8 activations")?;
+    let mut da = try_alloc(a.len() / QK, 0f32, "int8 activations' scales")?;
+    for ((blk, q), d) in a
+        .chunks_exact(QK)
+        .zip(qa.chunks_exact_mut(QK))
+        .zip(da.iter_mut())
+    {
+        let amax = blk.iter().fold(0f32, |m, x| m.max(x.abs()));
+        if amax == 0.0 {
+            // Codes and scale 0, if every value is a zero (NaN is not,
+            // and `max` passed over it).
+            if blk.iter().any(|&x| x != 0.0) {
+                return Ok(None);
+            }
+            continue;
+        }
+        if !amax.is_finite() {
+            return Ok(None);
+        }
+        let scale = amax / 127.0;
+        let inv = 127.0 / amax;
+        for (o, &x) in q.iter_mut().zip(blk) {
+            let c = (x * inv).round();
+            if c.abs() > 127.0 || c * scale != x {
+                return Ok(None);
+            }
+            *o = c as i8;
+        }
+        *d = scale;
+    }
+    Ok(Some((qa, da)))
 }
 
 /// `sum(x[i] * y[i])` in eight interleaved partial sums, which the

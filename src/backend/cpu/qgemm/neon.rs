@@ -43,6 +43,10 @@ pub static KERNEL: Kernel = Kernel {
         // SAFETY: as above, for `q8` and `Kernel::q8`.
         unsafe { q8(c, d, a) }
     },
+    // No integer form yet (its byte dot product, `sdot`, is an extension
+    // to detect): the float forms serve.
+    q4i: None,
+    q8i: None,
 };
 
 /// 16 unsigned bytes as four vectors of 4 floats, in order.

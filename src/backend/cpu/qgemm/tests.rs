@@ -1,4 +1,4 @@
-use super::kernels::{available, PORTABLE};
+use super::kernels::{self, available, PORTABLE};
 use super::*;
 use crate::backend::testing::random;
 
@@ -138,7 +138,7 @@ fn bad_shapes_and_codes_are_errors() {
     assert!(QMatrix::pack(2, 32, true, |_| 128, d.clone(), d.clone()).is_err());
     assert!(QMatrix::pack(2, 32, false, |_| 0, vec![1.0], d.clone()).is_err());
     let q = QMatrix::pack(2, 32, false, |i| (i % 16) as i32, d.clone(), d).unwrap();
-    assert_eq!(q.bytes(), 32 + 16);
+    assert_eq!(q.bytes(), 32 + 2 * 2 + 2 * 4);
     let mut c = vec![0.0; 2];
     assert!(product(1, &[0.0; 31], &q, &mut c).is_err());
     assert!(product(1, &[0.0; 32], &q, &mut c[..1]).is_err());
@@ -207,8 +207,149 @@ fn zero_offsets_are_not_kept() {
         vec![0.0; n * k / QK],
     )
     .unwrap();
-    assert_eq!(q.bytes(), n * k / 2 + d.len() * 4);
+    // Float16 scales (0.5 is one) are kept in 2 bytes, others in 4.
+    assert_eq!(q.bytes(), n * k / 2 + d.len() * 2);
+    let d1 = vec![0.1; n * k / QK];
+    let q1 = QMatrix::pack(
+        n,
+        k,
+        false,
+        |i| (i % 16) as i32,
+        d1.clone(),
+        vec![0.0; d1.len()],
+    )
+    .unwrap();
+    assert_eq!(q1.bytes(), n * k / 2 + d1.len() * 4);
+    assert!(q1.has_blocks(&d1, &vec![0.0; d1.len()]));
     assert!(q.has_blocks(&d, &vec![0.0; d.len()]));
     assert!(!q.has_blocks(&d, &vec![1.0; d.len()]));
     assert!(!q.has_blocks(&vec![0.25; d.len()], &vec![0.0; d.len()]));
+}
+
+/// Activations that are int8 codes times a float16 scale per block, as a
+/// graph with llama.cpp's rounding makes them.
+fn int8_rows(rows: usize, k: usize, seed: u64) -> Vec<f32> {
+    let r = random(rows * k, seed);
+    let mut a = vec![0f32; rows * k];
+    for (blk, out) in r.chunks_exact(QK).zip(a.chunks_exact_mut(QK)) {
+        let amax = blk.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let d = amax / 127.0;
+        let d16 = crate::f16::f16_to_f32(crate::f16::f32_to_f16(d));
+        for (o, &x) in out.iter_mut().zip(blk) {
+            *o = (x / d).round() * d16;
+        }
+    }
+    a
+}
+
+#[test]
+fn int8_activations_are_recognised_only_when_exact() {
+    let a = int8_rows(3, 96, 40);
+    let (qa, da) = exact_int8(&a).unwrap().expect("exact int8 rows");
+    for (i, &x) in a.iter().enumerate() {
+        assert_eq!(qa[i] as f32 * da[i / QK], x);
+    }
+    // A zero block; ordinary floats; a NaN in an otherwise zero block.
+    let mut z = a.clone();
+    z[32..64].fill(0.0);
+    assert!(exact_int8(&z).unwrap().is_some());
+    assert!(exact_int8(&random(96, 41)).unwrap().is_none());
+    z[40] = f32::NAN;
+    assert!(exact_int8(&z).unwrap().is_none());
+    let mut inf = a.clone();
+    inf[5] = f32::INFINITY;
+    assert!(exact_int8(&inf).unwrap().is_none());
+}
+
+#[test]
+fn integer_kernels_match_the_integer_reference_and_the_float_forms() {
+    for wide in [false, true] {
+        let (n, k) = (5, 256);
+        let (codes, d, _) = matrix(n, k, wide, 50);
+        let q = QMatrix::pack(n, k, wide, |i| codes[i], d.clone(), vec![0.0; n * k / QK]).unwrap();
+        let a = int8_rows(1, k, 51);
+        let (qa, da) = exact_int8(&a).unwrap().unwrap();
+        for kernel in available() {
+            for r in 0..n {
+                let dr = &d[r * k / QK..(r + 1) * k / QK];
+                let (reference, got, float) = match (q.codes.nibbles(), q.codes.bytes()) {
+                    (Some(c), _) => {
+                        let c = &c[r * k / 2..(r + 1) * k / 2];
+                        (
+                            kernels::q4i_portable(c, dr, &qa, &da),
+                            kernel.q4i(c, dr, &qa, &da),
+                            PORTABLE.q4(c, dr, &a),
+                        )
+                    }
+                    (_, Some(c)) => {
+                        let c = &c[r * k..(r + 1) * k];
+                        (
+                            kernels::q8i_portable(c, dr, &qa, &da),
+                            kernel.q8i(c, dr, &qa, &da),
+                            PORTABLE.q8(c, dr, &a),
+                        )
+                    }
+                    _ => unreachable!("a matrix has 4- or 8-bit codes"),
+                };
+                for (what, v) in [("kernel", got), ("float form", float)] {
+                    let tol = 1e-5 * reference.abs().max(1.0);
+                    assert!(
+                        (v - reference).abs() <= tol,
+                        "{} wide {wide} {what}: {v} against {reference}",
+                        kernel.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn products_over_int8_activations_match_the_definition() {
+    for wide in [false, true] {
+        for rows in [1, 4] {
+            let (n, k) = (70, 128);
+            let (codes, d, m) = matrix(n, k, wide, 60 + rows as u64);
+            let q = QMatrix::pack(n, k, wide, |i| codes[i], d.clone(), m.clone()).unwrap();
+            let a = int8_rows(rows, k, 61);
+            let mut c = vec![f32::NAN; rows * n];
+            product(rows, &a, &q, &mut c).unwrap();
+            let want = naive(rows, &a, &codes, &d, &m, n, k);
+            let mag = magnitudes(rows, &a, &codes, &d, &m, n, k);
+            assert_close(
+                &c,
+                &want,
+                &mag,
+                &format!("int8 rows, wide {wide} rows {rows}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn float16_scales_are_kept_as_such_and_give_the_definition() {
+    for wide in [false, true] {
+        for rows in [1, 3, 19] {
+            let (n, k) = (33, 96);
+            let (codes, d, m) = matrix(n, k, wide, 70 + rows as u64);
+            let d16: Vec<f32> = d
+                .iter()
+                .map(|&x| crate::f16::f16_to_f32(crate::f16::f32_to_f16(x)))
+                .collect();
+            let q = QMatrix::pack(n, k, wide, |i| codes[i], d16.clone(), m.clone()).unwrap();
+            assert!(matches!(q.d, Scales::F16(_)));
+            assert!(q.has_blocks(&d16, &m) && !q.has_blocks(&d, &m));
+            let a = random(rows * k, 71);
+            let mut c = vec![f32::NAN; rows * n];
+            product(rows, &a, &q, &mut c).unwrap();
+            let want = naive(rows, &a, &codes, &d16, &m, n, k);
+            let mag = magnitudes(rows, &a, &codes, &d16, &m, n, k);
+            assert_close(
+                &c,
+                &want,
+                &mag,
+                &format!("float16 scales, wide {wide} rows {rows}"),
+            );
+        }
+    }
 }

@@ -98,6 +98,8 @@ pub static PORTABLE: Kernel = Kernel {
 };
 
 /// The integer reference: exact block sums, then one scale per block.
+/// Unlike the float forms, the integer ones take the activations in
+/// their own order (byte `j` holds elements `2j` and `2j + 1`).
 pub fn q4i_portable(codes: &[u8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
     let mut total = 0f32;
     for (((c, &db), a), &dab) in codes
@@ -108,7 +110,7 @@ pub fn q4i_portable(codes: &[u8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
     {
         let mut s = 0i32;
         for j in 0..QK / 2 {
-            s += a[j] as i32 * (c[j] & 15) as i32 + a[j + QK / 2] as i32 * (c[j] >> 4) as i32;
+            s += a[2 * j] as i32 * (c[j] & 15) as i32 + a[2 * j + 1] as i32 * (c[j] >> 4) as i32;
         }
         total += db * dab * s as f32;
     }
@@ -241,43 +243,44 @@ mod avx2 {
     /// # Safety
     /// AVX2 and FMA must be present; `codes.len() * 2 == qa.len()`,
     /// `d.len() * QK == qa.len()`, `da.len() == d.len()`.
+    ///
+    /// Lane for lane, the same sums in the same order as llama.cpp's AVX2
+    /// dot product of its 4-bit and 8-bit blocks: each lane holds four
+    /// consecutive elements' integer sum, scaled by `d * da` into one
+    /// accumulator by a fused multiply-add, block after block.
     #[target_feature(enable = "avx2,fma")]
     unsafe fn q4i(codes: &[u8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
         let low = _mm_set1_epi8(0x0f);
         let ones = _mm256_set1_epi16(1);
-        let mut acc0 = _mm256_setzero_ps();
-        let mut acc1 = _mm256_setzero_ps();
+        let mut acc = _mm256_setzero_ps();
         let (cp, ap) = (codes.as_ptr(), qa.as_ptr());
         for (b, (&db, &dab)) in d.iter().zip(da).enumerate() {
             // In bounds: block b's 16 code bytes and 32 activations lie
             // inside the slices whose lengths the caller checked.
             let raw = _mm_loadu_si128(cp.add(b * QK / 2) as *const __m128i);
-            // The low halves against the first 16 activations, the high
-            // halves against the last 16 (the caller's order).
+            // Even elements in the low halves, odd ones in the high:
+            // interleaved back into element order.
             let lo = _mm_and_si128(raw, low);
             let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-            let w = _mm256_set_m128i(hi, lo);
+            let w = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
             let x = _mm256_loadu_si256(ap.add(b * QK) as *const __m256i);
             // Codes 0..=15 times int8: pairs sum within i16 (2 * 15 * 128).
             let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
-            let s = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(db * dab));
-            if b % 2 == 0 {
-                acc0 = _mm256_add_ps(acc0, s);
-            } else {
-                acc1 = _mm256_add_ps(acc1, s);
-            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(db * dab), _mm256_cvtepi32_ps(p), acc);
         }
-        hsum(_mm256_add_ps(acc0, acc1))
+        hsum(acc)
     }
 
     /// # Safety
     /// AVX2 and FMA must be present; `codes.len() == qa.len()`,
     /// `d.len() * QK == qa.len()`, `da.len() == d.len()`.
+    ///
+    /// The same order as llama.cpp's AVX2 product of two 8-bit blocks
+    /// (see `q4i`).
     #[target_feature(enable = "avx2,fma")]
     unsafe fn q8i(codes: &[i8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
         let ones = _mm256_set1_epi16(1);
-        let mut acc0 = _mm256_setzero_ps();
-        let mut acc1 = _mm256_setzero_ps();
+        let mut acc = _mm256_setzero_ps();
         let (cp, ap) = (codes.as_ptr(), qa.as_ptr());
         for (b, (&db, &dab)) in d.iter().zip(da).enumerate() {
             // In bounds: block b's 32 codes and 32 activations lie inside
@@ -288,14 +291,9 @@ mod avx2 {
             // with w's sign (128 * 127 * 2 still fits i16).
             let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
             let p = _mm256_madd_epi16(p, ones);
-            let s = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(db * dab));
-            if b % 2 == 0 {
-                acc0 = _mm256_add_ps(acc0, s);
-            } else {
-                acc1 = _mm256_add_ps(acc1, s);
-            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(db * dab), _mm256_cvtepi32_ps(p), acc);
         }
-        hsum(_mm256_add_ps(acc0, acc1))
+        hsum(acc)
     }
 
     /// The eight lanes of `v` added.

@@ -368,8 +368,9 @@ fn check_blocks(n: usize, k: usize, d: &[f32], m: &[f32]) -> Result<()> {
 }
 
 /// Each block of `QK` activations with its even elements first and its
-/// odd ones after, as the 4-bit kernels read them against `uint4` bytes
-/// (see [`Codes::Nibbles`]).
+/// odd ones after, as the 4-bit float kernels read them against `uint4`
+/// bytes (see [`Codes::Nibbles`]; the integer ones put the codes back in
+/// element order instead).
 fn deinterleave(a: &[f32], out: &mut [f32]) {
     for (o, x) in out.chunks_exact_mut(QK).zip(a.chunks_exact(QK)) {
         for j in 0..QK / 2 {
@@ -407,17 +408,6 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
     for (s, blk) in sums.iter_mut().zip(a.chunks_exact(QK)) {
         *s = blk.iter().sum();
     }
-    // The 4-bit kernels read each block's even and odd activations apart.
-    let parted;
-    let a = match w.codes {
-        Codes::Nibbles(_) => {
-            let mut p = try_alloc(a.len(), 0f32, "activations")?;
-            deinterleave(a, &mut p);
-            parted = p;
-            &parted[..]
-        }
-        Codes::Bytes(_) => a,
-    };
     let kernel = kernels::best();
     // Activations that are int8 codes times a scale per block (as a graph
     // that rounds them as llama.cpp does makes them) take the integer
@@ -425,6 +415,18 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
     let int8 = match kernel.integer() {
         true => exact_int8(a)?,
         false => None,
+    };
+    // The 4-bit float kernels read each block's even and odd activations
+    // apart.
+    let parted;
+    let a = match (&w.codes, &int8) {
+        (Codes::Nibbles(_), None) => {
+            let mut p = try_alloc(a.len(), 0f32, "activations")?;
+            deinterleave(a, &mut p);
+            parted = p;
+            &parted[..]
+        }
+        _ => a,
     };
     // About 64k weights per task: enough to pay for the fork, small
     // enough that two threads share a 576-row matrix.

@@ -275,10 +275,14 @@ fn integer_kernels_match_the_integer_reference_and_the_float_forms() {
                 let (reference, got, float) = match (q.codes.nibbles(), q.codes.bytes()) {
                     (Some(c), _) => {
                         let c = &c[r * k / 2..(r + 1) * k / 2];
+                        // The float forms take each block's even and odd
+                        // activations apart, the integer ones in order.
+                        let mut parted = vec![0f32; k];
+                        deinterleave(&a, &mut parted);
                         (
                             kernels::q4i_portable(c, dr, &qa, &da),
                             kernel.q4i(c, dr, &qa, &da),
-                            PORTABLE.q4(c, dr, &a),
+                            PORTABLE.q4(c, dr, &parted),
                         )
                     }
                     (_, Some(c)) => {

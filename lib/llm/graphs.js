@@ -50,10 +50,11 @@
 
 /**
  * A weight as the graphs take it (see prepareWeights): `shape` is [N, K]
- * for a matrix, [K] for a vector; Q4_1 has `q`, `scale` and `min`, Q8_0
- * `q` and `scale`, F32/F16 `data`.
+ * for a matrix, [K] for a vector; Q4_1 has `q`, `scale`, `min` and `zp`
+ * (its zero point, all zeros: made once, not in every graph), Q8_0 `q`,
+ * `scale` and `zp`, F32/F16 `data`.
  * @typedef {{ type: string, N: number, K: number, shape: number[],
- *   q?: MLTensor, scale?: MLTensor, min?: MLTensor, data?: MLTensor }} PreparedWeight
+ *   q?: MLTensor, scale?: MLTensor, min?: MLTensor, zp?: MLTensor, data?: MLTensor }} PreparedWeight
  */
 
 /** Additive mask value: exp(-1e9 - max) is 0 in float32, and no NaN. */
@@ -97,15 +98,18 @@ async function prepareWeights(context, model) {
     const w = { type: t.type, N, K, shape };
     // Read from the file now, and dropped once the backend has its copy.
     const bytes = t.read();
+    const count = blocks.reduce((a, c) => a * c, 1);
     if (t.type === 'Q4_1') {
       const r = repackQ4_1(bytes, N * K);
       w.q = await context.createConstantTensor({ dataType: 'uint4', shape }, r.q);
       w.scale = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.scale);
       w.min = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.min);
+      w.zp = await context.createConstantTensor({ dataType: 'uint4', shape: blocks }, new Uint8Array(Math.ceil(count / 2)));
     } else if (t.type === 'Q8_0') {
       const r = repackQ8_0(bytes, N * K);
       w.q = await context.createConstantTensor({ dataType: 'int8', shape }, r.q);
       w.scale = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.scale);
+      w.zp = await context.createConstantTensor({ dataType: 'int8', shape: blocks }, new Int8Array(count));
     } else if (t.type === 'F32' || t.type === 'F16') {
       const dataType = t.type === 'F32' ? 'float32' : 'float16';
       w.data = await context.createConstantTensor({ dataType, shape }, bytes);
@@ -122,7 +126,7 @@ async function prepareWeights(context, model) {
  * @param {Map<string, PreparedWeight>} weights
  */
 function destroyWeights(weights) {
-  const keys = /** @type {const} */ (['q', 'scale', 'min', 'data']);
+  const keys = /** @type {const} */ (['q', 'scale', 'min', 'zp', 'data']);
   for (const w of weights.values()) for (const k of keys) w[k]?.destroy();
 }
 
@@ -158,11 +162,13 @@ function dequantized(b, w, rows) {
   // d * q + m is computed in float32 as ggml does, not rounded to float16.
   const scale = b.cast(pick(b.constant(present(w.scale))), 'float32');
   const count = bshape.reduce((a, c) => a * c, 1);
+  // The whole matrix's zero point is a constant tensor of its own; a
+  // gathered one (a few rows) is made here.
   if (w.type === 'Q8_0') {
-    const zp = b.constant({ dataType: 'int8', shape: bshape }, new Int8Array(count));
+    const zp = rows ? b.constant({ dataType: 'int8', shape: bshape }, new Int8Array(count)) : b.constant(present(w.zp));
     return b.dequantizeLinear(q, scale, zp);
   }
-  const zp = b.constant({ dataType: 'uint4', shape: bshape }, new Uint8Array(Math.ceil(count / 2)));
+  const zp = rows ? b.constant({ dataType: 'uint4', shape: bshape }, new Uint8Array(Math.ceil(count / 2))) : b.constant(present(w.zp));
   const x = b.dequantizeLinear(q, scale, zp);
   const min = b.cast(pick(b.constant(present(w.min))), 'float32');
   return b.reshape(b.add(b.reshape(x, [...bshape, 32]), b.reshape(min, [...bshape, 1])), shape);
@@ -249,8 +255,7 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
     if (same || w.type !== 'Q4_1') return b.gemm(xq, dequantized(b, w), { bTranspose: true });
     const [rows, K] = xq.shape;
     const nb = K / 32;
-    const zp = b.constant({ dataType: 'uint4', shape: [w.N, nb] }, new Uint8Array(Math.ceil((w.N * nb) / 2)));
-    const codes = b.dequantizeLinear(b.constant(present(w.q)), b.cast(b.constant(present(w.scale)), 'float32'), zp);
+    const codes = b.dequantizeLinear(b.constant(present(w.q)), b.cast(b.constant(present(w.scale)), 'float32'), b.constant(present(w.zp)));
     const sums = half16(b.reduceSum(b.reshape(xq, [rows, nb, 32]), { axes: [2] }));
     const mins = b.cast(b.constant(present(w.min)), 'float32');
     return b.add(b.gemm(xq, codes, { bTranspose: true }), b.gemm(sums, mins, { bTranspose: true }));

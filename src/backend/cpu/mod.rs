@@ -798,9 +798,25 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                 })
                 .collect();
             let blocked = plan.and_then(|pl| pl.conv(n));
-            let quantized = node.outputs.first().and_then(|o| cg.quantized.get(o));
-            let table = node.outputs.first().and_then(|o| cg.tables.get(o));
-            match (&node.op, cg.conv_packed.get(&n), blocked) {
+            // Looked up only for the operators they can be (a decode step
+            // runs thousands of nodes; each lookup hashes).
+            let quantized = match node.op {
+                Op::Matmul | Op::Gemm(_) if !cg.quantized.is_empty() => {
+                    node.outputs.first().and_then(|o| cg.quantized.get(o))
+                }
+                _ => None,
+            };
+            let table = match node.op {
+                Op::Gather(_) if !cg.tables.is_empty() => {
+                    node.outputs.first().and_then(|o| cg.tables.get(o))
+                }
+                _ => None,
+            };
+            let conv_packed = match node.op {
+                Op::Conv2d(_) if !cg.conv_packed.is_empty() => cg.conv_packed.get(&n),
+                _ => None,
+            };
+            match (&node.op, conv_packed, blocked) {
                 (Op::Matmul | Op::Gemm(_), _, _) if quantized.is_some() => {
                     let Some(w) = quantized else {
                         unreachable!("checked by the guard")
@@ -853,7 +869,11 @@ fn execute(cg: &CompiledGraph, inputs: &[&Buf], budget: Option<usize>) -> Result
                     &ins,
                     &in_descs,
                     out_descs,
-                    cg.packed.get(&n).map(|p| &**p),
+                    // Only products have a packed B (`prepack`).
+                    match node.op {
+                        Op::Matmul | Op::Gemm(_) => cg.packed.get(&n).map(|p| &**p),
+                        _ => None,
+                    },
                 ),
             }
         };

@@ -113,11 +113,15 @@ pub fn gather_table(
     if outer * idx.len() * inner != out.element_count() || out.data_type != table.data_type {
         return Err(bad_shape("gather"));
     }
+    // Resolved once, as `gather_t` does, not once per outer position.
+    let mut rows: Vec<usize> = try_vec(idx.len(), "the gathered rows")?;
+    for &i in &idx {
+        rows.push(resolve(i, n).ok_or_else(|| bad_shape("gather"))?);
+    }
     let run = inner * size;
     let mut res: Vec<u8> = try_vec(out.element_count() * size, "the output of gather")?;
     for o in 0..outer {
-        for &i in &idx {
-            let r = resolve(i, n).ok_or_else(|| bad_shape("gather"))?;
+        for &r in &rows {
             let start = (o * n + r) * run;
             res.extend_from_slice(&bytes[start..start + run]);
         }

@@ -282,16 +282,15 @@ impl QMatrix {
     /// Whether this matrix has these scales and offsets (bit for bit; an
     /// offset of zero where it keeps none).
     pub fn has_blocks(&self, d: &[f32], m: &[f32]) -> bool {
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        let same_m = match self.offsets {
-            true => bits(&self.m) == bits(m),
-            false => m.iter().all(|&x| x.to_bits() == 0),
-        };
-        let same_d = self.d.len() == d.len()
+        let blocks = self.d.len();
+        m.len() == blocks
+            && d.len() == blocks
+            && m.iter()
+                .enumerate()
+                .all(|(i, x)| self.offset(i).to_bits() == x.to_bits())
             && d.iter()
                 .enumerate()
-                .all(|(i, x)| self.d.get(i).to_bits() == x.to_bits());
-        same_m && same_d
+                .all(|(i, x)| self.d.get(i).to_bits() == x.to_bits())
     }
 
     /// Output columns (weight rows).
@@ -403,10 +402,14 @@ pub fn product(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()>
 fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
     let (n, k) = (w.n, w.k);
     let nb = k / QK;
-    // The sum of each block of each row of a, for the offsets.
-    let mut sums = try_alloc(rows * nb, 0f32, "block sums")?;
-    for (s, blk) in sums.iter_mut().zip(a.chunks_exact(QK)) {
-        *s = blk.iter().sum();
+    // The sum of each block of each row of a, for the offsets (none to
+    // take where the matrix has none).
+    let mut sums = Vec::new();
+    if w.offsets {
+        sums = try_alloc(rows * nb, 0f32, "block sums")?;
+        for (s, blk) in sums.iter_mut().zip(a.chunks_exact(QK)) {
+            *s = blk.iter().sum();
+        }
     }
     let kernel = kernels::best();
     // Activations that are int8 codes times a scale per block (as a graph

@@ -172,7 +172,28 @@ async function benchLlm({ threads = [1, 2], quick = false, model: given = null }
       rows.push(row);
     }
   }
-  return { rows };
+  return { rows, gemv: measureGemv(m.file, threads, quick) };
+}
+
+/**
+ * The one-row quantized product's bytes of weights (codes and scales)
+ * read per second, over as many bytes as the model file holds, against a
+ * read loop's over the same bytes, in this process: how close decoding
+ * is to the memory's limit (a step reads every weight once).
+ */
+function measureGemv(file, threads, quick) {
+  const native = require(path.join(ROOT, 'binding.js')).load();
+  if (typeof native.cpuQgemv !== 'function') return null;
+  const bytes = require('fs').statSync(file).size;
+  return threads.map((t) => native.cpuQgemv(t, quick ? 30 : 200, bytes));
+}
+
+function printGemv(gemv) {
+  if (!gemv) return;
+  console.log(`quantized matrix-vector product (${gemv[0].isa}; 4-bit blocks, one row; ${(gemv[0].bytes / 1e6).toFixed(0)} MB of weights, the file's size, streamed as a step does):`);
+  for (const g of gemv) {
+    console.log(`  ${g.threads} thr: ${g.weightsGbps.toFixed(1)} GB/s of weights read, ${((100 * g.weightsGbps) / g.readGbps).toFixed(0)}% of a read loop over the same bytes (${g.readGbps.toFixed(1)} GB/s)`);
+  }
 }
 
 function printRows(rows) {
@@ -196,7 +217,7 @@ function printRows(rows) {
   );
 }
 
-module.exports = { benchLlm, printRows };
+module.exports = { benchLlm, printRows, printGemv };
 
 if (require.main === module) {
   let opts;
@@ -215,7 +236,8 @@ if (require.main === module) {
       }
       console.log('l SmolLM2-135M-Instruct (Q4_1) text generation, ratio = ours / llama.cpp (higher is better for us):');
       printRows(r.rows);
-      console.log(JSON.stringify({ bench: 'webnn-node vs llama.cpp (node-llama-cpp)', rows: r.rows }));
+      printGemv(r.gemv);
+      console.log(JSON.stringify({ bench: 'webnn-node vs llama.cpp (node-llama-cpp)', rows: r.rows, gemv: r.gemv }));
       return r.rows.some((row) => row.status.startsWith('FAILED')) ? 1 : 0;
     });
   done.then(

@@ -476,7 +476,7 @@ async function main(opts) {
   let llm;
   let llmFailed = false;
   if (wantLlm) {
-    const { benchLlm, printRows } = require('./llm');
+    const { benchLlm, printRows, printGemv } = require('./llm');
     const r = await benchLlm({ threads: opts.threads, quick: opts.quick });
     console.log('');
     if (r.unavailable) {
@@ -485,7 +485,8 @@ async function main(opts) {
     } else {
       console.log('l SmolLM2-135M-Instruct (Q4_1) text generation against llama.cpp (ratio = ours / llama.cpp):');
       printRows(r.rows);
-      llm = r.rows;
+      printGemv(r.gemv);
+      llm = { rows: r.rows, gemv: r.gemv };
       llmFailed = r.rows.some((row) => row.status.startsWith('FAILED'));
     }
   }

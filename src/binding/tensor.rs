@@ -391,6 +391,44 @@ pub fn cpu_peak(threads: u32, millis: u32, isa: Option<String>) -> napi::Result<
     })
 }
 
+/// The one-row quantized product's bytes of weights read per second and
+/// a read loop's over as many bytes (see
+/// `backend::cpu::qgemm::measure`): how near a decoding step's products
+/// are to the memory's limit. Not public API: `bench/llm.js` prints it.
+/// Blocks the calling thread for about eight times `millis`.
+#[napi(js_name = "cpuQgemv")]
+pub fn cpu_qgemv(threads: u32, millis: u32, bytes: f64) -> napi::Result<CpuQgemv> {
+    if !(1..=1024).contains(&threads)
+        || !(1..=10_000).contains(&millis)
+        || !(1.0..=(1u64 << 30) as f64).contains(&bytes)
+    {
+        return Err(napi::Error::new(
+            napi::Status::InvalidArg,
+            "cpuQgemv: threads in 1..=1024, millis in 1..=10000, bytes in 1..=2^30",
+        ));
+    }
+    let run = std::time::Duration::from_millis(millis.into());
+    let r = crate::backend::cpu::measure_gemv(threads as usize, bytes as usize, run)
+        .map_err(|e| napi::Error::new(napi::Status::GenericFailure, e.to_string()))?;
+    Ok(CpuQgemv {
+        isa: r.isa.to_string(),
+        threads,
+        bytes: r.bytes as f64,
+        weights_gbps: r.weights / 1e9,
+        read_gbps: r.read / 1e9,
+    })
+}
+
+/// One [`cpu_qgemv`] measurement, in GB/s.
+#[napi(object)]
+pub struct CpuQgemv {
+    pub isa: String,
+    pub threads: u32,
+    pub bytes: f64,
+    pub weights_gbps: f64,
+    pub read_gbps: f64,
+}
+
 /// One [`cpu_peak`] measurement.
 #[napi(object)]
 pub struct CpuPeak {

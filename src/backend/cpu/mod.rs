@@ -450,6 +450,7 @@ fn avx2_requested() -> bool {
     std::env::var("WEBNN_CPU_ISA").is_ok_and(|v| v == "avx2")
 }
 
+pub use qgemm::{measure_gemv, GemvRate};
 pub use sgemm::{measure_peak, peak_isas, Peak};
 
 /// The instruction set of the GEMM kernel this process uses.

@@ -17,6 +17,13 @@ mod neon;
 /// block, int8 activations and theirs.
 type IntDot<C> = fn(&[C], &[f32], &[i8], &[f32]) -> f32;
 
+/// The same for four consecutive weight rows (their codes and scales one
+/// after another) against one activation row: four sums at once.
+type IntDot4<C> = fn(&[C], &[f32], &[i8], &[f32]) -> [f32; 4];
+
+/// Weight rows that [`Kernel::q4i4`] and [`Kernel::q8i4`] take at once.
+pub const ROWS: usize = 4;
+
 /// One instruction set's kernels.
 pub struct Kernel {
     pub name: &'static str,
@@ -29,6 +36,15 @@ pub struct Kernel {
     /// multiplies bytes (`None`: the float forms serve).
     q4i: Option<IntDot<u8>>,
     q8i: Option<IntDot<i8>>,
+    /// The integer forms over [`ROWS`] weight rows at a time: a decoding
+    /// step's product is one activation row against thousands of weight
+    /// rows, and a single row's blocks form one chain of dependent
+    /// multiply-adds, which leaves the core waiting on their latency;
+    /// four rows are four independent chains over the same activation
+    /// loads. Each row's sum is taken exactly as the one-row form takes
+    /// it, so the results are the same bits.
+    q4i4: Option<IntDot4<u8>>,
+    q8i4: Option<IntDot4<i8>>,
 }
 
 impl Kernel {
@@ -81,6 +97,46 @@ impl Kernel {
         );
         self.q8i.unwrap_or(q8i_portable)(codes, d, qa, da)
     }
+
+    /// As [`Kernel::q4i`] for [`ROWS`] consecutive weight rows: `codes`
+    /// and `d` hold the rows one after another; the sums are the one-row
+    /// form's, bit for bit.
+    #[inline]
+    pub fn q4i4(&self, codes: &[u8], d: &[f32], qa: &[i8], da: &[f32]) -> [f32; ROWS] {
+        let (k, nb) = (qa.len(), da.len());
+        assert!(
+            k.is_multiple_of(QK)
+                && codes.len() * 2 == ROWS * k
+                && d.len() == ROWS * nb
+                && nb * QK == k
+        );
+        match self.q4i4 {
+            Some(f) => f(codes, d, qa, da),
+            None => std::array::from_fn(|r| {
+                self.q4i(
+                    &codes[r * k / 2..(r + 1) * k / 2],
+                    &d[r * nb..(r + 1) * nb],
+                    qa,
+                    da,
+                )
+            }),
+        }
+    }
+
+    /// As [`Kernel::q4i4`] for 8-bit codes.
+    #[inline]
+    pub fn q8i4(&self, codes: &[i8], d: &[f32], qa: &[i8], da: &[f32]) -> [f32; ROWS] {
+        let (k, nb) = (qa.len(), da.len());
+        assert!(
+            k.is_multiple_of(QK) && codes.len() == ROWS * k && d.len() == ROWS * nb && nb * QK == k
+        );
+        match self.q8i4 {
+            Some(f) => f(codes, d, qa, da),
+            None => std::array::from_fn(|r| {
+                self.q8i(&codes[r * k..(r + 1) * k], &d[r * nb..(r + 1) * nb], qa, da)
+            }),
+        }
+    }
 }
 
 /// The portable kernels: eight partial sums per block, which the
@@ -95,6 +151,8 @@ pub static PORTABLE: Kernel = Kernel {
     // portable one below is the reference the others are tested against.
     q4i: None,
     q8i: None,
+    q4i4: None,
+    q8i4: None,
 };
 
 /// The integer reference: exact block sums, then one scale per block.
@@ -164,7 +222,10 @@ pub fn best() -> &'static Kernel {
         // `WEBNN_CPU_ISA=avx2` keeps an AVX-512 machine on AVX2, as for
         // the other kernels (comparisons).
         if avx512::usable() && !crate::backend::cpu::avx2_requested() {
-            return &avx512::KERNEL;
+            return match avx512::vnni() {
+                true => &avx512::KERNEL_VNNI,
+                false => &avx512::KERNEL,
+            };
         }
         if avx2::usable() {
             return &avx2::KERNEL;
@@ -194,6 +255,9 @@ pub fn available() -> Vec<&'static Kernel> {
         }
         if avx512::usable() {
             v.push(&avx512::KERNEL);
+        }
+        if avx512::vnni() {
+            v.push(&avx512::KERNEL_VNNI);
         }
     }
     if !v.iter().any(|k| std::ptr::eq(*k, best())) {
@@ -225,80 +289,189 @@ mod avx2 {
         },
         q4i: Some(Q4I),
         q8i: Some(Q8I),
+        q4i4: Some(Q4I4),
+        q8i4: Some(Q8I4),
     };
 
-    /// The integer forms, which the AVX-512 kernel takes too (every CPU
-    /// with AVX-512F has AVX2 and FMA).
+    /// The integer forms, which the AVX-512 kernel takes too where the CPU
+    /// has no VNNI (every CPU with AVX-512F has AVX2 and FMA).
     pub const Q4I: super::IntDot<u8> = |c, d, qa, da| {
         // SAFETY: handed out only with a kernel whose `usable()` saw AVX2
         // and FMA (this one's, or the AVX-512 one's, which checks them
         // too); the lengths were checked by `Kernel::q4i`.
-        unsafe { q4i(c, d, qa, da) }
+        unsafe { maddubs::q4i(c, d, qa, da) }
     };
     pub const Q8I: super::IntDot<i8> = |c, d, qa, da| {
         // SAFETY: as above, for `Kernel::q8i`.
-        unsafe { q8i(c, d, qa, da) }
+        unsafe { maddubs::q8i(c, d, qa, da) }
+    };
+    pub const Q4I4: super::IntDot4<u8> = |c, d, qa, da| {
+        // SAFETY: as above, for `Kernel::q4i4`.
+        unsafe { maddubs::q4i4(c, d, qa, da) }
+    };
+    pub const Q8I4: super::IntDot4<i8> = |c, d, qa, da| {
+        // SAFETY: as above, for `Kernel::q8i4`.
+        unsafe { maddubs::q8i4(c, d, qa, da) }
     };
 
-    /// # Safety
-    /// AVX2 and FMA must be present; `codes.len() * 2 == qa.len()`,
-    /// `d.len() * QK == qa.len()`, `da.len() == d.len()`.
-    ///
-    /// Lane for lane, the same sums in the same order as llama.cpp's AVX2
-    /// dot product of its 4-bit and 8-bit blocks: each lane holds four
-    /// consecutive elements' integer sum, scaled by `d * da` into one
-    /// accumulator by a fused multiply-add, block after block.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn q4i(codes: &[u8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
+    /// Block `b`'s 32 codes of 4 bits in element order, one per byte
+    /// (`raw` points at its 16 bytes: even elements in the low halves,
+    /// odd ones in the high).
+    #[inline(always)]
+    pub(super) unsafe fn nibbles(raw: *const u8) -> __m256i {
         let low = _mm_set1_epi8(0x0f);
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = _mm256_setzero_ps();
-        let (cp, ap) = (codes.as_ptr(), qa.as_ptr());
-        for (b, (&db, &dab)) in d.iter().zip(da).enumerate() {
-            // In bounds: block b's 16 code bytes and 32 activations lie
-            // inside the slices whose lengths the caller checked.
-            let raw = _mm_loadu_si128(cp.add(b * QK / 2) as *const __m128i);
-            // Even elements in the low halves, odd ones in the high:
-            // interleaved back into element order.
-            let lo = _mm_and_si128(raw, low);
-            let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-            let w = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-            let x = _mm256_loadu_si256(ap.add(b * QK) as *const __m256i);
-            // Codes 0..=15 times int8: pairs sum within i16 (2 * 15 * 128).
-            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(db * dab), _mm256_cvtepi32_ps(p), acc);
-        }
-        hsum(acc)
+        let raw = _mm_loadu_si128(raw as *const __m128i);
+        let lo = _mm_and_si128(raw, low);
+        let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+        _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi))
     }
 
-    /// # Safety
-    /// AVX2 and FMA must be present; `codes.len() == qa.len()`,
-    /// `d.len() * QK == qa.len()`, `da.len() == d.len()`.
-    ///
-    /// The same order as llama.cpp's AVX2 product of two 8-bit blocks
-    /// (see `q4i`).
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn q8i(codes: &[i8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = _mm256_setzero_ps();
-        let (cp, ap) = (codes.as_ptr(), qa.as_ptr());
-        for (b, (&db, &dab)) in d.iter().zip(da).enumerate() {
-            // In bounds: block b's 32 codes and 32 activations lie inside
-            // the slices whose lengths the caller checked.
-            let w = _mm256_loadu_si256(cp.add(b * QK) as *const __m256i);
-            let x = _mm256_loadu_si256(ap.add(b * QK) as *const __m256i);
-            // The byte multiply takes one unsigned operand: |w| against x
-            // with w's sign (128 * 127 * 2 still fits i16).
-            let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-            let p = _mm256_madd_epi16(p, ones);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(db * dab), _mm256_cvtepi32_ps(p), acc);
-        }
-        hsum(acc)
+    /// Asks for the cache line at `p` ahead of its use. The 4-row forms
+    /// read four rows' blocks in turn, a pattern the hardware's stream
+    /// prefetchers follow poorly: from memory they ran at 7 GB/s of
+    /// codes against 10 for one row at a time, and at 13 with this
+    /// (Zen 5, weights four times the L3's size). `p` may lie past the
+    /// codes' end (the last groups of a matrix): a prefetch is a hint,
+    /// which never faults, and `wrapping_add` made the address without
+    /// any claim that it is in bounds.
+    #[inline(always)]
+    pub(super) unsafe fn prefetch(p: *const u8) {
+        _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+    }
+
+    /// Each 32-bit lane the sum of four products of unsigned bytes of `w`
+    /// and signed bytes of `x` (AVX2: pairs into 16 bits, then pairs of
+    /// those; no pair reaches the 16-bit bound with these operands).
+    #[inline(always)]
+    pub(super) unsafe fn dot_maddubs(w: __m256i, x: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+    }
+
+    /// The integer forms of one instruction set, `$dot` the sum of four
+    /// byte products per 32-bit lane: lane for lane, the same sums in the
+    /// same order as llama.cpp's AVX2 dot product of its 4-bit and 8-bit
+    /// blocks (each lane holds four consecutive elements' integer sum,
+    /// scaled by `d * da` into one accumulator by a fused multiply-add,
+    /// block after block). The integer lane sums are exact whichever
+    /// instruction takes them, so every form gives the same bits.
+    macro_rules! integer_forms {
+        ($features:literal, $dot:path) => {
+            use crate::backend::cpu::qgemm::kernels::avx2::{hsum, nibbles, prefetch};
+            use crate::backend::cpu::qgemm::kernels::ROWS;
+            use crate::backend::cpu::qgemm::QK;
+            /// How many groups of ROWS weight rows ahead the 4-row
+            /// forms ask for the codes (see `prefetch`).
+            const AHEAD: usize = 4;
+            use std::arch::x86_64::*;
+
+            /// # Safety
+            /// The features named must be present;
+            /// `codes.len() * 2 == qa.len()`, `d.len() * QK == qa.len()`,
+            /// `da.len() == d.len()`.
+            #[target_feature(enable = $features)]
+            pub unsafe fn q4i(codes: &[u8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
+                let mut acc = _mm256_setzero_ps();
+                let (cp, ap) = (codes.as_ptr(), qa.as_ptr());
+                for (b, (&db, &dab)) in d.iter().zip(da).enumerate() {
+                    // In bounds: block b's 16 code bytes and 32
+                    // activations lie inside the slices whose lengths
+                    // the caller checked.
+                    let w = nibbles(cp.add(b * QK / 2));
+                    let x = _mm256_loadu_si256(ap.add(b * QK) as *const __m256i);
+                    let p = _mm256_cvtepi32_ps($dot(w, x));
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(db * dab), p, acc);
+                }
+                hsum(acc)
+            }
+
+            /// # Safety
+            /// The features named must be present;
+            /// `codes.len() == qa.len()`, `d.len() * QK == qa.len()`,
+            /// `da.len() == d.len()`.
+            #[target_feature(enable = $features)]
+            pub unsafe fn q8i(codes: &[i8], d: &[f32], qa: &[i8], da: &[f32]) -> f32 {
+                let mut acc = _mm256_setzero_ps();
+                let (cp, ap) = (codes.as_ptr(), qa.as_ptr());
+                for (b, (&db, &dab)) in d.iter().zip(da).enumerate() {
+                    // In bounds: block b's 32 codes and 32 activations
+                    // lie inside the slices whose lengths the caller
+                    // checked.
+                    let w = _mm256_loadu_si256(cp.add(b * QK) as *const __m256i);
+                    let x = _mm256_loadu_si256(ap.add(b * QK) as *const __m256i);
+                    // The byte multiply takes one unsigned operand: |w|
+                    // against x with w's sign (128 * 127 * 2 still fits
+                    // 16 bits).
+                    let p = $dot(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+                    let p = _mm256_cvtepi32_ps(p);
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(db * dab), p, acc);
+                }
+                hsum(acc)
+            }
+
+            /// # Safety
+            /// The features named must be present; `codes` and `d` hold
+            /// `ROWS` rows: `codes.len() * 2 == ROWS * qa.len()`,
+            /// `d.len() == ROWS * da.len()`, `da.len() * QK == qa.len()`.
+            #[target_feature(enable = $features)]
+            pub unsafe fn q4i4(codes: &[u8], d: &[f32], qa: &[i8], da: &[f32]) -> [f32; ROWS] {
+                let nb = da.len();
+                let row = nb * QK / 2;
+                let mut acc = [_mm256_setzero_ps(); ROWS];
+                let (cp, ap, dp) = (codes.as_ptr(), qa.as_ptr(), d.as_ptr());
+                for (b, &dab) in da.iter().enumerate() {
+                    // In bounds: block b of each of the ROWS rows (16
+                    // code bytes, one scale) and of the activations lie
+                    // inside the slices whose lengths the caller checked.
+                    // One cache line of a later group per block: the
+                    // group's ROWS * row bytes are 64 * nb.
+                    prefetch(cp.wrapping_add(AHEAD * ROWS * row + b * 64));
+                    let x = _mm256_loadu_si256(ap.add(b * QK) as *const __m256i);
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        let w = nibbles(cp.add(r * row + b * QK / 2));
+                        let p = _mm256_cvtepi32_ps($dot(w, x));
+                        *acc = _mm256_fmadd_ps(_mm256_set1_ps(*dp.add(r * nb + b) * dab), p, *acc);
+                    }
+                }
+                [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
+            }
+
+            /// # Safety
+            /// The features named must be present; `codes` and `d` hold
+            /// `ROWS` rows: `codes.len() == ROWS * qa.len()`,
+            /// `d.len() == ROWS * da.len()`, `da.len() * QK == qa.len()`.
+            #[target_feature(enable = $features)]
+            pub unsafe fn q8i4(codes: &[i8], d: &[f32], qa: &[i8], da: &[f32]) -> [f32; ROWS] {
+                let (k, nb) = (qa.len(), da.len());
+                let mut acc = [_mm256_setzero_ps(); ROWS];
+                let (cp, ap, dp) = (codes.as_ptr(), qa.as_ptr(), d.as_ptr());
+                for (b, &dab) in da.iter().enumerate() {
+                    // In bounds: as in `q4i4`, with 32 code bytes a block.
+                    // Two lines of a later group per block (its ROWS * k
+                    // bytes are 128 * nb).
+                    prefetch(cp.wrapping_add(AHEAD * ROWS * k + b * 128) as *const u8);
+                    prefetch(cp.wrapping_add(AHEAD * ROWS * k + b * 128 + 64) as *const u8);
+                    let x = _mm256_loadu_si256(ap.add(b * QK) as *const __m256i);
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        let w = _mm256_loadu_si256(cp.add(r * k + b * QK) as *const __m256i);
+                        let p = $dot(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+                        let p = _mm256_cvtepi32_ps(p);
+                        *acc = _mm256_fmadd_ps(_mm256_set1_ps(*dp.add(r * nb + b) * dab), p, *acc);
+                    }
+                }
+                [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
+            }
+        };
+    }
+    pub(super) use integer_forms;
+
+    /// The integer forms with AVX2's byte multiplies.
+    pub(super) mod maddubs {
+        super::integer_forms!("avx2,fma", super::dot_maddubs);
     }
 
     /// The eight lanes of `v` added.
     #[inline(always)]
-    unsafe fn hsum(v: __m256) -> f32 {
+    pub(super) unsafe fn hsum(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
@@ -398,23 +571,72 @@ mod avx512 {
         is_x86_feature_detected!("avx512f") && super::avx2::usable()
     }
 
+    /// And VNNI's byte dot products on 256-bit vectors (AVX512_VNNI with
+    /// AVX512VL): one instruction for AVX2's two.
+    pub fn vnni() -> bool {
+        usable() && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl")
+    }
+
     pub static KERNEL: Kernel = Kernel {
         name: "avx512",
-        q4: |c, d, a| {
-            // SAFETY: `KERNEL` is only handed out by `best`/`available`
-            // after `usable()` saw AVX-512F; the lengths were checked by
-            // `Kernel::q4`.
-            unsafe { q4(c, d, a) }
-        },
-        q8: |c, d, a| {
-            // SAFETY: as above, for `Kernel::q8`.
-            unsafe { q8(c, d, a) }
-        },
+        q4: Q4,
+        q8: Q8,
         // The AVX2 integer forms (see `avx2::Q4I`): 256-bit byte
         // multiplies, present wherever AVX-512F is.
         q4i: Some(super::avx2::Q4I),
         q8i: Some(super::avx2::Q8I),
+        q4i4: Some(super::avx2::Q4I4),
+        q8i4: Some(super::avx2::Q8I4),
     };
+
+    /// As [`KERNEL`], the integer forms with VNNI (the same bits: the
+    /// lanes' integer sums are exact either way).
+    pub static KERNEL_VNNI: Kernel = Kernel {
+        name: "avx512-vnni",
+        q4: Q4,
+        q8: Q8,
+        q4i: Some(|c, d, qa, da| {
+            // SAFETY: `KERNEL_VNNI` is only handed out by
+            // `best`/`available` after `vnni()` saw AVX-512F, VNNI, VL,
+            // AVX2 and FMA; the lengths were checked by `Kernel::q4i`.
+            unsafe { vnni::q4i(c, d, qa, da) }
+        }),
+        q8i: Some(|c, d, qa, da| {
+            // SAFETY: as above, for `Kernel::q8i`.
+            unsafe { vnni::q8i(c, d, qa, da) }
+        }),
+        q4i4: Some(|c, d, qa, da| {
+            // SAFETY: as above, for `Kernel::q4i4`.
+            unsafe { vnni::q4i4(c, d, qa, da) }
+        }),
+        q8i4: Some(|c, d, qa, da| {
+            // SAFETY: as above, for `Kernel::q8i4`.
+            unsafe { vnni::q8i4(c, d, qa, da) }
+        }),
+    };
+
+    const Q4: fn(&[u8], &[f32], &[f32]) -> f32 = |c, d, a| {
+        // SAFETY: the AVX-512 kernels are only handed out by
+        // `best`/`available` after `usable()` saw AVX-512F; the lengths
+        // were checked by `Kernel::q4`.
+        unsafe { q4(c, d, a) }
+    };
+    const Q8: fn(&[i8], &[f32], &[f32]) -> f32 = |c, d, a| {
+        // SAFETY: as above, for `Kernel::q8`.
+        unsafe { q8(c, d, a) }
+    };
+
+    /// Each 32-bit lane the sum of four products of unsigned bytes of `w`
+    /// and signed bytes of `x`, in one instruction (no saturation).
+    #[inline(always)]
+    unsafe fn dot_vnni(w: __m256i, x: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x)
+    }
+
+    /// The integer forms with VNNI.
+    mod vnni {
+        super::super::avx2::integer_forms!("avx2,fma,avx512f,avx512vnni,avx512vl", super::dot_vnni);
+    }
 
     /// # Safety
     /// AVX-512F must be present; `codes.len() * 2 == a.len()`,

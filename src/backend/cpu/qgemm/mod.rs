@@ -36,6 +36,7 @@
 //! product of length K already has.
 
 mod kernels;
+mod measure;
 #[cfg(test)]
 mod tests;
 
@@ -47,6 +48,7 @@ use crate::backend::cpu::sgemm::sgemm_t;
 use crate::error::{Error, Result};
 
 pub use kernels::isa_name;
+pub use measure::{measure_gemv, GemvRate};
 
 /// Weights per block: one scale and one offset each.
 pub const QK: usize = 32;
@@ -445,7 +447,43 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
             // (nb values against each row's k codes).
             let mut room = try_alloc((r1 - r0) * nb, 0f32, "a task's scales")?;
             let task_d = w.d.row(r0 * nb..r1 * nb, &mut room);
-            for r in r0..r1 {
+            let width = r1 - r0;
+            // Output (i, r) of the task, with the offsets' term added.
+            let mut put = |i: usize, r: usize, dot: f32| {
+                out[i * width + (r - r0)] = match w.offsets {
+                    true => {
+                        let si = &sums[i * nb..(i + 1) * nb];
+                        dot + dot8(&w.m[r * nb..(r + 1) * nb], si)
+                    }
+                    false => dot,
+                };
+            };
+            let mut r = r0;
+            // Integer activations: four weight rows at a time (the
+            // kernels' ROWS), the same sums as one at a time.
+            if let Some((qa, da)) = &int8 {
+                while r + kernels::ROWS <= r1 {
+                    let d = &task_d[(r - r0) * nb..(r - r0 + kernels::ROWS) * nb];
+                    for i in 0..rows {
+                        let (qa, da) = (&qa[i * k..(i + 1) * k], &da[i * nb..(i + 1) * nb]);
+                        let span = r..r + kernels::ROWS;
+                        let dots = match (w.codes.nibbles(), w.codes.bytes()) {
+                            (Some(cd), _) => {
+                                kernel.q4i4(&cd[span.start * k / 2..span.end * k / 2], d, qa, da)
+                            }
+                            (_, Some(cd)) => {
+                                kernel.q8i4(&cd[span.start * k..span.end * k], d, qa, da)
+                            }
+                            _ => [0.0; kernels::ROWS],
+                        };
+                        for (j, dot) in dots.into_iter().enumerate() {
+                            put(i, r + j, dot);
+                        }
+                    }
+                    r += kernels::ROWS;
+                }
+            }
+            for r in r..r1 {
                 let d = &task_d[(r - r0) * nb..(r - r0 + 1) * nb];
                 for i in 0..rows {
                     let ai = &a[i * k..(i + 1) * k];
@@ -466,13 +504,7 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
                         (None, _, Some(cd)) => kernel.q8(&cd[r * k..(r + 1) * k], d, ai),
                         _ => 0.0,
                     };
-                    out[i * (r1 - r0) + (r - r0)] = match w.offsets {
-                        true => {
-                            let si = &sums[i * nb..(i + 1) * nb];
-                            dot + dot8(&w.m[r * nb..(r + 1) * nb], si)
-                        }
-                        false => dot,
-                    };
+                    put(i, r, dot);
                 }
             }
             Ok(out)

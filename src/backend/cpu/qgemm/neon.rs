@@ -47,6 +47,8 @@ pub static KERNEL: Kernel = Kernel {
     // to detect): the float forms serve.
     q4i: None,
     q8i: None,
+    q4i4: None,
+    q8i4: None,
 };
 
 /// 16 unsigned bytes as four vectors of 4 floats, in order.

@@ -357,3 +357,71 @@ fn float16_scales_are_kept_as_such_and_give_the_definition() {
         }
     }
 }
+
+#[test]
+fn four_row_forms_give_the_one_row_sums_bit_for_bit() {
+    for wide in [false, true] {
+        let (n, k) = (9, 192);
+        let nb = k / QK;
+        let (codes, d, _) = matrix(n, k, wide, 70);
+        let q = QMatrix::pack(n, k, wide, |i| codes[i], d.clone(), vec![0.0; n * nb]).unwrap();
+        let a = int8_rows(1, k, 71);
+        let (qa, da) = exact_int8(&a).unwrap().unwrap();
+        // Every x86 integer form (AVX2's byte multiplies, VNNI's dot
+        // products) takes the same exact lane sums in the same order:
+        // the one-row sums of the first are every other's too.
+        let integer: Vec<_> = available().into_iter().filter(|k| k.integer()).collect();
+        for kernel in available() {
+            for r in 0..=n - kernels::ROWS {
+                let rows = r..r + kernels::ROWS;
+                let dr = &d[rows.start * nb..rows.end * nb];
+                let one = |kernel: &kernels::Kernel| -> [f32; kernels::ROWS] {
+                    std::array::from_fn(|j| {
+                        let dj = &d[(r + j) * nb..(r + j + 1) * nb];
+                        match (q.codes.nibbles(), q.codes.bytes()) {
+                            (Some(c), _) => {
+                                kernel.q4i(&c[(r + j) * k / 2..(r + j + 1) * k / 2], dj, &qa, &da)
+                            }
+                            (_, Some(c)) => {
+                                kernel.q8i(&c[(r + j) * k..(r + j + 1) * k], dj, &qa, &da)
+                            }
+                            _ => unreachable!("a matrix has 4- or 8-bit codes"),
+                        }
+                    })
+                };
+                let four = match (q.codes.nibbles(), q.codes.bytes()) {
+                    (Some(c), _) => {
+                        kernel.q4i4(&c[rows.start * k / 2..rows.end * k / 2], dr, &qa, &da)
+                    }
+                    (_, Some(c)) => kernel.q8i4(&c[rows.start * k..rows.end * k], dr, &qa, &da),
+                    _ => unreachable!("a matrix has 4- or 8-bit codes"),
+                };
+                let bits = |v: [f32; kernels::ROWS]| v.map(f32::to_bits);
+                assert_eq!(
+                    bits(four),
+                    bits(one(kernel)),
+                    "{} wide {wide} rows {rows:?}",
+                    kernel.name
+                );
+                if let (true, Some(first)) = (kernel.integer(), integer.first()) {
+                    assert_eq!(
+                        bits(one(kernel)),
+                        bits(one(first)),
+                        "{} against {}, wide {wide} rows {rows:?}",
+                        kernel.name,
+                        first.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_bandwidth_measurement_reports_both_rates() {
+    let r = measure_gemv(1, 100_000, std::time::Duration::from_millis(1)).unwrap();
+    assert!(r.bytes >= 100_000, "{r:?}");
+    assert!(r.weights > 0.0 && r.weights.is_finite(), "{r:?}");
+    assert!(r.read > 0.0 && r.read.is_finite(), "{r:?}");
+    assert_eq!(r.isa, kernels::isa_name());
+}

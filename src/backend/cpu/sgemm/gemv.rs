@@ -42,6 +42,197 @@ pub(super) fn gemv(n: usize, k: usize, a: &[f32], b: Mat, c: &mut [f32], threads
     }
 }
 
+/// `m` (2 to [`GEMV_ROWS`]) rows of `a` ([m, k] row-major) times a
+/// row-major B (unit column stride), `c` [m, n] overwritten, with the
+/// bits of [`gemv`] per row (each output zero, then `a[i][p] * b[p][j]`
+/// added in order over p, a multiply then an add). Attention's query rows
+/// of one head against a cache block: one row at a time read B once per
+/// row and kept the sums in memory across k (two loads and a store per
+/// vector of products); here each tile of columns holds every row's sums
+/// in registers across k and reads B's tile once for all rows. Columns
+/// past the last whole tile, and CPUs without AVX2, take [`gemv`].
+pub(super) fn gemv_rows(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: Mat,
+    c: &mut [f32],
+    threads: usize,
+) {
+    let (a, c) = (&a[..m * k], &mut c[..m * n]);
+    #[allow(unused_mut)]
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if b.cs == 1
+        && (2..=GEMV_ROWS).contains(&m)
+        && k > 0
+        && b.rs >= n
+        && b.data.len() >= (k - 1) * b.rs + n
+    {
+        use crate::backend::cpu::simd::{simd_level, SimdLevel};
+        done = match simd_level() {
+            // SAFETY: the level's features are this CPU's; the checks
+            // above keep every load inside `a` ([m, k]) and B (k rows `rs`
+            // apart, `n` columns each) and every store inside `c`.
+            SimdLevel::Avx512 => unsafe { rows_x86::avx512(m, n, k, a, b.data, b.rs, c) },
+            // SAFETY: as above.
+            SimdLevel::Avx2 => unsafe { rows_x86::avx2(m, n, k, a, b.data, b.rs, c) },
+            SimdLevel::Baseline => 0,
+        };
+    }
+    if done == n {
+        return;
+    }
+    // The columns left, one row at a time.
+    let rest = n - done;
+    let tail = Mat {
+        data: &b.data[done * b.cs..],
+        rs: b.rs,
+        cs: b.cs,
+    };
+    for (row, dst) in a.chunks_exact(k.max(1)).zip(c.chunks_exact_mut(n)) {
+        gemv(rest, k, row, tail, &mut dst[done..], threads);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod rows_x86 {
+    use std::arch::x86_64::*;
+
+    /// The tile loops of [`super::gemv_rows`] for one vector type and
+    /// one type of B's elements (float32, or float16 bit patterns that
+    /// `$load` widens, exactly): `R` rows' sums of two vectors of columns
+    /// each in registers. Returns the columns done (whole tiles).
+    macro_rules! tiles {
+        ($name:ident, $features:literal, $elem:ty, $vec:ty, $lanes:expr, $zero:ident, $load:ident, $store:ident, $set1:ident, $mul:ident, $add:ident) => {
+            /// # Safety
+            /// The CPU has the features named; `a` holds `m * k` values,
+            /// `b` `k` rows `rs >= n` apart of at least `n` columns, `c`
+            /// `m * n`; `m` is 1 to 4.
+            #[target_feature(enable = $features)]
+            pub unsafe fn $name(
+                m: usize,
+                n: usize,
+                k: usize,
+                a: &[f32],
+                b: &[$elem],
+                rs: usize,
+                c: &mut [f32],
+            ) -> usize {
+                #[inline(always)]
+                unsafe fn tile<const R: usize>(
+                    k: usize,
+                    a: *const f32,
+                    b: *const $elem,
+                    rs: usize,
+                    c: *mut f32,
+                    n: usize,
+                ) {
+                    const V: usize = 2;
+                    let mut acc = [[$zero(); V]; R];
+                    for p in 0..k {
+                        // In bounds: row p of B's tile and column p of
+                        // each row of a (the caller's checks).
+                        let bp = b.add(p * rs);
+                        let bv: [$vec; V] = std::array::from_fn(|v| $load(bp.add(v * $lanes)));
+                        for (i, acc) in acc.iter_mut().enumerate() {
+                            let x = $set1(*a.add(i * k + p));
+                            for (y, &bv) in acc.iter_mut().zip(&bv) {
+                                *y = $add(*y, $mul(x, bv));
+                            }
+                        }
+                    }
+                    for (i, acc) in acc.iter().enumerate() {
+                        for (v, &y) in acc.iter().enumerate() {
+                            $store(c.add(i * n + v * $lanes), y);
+                        }
+                    }
+                }
+                let width = 2 * $lanes;
+                let whole = n / width * width;
+                let (ap, bp, cp) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+                for j in (0..whole).step_by(width) {
+                    // In bounds: columns j..j + width < n of every row.
+                    let (bj, cj) = (bp.add(j), cp.add(j));
+                    match m {
+                        1 => tile::<1>(k, ap, bj, rs, cj, n),
+                        2 => tile::<2>(k, ap, bj, rs, cj, n),
+                        3 => tile::<3>(k, ap, bj, rs, cj, n),
+                        _ => tile::<4>(k, ap, bj, rs, cj, n),
+                    }
+                }
+                whole
+            }
+        };
+    }
+
+    /// 16 float16 values widened (exactly).
+    #[inline(always)]
+    unsafe fn widen16(p: *const u16) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+    }
+
+    /// 8 float16 values widened (exactly).
+    #[inline(always)]
+    unsafe fn widen8(p: *const u16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
+
+    tiles!(
+        avx512,
+        "avx512f",
+        f32,
+        __m512,
+        16,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_set1_ps,
+        _mm512_mul_ps,
+        _mm512_add_ps
+    );
+    tiles!(
+        avx2,
+        "avx2,fma",
+        f32,
+        __m256,
+        8,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_set1_ps,
+        _mm256_mul_ps,
+        _mm256_add_ps
+    );
+    tiles!(
+        avx512_f16,
+        "avx512f",
+        u16,
+        __m512,
+        16,
+        _mm512_setzero_ps,
+        widen16,
+        _mm512_storeu_ps,
+        _mm512_set1_ps,
+        _mm512_mul_ps,
+        _mm512_add_ps
+    );
+    tiles!(
+        avx2_f16,
+        "avx2,fma,f16c",
+        u16,
+        __m256,
+        8,
+        _mm256_setzero_ps,
+        widen8,
+        _mm256_storeu_ps,
+        _mm256_set1_ps,
+        _mm256_mul_ps,
+        _mm256_add_ps
+    );
+}
+
 /// [`gemv`] of each of `m` rows of `a` ([m, k]) against a row-major float16
 /// `b` ([k, n] bit patterns): each row of `b` is widened once, a run of
 /// columns at a time, and added into every row of `c` (in order over k, a
@@ -51,8 +242,29 @@ pub(super) fn gemv_rows_f16(m: usize, n: usize, k: usize, a: &[f32], b: &[u16], 
     const RUN: usize = 256;
     let mut run = [0f32; RUN];
     let c = &mut c[..m * n];
-    c.fill(0.0);
-    for j0 in (0..n).step_by(RUN) {
+    // Whole tiles in registers where the CPU has the vectors (as
+    // `gemv_rows`), the columns after them below.
+    #[allow(unused_mut)]
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if (1..=GEMV_ROWS).contains(&m) && k > 0 && a.len() >= m * k && b.len() >= k * n {
+        use crate::backend::cpu::simd::{simd_level, SimdLevel};
+        let f16c = is_x86_feature_detected!("f16c");
+        done = match simd_level() {
+            // SAFETY: the level's features are this CPU's (F16C checked
+            // for the AVX2 form; AVX-512F has its own conversion); the
+            // checks above keep every access inside `a`, `b` ([k, n]) and
+            // `c`.
+            SimdLevel::Avx512 => unsafe { rows_x86::avx512_f16(m, n, k, a, b, n, c) },
+            // SAFETY: as above.
+            SimdLevel::Avx2 if f16c => unsafe { rows_x86::avx2_f16(m, n, k, a, b, n, c) },
+            _ => 0,
+        };
+    }
+    for row in c.chunks_exact_mut(n.max(1)) {
+        row[done..].fill(0.0);
+    }
+    for j0 in (done..n).step_by(RUN) {
         let w = RUN.min(n - j0);
         for p in 0..k {
             crate::f16::widen(&b[p * n + j0..p * n + j0 + w], &mut run[..w]);

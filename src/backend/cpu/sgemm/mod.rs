@@ -202,9 +202,7 @@ pub fn sgemm_t(
         // A few rows (attention's query rows per head against one cache
         // block): a row-vector product per row, B's rows streamed from
         // the cache as they are; packing B would cost more than the product.
-        for (row, dst) in a.chunks_exact(k.max(1)).zip(c.chunks_exact_mut(n)).take(m) {
-            gemv(n, k, row, bm, dst, threads);
-        }
+        gemv_rows(m, n, k, a, bm, c, threads);
     } else {
         gemm_blocked(best_kernel(), m, n, k, am, BSrc::Plain(bm), c, threads);
     }

@@ -677,3 +677,67 @@ mod miri {
         }
     }
 }
+
+#[test]
+fn a_few_rows_give_the_bits_of_one_row_at_a_time() {
+    // Attention's query rows against a cache block (gemv_rows): every
+    // vector form the CPU has, the tiles and the columns past them, a
+    // row stride wider than the columns, against `gemv` row by row.
+    for (m, n, k, rs) in [
+        (1, 96, 20, 100),
+        (2, 5, 3, 5),
+        (3, 128, 64, 128),
+        (4, 70, 9, 80),
+        (3, 33, 1, 40),
+        (2, 64, 128, 64),
+    ] {
+        let a = data(m * k, (m * n + k) as u64);
+        let b = data(k * rs, rs as u64);
+        let bm = Mat::new(&b, k, rs, false).unwrap();
+        let mut want = vec![0f32; m * n];
+        for (row, dst) in a.chunks_exact(k).zip(want.chunks_exact_mut(n)) {
+            gemv(n, k, row, bm, dst, 1);
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut got = vec![f32::NAN; m * n];
+        gemv_rows(m, n, k, &a, bm, &mut got, 1);
+        assert_eq!(bits(&got), bits(&want), "gemv_rows {m}x{n}x{k}");
+        // A float16 B ([k, n], row-major) read as it is: the bits of the
+        // same rows against B widened first.
+        let mut h = vec![0u16; k * n];
+        let dense: Vec<f32> = (0..k * n).map(|i| b[i / n * rs + i % n]).collect();
+        crate::f16::narrow(&dense, &mut h);
+        let mut wide = vec![0f32; k * n];
+        crate::f16::widen(&h, &mut wide);
+        let wm = Mat::new(&wide, k, n, false).unwrap();
+        let mut want16 = vec![0f32; m * n];
+        for (row, dst) in a.chunks_exact(k).zip(want16.chunks_exact_mut(n)) {
+            gemv(n, k, row, wm, dst, 1);
+        }
+        let mut got16 = vec![f32::NAN; m * n];
+        sgemm_f16b(m, n, k, &a, &h, &mut got16, false).unwrap();
+        assert_eq!(bits(&got16), bits(&want16), "sgemm_f16b {m}x{n}x{k}");
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::backend::cpu::simd::{detected_level, SimdLevel};
+            type Form = unsafe fn(usize, usize, usize, &[f32], &[f32], usize, &mut [f32]) -> usize;
+            let mut forms: Vec<(&str, Form)> = Vec::new();
+            if detected_level() >= SimdLevel::Avx2 {
+                forms.push(("avx2", rows_x86::avx2));
+            }
+            if detected_level() >= SimdLevel::Avx512 {
+                forms.push(("avx512", rows_x86::avx512));
+            }
+            for (name, f) in forms {
+                let mut got = want.clone();
+                got.iter_mut().for_each(|x| *x = f32::NAN);
+                // SAFETY: the CPU has the form's features (detected
+                // above); the operands have the shapes the form needs.
+                let done = unsafe { f(m, n, k, &a, &b, rs, &mut got) };
+                for (g, w) in got.chunks_exact(n).zip(want.chunks_exact(n)) {
+                    assert_eq!(bits(&g[..done]), bits(&w[..done]), "{name} {m}x{n}x{k}");
+                }
+            }
+        }
+    }
+}

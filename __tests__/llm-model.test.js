@@ -238,14 +238,18 @@ describe('LlamaRunner', () => {
     fresh.destroy();
   });
 
-  test("with llama.cpp's numerics a float16 cache gives the bits of a float32 one", async () => {
+  test("with llama.cpp's numerics the cache is float16 by default, with the bits of a float32 one", async () => {
     // The keys and values are rounded to float16 before they enter the
     // cache in these numerics, so storing them as float16 loses nothing.
     const opts = { ...OPTS, numerics: 'llama.cpp' };
-    const half = await runner(model, { ...opts, cacheType: 'float16' });
-    const full = await runner(model, opts);
+    // float16 is these numerics' default; float32 numerics keep float32.
+    const half = await runner(model, opts);
+    const full = await runner(model, { ...opts, cacheType: 'float32' });
     expect(half.cache.blocks[0].map((t) => t.dataType)).toEqual(Array(4).fill('float16'));
     expect(full.cache.blocks[0].map((t) => t.dataType)).toEqual(Array(4).fill('float32'));
+    const plain = await runner(model, OPTS);
+    expect(plain.cache.blocks[0].map((t) => t.dataType)).toEqual(Array(4).fill('float32'));
+    plain.destroy();
     const steps = [prompt, [5], [17], [250]];
     for (const ids of steps) {
       const [a, b] = [await half.forward(ids), await full.forward(ids)];

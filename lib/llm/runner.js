@@ -39,9 +39,10 @@ class LlamaRunner {
    *   numerics: 'llama.cpp' (the default) rounds as llama.cpp's CPU
    *   backend does (see graphs.js), 'float32' computes every product of
    *   the dequantized weights in float32;
-   *   cacheType: how the cache stores keys and values: float32 (the
-   *   default), or float16 with 'llama.cpp' numerics (which round them to
-   *   float16: the same values in half the memory)
+   *   cacheType: how the cache stores keys and values: float16 (the
+   *   default with 'llama.cpp' numerics, which round them to float16: the
+   *   same values in half the memory) or float32 (the default, and the
+   *   only type, with 'float32' numerics)
    */
   constructor(context, model, { maxContext = 2048, blockSize = 128, chunk = 64, numerics = 'llama.cpp', cacheType } = {}) {
     const c = model.config;
@@ -63,11 +64,9 @@ class LlamaRunner {
     this.numerics = numerics;
     // llama.cpp's numerics round keys and values to float16 before they
     // enter the cache, so a float16 cache holds the same values in half
-    // the memory. It is not the default yet: the graphs widen each block
-    // with a cast before its product, which the CPU backend now folds
-    // into the product (docs/llm.md), but its speed against the float32
-    // cache is still to be measured.
-    if (cacheType === undefined) cacheType = 'float32';
+    // the memory, and a step reads half the bytes (the CPU backend's
+    // products read the float16 blocks as they are: docs/llm.md).
+    if (cacheType === undefined) cacheType = numerics === 'llama.cpp' ? 'float16' : 'float32';
     if (cacheType !== 'float16' && cacheType !== 'float32') {
       throw new RangeError(`cacheType must be 'float16' or 'float32', not ${cacheType}`);
     }

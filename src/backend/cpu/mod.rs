@@ -76,6 +76,14 @@ struct CompiledGraph {
     /// The operands stored in the channel-blocked layout and the
     /// convolutions that run in it (`None`: every operand is plain).
     nchwc: Option<nchwc::Plan>,
+    /// The bytes each operand holds while computed ([`operand_bytes`]),
+    /// worked out once: the executor asks for them at every node of every
+    /// dispatch, and reading each operand's shape then (a heap allocation
+    /// of its own, thousands of them in a language model's step graph)
+    /// missed the cache at every node.
+    ///
+    /// [`operand_bytes`]: CompiledGraph::operand_bytes
+    bytes: Vec<usize>,
     /// Enough work that keeping the pool's other threads awake through a
     /// dispatch pays (see `CpuBackend::run_hot`); a tiny graph runs on the
     /// calling thread without waking anyone.
@@ -225,11 +233,19 @@ impl CompiledGraph {
     /// The bytes operand `i` holds while computed: its type's, or
     /// float32's for a float16 operand held blocked in float32.
     fn operand_bytes(&self, i: usize) -> usize {
-        let d = &self.graph.operands[i];
-        match self.nchwc.as_ref().is_some_and(|pl| pl.is_half(i)) {
-            true => d.element_count() * 4,
-            false => held_bytes(d),
-        }
+        self.bytes[i]
+    }
+
+    /// [`CompiledGraph::operand_bytes`] of every operand, from the
+    /// descriptors and the blocked plan.
+    fn bytes_of(graph: &Graph, nchwc: Option<&nchwc::Plan>) -> Vec<usize> {
+        let half = |i: usize| nchwc.is_some_and(|pl| pl.is_half(i));
+        (graph.operands.iter().enumerate())
+            .map(|(i, d)| match half(i) {
+                true => d.element_count() * 4,
+                false => held_bytes(d),
+            })
+            .collect()
     }
 }
 
@@ -733,7 +749,9 @@ impl Backend for CpuBackend {
                 m.saturating_add(out.saturating_mul(reduced_per_output(&graph, n))),
             )
         });
+        let bytes = CompiledGraph::bytes_of(&graph, nchwc.as_ref());
         let cg = CompiledGraph {
+            bytes,
             graph,
             constants,
             last_use,

@@ -448,6 +448,37 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
             let mut room = try_alloc((r1 - r0) * nb, 0f32, "a task's scales")?;
             let task_d = w.d.row(r0 * nb..r1 * nb, &mut room);
             let width = r1 - r0;
+            let mut r = r0;
+            // Integer activations: the task's whole groups of four weight
+            // rows (the kernels' ROWS) in one call per activation row,
+            // the same sums as one row at a time; the offsets' term after.
+            if let Some((qa, da)) = &int8 {
+                let whole = (r1 - r0) / kernels::ROWS * kernels::ROWS;
+                if whole > 0 {
+                    let d = &task_d[..whole * nb];
+                    for i in 0..rows {
+                        let (qa, da) = (&qa[i * k..(i + 1) * k], &da[i * nb..(i + 1) * nb]);
+                        let dst = &mut out[i * width..i * width + whole];
+                        match (w.codes.nibbles(), w.codes.bytes()) {
+                            (Some(cd), _) => {
+                                kernel.q4i4(&cd[r0 * k / 2..(r0 + whole) * k / 2], d, qa, da, dst)
+                            }
+                            (_, Some(cd)) => {
+                                kernel.q8i4(&cd[r0 * k..(r0 + whole) * k], d, qa, da, dst)
+                            }
+                            _ => {}
+                        }
+                        if w.offsets {
+                            let si = &sums[i * nb..(i + 1) * nb];
+                            for (j, o) in dst.iter_mut().enumerate() {
+                                let rr = r0 + j;
+                                *o += dot8(&w.m[rr * nb..(rr + 1) * nb], si);
+                            }
+                        }
+                    }
+                    r += whole;
+                }
+            }
             // Output (i, r) of the task, with the offsets' term added.
             let mut put = |i: usize, r: usize, dot: f32| {
                 out[i * width + (r - r0)] = match w.offsets {
@@ -458,31 +489,6 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
                     false => dot,
                 };
             };
-            let mut r = r0;
-            // Integer activations: four weight rows at a time (the
-            // kernels' ROWS), the same sums as one at a time.
-            if let Some((qa, da)) = &int8 {
-                while r + kernels::ROWS <= r1 {
-                    let d = &task_d[(r - r0) * nb..(r - r0 + kernels::ROWS) * nb];
-                    for i in 0..rows {
-                        let (qa, da) = (&qa[i * k..(i + 1) * k], &da[i * nb..(i + 1) * nb]);
-                        let span = r..r + kernels::ROWS;
-                        let dots = match (w.codes.nibbles(), w.codes.bytes()) {
-                            (Some(cd), _) => {
-                                kernel.q4i4(&cd[span.start * k / 2..span.end * k / 2], d, qa, da)
-                            }
-                            (_, Some(cd)) => {
-                                kernel.q8i4(&cd[span.start * k..span.end * k], d, qa, da)
-                            }
-                            _ => [0.0; kernels::ROWS],
-                        };
-                        for (j, dot) in dots.into_iter().enumerate() {
-                            put(i, r + j, dot);
-                        }
-                    }
-                    r += kernels::ROWS;
-                }
-            }
             for r in r..r1 {
                 let d = &task_d[(r - r0) * nb..(r - r0 + 1) * nb];
                 for i in 0..rows {

@@ -389,11 +389,18 @@ fn four_row_forms_give_the_one_row_sums_bit_for_bit() {
                         }
                     })
                 };
-                let four = match (q.codes.nibbles(), q.codes.bytes()) {
-                    (Some(c), _) => {
-                        kernel.q4i4(&c[rows.start * k / 2..rows.end * k / 2], dr, &qa, &da)
+                let mut four = [0f32; kernels::ROWS];
+                match (q.codes.nibbles(), q.codes.bytes()) {
+                    (Some(c), _) => kernel.q4i4(
+                        &c[rows.start * k / 2..rows.end * k / 2],
+                        dr,
+                        &qa,
+                        &da,
+                        &mut four,
+                    ),
+                    (_, Some(c)) => {
+                        kernel.q8i4(&c[rows.start * k..rows.end * k], dr, &qa, &da, &mut four)
                     }
-                    (_, Some(c)) => kernel.q8i4(&c[rows.start * k..rows.end * k], dr, &qa, &da),
                     _ => unreachable!("a matrix has 4- or 8-bit codes"),
                 };
                 let bits = |v: [f32; kernels::ROWS]| v.map(f32::to_bits);
@@ -412,6 +419,30 @@ fn four_row_forms_give_the_one_row_sums_bit_for_bit() {
                         first.name
                     );
                 }
+            }
+            // Two groups in one call: each row's sum in its place.
+            let whole = 2 * kernels::ROWS;
+            let mut got = vec![f32::NAN; whole];
+            match (q.codes.nibbles(), q.codes.bytes()) {
+                (Some(c), _) => {
+                    kernel.q4i4(&c[..whole * k / 2], &d[..whole * nb], &qa, &da, &mut got)
+                }
+                (_, Some(c)) => kernel.q8i4(&c[..whole * k], &d[..whole * nb], &qa, &da, &mut got),
+                _ => unreachable!("a matrix has 4- or 8-bit codes"),
+            }
+            for (r, g) in got.iter().enumerate() {
+                let dr = &d[r * nb..(r + 1) * nb];
+                let want = match (q.codes.nibbles(), q.codes.bytes()) {
+                    (Some(c), _) => kernel.q4i(&c[r * k / 2..(r + 1) * k / 2], dr, &qa, &da),
+                    (_, Some(c)) => kernel.q8i(&c[r * k..(r + 1) * k], dr, &qa, &da),
+                    _ => unreachable!("a matrix has 4- or 8-bit codes"),
+                };
+                assert_eq!(
+                    g.to_bits(),
+                    want.to_bits(),
+                    "{} wide {wide} row {r} of two groups",
+                    kernel.name
+                );
             }
         }
     }

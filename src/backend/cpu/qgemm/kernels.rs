@@ -1,9 +1,13 @@
 //! The dot products of one weight row's blocks with one activation row:
 //! `sum over blocks b of d[b] * sum_j a[b*QK + j] * code[b*QK + j]` (the
 //! offsets are added by the caller). A portable form, the reference, an
-//! AVX2+FMA and an AVX-512F form, and a NEON form (aarch64, `neon.rs`),
-//! picked once per process ([`best`]); the tests hold the others to the
-//! portable one.
+//! AVX2+FMA and an AVX-512F form (whose int8 forms take VNNI's dot
+//! products, and VBMI's byte permute for the 4-bit codes, where the CPU
+//! has them), and a NEON form (aarch64, `neon.rs`), picked once per
+//! process ([`best`]); the tests hold the others to the portable one.
+//! The int8 forms also come for four weight rows per pass (a decoding
+//! step's one activation row against many weight rows), with the bits of
+//! the one-row form.
 
 use super::QK;
 

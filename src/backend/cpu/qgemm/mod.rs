@@ -21,9 +21,10 @@
 //!   int8 codes times a scale per block, exactly (a graph that rounds
 //!   them as llama.cpp does makes them so; [`exact_int8`] checks every
 //!   value), `sum(a * code)` is taken as `da * sum(qa * code)` in integers
-//!   with byte multiplies (AVX2's `maddubs`): the same value, exact inner
-//!   sums, a third of the instructions per block and a quarter of the
-//!   activation bytes; other activations take the float forms;
+//!   with byte multiplies (AVX2's `maddubs`, VNNI's `vpdpbusd`; four
+//!   weight rows per pass): the same value, exact inner sums, a third of
+//!   the instructions per block and a quarter of the activation bytes;
+//!   other activations take the float forms;
 //! - more rows (a prompt) dequantize a tile of [`TILE_N`] weight rows at a
 //!   time into float32 and run the float32 GEMM kernel on it, each thread
 //!   its own tiles: the dequantization is then 1/M of the work.

@@ -196,7 +196,9 @@ pub fn sgemm_t(
     let bm = Mat::new(b, k, n, b_t)?;
     check_c(c, m, n)?;
     let threads = threads_for(m, n, k, parallel);
-    if m == 1 && n > 0 {
+    if k == 1 && m > GEMV_ROWS && n > 0 {
+        outer(m, n, am, bm, c);
+    } else if m == 1 && n > 0 {
         gemv(n, k, a, bm, c, threads);
     } else if m <= GEMV_ROWS && n > 0 && k > 0 && !a_t && bm.cs == 1 {
         // A few rows (attention's query rows per head against one cache
@@ -207,6 +209,20 @@ pub fn sgemm_t(
         gemm_blocked(best_kernel(), m, n, k, am, BSrc::Plain(bm), c, threads);
     }
     Ok(())
+}
+
+/// `c = a * b` for a column `a` ([m, 1]) and a row `b` ([1, n]): each
+/// output its one product added to zero, as the micro-kernels' sums start
+/// (the bits of the blocked path, whose packing of both operands cost
+/// more than this product: a decoding step places its new key and value
+/// rows in a cache block by such products, two per layer).
+fn outer(m: usize, n: usize, a: Mat, b: Mat, c: &mut [f32]) {
+    for (i, row) in c.chunks_exact_mut(n).take(m).enumerate() {
+        let x = a.data[i * a.rs];
+        for (j, y) in row.iter_mut().enumerate() {
+            *y = 0.0 + x * b.data[j * b.cs];
+        }
+    }
 }
 
 /// `c = a * b` for row-major f32 `a` [m, k] and float16 `b` [k, n] (bit

@@ -741,3 +741,34 @@ fn a_few_rows_give_the_bits_of_one_row_at_a_time() {
         }
     }
 }
+
+#[test]
+fn outer_products_give_the_bits_of_the_blocked_path() {
+    // k = 1 (a decoding step's one-hot placement of its new rows): the
+    // product sgemm_t takes against the blocked kernel's, every layout,
+    // with signed zeros and a zero row among the values.
+    for (m, n) in [(5, 3), (128, 64), (64, 128), (33, 17)] {
+        for (a_t, b_t) in [(false, false), (true, false), (false, true), (true, true)] {
+            let mut a = data(m, m as u64);
+            let mut b = data(n, n as u64 + 7);
+            a[0] = -0.0;
+            a[1] = 0.0;
+            b[0] = -0.0;
+            let mut got = vec![f32::NAN; m * n];
+            sgemm_t(m, n, 1, &a, a_t, &b, b_t, &mut got, false).unwrap();
+            let (am, bm) = (
+                Mat::new(&a, m, 1, a_t).unwrap(),
+                Mat::new(&b, 1, n, b_t).unwrap(),
+            );
+            for kern in available_kernels() {
+                let mut want = vec![f32::NAN; m * n];
+                gemm_blocked(kern, m, n, 1, am, BSrc::Plain(bm), &mut want, 1);
+                assert!(
+                    same_bits(&got, &want),
+                    "{} {m}x{n} a_t {a_t} b_t {b_t}",
+                    kern.name()
+                );
+            }
+        }
+    }
+}

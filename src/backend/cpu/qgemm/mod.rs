@@ -443,18 +443,18 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
         .map(|t| {
             let r0 = t * per_task;
             let r1 = (r0 + per_task).min(n);
+            let width = r1 - r0;
             let mut out = vec![0f32; rows * (r1 - r0)];
             // The task's scales, widened here once when they are float16
             // (nb values against each row's k codes).
             let mut room = try_alloc((r1 - r0) * nb, 0f32, "a task's scales")?;
             let task_d = w.d.row(r0 * nb..r1 * nb, &mut room);
-            let width = r1 - r0;
             let mut r = r0;
             // Integer activations: the task's whole groups of four weight
             // rows (the kernels' ROWS) in one call per activation row,
-            // the same sums as one row at a time; the offsets' term after.
+            // the same sums as one row at a time.
             if let Some((qa, da)) = &int8 {
-                let whole = (r1 - r0) / kernels::ROWS * kernels::ROWS;
+                let whole = width / kernels::ROWS * kernels::ROWS;
                 if whole > 0 {
                     let d = &task_d[..whole * nb];
                     for i in 0..rows {
@@ -469,27 +469,11 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
                             }
                             _ => {}
                         }
-                        if w.offsets {
-                            let si = &sums[i * nb..(i + 1) * nb];
-                            for (j, o) in dst.iter_mut().enumerate() {
-                                let rr = r0 + j;
-                                *o += dot8(&w.m[rr * nb..(rr + 1) * nb], si);
-                            }
-                        }
                     }
                     r += whole;
                 }
             }
-            // Output (i, r) of the task, with the offsets' term added.
-            let mut put = |i: usize, r: usize, dot: f32| {
-                out[i * width + (r - r0)] = match w.offsets {
-                    true => {
-                        let si = &sums[i * nb..(i + 1) * nb];
-                        dot + dot8(&w.m[r * nb..(r + 1) * nb], si)
-                    }
-                    false => dot,
-                };
-            };
+            // The rows left (or every row, for float activations).
             for r in r..r1 {
                 let d = &task_d[(r - r0) * nb..(r - r0 + 1) * nb];
                 for i in 0..rows {
@@ -511,7 +495,17 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
                         (None, _, Some(cd)) => kernel.q8(&cd[r * k..(r + 1) * k], d, ai),
                         _ => 0.0,
                     };
-                    put(i, r, dot);
+                    out[i * width + (r - r0)] = dot;
+                }
+            }
+            // The offsets' term of every output (none to add where the
+            // matrix keeps no offsets).
+            if w.offsets {
+                for (i, row) in out.chunks_exact_mut(width).enumerate() {
+                    let si = &sums[i * nb..(i + 1) * nb];
+                    for (o, r) in row.iter_mut().zip(r0..r1) {
+                        *o += dot8(&w.m[r * nb..(r + 1) * nb], si);
+                    }
                 }
             }
             Ok(out)

@@ -44,6 +44,8 @@ struct Form {
     blocks: [usize; 2],
     /// A per-block offset added after the dequantization (Q4_1's minimum).
     offset: bool,
+    /// Zero points all 0, as GGUF's formats have them (else random).
+    zero_free: bool,
     /// The scale as a float16 constant cast to float32.
     half_scale: bool,
     /// B as `transpose([N, K])` read by matmul, else gemm's bTranspose.
@@ -71,7 +73,10 @@ fn graph(f: &Form, rows: usize, n: usize, k: usize, seed: u64) -> (Graph, Vec<f3
         .collect();
     let zero: Vec<f64> = r[2 * n * k..2 * n * k + nb]
         .iter()
-        .map(|x| (lo + (((x + 2.0) / 4.0 * span) as i32).min(hi - lo)) as f64)
+        .map(|x| match f.zero_free {
+            true => 0.0,
+            false => (lo + (((x + 2.0) / 4.0 * span) as i32).min(hi - lo)) as f64,
+        })
         .collect();
     let min: Vec<f64> = r[3 * n * k..3 * n * k + n * f.blocks[1]]
         .iter()
@@ -179,6 +184,7 @@ fn quantized_weights_run_as_one_product() {
             offset: true,
             half_scale: true,
             matmul: false,
+            zero_free: false,
         },
         // Q8_0 and ONNX MatMulNBits-style: blocks of 64 / 128, a zero point.
         Form {
@@ -187,6 +193,7 @@ fn quantized_weights_run_as_one_product() {
             offset: false,
             half_scale: false,
             matmul: true,
+            zero_free: false,
         },
         Form {
             dt: DataType::Int4,
@@ -194,6 +201,7 @@ fn quantized_weights_run_as_one_product() {
             offset: false,
             half_scale: false,
             matmul: true,
+            zero_free: false,
         },
         // Per row (per output channel) and per tensor.
         Form {
@@ -202,6 +210,7 @@ fn quantized_weights_run_as_one_product() {
             offset: false,
             half_scale: true,
             matmul: false,
+            zero_free: false,
         },
         Form {
             dt: DataType::Uint4,
@@ -209,6 +218,7 @@ fn quantized_weights_run_as_one_product() {
             offset: true,
             half_scale: false,
             matmul: true,
+            zero_free: false,
         },
     ];
     for (fi, f) in forms.iter().enumerate() {
@@ -235,6 +245,7 @@ fn other_forms_run_as_written() {
         offset: false,
         half_scale: false,
         matmul: false,
+        zero_free: false,
     };
     let (g, x, want) = graph(&f, 3, n, k, 1);
     let (got, fused, _) = run(g, x);
@@ -247,6 +258,7 @@ fn other_forms_run_as_written() {
         offset: false,
         half_scale: false,
         matmul: false,
+        zero_free: false,
     };
     let (g, x, want) = graph(&f, 2, n, k, 2);
     let (got, fused, _) = run(g, x);
@@ -254,24 +266,30 @@ fn other_forms_run_as_written() {
     assert_near(&got, &want, "blocks along N");
 }
 
-/// Two graphs over the same constant bytes share one packed matrix.
+/// Two graphs over the same constant bytes share one packed matrix, with
+/// per-block offsets and without (a zero point of 0 and nothing added, as
+/// in Q8_0 and in graphs that multiply Q4_1's minimum on their own: the
+/// offsets then sum to -0.0, which once made every graph pack its own).
 #[test]
 fn graphs_share_packed_weights() {
-    let f = Form {
-        dt: DataType::Uint4,
-        blocks: [16, 2],
-        offset: true,
-        half_scale: true,
-        matmul: false,
-    };
-    let (g, ..) = graph(&f, 2, 16, 64, 3);
-    let g = Arc::new(g);
-    let mut cpu = CpuBackend::new();
-    cpu.compile(1, g.clone()).unwrap();
-    cpu.compile(2, g.clone()).unwrap();
-    let one = cpu.graphs[&1].quantized.values().next().unwrap().clone();
-    let two = cpu.graphs[&2].quantized.values().next().unwrap().clone();
-    assert!(Arc::ptr_eq(&one, &two));
+    for offset in [true, false] {
+        let f = Form {
+            dt: DataType::Uint4,
+            blocks: [16, 2],
+            offset,
+            half_scale: true,
+            matmul: false,
+            zero_free: !offset,
+        };
+        let (g, ..) = graph(&f, 2, 16, 64, 3);
+        let g = Arc::new(g);
+        let mut cpu = CpuBackend::new();
+        cpu.compile(1, g.clone()).unwrap();
+        cpu.compile(2, g.clone()).unwrap();
+        let one = cpu.graphs[&1].quantized.values().next().unwrap().clone();
+        let two = cpu.graphs[&2].quantized.values().next().unwrap().clone();
+        assert!(Arc::ptr_eq(&one, &two), "offset {offset}");
+    }
 }
 
 /// A cast of a float16 constant read by a product becomes a constant

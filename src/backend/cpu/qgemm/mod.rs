@@ -282,15 +282,24 @@ impl QMatrix {
         }
     }
 
-    /// Whether this matrix has these scales and offsets (bit for bit; an
-    /// offset of zero where it keeps none).
+    /// Whether this matrix is the one [`QMatrix::pack`] would make of these
+    /// scales and offsets: the scales bit for bit; the offsets bit for bit
+    /// where it keeps them, and all zero (of either sign, as `new` sees
+    /// them) where it keeps none. An empty sum of offsets is -0.0, so a
+    /// weight without offsets comes here with -0.0 in every block, and the
+    /// products skip the term for both.
     pub fn has_blocks(&self, d: &[f32], m: &[f32]) -> bool {
         let blocks = self.d.len();
+        let offsets = match self.offsets {
+            true => m
+                .iter()
+                .enumerate()
+                .all(|(i, x)| self.m[i].to_bits() == x.to_bits()),
+            false => m.iter().all(|&x| x == 0.0),
+        };
         m.len() == blocks
             && d.len() == blocks
-            && m.iter()
-                .enumerate()
-                .all(|(i, x)| self.offset(i).to_bits() == x.to_bits())
+            && offsets
             && d.iter()
                 .enumerate()
                 .all(|(i, x)| self.d.get(i).to_bits() == x.to_bits())

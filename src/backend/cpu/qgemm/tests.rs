@@ -222,6 +222,10 @@ fn zero_offsets_are_not_kept() {
     assert_eq!(q1.bytes(), n * k / 2 + d1.len() * 4);
     assert!(q1.has_blocks(&d1, &vec![0.0; d1.len()]));
     assert!(q.has_blocks(&d, &vec![0.0; d.len()]));
+    assert!(
+        q.has_blocks(&d, &vec![-0.0; d.len()]),
+        "no offsets, of either sign"
+    );
     assert!(!q.has_blocks(&d, &vec![1.0; d.len()]));
     assert!(!q.has_blocks(&vec![0.25; d.len()], &vec![0.0; d.len()]));
 }

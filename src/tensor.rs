@@ -85,7 +85,7 @@ fn try_zeroed<T: ZeroBits>(n: usize) -> Result<Vec<T>> {
 
 impl Buf {
     /// An empty buffer of the variant that stores `dt`.
-    fn empty(dt: DataType) -> Buf {
+    pub fn empty(dt: DataType) -> Buf {
         match dt {
             DataType::Float32 => Buf::F32(Vec::new()),
             DataType::Float16 => Buf::F16(Vec::new()),

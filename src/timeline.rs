@@ -72,6 +72,8 @@ pub enum Command {
         id: TensorId,
         desc: OperandDescriptor,
         label: String,
+        /// `createConstantTensor`'s: graphs read the constant's bytes.
+        constant: bool,
         respond: Option<Responder>,
     },
     WriteTensor {
@@ -327,9 +329,14 @@ impl Worker {
                 id,
                 desc,
                 label,
+                constant,
                 respond: r,
             } => {
-                let result = guarded("createTensor", || b.create_tensor(id, &desc)).map_err(|e| {
+                let create = || match constant {
+                    true => b.create_constant_tensor(id, &desc),
+                    false => b.create_tensor(id, &desc),
+                };
+                let result = guarded("createTensor", create).map_err(|e| {
                     // The spec reports a failed allocation as UnknownError.
                     Error::unknown(format!(
                         "{}: {}",

@@ -41,6 +41,15 @@ pub trait Backend {
     }
     /// Allocates a zero-filled tensor.
     fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()>;
+    /// The backend's side of a constant tensor (`createConstantTensor`):
+    /// graphs embed the constant's bytes, which the binding keeps, and the
+    /// tensor is never dispatched, written or read, so it stands only for
+    /// the constant's lifetime and memory. A backend that needs no storage
+    /// of its own for that overrides this; the default allocates as
+    /// `create_tensor` does.
+    fn create_constant_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()> {
+        self.create_tensor(id, desc)
+    }
     fn destroy_tensor(&mut self, id: TensorId);
     /// Replaces a tensor's contents (`data` has its element count and type).
     fn write_tensor(&mut self, id: TensorId, data: Buf) -> Result<()>;

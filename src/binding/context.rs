@@ -137,6 +137,7 @@ impl MLContext {
         settle: bool,
     ) -> napi::Result<(u64, napi_value)> {
         let (id, desc, label) = (info.id, info.desc.clone(), info.label.clone());
+        let constant = info.constant.is_some();
         let (req, p) = shared::register(e, &self.shared, PendingKind::Tensor(info))?;
         self.shared.send_or_reject(
             e,
@@ -145,6 +146,7 @@ impl MLContext {
                 id,
                 desc,
                 label,
+                constant,
                 respond: settle.then_some(Responder::Js(req)),
             },
         );

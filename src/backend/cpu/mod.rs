@@ -270,6 +270,21 @@ impl CpuBackend {
         backend
     }
 
+    /// The bytes a tensor of `desc` counts against `memoryLimit`, or the
+    /// OperationError that says it does not fit.
+    fn room_for(&self, desc: &OperandDescriptor) -> Result<usize> {
+        let bytes = held_bytes(desc);
+        if let Some(limit) = self.memory_limit {
+            if self.tensor_bytes.saturating_add(bytes) > limit {
+                return Err(Error::operation(format!(
+                    "cannot allocate {bytes} bytes: the context's memoryLimit of {limit} bytes has {} left",
+                    limit.saturating_sub(self.tensor_bytes)
+                )));
+            }
+        }
+        Ok(bytes)
+    }
+
     /// Caps the memory this backend holds: an allocation beyond it fails
     /// (createTensor rejects, a dispatch errors its outputs) instead of
     /// exhausting the machine.
@@ -599,16 +614,26 @@ impl Backend for CpuBackend {
     }
 
     fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()> {
-        let bytes = held_bytes(desc);
-        if let Some(limit) = self.memory_limit {
-            if self.tensor_bytes.saturating_add(bytes) > limit {
-                return Err(Error::operation(format!(
-                    "cannot allocate {bytes} bytes: the context's memoryLimit of {limit} bytes has {} left",
-                    limit.saturating_sub(self.tensor_bytes)
-                )));
-            }
-        }
+        let bytes = self.room_for(desc)?;
         let data = Buf::zeros(desc.data_type, desc.element_count())?;
+        self.tensor_bytes += bytes;
+        self.tensors.insert(
+            id,
+            CpuTensor {
+                desc: desc.clone(),
+                data,
+            },
+        );
+        Ok(())
+    }
+
+    /// No storage: graphs read the constant's bytes where the binding keeps
+    /// them, so a buffer here would only hold a second copy of a model's
+    /// weights (zeros that nothing reads). The constant still counts
+    /// against `memoryLimit`, as the memory it stands for.
+    fn create_constant_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()> {
+        let bytes = self.room_for(desc)?;
+        let data = Buf::empty(desc.data_type);
         self.tensor_bytes += bytes;
         self.tensors.insert(
             id,

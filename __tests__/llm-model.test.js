@@ -19,14 +19,18 @@ function randn(rand, n, scale, offset = 0) {
   return Float64Array.from({ length: n }, () => offset + scale * (rand() + rand() + rand() - 1.5) * 2);
 }
 
-/** A random model in the loader's interface; `tied`: no output.weight. */
-function tinyModel({ seed = 1, tied = true } = {}) {
+/**
+ * A random model in the loader's interface; `tied`: no output.weight;
+ * `mixed`: attn_v and ffn_up in Q8_0, the other matrices in Q4_1.
+ */
+function tinyModel({ seed = 1, tied = true, mixed = false } = {}) {
   const rand = mulberry32(seed);
   const c = CONFIG;
   const tensors = new Map();
   // The loader's tensors read their bytes from the file; these hold them.
   const set = (name, type, dims, bytes) => tensors.set(name, { type, dims, byteLength: bytes.length, read: () => bytes });
   const q41 = (name, K, N) => set(name, 'Q4_1', [K, N], quant.encodeQ4_1(randn(rand, K * N, 1 / Math.sqrt(K))));
+  const q80 = (name, K, N) => set(name, 'Q8_0', [K, N], quant.encodeQ8_0(randn(rand, K * N, 1 / Math.sqrt(K))));
   const f32 = (name, n) => {
     const v = Float32Array.from(randn(rand, n, 0.1, 1)); // norm weights around 1
     set(name, 'F32', [n], new Uint8Array(v.buffer));
@@ -41,10 +45,10 @@ function tinyModel({ seed = 1, tied = true } = {}) {
     f32(`blk.${l}.ffn_norm.weight`, c.nEmbd);
     q41(`blk.${l}.attn_q.weight`, c.nEmbd, qd);
     q41(`blk.${l}.attn_k.weight`, c.nEmbd, kvd);
-    q41(`blk.${l}.attn_v.weight`, c.nEmbd, kvd);
+    (mixed ? q80 : q41)(`blk.${l}.attn_v.weight`, c.nEmbd, kvd);
     q41(`blk.${l}.attn_output.weight`, qd, c.nEmbd);
     q41(`blk.${l}.ffn_gate.weight`, c.nEmbd, c.nFF);
-    q41(`blk.${l}.ffn_up.weight`, c.nEmbd, c.nFF);
+    (mixed ? q80 : q41)(`blk.${l}.ffn_up.weight`, c.nEmbd, c.nFF);
     q41(`blk.${l}.ffn_down.weight`, c.nFF, c.nEmbd);
   }
   return { config: { ...c }, tensors };
@@ -288,6 +292,25 @@ describe('LlamaRunner', () => {
     const r = await runner(m);
     expect(maxAbsDiff(await r.forward(prompt.slice(0, 20)), ref[19])).toBeLessThan(TOL);
     r.destroy();
+  });
+
+  test('Q/K/V and gate/up are stacked into one product each where they share a format, and apart where not', async () => {
+    const r = await runner(model);
+    const w = /** @type {Map<string, {parts?: number[]}>} */ (r.weights);
+    const kvd = CONFIG.nHeadKv * CONFIG.headDim;
+    expect(w.get('blk.1.attn_qkv').parts).toEqual([CONFIG.nHead * CONFIG.headDim, kvd, kvd]);
+    expect(w.get('blk.1.ffn_gate_up').parts).toEqual([CONFIG.nFF, CONFIG.nFF]);
+    expect(w.has('blk.1.attn_q.weight')).toBe(false);
+    r.destroy();
+    // Mixed formats: each matrix its own product, the same logits.
+    const m = tinyModel({ seed: 3, mixed: true });
+    const ref = referenceLogits(m, prompt.slice(0, 20));
+    const rm = await runner(m);
+    const wm = /** @type {Map<string, object>} */ (rm.weights);
+    expect(wm.has('blk.0.attn_qkv') || wm.has('blk.0.ffn_gate_up')).toBe(false);
+    expect(wm.has('blk.0.attn_v.weight') && wm.has('blk.0.ffn_up.weight')).toBe(true);
+    expect(maxAbsDiff(await rm.forward(prompt.slice(0, 20)), ref[19])).toBeLessThan(TOL);
+    rm.destroy();
   });
 
   test('a step binds the blocks its position needs and writes only the current one', async () => {

@@ -15,8 +15,9 @@
 // One step graph serves both prefill (T tokens) and decode (T = 1):
 //
 //   inputs   ids    int32   [T]          token ids (padding: any id)
-//            cos    float32 [T, 1, hd/2] RoPE cos/sin per position and pair
-//            sin    float32 [T, 1, hd/2]
+//            cos    float32 [T, 1, hd/2, 2] RoPE per position and pair: cos
+//                   twice, (cos, cos)
+//            sin    float32 [T, 1, hd/2, 2] (-sin, sin)
 //            mask   float32 [T, nBlocks*B] additive: 0 where a token may
 //                   attend, -1e9 elsewhere; columns [0, (nBlocks-1)*B) are
 //                   the past slots, the last B the current block
@@ -53,7 +54,8 @@
  * for a matrix, [K] for a vector; Q4_1 has `q`, `scale`, `min` and `zp`
  * (its zero point, all zeros: made once, not in every graph), Q8_0 `q`,
  * `scale` and `zp`, F32/F16 `data`.
- * @typedef {{ type: string, N: number, K: number, shape: number[],
+ * `parts`: a stack's (see STACKS) row counts, in order.
+ * @typedef {{ type: string, N: number, K: number, shape: number[], parts?: number[],
  *   q?: MLTensor, scale?: MLTensor, min?: MLTensor, zp?: MLTensor, data?: MLTensor }} PreparedWeight
  */
 
@@ -75,50 +77,106 @@ function weightNames(model) {
 }
 
 /**
+ * Matrices that read the same activation and are stored in the same
+ * format are multiplied as one: their rows stacked into one matrix (a
+ * quantized matrix's rows are whole blocks, so the stacked bytes are the
+ * parts' bytes one after the other), whose product the graph slices. One
+ * product instead of three (Q, K, V) or two (gate, up) reads the same
+ * bytes; each output is computed as it was, with fewer nodes around it.
+ * @type {Array<[string, string[]]>}
+ */
+const STACKS = [
+  ['attn_qkv', ['attn_q', 'attn_k', 'attn_v']],
+  ['ffn_gate_up', ['ffn_gate', 'ffn_up']],
+];
+
+/**
  * Creates the weight constants of every tensor the graphs use, once, as
- * constant MLTensors in their quantized form.
+ * constant MLTensors in their quantized form. Layer l's Q, K and V
+ * matrices are stacked as `blk.{l}.attn_qkv`, its gate and up ones as
+ * `blk.{l}.ffn_gate_up` (see STACKS), where the parts share a format and
+ * a K; otherwise they stay apart.
  * @param {MLContext} context
  * @param {LlamaWeights} model
  * @returns {Promise<Map<string, PreparedWeight>>}
  */
 async function prepareWeights(context, model) {
-  const { repackQ4_1, repackQ8_0 } = require('./quant');
   /** @type {Map<string, PreparedWeight>} */
   const out = new Map();
+  /** @param {string} name */
+  const tensor = (name) => {
+    const t = model.tensors.get(name);
+    if (!t) throw new Error(`the model has no tensor ${name}`);
+    return t;
+  };
+  const stacked = new Set();
+  for (let l = 0; l < model.config.nLayer; l++) {
+    for (const [stack, parts] of STACKS) {
+      const ts = parts.map((p) => tensor(`blk.${l}.${p}.weight`));
+      const K = ts[0].dims[0];
+      const fits = ts.every((t) => t.type === ts[0].type && t.dims.length === 2 && t.dims[0] === K);
+      if (!fits) continue;
+      const N = ts.reduce((a, t) => a + t.dims[1], 0);
+      const read = () => {
+        const bytes = new Uint8Array(ts.reduce((a, t) => a + t.byteLength, 0));
+        let at = 0;
+        for (const t of ts) {
+          const b = t.read();
+          bytes.set(b, at);
+          at += b.length;
+        }
+        return bytes;
+      };
+      const w = await prepareWeight(context, `blk.${l}.${stack}`, { type: ts[0].type, dims: [K, N], read });
+      w.parts = ts.map((t) => t.dims[1]);
+      out.set(`blk.${l}.${stack}`, w);
+      for (const p of parts) stacked.add(`blk.${l}.${p}.weight`);
+    }
+  }
   // Only the tensors the graphs read: a file may hold others (of formats
   // the graphs need not support).
   for (const name of weightNames(model)) {
-    const t = model.tensors.get(name);
-    if (!t) throw new Error(`the model has no tensor ${name}`);
-    const K = t.dims[0];
-    const N = t.dims.length > 1 ? t.dims[1] : 1;
-    const shape = t.dims.length > 1 ? [N, K] : [K];
-    const blocks = t.dims.length > 1 ? [N, K / 32] : [K / 32];
-    /** @type {PreparedWeight} */
-    const w = { type: t.type, N, K, shape };
-    // Read from the file now, and dropped once the backend has its copy.
-    const bytes = t.read();
-    const count = blocks.reduce((a, c) => a * c, 1);
-    if (t.type === 'Q4_1') {
-      const r = repackQ4_1(bytes, N * K);
-      w.q = await context.createConstantTensor({ dataType: 'uint4', shape }, r.q);
-      w.scale = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.scale);
-      w.min = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.min);
-      w.zp = await context.createConstantTensor({ dataType: 'uint4', shape: blocks }, new Uint8Array(Math.ceil(count / 2)));
-    } else if (t.type === 'Q8_0') {
-      const r = repackQ8_0(bytes, N * K);
-      w.q = await context.createConstantTensor({ dataType: 'int8', shape }, r.q);
-      w.scale = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.scale);
-      w.zp = await context.createConstantTensor({ dataType: 'int8', shape: blocks }, new Int8Array(count));
-    } else if (t.type === 'F32' || t.type === 'F16') {
-      const dataType = t.type === 'F32' ? 'float32' : 'float16';
-      w.data = await context.createConstantTensor({ dataType, shape }, bytes);
-    } else {
-      throw new TypeError(`${name}: tensor type ${t.type} is not supported`);
-    }
-    out.set(name, w);
+    if (!stacked.has(name)) out.set(name, await prepareWeight(context, name, tensor(name)));
   }
   return out;
+}
+
+/**
+ * One weight's constants (see PreparedWeight).
+ * @param {MLContext} context
+ * @param {string} name
+ * @param {{ type: string, dims: number[], read: () => Uint8Array }} t
+ * @returns {Promise<PreparedWeight>}
+ */
+async function prepareWeight(context, name, t) {
+  const { repackQ4_1, repackQ8_0 } = require('./quant');
+  const K = t.dims[0];
+  const N = t.dims.length > 1 ? t.dims[1] : 1;
+  const shape = t.dims.length > 1 ? [N, K] : [K];
+  const blocks = t.dims.length > 1 ? [N, K / 32] : [K / 32];
+  /** @type {PreparedWeight} */
+  const w = { type: t.type, N, K, shape };
+  // Read from the file now, and dropped once the backend has its copy.
+  const bytes = t.read();
+  const count = blocks.reduce((a, c) => a * c, 1);
+  if (t.type === 'Q4_1') {
+    const r = repackQ4_1(bytes, N * K);
+    w.q = await context.createConstantTensor({ dataType: 'uint4', shape }, r.q);
+    w.scale = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.scale);
+    w.min = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.min);
+    w.zp = await context.createConstantTensor({ dataType: 'uint4', shape: blocks }, new Uint8Array(Math.ceil(count / 2)));
+  } else if (t.type === 'Q8_0') {
+    const r = repackQ8_0(bytes, N * K);
+    w.q = await context.createConstantTensor({ dataType: 'int8', shape }, r.q);
+    w.scale = await context.createConstantTensor({ dataType: 'float16', shape: blocks }, r.scale);
+    w.zp = await context.createConstantTensor({ dataType: 'int8', shape: blocks }, new Int8Array(count));
+  } else if (t.type === 'F32' || t.type === 'F16') {
+    const dataType = t.type === 'F32' ? 'float32' : 'float16';
+    w.data = await context.createConstantTensor({ dataType, shape }, bytes);
+  } else {
+    throw new TypeError(`${name}: tensor type ${t.type} is not supported`);
+  }
+  return w;
 }
 
 /**
@@ -271,8 +329,8 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   };
 
   const ids = b.input('ids', { dataType: 'int32', shape: [T] });
-  const cos = b.input('cos', f32([T, 1, half]));
-  const sin = b.input('sin', f32([T, 1, half]));
+  const cos = b.input('cos', f32([T, 1, half, 2]));
+  const sin = b.input('sin', f32([T, 1, half, 2]));
   const mask = b.input('mask', f32([T, W]));
   const place = b.input('place', f32([T, B]));
   const last = T > 1 ? b.input('last', { dataType: 'int32', shape: [1] }) : null;
@@ -296,12 +354,13 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
    * @param {number} nh
    */
   const rope = (x, nh) => {
+    // (x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin): the pair times
+    // (cos, cos) plus the pair reversed times (-sin, sin). The same bits
+    // as the two products and their difference written out: x1 * -sin is
+    // -(x1 sin) exactly, and adding it is subtracting x1 sin.
     const r = b.reshape(x, [T, nh, half, 2]);
-    const x0 = b.reshape(b.slice(r, [0, 0, 0, 0], [T, nh, half, 1]), [T, nh, half]);
-    const x1 = b.reshape(b.slice(r, [0, 0, 0, 1], [T, nh, half, 1]), [T, nh, half]);
-    const y0 = b.sub(b.mul(x0, cos), b.mul(x1, sin));
-    const y1 = b.add(b.mul(x0, sin), b.mul(x1, cos));
-    return b.reshape(b.concat([b.reshape(y0, [T, nh, half, 1]), b.reshape(y1, [T, nh, half, 1])], 3), [T, nh * hd]);
+    const y = b.add(b.mul(r, cos), b.mul(b.reverse(r, { axes: [3] }), sin));
+    return b.reshape(y, [T, nh * hd]);
   };
   // Rows of the current block that this step writes are cleared (keep = 0)
   // and the new rows added through the one-hot placement: a matmul with a
@@ -316,9 +375,24 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   const next = {};
   for (let l = 0; l < L; l++) {
     const h = rmsNorm(x, `blk.${l}.attn_norm.weight`);
-    const q = rope(linear(h, `blk.${l}.attn_q.weight`), H);
-    const k = rope(linear(h, `blk.${l}.attn_k.weight`), Hkv);
-    const v = linear(h, `blk.${l}.attn_v.weight`);
+    let q;
+    let k;
+    let v;
+    const qkv = weights.get(`blk.${l}.attn_qkv`);
+    if (qkv?.parts) {
+      // One product, then Q and K rotated together (their heads side by
+      // side), V as it is.
+      const [nq, nk, nv] = qkv.parts;
+      const y = linear(h, `blk.${l}.attn_qkv`);
+      const qk = rope(b.slice(y, [0, 0], [T, nq + nk]), H + Hkv);
+      q = b.slice(qk, [0, 0], [T, nq]);
+      k = b.slice(qk, [0, nq], [T, nk]);
+      v = b.slice(y, [0, nq + nk], [T, nv]);
+    } else {
+      q = rope(linear(h, `blk.${l}.attn_q.weight`), H);
+      k = rope(linear(h, `blk.${l}.attn_k.weight`), Hkv);
+      v = linear(h, `blk.${l}.attn_v.weight`);
+    }
 
     const kT = b.transpose(b.reshape(half16(k), [T, Hkv, hd]), { permutation: [1, 2, 0] }); // [Hkv, hd, T]
     const vH = b.transpose(b.reshape(half16(v), [T, Hkv, hd]), { permutation: [1, 0, 2] }); // [Hkv, T, hd]
@@ -350,8 +424,18 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
     x = b.add(x, linear(attn, `blk.${l}.attn_output.weight`));
 
     const h2 = rmsNorm(x, `blk.${l}.ffn_norm.weight`);
-    const gate = linear(h2, `blk.${l}.ffn_gate.weight`);
-    const up = linear(h2, `blk.${l}.ffn_up.weight`);
+    let gate;
+    let up;
+    const gu = weights.get(`blk.${l}.ffn_gate_up`);
+    if (gu?.parts) {
+      const [ng, nu] = gu.parts;
+      const y = linear(h2, `blk.${l}.ffn_gate_up`);
+      gate = b.slice(y, [0, 0], [T, ng]);
+      up = b.slice(y, [0, ng], [T, nu]);
+    } else {
+      gate = linear(h2, `blk.${l}.ffn_gate.weight`);
+      up = linear(h2, `blk.${l}.ffn_up.weight`);
+    }
     x = b.add(x, linear(b.mul(b.mul(gate, b.sigmoid(gate)), up), `blk.${l}.ffn_down.weight`));
   }
   if (last) x = b.gather(x, last, { axis: 0 }); // [1, E]: the head runs for one token

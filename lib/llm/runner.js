@@ -112,8 +112,8 @@ class LlamaRunner {
       /** @type {StepInputs} */
       const io = {
         ids: await desc('int32', [T]),
-        cos: await desc('float32', [T, 1, half]),
-        sin: await desc('float32', [T, 1, half]),
+        cos: await desc('float32', [T, 1, half, 2]),
+        sin: await desc('float32', [T, 1, half, 2]),
         place: await desc('float32', [T, this.blockSize]),
       };
       if (T > 1) io.last = await desc('int32', [1]);
@@ -222,16 +222,19 @@ class LlamaRunner {
     const off = pos % B;
     const ids = new Int32Array(T);
     ids.set(tokens);
-    const cos = new Float32Array(T * half).fill(1);
-    const sin = new Float32Array(T * half);
+    // Per pair (cos, cos) and (-sin, sin): see the graphs' rope.
+    const cos = new Float32Array(T * half * 2).fill(1);
+    const sin = new Float32Array(T * half * 2);
     const mask = new Float32Array(T * W);
     const place = new Float32Array(T * B);
     for (let t = 0; t < T; t++) {
       const p = pos + Math.min(t, n - 1); // padding rows repeat the last token's row
       for (let i = 0; i < half; i++) {
         const a = p * this.freq[i];
-        cos[t * half + i] = Math.cos(a);
-        sin[t * half + i] = Math.sin(a);
+        const at = (t * half + i) * 2;
+        cos[at] = cos[at + 1] = Math.cos(a);
+        sin[at] = -Math.sin(a);
+        sin[at + 1] = Math.sin(a);
       }
       const row = mask.subarray(t * W, (t + 1) * W);
       // Past slots: the blocks before c are full and visible, the rest are

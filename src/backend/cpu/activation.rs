@@ -309,12 +309,41 @@ fn select<T: Copy + Send + Sync + Default>(
             of += i * tf[d];
         }
         let (ic, it, iff) = (tc[rank - 1], tt[rank - 1], tf[rank - 1]);
-        for (j, v) in dst.iter_mut().enumerate() {
-            *v = if c[oc + j * ic] != 0 {
-                t[ot + j * it]
-            } else {
-                f[of + j * iff]
-            };
+        let n = dst.len();
+        // The row of one operand: copied when it runs along the row,
+        // repeated when it is broadcast along it.
+        let take = |src: &[T], o: usize, stride: usize, dst: &mut [T]| match stride {
+            0 => dst.fill(src[o]),
+            _ => dst.copy_from_slice(&src[o..o + n]),
+        };
+        match (ic, it <= 1 && iff <= 1) {
+            // One condition for the whole row (a row or a block selected
+            // at a time, as a decoding step places its value row): the
+            // row is one operand's.
+            (0, true) => match c[oc] != 0 {
+                true => take(t, ot, it, dst),
+                false => take(f, of, iff, dst),
+            },
+            // A condition per element over contiguous (or repeated)
+            // operands: the false operand's row, then the selected
+            // elements of the true one; no strides multiplied per element.
+            (1, true) => {
+                take(f, of, iff, dst);
+                for (j, (v, &cj)) in dst.iter_mut().zip(&c[oc..oc + n]).enumerate() {
+                    if cj != 0 {
+                        *v = t[ot + j * it];
+                    }
+                }
+            }
+            _ => {
+                for (j, v) in dst.iter_mut().enumerate() {
+                    *v = if c[oc + j * ic] != 0 {
+                        t[ot + j * it]
+                    } else {
+                        f[of + j * iff]
+                    };
+                }
+            }
         }
     };
     let mut res = try_filled(total, T::default(), "the output of where")?;
@@ -531,6 +560,71 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r, vec![Buf::f16_from_f32(&[-1.0, 3.0])]);
+    }
+
+    /// Every way the three operands can broadcast to a rank-3 output
+    /// (each dimension full or 1, the leading ones possibly absent) gives
+    /// the naive selection: the row forms (one condition a row, a
+    /// condition per element) and the general one.
+    #[test]
+    fn where_broadcasts_every_way() {
+        let out = [2usize, 3, 4];
+        let shape = |mask: usize, drop: usize| -> Vec<usize> {
+            let full: Vec<usize> = (0..3)
+                .map(|d| if mask >> d & 1 == 1 { out[d] } else { 1 })
+                .collect();
+            full[drop.min(full.len())..].to_vec()
+        };
+        let count = |s: &[usize]| s.iter().product::<usize>();
+        // The index into an operand of `s` (aligned right) of output (i, j, k).
+        let at = |s: &[usize], o: [usize; 3]| -> usize {
+            let pad = 3 - s.len();
+            let mut idx = 0;
+            for (d, &n) in s.iter().enumerate() {
+                idx = idx * n + if n == 1 { 0 } else { o[d + pad] };
+            }
+            idx
+        };
+        for cm in 0..8 {
+            for tm in 0..8 {
+                for fm in 0..8 {
+                    let (sc, st, sf) = (shape(cm, 0), shape(tm, (tm % 3) & 1), shape(fm, fm % 2));
+                    let c: Vec<u8> = (0..count(&sc))
+                        .map(|i| ((i * 7 + cm) % 3 == 0) as u8 * 9)
+                        .collect();
+                    let t: Vec<f32> = (0..count(&st)).map(|i| i as f32 + 0.5).collect();
+                    let f: Vec<f32> = (0..count(&sf)).map(|i| -(i as f32) - 1.0).collect();
+                    let r = run(
+                        &ActivationOp::Where,
+                        &[
+                            &Buf::U8(c.clone()),
+                            &Buf::F32(t.clone()),
+                            &Buf::F32(f.clone()),
+                        ],
+                        &[
+                            &desc(DataType::Uint8, &sc),
+                            &desc(DataType::Float32, &st),
+                            &desc(DataType::Float32, &sf),
+                        ],
+                        &[desc(DataType::Float32, &out)],
+                    )
+                    .unwrap();
+                    let mut want = Vec::new();
+                    for i in 0..out[0] {
+                        for j in 0..out[1] {
+                            for k in 0..out[2] {
+                                let o = [i, j, k];
+                                want.push(match c[at(&sc, o)] != 0 {
+                                    true => t[at(&st, o)],
+                                    false => f[at(&sf, o)],
+                                });
+                            }
+                        }
+                    }
+                    assert_eq!(r, vec![Buf::F32(want)], "{sc:?} {st:?} {sf:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -342,8 +342,10 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   };
   /** @type {(x: MLOperand) => MLOperand} */
   const cacheOut = (x) => (cacheType === 'float32' ? x : b.cast(x, cacheType));
-  const curK0 = Array.from({ length: L }, (_, l) => cacheIn(`k${l}`, kShape));
-  const curV0 = Array.from({ length: L }, (_, l) => cacheIn(`v${l}`, vShape));
+  // The current block's tensors as they are stored (see the placement
+  // below).
+  const curKIn = Array.from({ length: L }, (_, l) => b.input(`k${l}`, { dataType: cacheType, shape: kShape }));
+  const curVIn = Array.from({ length: L }, (_, l) => b.input(`v${l}`, { dataType: cacheType, shape: vShape }));
   const pastK = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => cacheIn(`p${s}k${l}`, kShape)));
   const pastV = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => cacheIn(`p${s}v${l}`, vShape)));
 
@@ -365,9 +367,18 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   // Rows of the current block that this step writes are cleared (keep = 0)
   // and the new rows added through the one-hot placement: a matmul with a
   // T x B matrix, exact since each sum has one non-zero term.
-  const keep = b.sub(b.constant('float32', 1), b.reduceSum(place, { axes: [0] })); // [B]
-  const keepCol = b.reshape(keep, [B, 1]);
-  const placeT = b.transpose(place); // [B, T]
+  //
+  // A decoding step (T = 1) selects instead: `where` the one-hot row is 1,
+  // the new key (value), elsewhere the block as it is stored, so the block
+  // is copied in its own type and never widened, blended and narrowed.
+  const one = T === 1;
+  const keep = one ? null : b.sub(b.constant('float32', 1), b.reduceSum(place, { axes: [0] })); // [B]
+  const keepCol = keep && b.reshape(keep, [B, 1]);
+  const placeT = one ? null : b.transpose(place); // [B, T]
+  const column = one ? b.cast(b.reshape(place, [B]), 'uint8') : null; // [B]: 1 at the token's slot
+  const row = column && b.reshape(column, [B, 1]);
+  /** The keys and values as the cache holds them. @type {(x: MLOperand) => MLOperand} */
+  const stored = (x) => (cacheType === 'float16' ? b.cast(x, 'float16') : half16(x));
   const qScale = b.constant('float32', 1 / Math.sqrt(hd));
 
   let x = dequantized(b, get('token_embd.weight'), ids); // [T, E], only these rows
@@ -394,12 +405,29 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
       v = linear(h, `blk.${l}.attn_v.weight`);
     }
 
-    const kT = b.transpose(b.reshape(half16(k), [T, Hkv, hd]), { permutation: [1, 2, 0] }); // [Hkv, hd, T]
-    const vH = b.transpose(b.reshape(half16(v), [T, Hkv, hd]), { permutation: [1, 0, 2] }); // [Hkv, T, hd]
-    const curK = b.add(b.mul(curK0[l], keep), b.matmul(kT, place)); // [Hkv, hd, B]
-    const curV = b.add(b.mul(curV0[l], keepCol), b.matmul(placeT, vH)); // [Hkv, B, hd]
-    next[`nk${l}`] = cacheOut(curK);
-    next[`nv${l}`] = cacheOut(curV);
+    /** @type {MLOperand} */
+    let curK; // [Hkv, hd, B], float32
+    /** @type {MLOperand} */
+    let curV; // [Hkv, B, hd]
+    if (column && row) {
+      const kT = b.transpose(b.reshape(stored(k), [1, Hkv, hd]), { permutation: [1, 2, 0] }); // [Hkv, hd, 1]
+      const vH = b.transpose(b.reshape(stored(v), [1, Hkv, hd]), { permutation: [1, 0, 2] }); // [Hkv, 1, hd]
+      const nk = b.where(column, kT, curKIn[l]);
+      const nv = b.where(row, vH, curVIn[l]);
+      next[`nk${l}`] = nk;
+      next[`nv${l}`] = nv;
+      curK = cacheType === 'float32' ? nk : b.cast(nk, 'float32');
+      curV = cacheType === 'float32' ? nv : b.cast(nv, 'float32');
+    } else {
+      const kT = b.transpose(b.reshape(half16(k), [T, Hkv, hd]), { permutation: [1, 2, 0] }); // [Hkv, hd, T]
+      const vH = b.transpose(b.reshape(half16(v), [T, Hkv, hd]), { permutation: [1, 0, 2] }); // [Hkv, T, hd]
+      const kIn = cacheType === 'float32' ? curKIn[l] : b.cast(curKIn[l], 'float32');
+      const vIn = cacheType === 'float32' ? curVIn[l] : b.cast(curVIn[l], 'float32');
+      curK = b.add(b.mul(kIn, /** @type {MLOperand} */ (keep)), b.matmul(kT, place));
+      curV = b.add(b.mul(vIn, /** @type {MLOperand} */ (keepCol)), b.matmul(/** @type {MLOperand} */ (placeT), vH));
+      next[`nk${l}`] = cacheOut(curK);
+      next[`nv${l}`] = cacheOut(curV);
+    }
 
     // The g query heads that share a K/V head are stacked as g*T rows.
     const qg = b.reshape(

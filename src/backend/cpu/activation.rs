@@ -297,6 +297,13 @@ fn select<T: Copy + Send + Sync + Default>(
         broadcast_strides(sf, out),
     );
     let inner = out[rank - 1];
+    // A condition that is one row for every output row (a [B] mask over
+    // [.., B]): the positions it selects, found once.
+    let same_row = tc[rank - 1] == 1 && tc[..rank - 1].iter().all(|&s| s == 0);
+    let chosen: Vec<usize> = match same_row {
+        true => (0..inner).filter(|&j| c[j] != 0).collect(),
+        false => Vec::new(),
+    };
     let row = |r: usize, dst: &mut [T]| {
         // Offsets of the row's first element in each input.
         let (mut oc, mut ot, mut of) = (0, 0, 0);
@@ -327,6 +334,12 @@ fn select<T: Copy + Send + Sync + Default>(
             // A condition per element over contiguous (or repeated)
             // operands: the false operand's row, then the selected
             // elements of the true one; no strides multiplied per element.
+            (1, true) if same_row => {
+                take(f, of, iff, dst);
+                for &j in &chosen {
+                    dst[j] = t[ot + j * it];
+                }
+            }
             (1, true) => {
                 take(f, of, iff, dst);
                 for (j, (v, &cj)) in dst.iter_mut().zip(&c[oc..oc + n]).enumerate() {

@@ -129,6 +129,17 @@ pub fn run(
             let fill = fill_value(xd.data_type, *value)?;
             remap_buf(x, &pad_tables(&xd.shape, begin, end, *mode)?, Some(&fill))?
         }
+        // Only the innermost axis (with any of size 1): each row reversed
+        // where it lies (RoPE's pairs swap this way, [T, heads, 32, 2]).
+        MovementOp::Reverse { axes }
+            if axes.contains(&xd.rank().wrapping_sub(1))
+                && axes
+                    .iter()
+                    .all(|&a| a + 1 == xd.rank() || xd.shape.get(a) == Some(&1)) =>
+        {
+            let n = xd.shape[xd.rank() - 1];
+            map_buf!(x, |v: &[_]| reverse_rows(v, n))
+        }
         MovementOp::Reverse { axes } => {
             let tables = per_dim(&xd.shape, |d, n, s| {
                 Ok(if axes.contains(&d) {
@@ -440,6 +451,18 @@ fn split(x: &Buf, shape: &[usize], axis: usize, sizes: &[usize]) -> Result<Vec<B
 
 /// Zeroes the elements of each matrix (last two dimensions) outside the
 /// kept triangle: column - row >= diagonal (upper) or <= diagonal (lower).
+/// `x` with each row of `n` reversed.
+fn reverse_rows<T: Copy>(x: &[T], n: usize) -> Result<Vec<T>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut out = alloc(x.len(), "the output of reverse")?;
+    for row in x.chunks_exact(n) {
+        out.extend(row.iter().rev());
+    }
+    Ok(out)
+}
+
 fn triangular<T: Copy + Default>(
     x: &[T],
     shape: &[usize],
@@ -730,7 +753,7 @@ mod tests {
         for dt in [DataType::Uint8, DataType::Float16, DataType::Int64] {
             let x = sample(dt, count(&shape));
             let xd = desc(dt, &shape);
-            for axes in [vec![], vec![0, 2], vec![2, 1, 0], vec![1]] {
+            for axes in [vec![], vec![0, 2], vec![2, 1, 0], vec![1], vec![2]] {
                 let got = run1(&MovementOp::Reverse { axes: axes.clone() }, &x, &xd, &xd);
                 let want = naive(&x, &shape, None, |o| {
                     let idx: Vec<usize> = (0..3)

@@ -268,7 +268,16 @@ pub(super) fn execute(
                     let Some(w) = quantized else {
                         unreachable!("checked by the guard")
                     };
-                    matmul::quantized(&node.op, w, &ins, &in_descs, &out_descs[0]).map(|b| vec![b])
+                    let sums = node.outputs.first().and_then(|o| cg.sums.get(o));
+                    matmul::quantized(
+                        &node.op,
+                        w,
+                        sums.map(|s| &**s),
+                        &ins,
+                        &in_descs,
+                        &out_descs[0],
+                    )
+                    .map(|b| vec![b])
                 }
                 (Op::Gather(GatherOp::Gather { axis }), _, _) if table.is_some() => {
                     let (Some((bytes, d)), [ids], [di]) = (table, &ins[..], &in_descs[..]) else {

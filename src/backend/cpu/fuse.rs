@@ -26,12 +26,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use super::qgemm::{QMatrix, QK};
+use super::qgemm::{BlockSums, QMatrix, QK};
 use super::sgemm::PackedB;
 use crate::error::{Error, Result};
 use crate::graph::ops::elementwise::BinaryKind;
 use crate::graph::ops::gather::GatherOp;
 use crate::graph::ops::quantize::QuantizeOp;
+use crate::graph::ops::reduce::{ReduceKind, ReduceOp};
 use crate::graph::ops::shape::TransposeParams;
 use crate::graph::{Graph, Op, OperandId, Source};
 use crate::tensor::Buf;
@@ -42,6 +43,10 @@ use crate::types::{DataType, OperandDescriptor};
 #[derive(Default)]
 pub struct WeightCache {
     entries: Vec<(CacheKey, Weak<QMatrix>)>,
+    /// Block-sum products ([`block_sum_products`]) by the address of the
+    /// constant bytes their matrix was computed from and its shape; the
+    /// matrix and the rounding are compared in full.
+    sums: Vec<(CacheKey, Weak<BlockSums>)>,
 }
 
 /// What a packed matrix was made from: the address of the quantized
@@ -59,6 +64,7 @@ impl WeightCache {
     /// Forgets what no graph holds any more.
     pub fn forget_unused(&mut self) {
         self.entries.retain(|(_, w)| w.strong_count() > 0);
+        self.sums.retain(|(_, w)| w.strong_count() > 0);
     }
 
     fn find(&self, key: &CacheKey, d: &[f32], m: &[f32]) -> Option<Arc<QMatrix>> {
@@ -602,6 +608,193 @@ pub(super) fn quantized_products(
         return Ok(None);
     }
     Ok(Some((prune(g), weights)))
+}
+
+/// Block-sum products folded into quantized ones, by the fused node's
+/// output operand (see [`block_sum_products`]).
+pub(super) type Sums = HashMap<OperandId, Arc<BlockSums>>;
+
+/// The graph with each quantized product whose only reader adds a
+/// block-sum product of the same activations folded into one node (see
+/// `qgemm::BlockSums`), `packed` following the rewritten outputs; `None`
+/// when there is none. The form recognised, as a graph with llama.cpp's
+/// numerics writes Q4_1's minimum:
+///
+/// ```text
+/// add(Q(x), gemm(S, M, {bTranspose: true}))
+///   Q  a quantized product of x ([rows, K]; gemm with alpha 1 and no C,
+///      or matmul)
+///   S  reduceSum(reshape(x, [rows, K/32, 32]), {axes: [2]}), or that
+///      rounded to float16: cast(cast(.., float16), float32)
+///   M  a constant [N, K/32] (or a cast or reshape of one)
+/// ```
+///
+/// The second gemm and the add are read by nothing else.
+pub(super) fn block_sum_products(
+    graph: &Graph,
+    packed: &mut Packed,
+    cache: &mut WeightCache,
+) -> Result<Option<(Graph, Sums)>> {
+    let mut readers = vec![0usize; graph.operands.len()];
+    let mut reader = vec![usize::MAX; graph.operands.len()];
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        for &i in &node.inputs {
+            readers[i] += 1;
+            reader[i] = ni;
+        }
+    }
+    for (_, o) in &graph.outputs {
+        readers[*o] += 2;
+    }
+    let producer = |id: OperandId| match graph.sources[id] {
+        Source::Node { node, .. } => Some(&graph.nodes[node]),
+        _ => None,
+    };
+    let mut g = graph.clone();
+    let mut sums = HashMap::new();
+    for (qn, node) in graph.nodes.iter().enumerate() {
+        let (Some(&o1), Some(&x)) = (node.outputs.first(), node.inputs.first()) else {
+            continue;
+        };
+        let Some(w) = packed.get(&o1).cloned() else {
+            continue;
+        };
+        let plain = match &node.op {
+            Op::Gemm(p) => p.alpha == 1.0 && !p.has_c && !p.a_transpose,
+            Op::Matmul => true,
+            _ => false,
+        };
+        let dx = &graph.operands[x];
+        if !plain || dx.rank() != 2 || readers[o1] != 1 || !w.k().is_multiple_of(QK) {
+            continue;
+        }
+        let (rows, nb) = (dx.shape[0], w.k() / QK);
+        let an = &graph.nodes[reader[o1]];
+        let [l, r] = an.inputs[..] else { continue };
+        let o2 = if l == o1 { r } else { l };
+        let (Op::Binary(BinaryKind::Add), Some(&o3)) = (&an.op, an.outputs.first()) else {
+            continue;
+        };
+        let same = |id: OperandId| {
+            graph.operands[id].shape == graph.operands[o1].shape
+                && graph.operands[id].data_type == DataType::Float32
+        };
+        if o2 == o1 || !same(o2) || !same(o3) || readers[o2] != 1 {
+            continue;
+        }
+        let Some(gn) = producer(o2) else { continue };
+        let (Op::Gemm(p), [sid, mid]) = (&gn.op, &gn.inputs[..]) else {
+            continue;
+        };
+        if !p.b_transpose || p.a_transpose || p.has_c || p.alpha != 1.0 || p.k != nb {
+            continue;
+        }
+        let Some((round16, sum_of)) = block_sums_of(graph, *sid, rows, nb) else {
+            continue;
+        };
+        if sum_of != x {
+            continue;
+        }
+        let (Some(Buf::F32(m)), Some(root)) = (constant(graph, *mid), constant_root(graph, *mid))
+        else {
+            continue;
+        };
+        if m.len() != w.n() * nb {
+            continue;
+        }
+        let key = CacheKey {
+            source: Arc::as_ptr(root) as usize,
+            n: w.n(),
+            k: nb,
+        };
+        let found = cache
+            .sums
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .filter_map(|(_, s)| s.upgrade())
+            .find(|s| s.is(&m, w.n(), nb, round16));
+        let bs = match found {
+            Some(bs) => bs,
+            None => {
+                let bs = Arc::new(BlockSums::new(&m, w.n(), nb, round16)?);
+                cache.sums.push((key, Arc::downgrade(&bs)));
+                bs
+            }
+        };
+        // The product now writes the sum: the add and the second gemm
+        // are read by nothing and go.
+        g.nodes[qn].outputs = vec![o3];
+        g.sources[o3] = Source::Node { node: qn, index: 0 };
+        packed.remove(&o1);
+        packed.insert(o3, w);
+        sums.insert(o3, bs);
+    }
+    if sums.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((prune(g), sums)))
+}
+
+/// What `s` ([rows, nb], float32) sums per block of 32, when it is
+/// `reduceSum(reshape(x, [rows, nb, 32]), {axes: [2]})`, possibly rounded
+/// to float16 and back: whether rounded, and x.
+fn block_sums_of(g: &Graph, s: OperandId, rows: usize, nb: usize) -> Option<(bool, OperandId)> {
+    let node_of = |id: OperandId| match g.sources[id] {
+        Source::Node { node, .. } => Some(&g.nodes[node]),
+        _ => None,
+    };
+    let dt = |id: OperandId| g.operands[id].data_type;
+    let mut at = s;
+    let mut round16 = false;
+    let n = node_of(at)?;
+    if let (Op::Cast(_), [h]) = (&n.op, &n.inputs[..]) {
+        let inner = node_of(*h)?;
+        let (Op::Cast(_), [r]) = (&inner.op, &inner.inputs[..]) else {
+            return None;
+        };
+        if dt(s) != DataType::Float32 || dt(*h) != DataType::Float16 || dt(*r) != DataType::Float32
+        {
+            return None;
+        }
+        round16 = true;
+        at = *r;
+    }
+    let n = node_of(at)?;
+    let (
+        Op::Reduce(ReduceOp::Reduce {
+            kind: ReduceKind::Sum,
+            axes,
+            ..
+        }),
+        [x3],
+    ) = (&n.op, &n.inputs[..])
+    else {
+        return None;
+    };
+    if axes[..] != [2] || g.operands[at].shape != [rows, nb] || dt(at) != DataType::Float32 {
+        return None;
+    }
+    let n = node_of(*x3)?;
+    let (Op::Reshape, [x]) = (&n.op, &n.inputs[..]) else {
+        return None;
+    };
+    (g.operands[*x3].shape == [rows, nb, QK]).then_some((round16, *x))
+}
+
+/// The bytes of the constant that operand `id` is (through casts and
+/// reshapes).
+fn constant_root(g: &Graph, id: OperandId) -> Option<&Arc<Vec<u8>>> {
+    match &g.sources[id] {
+        Source::Constant(bytes) => Some(bytes),
+        Source::Node { node, .. } => {
+            let n = &g.nodes[*node];
+            match (&n.op, &n.inputs[..]) {
+                (Op::Reshape | Op::Cast(_), [x]) => constant_root(g, *x),
+                _ => None,
+            }
+        }
+        Source::Input(_) => None,
+    }
 }
 
 /// The graph without the nodes whose outputs nothing reads (after a

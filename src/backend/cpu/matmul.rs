@@ -14,7 +14,7 @@ use crate::graph::{Graph, Op};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
-use super::qgemm::{self, QMatrix};
+use super::qgemm::{self, BlockSums, QMatrix};
 pub(super) use super::sgemm::sgemm;
 use super::sgemm::{sgemm_f16b, sgemm_packed, sgemm_t, Fuse, PackedB};
 use super::util::{broadcast_strides, floats, from_floats, strides};
@@ -345,6 +345,7 @@ fn gemm_epilogue(
 pub fn quantized(
     op: &Op,
     w: &QMatrix,
+    sums: Option<&BlockSums>,
     inputs: &[&Buf],
     descs: &[&OperandDescriptor],
     out: &OperandDescriptor,
@@ -364,6 +365,9 @@ pub fn quantized(
     let av = widen(a, da)?;
     let mut res = Buf::try_f32_for_overwrite(rows * n)?;
     qgemm::product(rows, &av, w, &mut res)?;
+    if let Some(s) = sums {
+        s.add_to(rows, &av, &mut res)?;
+    }
     if let Op::Gemm(p) = op {
         if p.m != rows || p.n != n || p.k != k || p.a_transpose {
             return Err(Error::operation("gemm: inconsistent shapes"));

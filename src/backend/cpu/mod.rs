@@ -65,6 +65,9 @@ struct CompiledGraph {
     /// quantized (see `fuse`), by the node's output operand; such a node
     /// has B taken off its inputs.
     quantized: HashMap<usize, Arc<qgemm::QMatrix>>,
+    /// Block-sum products folded into those quantized products, by the
+    /// same output operand (see `fuse::block_sum_products`).
+    sums: fuse::Sums,
     /// Gather nodes that read a large constant where it lies (see
     /// `fuse::gathers_from_constants`), by the node's output operand: the
     /// constant's bytes and descriptor; such a node has the table taken off
@@ -681,8 +684,15 @@ impl Backend for CpuBackend {
         // what only computed those weights is gone from the graph.
         let weights = &mut self.weights;
         let fused = on_pool(&self.pool, || fuse::quantized_products(&graph, weights))?;
-        let (graph, quantized) = match fused {
+        let (graph, mut quantized) = match fused {
             Some((g, q)) => (Arc::new(g), q),
+            None => (graph, HashMap::new()),
+        };
+        // A product of the activations' block sums added to a quantized
+        // product (Q4_1's minimum, as llama.cpp takes it) joins it.
+        let weights = &mut self.weights;
+        let (graph, sums) = match fuse::block_sum_products(&graph, &mut quantized, weights)? {
+            Some((g, s)) => (Arc::new(g), s),
             None => (graph, HashMap::new()),
         };
         // Products read float16 operands that the graph widens only for
@@ -782,6 +792,7 @@ impl Backend for CpuBackend {
             last_use,
             packed,
             quantized,
+            sums,
             tables,
             conv_packed,
             nchwc,
@@ -801,6 +812,11 @@ impl Backend for CpuBackend {
                 eprintln!(
                     "webnn-node cpu: graph {id} multiplies by {} quantized weight matrices ({bytes} bytes, shared with the context's other graphs; the codes of {shared} read from their constants' bytes)",
                     cg.quantized.len()
+                );
+                let sums: usize = cg.sums.values().map(|s| s.bytes()).sum();
+                eprintln!(
+                    "webnn-node cpu: graph {id} folds {} block-sum products into them ({sums} bytes, shared likewise)",
+                    cg.sums.len()
                 );
             }
         }

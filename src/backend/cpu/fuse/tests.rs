@@ -495,3 +495,120 @@ fn gathers_read_large_constant_tables_in_place() {
         assert_eq!(got, want, "{dt:?} axis {axis}");
     }
 }
+
+/// Q4_1's minimum as a graph with llama.cpp's numerics multiplies it (the
+/// block sums of the activations, rounded to float16 or not, times the
+/// minimums, added to the product over the codes) runs as the one
+/// quantized node, and gives the bits of the two products added: the
+/// product over the codes from a graph of its own, the minimums' product
+/// from a graph that runs as written.
+#[test]
+fn block_sum_products_fold_into_the_quantized_one() {
+    // A decoding step's few rows, and a prefill's (the tiled product).
+    for rows in [3, 40] {
+        block_sums_fold(rows);
+    }
+}
+
+fn block_sums_fold(rows: usize) {
+    let (n, k) = (40, 96);
+    let nb = k / 32;
+    let r = random(n * k + 3 * n * nb + rows * k, 11);
+    let codes: Vec<f64> = r[..n * k]
+        .iter()
+        .map(|x| ((x + 1.0) * 7.9) as i64 as f64)
+        .collect();
+    let at = n * k;
+    let scale: Vec<f64> = r[at..at + n * nb]
+        .iter()
+        .map(|x| 0.01 + x.abs() as f64 * 0.02)
+        .collect();
+    let mins: Vec<f64> = r[at + n * nb..at + 2 * n * nb]
+        .iter()
+        .map(|&x| x as f64 * 0.1)
+        .collect();
+    // Activations that are int8 codes times a float16 scale per block, as
+    // the rounding before a product makes them: their block sums are exact.
+    let x: Vec<f32> = r[at + 3 * n * nb..]
+        .chunks(32)
+        .enumerate()
+        .flat_map(|(b, blk)| {
+            let d = crate::f16::f16_to_f32(f32_to_f16(0.003 + b as f32 * 0.001));
+            blk.iter()
+                .map(move |v| (v * 127.0).round() * d)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let cast = |b: &mut GraphBuilder, x: OperandId, to: &str| {
+        b.call("cast", &[op(b, x), Val::String(to.into())]).unwrap()[0]
+    };
+    let bt = || dict(&[("bTranspose", Val::Bool(true))]);
+    // The product over the codes ([rows, n]), of `a`.
+    let codes_product = |b: &mut GraphBuilder, a: OperandId| {
+        let q = constant(b, DataType::Uint4, &[n, k], &codes);
+        let s16 = constant(b, DataType::Float16, &[n, nb], &scale);
+        let s = cast(b, s16, "float32");
+        let z = constant(b, DataType::Uint4, &[n, nb], &vec![0.0; n * nb]);
+        let w = b
+            .call("dequantizeLinear", &[op(b, q), op(b, s), op(b, z)])
+            .unwrap()[0];
+        b.call("gemm", &[op(b, a), op(b, w), bt()]).unwrap()[0]
+    };
+    // The minimums' product ([rows, n]), of `a`.
+    let mins_product = |b: &mut GraphBuilder, a: OperandId, round16: bool| {
+        let r3 = b
+            .call(
+                "reshape",
+                &[op(b, a), list(&[rows as f64, nb as f64, 32.0])],
+            )
+            .unwrap()[0];
+        let mut s = b
+            .call("reduceSum", &[op(b, r3), dict(&[("axes", list(&[2.0]))])])
+            .unwrap()[0];
+        if round16 {
+            let h = cast(b, s, "float16");
+            s = cast(b, h, "float32");
+        }
+        let m16 = constant(b, DataType::Float16, &[n, nb], &mins);
+        let m = cast(b, m16, "float32");
+        b.call("gemm", &[op(b, s), op(b, m), bt()]).unwrap()[0]
+    };
+    let xd = || desc(DataType::Float32, &[rows, k]);
+    for round16 in [true, false] {
+        let mut b = GraphBuilder::new();
+        let a = b.input("a", xd()).unwrap();
+        let (p, p2) = (codes_product(&mut b, a), mins_product(&mut b, a, round16));
+        let sum = b.call("add", &[op(&b, p), op(&b, p2)]).unwrap()[0];
+        let g = Arc::new(b.build(vec![("out".into(), sum)]).unwrap());
+        let mut cpu = CpuBackend::new();
+        cpu.compile(1, g.clone()).unwrap();
+        let cg = &cpu.graphs[&1];
+        assert_eq!((cg.graph.nodes.len(), cg.sums.len()), (1, 1), "one node");
+        // A second graph over the same constants holds the same matrix.
+        cpu.compile(4, g.clone()).unwrap();
+        let held = |id| cpu.graphs[&id].sums.values().next().unwrap().clone();
+        assert!(Arc::ptr_eq(&held(1), &held(4)));
+        let got = cpu.compute(1, &g, vec![Buf::F32(x.clone())]).unwrap()[0].to_f32_vec();
+        // The two products apart.
+        let mut b = GraphBuilder::new();
+        let a = b.input("a", xd()).unwrap();
+        let p = codes_product(&mut b, a);
+        let g1 = Arc::new(b.build(vec![("p".into(), p)]).unwrap());
+        let mut b = GraphBuilder::new();
+        let a = b.input("a", xd()).unwrap();
+        let p2 = mins_product(&mut b, a, round16);
+        let g2 = Arc::new(b.build(vec![("p2".into(), p2)]).unwrap());
+        cpu.compile(2, g1.clone()).unwrap();
+        cpu.compile(3, g2.clone()).unwrap();
+        assert!(cpu.graphs[&3].sums.is_empty() && cpu.graphs[&3].quantized.is_empty());
+        let one = cpu.compute(2, &g1, vec![Buf::F32(x.clone())]).unwrap()[0].to_f32_vec();
+        let two = cpu.compute(3, &g2, vec![Buf::F32(x.clone())]).unwrap()[0].to_f32_vec();
+        let want: Vec<u32> = one
+            .iter()
+            .zip(&two)
+            .map(|(p, q)| (p + q).to_bits())
+            .collect();
+        let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, want, "rows {rows}, round16 {round16}");
+    }
+}

@@ -38,6 +38,7 @@
 
 mod kernels;
 mod measure;
+mod sums;
 #[cfg(test)]
 mod tests;
 
@@ -50,6 +51,7 @@ use crate::error::{Error, Result};
 
 pub use kernels::isa_name;
 pub use measure::{measure_gemv, GemvRate};
+pub use sums::BlockSums;
 
 /// Weights per block: one scale and one offset each.
 pub const QK: usize = 32;

@@ -524,6 +524,14 @@ impl Kernel {
 
 /// The kernel of this process, chosen on first use, with its blocking
 /// derived from this machine's caches.
+/// Whether this machine's GEMM takes its products as fused multiply-adds
+/// (the AVX2 and AVX-512 kernels, and every form on aarch64): what a
+/// computation that must give the GEMM's bits for a short dot product
+/// (one multiply-add a term, in order, from zero) follows.
+pub fn fuses_multiply_add() -> bool {
+    cfg!(target_arch = "aarch64") || best_kernel().rows.is_some()
+}
+
 pub fn best_kernel() -> &'static Kernel {
     static BEST: OnceLock<Kernel> = OnceLock::new();
     BEST.get_or_init(|| available_kernels()[0].blocked_for(&Caches::this_machine()))

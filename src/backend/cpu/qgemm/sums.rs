@@ -105,10 +105,10 @@ impl BlockSums {
 /// `acc[j] = s * mt[at + j] + acc[j]` for every j: fused as the GEMM's
 /// kernel fuses it (see `sgemm::fuses_multiply_add`).
 fn axpy(fused: bool, s: f32, mt: &Scales, at: usize, acc: &mut [f32]) {
-    let n = acc.len();
     #[cfg(target_arch = "x86_64")]
     if fused && std::arch::is_x86_feature_detected!("f16c") {
         if let Scales::F16(h) = mt {
+            let n = acc.len();
             // SAFETY: `fused` means the GEMM's kernel is the AVX2 or
             // AVX-512 one, which needs AVX2 and FMA; F16C was checked
             // here; `at + n` is within `h` (the caller's block of n).

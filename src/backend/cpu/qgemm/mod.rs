@@ -25,9 +25,10 @@
 //!   weight rows per pass): the same value, exact inner sums, a third of
 //!   the instructions per block and a quarter of the activation bytes;
 //!   other activations take the float forms;
-//! - more rows (a prompt) dequantize a tile of [`TILE_N`] weight rows at a
-//!   time into float32 and run the float32 GEMM kernel on it, each thread
-//!   its own tiles: the dequantization is then 1/M of the work.
+//! - more rows (a prompt) run the float32 GEMM with the weights
+//!   dequantized straight into its packed B panels as it asks for them
+//!   (`sgemm_gen`): A is packed once per block of the product, and the
+//!   dequantization is 1/M of the work.
 //!
 //! Numerics: against the unfused graph (dequantize, then a float32
 //! product), the weights differ by the one rounding of the folded offset
@@ -46,7 +47,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use crate::backend::cpu::sgemm::sgemm_t;
+use crate::backend::cpu::sgemm::{sgemm_gen, Fuse};
 use crate::error::{Error, Result};
 
 pub use kernels::isa_name;
@@ -59,9 +60,6 @@ pub const QK: usize = 32;
 /// From this many rows of activations the product dequantizes tiles and
 /// runs the float32 GEMM instead of taking dot products from the codes.
 pub const SMALL_M: usize = 8;
-
-/// Weight rows per tile (per task) of the tiled product.
-const TILE_N: usize = 64;
 
 /// The bytes of a [`QMatrix`]'s codes: its own, or a constant's bytes
 /// held as they are (the weights then take memory once, not twice).
@@ -345,24 +343,48 @@ impl QMatrix {
     }
 
     /// Weight rows `rows` in float32 into `out` (`rows.len() * k`).
-    fn dequantize_rows(&self, rows: std::ops::Range<usize>, out: &mut [f32]) {
+    /// Weights `p0..p0 + out.len()` of row `r`, dequantized: `code * d +
+    /// m`, a multiply then an add, as the graph's dequantizeLinear and add
+    /// compute them.
+    fn dequantize_span(&self, r: usize, p0: usize, out: &mut [f32]) {
         let nb = self.k / QK;
-        for (r, o) in rows.zip(out.chunks_exact_mut(self.k)) {
-            for (b, ob) in o.chunks_exact_mut(QK).enumerate() {
-                let (d, m) = (self.d.get(r * nb + b), self.offset(r * nb + b));
-                let at = (r * nb + b) * QK;
-                if let Some(c) = self.codes.nibbles() {
-                    let c = &c[at / 2..at / 2 + QK / 2];
-                    for (j, &byte) in c.iter().enumerate() {
-                        ob[2 * j] = (byte & 15) as f32 * d + m;
-                        ob[2 * j + 1] = (byte >> 4) as f32 * d + m;
-                    }
-                } else if let Some(c) = self.codes.bytes() {
-                    for (x, &q) in ob.iter_mut().zip(&c[at..at + QK]) {
-                        *x = q as f32 * d + m;
-                    }
+        if p0.is_multiple_of(QK) && out.len() == QK {
+            // A whole block: the codes in pairs.
+            let b = r * nb + p0 / QK;
+            let (d, m) = (self.d.get(b), self.offset(b));
+            let at = r * self.k + p0;
+            if let Some(c) = self.codes.nibbles() {
+                for (pair, &byte) in out.chunks_exact_mut(2).zip(&c[at / 2..at / 2 + QK / 2]) {
+                    pair[0] = (byte & 15) as f32 * d + m;
+                    pair[1] = (byte >> 4) as f32 * d + m;
+                }
+                return;
+            }
+        }
+        let mut p = p0;
+        let mut o = 0;
+        while o < out.len() {
+            let b = p / QK;
+            let len = (QK - p % QK).min(out.len() - o);
+            let (d, m) = (self.d.get(r * nb + b), self.offset(r * nb + b));
+            let at = r * self.k + p;
+            let dst = &mut out[o..o + len];
+            if let Some(c) = self.codes.nibbles() {
+                for (i, x) in dst.iter_mut().enumerate() {
+                    let byte = c[(at + i) / 2];
+                    let code = match (at + i) % 2 {
+                        0 => byte & 15,
+                        _ => byte >> 4,
+                    };
+                    *x = code as f32 * d + m;
+                }
+            } else if let Some(c) = self.codes.bytes() {
+                for (x, &q) in dst.iter_mut().zip(&c[at..at + len]) {
+                    *x = q as f32 * d + m;
                 }
             }
+            p += len;
+            o += len;
         }
     }
 }
@@ -600,27 +622,38 @@ fn dot8(x: &[f32], y: &[f32]) -> f32 {
 /// the float32 GEMM kernel, a tile per task.
 fn tiled(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
     let (n, k) = (w.n, w.k);
-    let tiles = n.div_ceil(TILE_N);
-    let parts: Vec<Result<Vec<f32>>> = (0..tiles)
-        .into_par_iter()
-        .map(|t| {
-            let r0 = t * TILE_N;
-            let r1 = (r0 + TILE_N).min(n);
-            let width = r1 - r0;
-            let mut wt = try_alloc(width * k, 0f32, "a tile of dequantized weights")?;
-            w.dequantize_rows(r0..r1, &mut wt);
-            let mut out = try_alloc(rows * width, 0f32, "a tile of the product")?;
-            sgemm_t(rows, width, k, a, false, &wt, true, &mut out, false)?;
-            Ok(out)
-        })
-        .collect();
-    for (t, part) in parts.into_iter().enumerate() {
-        let part = part?;
-        let r0 = t * TILE_N;
-        let width = part.len() / rows;
-        for i in 0..rows {
-            c[i * n + r0..i * n + r0 + width].copy_from_slice(&part[i * width..(i + 1) * width]);
+    // The weights are dequantized straight into the GEMM's packed B
+    // panels as it asks for them (column j of B is weight row j), so A is
+    // packed once per block of the product rather than once per tile of
+    // weights, and no float32 tile is packed again: the same values
+    // (`code * d + m`) in the same panels as packing the dequantized
+    // matrix would give, so the same sums.
+    let gen = |p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]| {
+        // A block's run of each of the panel's rows, then written across.
+        let mut tmp = vec![0f32; nr * QK];
+        for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
+            let jb = j0 + q * nr;
+            let live = nr.min((j0 + cols).min(n).saturating_sub(jb));
+            let mut p = 0;
+            while p < kc {
+                let len = (QK - (p0 + p) % QK).min(kc - p);
+                for (jj, t) in tmp.chunks_exact_mut(QK).enumerate() {
+                    match jj < live {
+                        true => w.dequantize_span(jb + jj, p0 + p, &mut t[..len]),
+                        false => t[..len].fill(0.0),
+                    }
+                }
+                for (i, prow) in panel[p * nr..(p + len) * nr]
+                    .chunks_exact_mut(nr)
+                    .enumerate()
+                {
+                    for (jj, v) in prow.iter_mut().enumerate() {
+                        *v = tmp[jj * QK + i];
+                    }
+                }
+                p += len;
+            }
         }
-    }
-    Ok(())
+    };
+    sgemm_gen(rows, n, k, a, false, &gen, c, true, &Fuse::default())
 }

@@ -460,3 +460,28 @@ fn the_bandwidth_measurement_reports_both_rates() {
     assert!(r.read > 0.0 && r.read.is_finite(), "{r:?}");
     assert_eq!(r.isa, kernels::isa_name());
 }
+
+/// A prompt's product (SMALL_M rows or more) dequantizes the weights
+/// into the GEMM's packed panels: the bits of the float32 GEMM over the
+/// dequantized matrix (`code * d + m`), for both code widths, a K of
+/// several of the GEMM's K blocks (its edges inside blocks of 32), and
+/// an N that is no whole number of panels.
+#[test]
+fn prompt_products_give_the_gemm_over_the_dequantized_weights() {
+    use crate::backend::cpu::sgemm::sgemm_t;
+    for wide in [false, true] {
+        let (rows, n, k) = (19, 70, 32 * 41);
+        let (codes, d, m) = matrix(n, k, wide, 7);
+        let q = QMatrix::pack(n, k, wide, |i| codes[i], d.clone(), m.clone()).unwrap();
+        let a = random(rows * k, 8);
+        let mut got = vec![f32::NAN; rows * n];
+        product(rows, &a, &q, &mut got).unwrap();
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| codes[i] as f32 * d[i / QK] + m[i / QK])
+            .collect();
+        let mut want = vec![0f32; rows * n];
+        sgemm_t(rows, n, k, &a, false, &w, true, &mut want, true).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "wide {wide}");
+    }
+}

@@ -209,6 +209,8 @@ describe('LlamaRunner', () => {
     const r = await runner(model);
     const logits = await r.forward(prompt);
     expect(r.position).toBe(40);
+    // Blocks 0 and 1 whole, one step each; block 2's 8 rows a chunk.
+    expect(Object.keys(r.steps)).toEqual(expect.arrayContaining(['16:1', '16:2', '8:4']));
     expect(logits.length).toBe(CONFIG.nVocab);
     const err = maxAbsDiff(logits, reference[39]);
     console.log(`max |logit - float64 reference| after 40 tokens: ${err.toExponential(2)} (logits span ${Math.min(...logits).toFixed(2)}..${Math.max(...logits).toFixed(2)})`);

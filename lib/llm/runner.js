@@ -35,7 +35,8 @@ class LlamaRunner {
    * @param {MLContext} context
    * @param {LlamaWeights} model the loader's output (config and tensors are read)
    * @param {{maxContext?: number, blockSize?: number, chunk?: number, numerics?: 'llama.cpp'|'float32', cacheType?: 'float16'|'float32'}} [options]
-   *   chunk: tokens per prefill dispatch (default 64, at most blockSize);
+   *   chunk: tokens per prefill dispatch (default 64, at most blockSize),
+   *   except that a prompt's whole blocks run a block per dispatch;
    *   numerics: 'llama.cpp' (the default) rounds as llama.cpp's CPU
    *   backend does (see graphs.js), 'float32' computes every product of
    *   the dequantized weights in float32;
@@ -105,24 +106,36 @@ class LlamaRunner {
     this.weights = await prepareWeights(context, this.model);
     this.io = {};
     this.steps = {};
-    /** @type {(dataType: MLOperandDataType, shape: number[]) => Promise<MLTensor>} */
-    const desc = (dataType, shape) => context.createTensor({ dataType, shape, writable: true });
-    const half = config.headDim / 2;
-    for (const T of new Set([this.chunk, 1])) {
+    for (const T of new Set([this.chunk, 1])) await this._inputs(T);
+    this.logits = await context.createTensor({ dataType: 'float32', shape: [1, config.nVocab], readable: true });
+    await this.cache.init();
+    await this._step(this.chunk, 1);
+    await this._step(1, 1);
+  }
+
+  /**
+   * The input tensors of a step over T tokens, made on first use.
+   * @param {number} T
+   * @returns {Promise<StepInputs>}
+   */
+  async _inputs(T) {
+    const io = /** @type {Record<number, StepInputs>} */ (this.io);
+    if (!io[T]) {
+      const { context } = this;
+      /** @type {(dataType: MLOperandDataType, shape: number[]) => Promise<MLTensor>} */
+      const desc = (dataType, shape) => context.createTensor({ dataType, shape, writable: true });
+      const half = this.config.headDim / 2;
       /** @type {StepInputs} */
-      const io = {
+      const made = {
         ids: await desc('int32', [T]),
         cos: await desc('float32', [T, 1, half, 2]),
         sin: await desc('float32', [T, 1, half, 2]),
         place: await desc('float32', [T, this.blockSize]),
       };
-      if (T > 1) io.last = await desc('int32', [1]);
-      this.io[T] = io;
+      if (T > 1) made.last = await desc('int32', [1]);
+      io[T] = made;
     }
-    this.logits = await context.createTensor({ dataType: 'float32', shape: [1, config.nVocab], readable: true });
-    await this.cache.init();
-    await this._step(this.chunk, 1);
-    await this._step(1, 1);
+    return io[T];
   }
 
   /**
@@ -192,8 +205,14 @@ class LlamaRunner {
         const pos = this._position;
         // A chunk never crosses a block boundary: each step writes one block.
         const room = this.blockSize - (pos % this.blockSize);
-        const n = Math.min(ids.length - i, room, this.chunk);
-        const step = await this._step(n === 1 ? 1 : this.chunk, this._blocksFor(Math.floor(pos / this.blockSize)));
+        // A whole block of a long prompt is one step over the block
+        // (its weights' dequantization shared by twice the rows); the
+        // rest, and short prompts, run in chunks, which pad less.
+        const whole = room === this.blockSize && ids.length - i >= this.blockSize;
+        const n = whole ? this.blockSize : Math.min(ids.length - i, room, this.chunk);
+        const T = whole ? this.blockSize : n === 1 ? 1 : this.chunk;
+        await this._inputs(T);
+        const step = await this._step(T, this._blocksFor(Math.floor(pos / this.blockSize)));
         await this.cache.ensure(step.n);
         this._dispatch(step, ids.slice(i, i + n), pos);
         this._position = pos + n;

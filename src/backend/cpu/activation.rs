@@ -297,13 +297,21 @@ fn select<T: Copy + Send + Sync + Default>(
         broadcast_strides(sf, out),
     );
     let inner = out[rank - 1];
-    // A condition that is one row for every output row (a [B] mask over
-    // [.., B]): the positions it selects, found once.
-    let same_row = tc[rank - 1] == 1 && tc[..rank - 1].iter().all(|&s| s == 0);
-    let chosen: Vec<usize> = match same_row {
-        true => (0..inner).filter(|&j| c[j] != 0).collect(),
-        false => Vec::new(),
-    };
+    // A condition that is one row for every output row of several (a [B]
+    // mask over [.., B]): the positions it selects, found once. Their list
+    // is at most a row long, and asked for fallibly: without the memory,
+    // each row reads the condition instead.
+    let mut chosen: Vec<usize> = Vec::new();
+    let same_row = tc[rank - 1] == 1
+        && tc[..rank - 1].iter().all(|&s| s == 0)
+        && total / inner.max(1) > 1
+        && {
+            let picked = c[..inner].iter().filter(|&&v| v != 0).count();
+            chosen.try_reserve_exact(picked).is_ok()
+        };
+    if same_row {
+        chosen.extend((0..inner).filter(|&j| c[j] != 0));
+    }
     let row = |r: usize, dst: &mut [T]| {
         // Offsets of the row's first element in each input.
         let (mut oc, mut ot, mut of) = (0, 0, 0);

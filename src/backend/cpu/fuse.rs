@@ -635,21 +635,8 @@ pub(super) fn block_sum_products(
     packed: &mut Packed,
     cache: &mut WeightCache,
 ) -> Result<Option<(Graph, Sums)>> {
-    let mut readers = vec![0usize; graph.operands.len()];
-    let mut reader = vec![usize::MAX; graph.operands.len()];
-    for (ni, node) in graph.nodes.iter().enumerate() {
-        for &i in &node.inputs {
-            readers[i] += 1;
-            reader[i] = ni;
-        }
-    }
-    for (_, o) in &graph.outputs {
-        readers[*o] += 2;
-    }
-    let producer = |id: OperandId| match graph.sources[id] {
-        Source::Node { node, .. } => Some(&graph.nodes[node]),
-        _ => None,
-    };
+    // Graph outputs count usize::MAX readers: never the one reader asked.
+    let (readers, reader) = super::readers(graph);
     let mut g = graph.clone();
     let mut sums = HashMap::new();
     for (qn, node) in graph.nodes.iter().enumerate() {
@@ -682,7 +669,9 @@ pub(super) fn block_sum_products(
         if o2 == o1 || !same(o2) || !same(o3) || readers[o2] != 1 {
             continue;
         }
-        let Some(gn) = producer(o2) else { continue };
+        let Some(gn) = producer(graph, o2) else {
+            continue;
+        };
         let (Op::Gemm(p), [sid, mid]) = (&gn.op, &gn.inputs[..]) else {
             continue;
         };
@@ -739,10 +728,7 @@ pub(super) fn block_sum_products(
 /// `reduceSum(reshape(x, [rows, nb, 32]), {axes: [2]})`, possibly rounded
 /// to float16 and back: whether rounded, and x.
 fn block_sums_of(g: &Graph, s: OperandId, rows: usize, nb: usize) -> Option<(bool, OperandId)> {
-    let node_of = |id: OperandId| match g.sources[id] {
-        Source::Node { node, .. } => Some(&g.nodes[node]),
-        _ => None,
-    };
+    let node_of = |id: OperandId| producer(g, id);
     let dt = |id: OperandId| g.operands[id].data_type;
     let mut at = s;
     let mut round16 = false;
@@ -779,6 +765,15 @@ fn block_sums_of(g: &Graph, s: OperandId, rows: usize, nb: usize) -> Option<(boo
         return None;
     };
     (g.operands[*x3].shape == [rows, nb, QK]).then_some((round16, *x))
+}
+
+/// The node that computes operand `id` (none for an input or a
+/// constant).
+fn producer(g: &Graph, id: OperandId) -> Option<&crate::graph::Node> {
+    match g.sources[id] {
+        Source::Node { node, .. } => g.nodes.get(node),
+        _ => None,
+    }
 }
 
 /// The bytes of the constant that operand `id` is (through casts and

@@ -273,9 +273,15 @@ impl CpuBackend {
         backend
     }
 
-    /// The bytes a tensor of `desc` counts against `memoryLimit`, or the
-    /// OperationError that says it does not fit.
-    fn room_for(&self, desc: &OperandDescriptor) -> Result<usize> {
+    /// Holds tensor `id` of `desc` with `data`'s buffer, counted against
+    /// `memoryLimit` (an OperationError, before `data` runs, when it does
+    /// not fit).
+    fn hold(
+        &mut self,
+        id: TensorId,
+        desc: &OperandDescriptor,
+        data: impl FnOnce() -> Result<Buf>,
+    ) -> Result<()> {
         let bytes = held_bytes(desc);
         if let Some(limit) = self.memory_limit {
             if self.tensor_bytes.saturating_add(bytes) > limit {
@@ -285,7 +291,11 @@ impl CpuBackend {
                 )));
             }
         }
-        Ok(bytes)
+        let data = data()?;
+        self.tensor_bytes += bytes;
+        let desc = desc.clone();
+        self.tensors.insert(id, CpuTensor { desc, data });
+        Ok(())
     }
 
     /// Caps the memory this backend holds: an allocation beyond it fails
@@ -617,17 +627,9 @@ impl Backend for CpuBackend {
     }
 
     fn create_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()> {
-        let bytes = self.room_for(desc)?;
-        let data = Buf::zeros(desc.data_type, desc.element_count())?;
-        self.tensor_bytes += bytes;
-        self.tensors.insert(
-            id,
-            CpuTensor {
-                desc: desc.clone(),
-                data,
-            },
-        );
-        Ok(())
+        self.hold(id, desc, || {
+            Buf::zeros(desc.data_type, desc.element_count())
+        })
     }
 
     /// No storage: graphs read the constant's bytes where the binding keeps
@@ -635,17 +637,7 @@ impl Backend for CpuBackend {
     /// weights (zeros that nothing reads). The constant still counts
     /// against `memoryLimit`, as the memory it stands for.
     fn create_constant_tensor(&mut self, id: TensorId, desc: &OperandDescriptor) -> Result<()> {
-        let bytes = self.room_for(desc)?;
-        let data = Buf::empty(desc.data_type);
-        self.tensor_bytes += bytes;
-        self.tensors.insert(
-            id,
-            CpuTensor {
-                desc: desc.clone(),
-                data,
-            },
-        );
-        Ok(())
+        self.hold(id, desc, || Ok(Buf::empty(desc.data_type)))
     }
 
     fn destroy_tensor(&mut self, id: TensorId) {

@@ -84,6 +84,12 @@ impl BlockSums {
             ));
         }
         let fused = super::super::sgemm::fuses_multiply_add();
+        // The float16 vector form needs F16C beside the FMA the fused
+        // kernels have; asked once, not per block.
+        #[cfg(target_arch = "x86_64")]
+        let f16c = fused && std::arch::is_x86_feature_detected!("f16c");
+        #[cfg(not(target_arch = "x86_64"))]
+        let f16c = false;
         let mut acc = super::try_alloc(n, 0f32, "a block-sum product's row")?;
         for (ar, cr) in a.chunks_exact(nb * QK).zip(c.chunks_exact_mut(n)) {
             acc.fill(0.0);
@@ -92,7 +98,7 @@ impl BlockSums {
                 if self.round16 {
                     s = f16_to_f32(f32_to_f16(s));
                 }
-                axpy(fused, s, &self.mt, b * n, &mut acc);
+                axpy(fused, f16c, s, &self.mt, b * n, &mut acc);
             }
             for (o, &x) in cr.iter_mut().zip(&acc) {
                 *o += x;
@@ -103,19 +109,22 @@ impl BlockSums {
 }
 
 /// `acc[j] = s * mt[at + j] + acc[j]` for every j: fused as the GEMM's
-/// kernel fuses it (see `sgemm::fuses_multiply_add`).
-fn axpy(fused: bool, s: f32, mt: &Scales, at: usize, acc: &mut [f32]) {
+/// kernel fuses it (see `sgemm::fuses_multiply_add`); `f16c`: the CPU
+/// has AVX2, FMA and F16C (x86-64 only).
+fn axpy(fused: bool, f16c: bool, s: f32, mt: &Scales, at: usize, acc: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if fused && std::arch::is_x86_feature_detected!("f16c") {
+    if f16c {
         if let Scales::F16(h) = mt {
             let n = acc.len();
-            // SAFETY: `fused` means the GEMM's kernel is the AVX2 or
-            // AVX-512 one, which needs AVX2 and FMA; F16C was checked
-            // here; `at + n` is within `h` (the caller's block of n).
+            // SAFETY: `f16c` is true only where the GEMM's kernel is the
+            // AVX2 or AVX-512 one (AVX2 and FMA) and F16C was detected;
+            // `at + n` is within `h` (the caller's block of n).
             unsafe { x86::axpy_f16(s, &h[at..at + n], acc) };
             return;
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = f16c;
     let m = |j: usize| mt.get(at + j);
     match fused || cfg!(target_arch = "aarch64") {
         true => acc

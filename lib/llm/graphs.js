@@ -335,11 +335,10 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   const place = b.input('place', f32([T, B]));
   const last = T > 1 ? b.input('last', { dataType: 'int32', shape: [1] }) : null;
   // A cache tensor as a float32 operand: float16 ones are widened (exact).
+  /** @type {(x: MLOperand) => MLOperand} */
+  const widened = (x) => (cacheType === 'float32' ? x : b.cast(x, 'float32'));
   /** @type {(name: string, shape: number[]) => MLOperand} */
-  const cacheIn = (name, shape) => {
-    const x = b.input(name, { dataType: cacheType, shape });
-    return cacheType === 'float32' ? x : b.cast(x, 'float32');
-  };
+  const cacheIn = (name, shape) => widened(b.input(name, { dataType: cacheType, shape }));
   /** @type {(x: MLOperand) => MLOperand} */
   const cacheOut = (x) => (cacheType === 'float32' ? x : b.cast(x, cacheType));
   // The current block's tensors as they are stored (see the placement
@@ -416,13 +415,13 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
       const nv = b.where(row, vH, curVIn[l]);
       next[`nk${l}`] = nk;
       next[`nv${l}`] = nv;
-      curK = cacheType === 'float32' ? nk : b.cast(nk, 'float32');
-      curV = cacheType === 'float32' ? nv : b.cast(nv, 'float32');
+      curK = widened(nk);
+      curV = widened(nv);
     } else {
       const kT = b.transpose(b.reshape(half16(k), [T, Hkv, hd]), { permutation: [1, 2, 0] }); // [Hkv, hd, T]
       const vH = b.transpose(b.reshape(half16(v), [T, Hkv, hd]), { permutation: [1, 0, 2] }); // [Hkv, T, hd]
-      const kIn = cacheType === 'float32' ? curKIn[l] : b.cast(curKIn[l], 'float32');
-      const vIn = cacheType === 'float32' ? curVIn[l] : b.cast(curVIn[l], 'float32');
+      const kIn = widened(curKIn[l]);
+      const vIn = widened(curVIn[l]);
       curK = b.add(b.mul(kIn, /** @type {MLOperand} */ (keep)), b.matmul(kT, place));
       curV = b.add(b.mul(vIn, /** @type {MLOperand} */ (keepCol)), b.matmul(/** @type {MLOperand} */ (placeT), vH));
       next[`nk${l}`] = cacheOut(curK);

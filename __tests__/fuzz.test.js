@@ -70,8 +70,12 @@ describe.each(devices)('fuzz on %s', (device) => {
     expect({ where, failures: r.summary.failures, report: r.summary.report })
       .toEqual({ where, failures: [], report: undefined });
     expect(r.summary.runs).toBe(RUNS[device]);
-    // The runs exercised the API, not only its argument checks.
-    expect(r.summary.outcomes.success).toBeGreaterThan(r.summary.runs);
+    // The runs exercised the API, not only its argument checks. A run makes
+    // about 1.15 successful calls on average, but the count varies with the
+    // seed: at 300 runs (the ASan job) one seed in ten falls below one per
+    // run (the lowest of 60 seeds: 266), so the bound is half a call a run,
+    // which a fuzzer stuck in its argument checks stays far below.
+    expect(r.summary.outcomes.success).toBeGreaterThan(r.summary.runs / 2);
     expect(r.summary.outcomes.TypeError).toBeGreaterThan(0);
   }, LIMIT_MS + 30000);
 });

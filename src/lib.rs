@@ -6,6 +6,10 @@
 //! - [`graph`]: the graph IR and the pure per-operator validation;
 //! - [`backend`]: the CPU and GPU (wgpu) implementations of one trait.
 
+// Proving that wgpu's context types are `Send` walks deeper than the default
+// limit of 128; newer compilers warn that this will become an error.
+#![recursion_limit = "256"]
+
 pub mod backend;
 pub mod binding;
 pub mod error;

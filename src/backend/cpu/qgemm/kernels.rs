@@ -347,17 +347,18 @@ mod avx2 {
         _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi))
     }
 
-    /// Asks for the cache line at `p` ahead of its use. The 4-row forms
-    /// read four rows' blocks in turn, a pattern the hardware's stream
-    /// prefetchers follow poorly: from memory they ran at 7 GB/s of
-    /// codes against 10 for one row at a time, and at 13 with this
-    /// (Zen 5, weights four times the L3's size). `p` may lie past the
+    /// Asks for the cache line at `p` ahead of its use, into L2. The 4-row
+    /// forms read four rows' blocks in turn, a pattern the hardware's
+    /// stream prefetchers follow poorly: from memory the 512-bit form read
+    /// 9 GB/s of weights without this and 18-20 with it (Zen 5, 100 MB of
+    /// weights, three times the L3; 8 to 32 groups ahead alike, 2 worse,
+    /// the L2 hint a little ahead of L1's). `p` may lie past the
     /// codes' end (the last groups of a matrix): a prefetch is a hint,
     /// which never faults, and `wrapping_add` made the address without
     /// any claim that it is in bounds.
     #[inline(always)]
     pub(super) unsafe fn prefetch(p: *const u8) {
-        _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(p as *const i8);
     }
 
     /// Each 32-bit lane the sum of four products of unsigned bytes of `w`
@@ -377,14 +378,10 @@ mod avx2 {
     /// instruction takes them, so every form gives the same bits.
     macro_rules! integer_forms {
         ($features:literal, $dot:path, $nibbles:path) => {
-            use crate::backend::cpu::qgemm::kernels::avx2::{hsum, prefetch};
-            use crate::backend::cpu::qgemm::kernels::ROWS;
+            use crate::backend::cpu::qgemm::kernels::avx2::hsum;
             use crate::backend::cpu::qgemm::QK;
-            use $nibbles as nibbles;
-            /// How many groups of ROWS weight rows ahead the 4-row
-            /// forms ask for the codes (see `prefetch`).
-            const AHEAD: usize = 4;
             use std::arch::x86_64::*;
+            use $nibbles as nibbles;
 
             /// # Safety
             /// The features named must be present;
@@ -429,7 +426,10 @@ mod avx2 {
                 }
                 hsum(acc)
             }
-
+        };
+        // The four-row forms, in a module that holds the one-row ones
+        // (whose arm brings the names they use).
+        (@q4i4 $features:literal, $dot:path) => {
             /// # Safety
             /// The features named must be present; `codes` and `d` hold
             /// `out.len()` rows, a multiple of `ROWS`:
@@ -437,6 +437,10 @@ mod avx2 {
             /// `d.len() == out.len() * da.len()`, `da.len() * QK == qa.len()`.
             #[target_feature(enable = $features)]
             pub unsafe fn q4i4(codes: &[u8], d: &[f32], qa: &[i8], da: &[f32], out: &mut [f32]) {
+                use crate::backend::cpu::qgemm::kernels::{
+                    avx2::{prefetch, AHEAD},
+                    ROWS,
+                };
                 let nb = da.len();
                 let row = nb * QK / 2;
                 let ap = qa.as_ptr();
@@ -469,7 +473,8 @@ mod avx2 {
                     }
                 }
             }
-
+        };
+        (@q8i4 $features:literal, $dot:path) => {
             /// # Safety
             /// The features named must be present; `codes` and `d` hold
             /// `out.len()` rows, a multiple of `ROWS`:
@@ -477,6 +482,10 @@ mod avx2 {
             /// `d.len() == out.len() * da.len()`, `da.len() * QK == qa.len()`.
             #[target_feature(enable = $features)]
             pub unsafe fn q8i4(codes: &[i8], d: &[f32], qa: &[i8], da: &[f32], out: &mut [f32]) {
+                use crate::backend::cpu::qgemm::kernels::{
+                    avx2::{prefetch, AHEAD},
+                    ROWS,
+                };
                 let (k, nb) = (qa.len(), da.len());
                 let ap = qa.as_ptr();
                 for (g, out) in out.chunks_exact_mut(ROWS).enumerate() {
@@ -514,7 +523,13 @@ mod avx2 {
     /// The integer forms with AVX2's byte multiplies.
     pub(super) mod maddubs {
         super::integer_forms!("avx2,fma", super::dot_maddubs, super::nibbles);
+        super::integer_forms!(@q4i4 "avx2,fma", super::dot_maddubs);
+        super::integer_forms!(@q8i4 "avx2,fma", super::dot_maddubs);
     }
+
+    /// How many groups of ROWS weight rows ahead the four-row forms ask
+    /// for the codes (see `prefetch`).
+    pub(super) const AHEAD: usize = 8;
 
     /// The eight lanes of `v` added.
     #[inline(always)]
@@ -643,7 +658,7 @@ mod avx512 {
 
     /// An AVX-512 kernel whose integer forms are module `$forms`'s.
     macro_rules! integer_kernel {
-        ($(#[$doc:meta])* $static:ident, $name:literal, $forms:ident) => {
+        ($(#[$doc:meta])* $static:ident, $name:literal, $forms:ident, $q4i4:path) => {
             $(#[$doc])*
             pub static $static: Kernel = Kernel {
                 name: $name,
@@ -662,11 +677,12 @@ mod avx512 {
                 }),
                 q4i4: Some(|c, d, qa, da, out| {
                     // SAFETY: as above, for `Kernel::q4i4`.
-                    unsafe { $forms::q4i4(c, d, qa, da, out) }
+                    unsafe { $q4i4(c, d, qa, da, out) }
                 }),
                 q8i4: Some(|c, d, qa, da, out| {
-                    // SAFETY: as above, for `Kernel::q8i4`.
-                    unsafe { $forms::q8i4(c, d, qa, da, out) }
+                    // SAFETY: as above, for `Kernel::q8i4` (whose form
+                    // needs VNNI, which both checks see).
+                    unsafe { wide::q8i4(c, d, qa, da, out) }
                 }),
             };
         };
@@ -678,7 +694,8 @@ mod avx512 {
         /// `vnni()`.
         KERNEL_VNNI,
         "avx512-vnni",
-        vnni
+        vnni,
+        vnni::q4i4
     );
 
     integer_kernel!(
@@ -686,7 +703,8 @@ mod avx512 {
         /// one byte permute (the same bits). Handed out after `vbmi()`.
         KERNEL_VBMI,
         "avx512-vnni-vbmi",
-        vbmi
+        vbmi,
+        wide::q4i4
     );
 
     const Q4: fn(&[u8], &[f32], &[f32]) -> f32 = |c, d, a| {
@@ -714,15 +732,175 @@ mod avx512 {
             super::dot_vnni,
             super::super::avx2::nibbles
         );
+        super::super::avx2::integer_forms!(@q4i4 "avx2,fma,avx512f,avx512vnni,avx512vl", super::dot_vnni);
     }
 
-    /// The integer forms with VNNI and VBMI's byte permutes.
+    /// The integer forms with VNNI and VBMI's byte permutes (the kernel
+    /// takes its four-row 4-bit form from [`wide`]).
     mod vbmi {
         super::super::avx2::integer_forms!(
             "avx2,fma,avx512f,avx512vnni,avx512vl,avx512bw,avx512vbmi",
             super::dot_vnni,
             super::nibbles_vbmi
         );
+    }
+
+    /// Four-row forms on 512-bit vectors: two weight rows per vector, the
+    /// lower half one row's eight lanes, the upper half the next row's.
+    /// Each half takes the 256-bit forms' lane sums in their order and is
+    /// added up by the same `hsum`, so every row's sum keeps their bits;
+    /// a vector op now serves two rows, which matters because the
+    /// 256-bit forms are bound by the instructions they issue, not by
+    /// memory (on Zen 5 they read 4-bit weights at 19 GB/s from L2).
+    mod wide {
+        use super::super::avx2::{hsum, prefetch, AHEAD};
+        use super::super::ROWS;
+        use super::QK;
+        use std::arch::x86_64::*;
+
+        /// The multishift control that puts each 64-bit lane's 16 codes
+        /// (element `e` at bit `4e`) into bytes: even lanes take elements
+        /// 0..8 of their source lane, odd lanes 8..16 (bit offsets 32 on,
+        /// which wrap past bit 63 into bits the mask then clears).
+        const fn shifts() -> [u8; 64] {
+            let mut v = [0u8; 64];
+            let mut i = 0;
+            while i < 64 {
+                v[i] = ((i / 8) % 2 * 32 + (i % 8) * 4) as u8;
+                i += 1;
+            }
+            v
+        }
+        const SHIFTS: [u8; 64] = shifts();
+
+        /// The upper 256 bits of `v`.
+        #[inline(always)]
+        unsafe fn upper(v: __m512) -> __m256 {
+            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
+        }
+
+        /// # Safety
+        /// AVX-512F/BW/VL, VNNI and VBMI must be present; `codes` and `d`
+        /// hold `out.len()` rows, a multiple of `ROWS`:
+        /// `codes.len() * 2 == out.len() * qa.len()`,
+        /// `d.len() == out.len() * da.len()`, `da.len() * QK == qa.len()`.
+        #[target_feature(enable = "avx2,fma,avx512f,avx512vnni,avx512vl,avx512bw,avx512vbmi")]
+        pub unsafe fn q4i4(codes: &[u8], d: &[f32], qa: &[i8], da: &[f32], out: &mut [f32]) {
+            let nb = da.len();
+            let row = nb * QK / 2;
+            let ap = qa.as_ptr();
+            // Output 64-bit lane i reads lane [0, 0, 1, 1, 2, 2, 3, 3][i]
+            // of the two rows' 32 code bytes (the first row's 16, then
+            // the second's).
+            let spread = _mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0);
+            let shifts = _mm512_loadu_si512(SHIFTS.as_ptr() as *const _);
+            let low = _mm512_set1_epi8(0x0f);
+            for (g, out) in out.chunks_exact_mut(ROWS).enumerate() {
+                // Group g's rows: in bounds by the lengths above.
+                let (cp, dp) = (
+                    codes.as_ptr().add(g * ROWS * row),
+                    d.as_ptr().add(g * ROWS * nb),
+                );
+                let mut acc = [_mm512_setzero_ps(); ROWS / 2];
+                for (b, &dab) in da.iter().enumerate() {
+                    // In bounds: block b of each of the ROWS rows and of
+                    // the activations; the prefetch as in `q4i4` of
+                    // `integer_forms`.
+                    prefetch(cp.wrapping_add(AHEAD * ROWS * row + b * 64));
+                    let x = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                        ap.add(b * QK) as *const __m256i
+                    ));
+                    let dabv = _mm512_set1_ps(dab);
+                    for (p, acc) in acc.iter_mut().enumerate() {
+                        let r = 2 * p;
+                        let raw = _mm256_loadu2_m128i(
+                            cp.add((r + 1) * row + b * QK / 2) as *const __m128i,
+                            cp.add(r * row + b * QK / 2) as *const __m128i,
+                        );
+                        let spread = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(raw));
+                        let w = _mm512_and_si512(_mm512_multishift_epi64_epi8(shifts, spread), low);
+                        let dot =
+                            _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x));
+                        // d * da per row, as the 256-bit forms take it.
+                        let dr = _mm512_castpd_ps(_mm512_insertf64x4(
+                            _mm512_castps_pd(_mm512_set1_ps(*dp.add(r * nb + b))),
+                            _mm256_castps_pd(_mm256_set1_ps(*dp.add((r + 1) * nb + b))),
+                            1,
+                        ));
+                        *acc = _mm512_fmadd_ps(_mm512_mul_ps(dr, dabv), dot, *acc);
+                    }
+                }
+                for (o, a) in out.chunks_exact_mut(2).zip(acc) {
+                    o[0] = hsum(_mm512_castps512_ps256(a));
+                    o[1] = hsum(upper(a));
+                }
+            }
+        }
+
+        /// As `q4i4` for 8-bit codes. The byte dot product takes one
+        /// unsigned operand and AVX-512 has no byte sign operation: the
+        /// codes are moved to unsigned (`w + 128`, one xor) and each
+        /// lane's sum starts at `-128` times its activations' sum, so it
+        /// ends at the exact `sum w * x` the 256-bit forms take.
+        ///
+        /// # Safety
+        /// AVX-512F/BW/VL and VNNI must be present; `codes` and `d` hold
+        /// `out.len()` rows, a multiple of `ROWS`:
+        /// `codes.len() == out.len() * qa.len()`,
+        /// `d.len() == out.len() * da.len()`, `da.len() * QK == qa.len()`.
+        #[target_feature(enable = "avx2,fma,avx512f,avx512vnni,avx512vl,avx512bw")]
+        pub unsafe fn q8i4(codes: &[i8], d: &[f32], qa: &[i8], da: &[f32], out: &mut [f32]) {
+            let (k, nb) = (qa.len(), da.len());
+            let ap = qa.as_ptr();
+            let flip = _mm512_set1_epi8(-128);
+            for (g, out) in out.chunks_exact_mut(ROWS).enumerate() {
+                // Group g's rows: in bounds by the lengths above.
+                let (cp, dp) = (
+                    codes.as_ptr().add(g * ROWS * k),
+                    d.as_ptr().add(g * ROWS * nb),
+                );
+                let mut acc = [_mm512_setzero_ps(); ROWS / 2];
+                for (b, &dab) in da.iter().enumerate() {
+                    // In bounds: block b of each of the ROWS rows (32
+                    // codes each) and of the activations; two lines of a
+                    // later group per block, as in `integer_forms`.
+                    prefetch(cp.wrapping_add(AHEAD * ROWS * k + b * 128) as *const u8);
+                    prefetch(cp.wrapping_add(AHEAD * ROWS * k + b * 128 + 64) as *const u8);
+                    let x = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                        ap.add(b * QK) as *const __m256i
+                    ));
+                    // 128 times each lane's activations (the unsigned
+                    // operand all 128), negated: every lane's start.
+                    let start = _mm512_sub_epi32(
+                        _mm512_setzero_si512(),
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, x),
+                    );
+                    let dabv = _mm512_set1_ps(dab);
+                    for (p, acc) in acc.iter_mut().enumerate() {
+                        let r = 2 * p;
+                        let w = _mm512_inserti64x4(
+                            _mm512_castsi256_si512(_mm256_loadu_si256(
+                                cp.add(r * k + b * QK) as *const __m256i
+                            )),
+                            _mm256_loadu_si256(cp.add((r + 1) * k + b * QK) as *const __m256i),
+                            1,
+                        );
+                        let w = _mm512_xor_si512(w, flip);
+                        let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, w, x));
+                        let dr = _mm512_castpd_ps(_mm512_insertf64x4(
+                            _mm512_castps_pd(_mm512_set1_ps(*dp.add(r * nb + b))),
+                            _mm256_castps_pd(_mm256_set1_ps(*dp.add((r + 1) * nb + b))),
+                            1,
+                        ));
+                        *acc = _mm512_fmadd_ps(_mm512_mul_ps(dr, dabv), dot, *acc);
+                    }
+                }
+                for (o, a) in out.chunks_exact_mut(2).zip(acc) {
+                    o[0] = hsum(_mm512_castps512_ps256(a));
+                    o[1] = hsum(upper(a));
+                }
+            }
+        }
     }
 
     /// As `avx2::nibbles` (block `b`'s 32 codes in element order, one per

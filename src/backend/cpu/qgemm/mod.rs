@@ -151,6 +151,31 @@ impl Scales {
         }
     }
 
+    /// Asks for the cache lines of scales `at` (clipped to the scales)
+    /// ahead of their use. A hint only: it never faults and changes no
+    /// value.
+    fn prefetch(&self, at: std::ops::Range<usize>) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+            let (base, size, len) = match self {
+                Scales::F16(v) => (v.as_ptr().cast::<u8>(), 2, v.len()),
+                Scales::F32(v) => (v.as_ptr().cast::<u8>(), 4, v.len()),
+            };
+            let end = at.end.min(len) * size;
+            let mut i = at.start * size;
+            while i < end {
+                // SAFETY: SSE is part of x86-64; a prefetch is a hint that
+                // never faults and changes no memory, and the address is
+                // inside the scales anyway (i < end <= their bytes).
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(base.add(i).cast::<i8>()) };
+                i += 64;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = at;
+    }
+
     /// Scales `at` as float32: borrowed, or widened into `room`.
     fn row<'a>(&'a self, at: std::ops::Range<usize>, room: &'a mut [f32]) -> &'a [f32] {
         match self {
@@ -480,6 +505,11 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
             let mut out = vec![0f32; rows * (r1 - r0)];
             // The task's scales, widened here once when they are float16
             // (nb values against each row's k codes).
+            // The scales are a stream of their own beside the codes, read
+            // a task at a time: too short a run for the hardware's
+            // prefetchers, so each task asks for the next one's (the task
+            // this thread most likely runs next).
+            w.d.prefetch(r1 * nb..(r1 + per_task) * nb);
             let mut room = try_alloc((r1 - r0) * nb, 0f32, "a task's scales")?;
             let task_d = w.d.row(r0 * nb..r1 * nb, &mut room);
             let mut r = r0;

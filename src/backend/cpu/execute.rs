@@ -5,6 +5,7 @@
 //! freed after its last reader, within the context's memory budget.
 
 use super::*;
+use crate::graph::ops::quantize::QuantizeOp;
 
 /// A value during a run: borrowed (inputs, constants) or owned.
 enum Slot<'a> {
@@ -259,6 +260,12 @@ pub(super) fn execute(
                 }
                 _ => None,
             };
+            let round = match node.op {
+                Op::Quantize(QuantizeOp::Dequantize { .. }) if !cg.rounds.is_empty() => {
+                    node.outputs.first().and_then(|o| cg.rounds.get(o))
+                }
+                _ => None,
+            };
             let conv_packed = match node.op {
                 Op::Conv2d(_) if !cg.conv_packed.is_empty() => cg.conv_packed.get(&n),
                 _ => None,
@@ -278,6 +285,13 @@ pub(super) fn execute(
                         &out_descs[0],
                     )
                     .map(|b| vec![b])
+                }
+                (Op::Quantize(_), _, _) if round.is_some() => {
+                    let (Some(spec), [x], [dx]) = (round, &ins[..], &in_descs[..]) else {
+                        return Err(Error::operation("dequantizeLinear: missing operands"));
+                    };
+                    let block = dx.shape.last().copied().unwrap_or(0);
+                    quantize::round_blocks(spec, x, block).map(|b| vec![b])
                 }
                 (Op::Gather(GatherOp::Gather { axis }), _, _) if table.is_some() => {
                     let (Some((bytes, d)), [ids], [di]) = (table, &ins[..], &in_descs[..]) else {

@@ -154,7 +154,13 @@ fn constant(g: &Graph, id: OperandId) -> Option<Buf> {
         Source::Constant(bytes) => Buf::from_bytes(d.data_type, bytes, d.element_count()).ok(),
         Source::Node { node, .. } => {
             let n = &g.nodes[*node];
-            if d.element_count() > MAX_FOLDED || n.outputs.len() != 1 {
+            // Only reshapes and casts fold; asked first, so that no other
+            // node's input (an embedding table behind a gather, say) is
+            // converted to find that out.
+            if d.element_count() > MAX_FOLDED
+                || n.outputs.len() != 1
+                || !matches!(n.op, Op::Reshape | Op::Cast(_))
+            {
                 return None;
             }
             let x = constant(g, *n.inputs.first()?)?;
@@ -839,6 +845,9 @@ fn prune(mut g: Graph) -> Graph {
     }
     g
 }
+
+mod rounding;
+pub(super) use rounding::{rounded_blocks, Rounds};
 
 #[cfg(test)]
 mod tests;

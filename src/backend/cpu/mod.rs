@@ -73,6 +73,10 @@ struct CompiledGraph {
     /// constant's bytes and descriptor; such a node has the table taken off
     /// its inputs.
     tables: fuse::Tables,
+    /// dequantizeLinear nodes that compute a whole rounding of their
+    /// input to int8 blocks (see `fuse::rounded_blocks`), by the node's
+    /// output operand.
+    rounds: fuse::Rounds,
     /// Constant filters of conv2d nodes that run as products, packed once
     /// per group for the sgemm micro-kernel, by node index.
     conv_packed: HashMap<usize, Vec<sgemm::PackedA>>,
@@ -687,6 +691,12 @@ impl Backend for CpuBackend {
             Some((g, s)) => (Arc::new(g), s),
             None => (graph, HashMap::new()),
         };
+        // Activations rounded to int8 blocks and back (llama.cpp's
+        // numerics) are one node each.
+        let (graph, rounds) = match fuse::rounded_blocks(&graph) {
+            Some((g, r)) => (Arc::new(g), r),
+            None => (graph, HashMap::new()),
+        };
         // Products read float16 operands that the graph widens only for
         // them (a float16 cache, a float16 constant) as they are.
         let graph = match fuse::widen_into_products(&graph) {
@@ -786,6 +796,7 @@ impl Backend for CpuBackend {
             quantized,
             sums,
             tables,
+            rounds,
             conv_packed,
             nchwc,
             hot: elements >= HOT_ELEMENTS || macs >= HOT_MACS,

@@ -333,6 +333,79 @@ impl<'a> Rows<'a> {
     }
 }
 
+/// A rounding of activations to int8 blocks and back, as a graph that
+/// takes llama.cpp's numerics writes it (see `fuse::rounded_blocks`): per
+/// block of the last axis, `d = reduceMax(abs(x)) / divisor`, `q =
+/// quantizeLinear(x, max(d, floor), 0)` to int8, `y = dequantizeLinear(q,
+/// d, 0)`, d rounded to float16 first when `round16`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RoundBlocks {
+    pub divisor: f32,
+    pub floor: f32,
+    pub round16: bool,
+}
+
+/// [`RoundBlocks`] over `x` in blocks of `block` elements: the values the
+/// nodes it stands for compute, bit for bit (NaN as they propagate it),
+/// in one pass instead of ten nodes' worth of buffers.
+pub fn round_blocks(spec: &RoundBlocks, x: &Buf, block: usize) -> Result<Buf> {
+    let bad = || Error::operation("dequantizeLinear: the rounded blocks do not match");
+    let Buf::F32(x) = x else {
+        return Err(bad());
+    };
+    if block == 0 || !x.len().is_multiple_of(block) {
+        return Err(bad());
+    }
+    let mut out = Buf::try_f32_for_overwrite(x.len())?;
+    for (o, v) in out.chunks_exact_mut(block).zip(x.chunks_exact(block)) {
+        // reduceMax (NaN wins) of abs.
+        let mut amax = f32::NEG_INFINITY;
+        for &e in v {
+            let a = e.abs();
+            amax = if amax.is_nan() || a.is_nan() {
+                f32::NAN
+            } else if a > amax {
+                a
+            } else {
+                amax
+            };
+        }
+        let d = amax / spec.divisor;
+        // The binary max (NaN wins).
+        let safe = match d.is_nan() || spec.floor.is_nan() {
+            true => f32::NAN,
+            false => d.max(spec.floor),
+        };
+        let scale = match spec.round16 {
+            true => crate::f16::f16_to_f32(crate::f16::f32_to_f16(d)),
+            false => d,
+        };
+        // As `Rows::quantize` to int8 with a zero point of 0, then
+        // `Rows::fill`, in float32 so that the loop runs on vectors: the
+        // quotient is a float32 value, whose nearest integer (ties to
+        // even) is the same in either width; adding and taking away 1.5 *
+        // 2^23 finds it for |v| < 2^22 and leaves +0 for a zero, as the
+        // integer conversion does (larger values are integers already
+        // and saturate); NaN converts to 0.
+        const SHIFT: f32 = 12_582_912.0;
+        for (o, &e) in o.iter_mut().zip(v) {
+            let v = e / safe;
+            let r = if v.abs() < 4_194_304.0 {
+                (v + SHIFT) - SHIFT
+            } else {
+                v
+            };
+            let q = if v.is_nan() {
+                0.0
+            } else {
+                r.clamp(-128.0, 127.0)
+            };
+            *o = q * scale;
+        }
+    }
+    Ok(Buf::F32(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -612,3 +612,103 @@ fn block_sums_fold(rows: usize) {
         assert_eq!(got, want, "rows {rows}, round16 {round16}");
     }
 }
+
+/// The rounding of activations to int8 blocks and back, as llama.cpp's
+/// numerics write it, runs as one node with the bits of the ten it
+/// stands for: against the same graph with its zero point an input
+/// (which leaves it as written), over blocks with ties, zeros, a NaN,
+/// an infinity and huge and tiny values, with the scale through float16
+/// and without, the floor on either side of the max.
+#[test]
+fn rounded_blocks_run_as_one_node_with_the_same_bits() {
+    let (rows, nb) = (3, 6);
+    let k = nb * 32;
+    let mut x: Vec<f32> = random(rows * k, 21).iter().map(|v| v * 3.0).collect();
+    // Block 1: all zeros, one of them negative.
+    x[32..64].fill(0.0);
+    x[40] = -0.0;
+    // Block 2: halves of the step (ties: max 127 gives a scale of 1).
+    for (j, v) in x[64..96].iter_mut().enumerate() {
+        *v = j as f32 - 15.5;
+    }
+    x[64] = 127.0;
+    // Block 3: a NaN; block 4: an infinity; block 5: huge and tiny.
+    x[100] = f32::NAN;
+    x[130] = f32::NEG_INFINITY;
+    x[160] = 3.0e38;
+    x[161] = 1.0e-40;
+    let cast = |b: &mut GraphBuilder, x: OperandId, to: &str| {
+        b.call("cast", &[op(b, x), Val::String(to.into())]).unwrap()[0]
+    };
+    let build = |round16: bool, floor_first: bool, zero_input: bool| {
+        let mut b = GraphBuilder::new();
+        let a = b.input("a", desc(DataType::Float32, &[rows, k])).unwrap();
+        let z = match zero_input {
+            true => b.input("z", desc(DataType::Int8, &[rows, nb, 1])).unwrap(),
+            false => constant(
+                &mut b,
+                DataType::Int8,
+                &[rows, nb, 1],
+                &vec![0.0; rows * nb],
+            ),
+        };
+        let shape = list(&[rows as f64, nb as f64, 32.0]);
+        let blocks = b.call("reshape", &[op(&b, a), shape]).unwrap()[0];
+        let abs = b.call("abs", &[op(&b, blocks)]).unwrap()[0];
+        let keep = dict(&[("axes", list(&[2.0])), ("keepDimensions", Val::Bool(true))]);
+        let amax = b.call("reduceMax", &[op(&b, abs), keep]).unwrap()[0];
+        let c = constant(&mut b, DataType::Float32, &[], &[127.0]);
+        let d = b.call("div", &[op(&b, amax), op(&b, c)]).unwrap()[0];
+        let t = constant(&mut b, DataType::Float32, &[], &[1e-30]);
+        let (l, r) = if floor_first { (t, d) } else { (d, t) };
+        let safe = b.call("max", &[op(&b, l), op(&b, r)]).unwrap()[0];
+        let q = b
+            .call("quantizeLinear", &[op(&b, blocks), op(&b, safe), op(&b, z)])
+            .unwrap()[0];
+        let s = match round16 {
+            true => {
+                let h = cast(&mut b, d, "float16");
+                cast(&mut b, h, "float32")
+            }
+            false => d,
+        };
+        let y = b
+            .call("dequantizeLinear", &[op(&b, q), op(&b, s), op(&b, z)])
+            .unwrap()[0];
+        let out = b
+            .call("reshape", &[op(&b, y), list(&[rows as f64, k as f64])])
+            .unwrap()[0];
+        Arc::new(b.build(vec![("y".into(), out)]).unwrap())
+    };
+    for (round16, floor_first) in [(true, false), (false, true), (true, true)] {
+        let mut cpu = CpuBackend::new();
+        let fused = build(round16, floor_first, false);
+        cpu.compile(1, fused.clone()).unwrap();
+        let cg = &cpu.graphs[&1];
+        assert_eq!(
+            (cg.rounds.len(), cg.graph.nodes.len()),
+            (1, 3),
+            "reshape, rounding, reshape"
+        );
+        let got = cpu.compute(1, &fused, vec![Buf::F32(x.clone())]).unwrap()[0].to_f32_vec();
+        let plain = build(round16, floor_first, true);
+        cpu.compile(2, plain.clone()).unwrap();
+        assert!(
+            cpu.graphs[&2].rounds.is_empty(),
+            "a zero point that is an input stays"
+        );
+        let zeros = Buf::I8(vec![0; rows * nb]);
+        let want = cpu
+            .compute(2, &plain, vec![Buf::F32(x.clone()), zeros])
+            .unwrap()[0]
+            .to_f32_vec();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&got),
+            bits(&want),
+            "round16 {round16}, floor first {floor_first}"
+        );
+        // The blocks did round: some value is not its input.
+        assert!(got.iter().zip(&x).any(|(g, x)| g != x && x.is_finite()));
+    }
+}

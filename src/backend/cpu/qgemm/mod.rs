@@ -615,12 +615,20 @@ fn exact_int8(a: &[f32]) -> Result<Option<(Vec<i8>, Vec<f32>)>> {
         }
         let scale = amax / 127.0;
         let inv = 127.0 / amax;
+        // The nearest integer by adding and taking away 1.5 * 2^23 (exact
+        // for |x * inv| < 2^22; here at most about 127), the block checked
+        // as a whole: a loop without a library call or an early exit runs
+        // on vectors. Which way a tie goes does not matter: a value that
+        // is a code times the scale is no tie.
+        const SHIFT: f32 = 12_582_912.0;
+        let mut exact = true;
         for (o, &x) in q.iter_mut().zip(blk) {
-            let c = (x * inv).round();
-            if c.abs() > 127.0 || c * scale != x {
-                return Ok(None);
-            }
+            let c = (x * inv + SHIFT) - SHIFT;
+            exact &= c.abs() <= 127.0 && c * scale == x;
             *o = c as i8;
+        }
+        if !exact {
+            return Ok(None);
         }
         *d = scale;
     }

@@ -121,7 +121,7 @@ pub(super) mod rows_x86 {
                 c: &mut [f32],
             ) -> usize {
                 #[inline(always)]
-                unsafe fn tile<const R: usize>(
+                unsafe fn tile<const R: usize, const V: usize>(
                     k: usize,
                     a: *const f32,
                     b: *const $elem,
@@ -129,7 +129,6 @@ pub(super) mod rows_x86 {
                     c: *mut f32,
                     n: usize,
                 ) {
-                    const V: usize = 2;
                     let mut acc = [[$zero(); V]; R];
                     for p in 0..k {
                         // In bounds: row p of B's tile and column p of
@@ -149,20 +148,45 @@ pub(super) mod rows_x86 {
                         }
                     }
                 }
-                let width = 2 * $lanes;
-                let whole = n / width * width;
-                let (ap, bp, cp) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
-                for j in (0..whole).step_by(width) {
-                    // In bounds: columns j..j + width < n of every row.
-                    let (bj, cj) = (bp.add(j), cp.add(j));
-                    match m {
-                        1 => tile::<1>(k, ap, bj, rs, cj, n),
-                        2 => tile::<2>(k, ap, bj, rs, cj, n),
-                        3 => tile::<3>(k, ap, bj, rs, cj, n),
-                        _ => tile::<4>(k, ap, bj, rs, cj, n),
+                /// Whole tiles of V vectors of columns `j0..` of `n`; the
+                /// columns done from 0.
+                #[inline(always)]
+                unsafe fn tiles<const V: usize>(
+                    (j0, n): (usize, usize),
+                    m: usize,
+                    k: usize,
+                    a: &[f32],
+                    b: &[$elem],
+                    rs: usize,
+                    c: &mut [f32],
+                ) -> usize {
+                    let width = V * $lanes;
+                    let whole = j0 + (n - j0) / width * width;
+                    let (ap, bp, cp) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+                    for j in (j0..whole).step_by(width) {
+                        // In bounds: columns j..j + width < n of every row.
+                        let (bj, cj) = (bp.add(j), cp.add(j));
+                        match m {
+                            1 => tile::<1, V>(k, ap, bj, rs, cj, n),
+                            2 => tile::<2, V>(k, ap, bj, rs, cj, n),
+                            3 => tile::<3, V>(k, ap, bj, rs, cj, n),
+                            _ => tile::<4, V>(k, ap, bj, rs, cj, n),
+                        }
                     }
+                    whole
                 }
-                whole
+                // Wide tiles where the columns allow: a tile reads its
+                // part of each row of B, a whole row apart, so wider
+                // tiles read B in longer runs (in attention, B is a
+                // cache block that comes from memory at long contexts).
+                // Every column's sum is taken in the same order whatever
+                // the tile, so the width changes no bit.
+                let widest = match m <= 3 {
+                    true => tiles::<8>((0, n), m, k, a, b, rs, c),
+                    false => 0,
+                };
+                let wide = tiles::<4>((widest, n), m, k, a, b, rs, c);
+                tiles::<2>((wide, n), m, k, a, b, rs, c)
             }
         };
     }

@@ -690,6 +690,11 @@ fn a_few_rows_give_the_bits_of_one_row_at_a_time() {
         (4, 70, 9, 80),
         (3, 33, 1, 40),
         (2, 64, 128, 64),
+        // Tiles of every width in one product (8, 4 and 2 vectors, then
+        // the columns past them), and 4 rows (4 then 2).
+        (3, 128 + 64 + 32 + 5, 7, 240),
+        (1, 300, 3, 300),
+        (4, 100, 5, 100),
     ] {
         let a = data(m * k, (m * n + k) as u64);
         let b = data(k * rs, rs as u64);

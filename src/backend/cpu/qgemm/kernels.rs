@@ -773,6 +773,16 @@ mod avx512 {
         }
         const SHIFTS: [u8; 64] = shifts();
 
+        /// `x` in the lower half's lanes, `y` in the upper half's.
+        #[inline(always)]
+        unsafe fn halves(x: f32, y: f32) -> __m512 {
+            _mm512_castpd_ps(_mm512_insertf64x4(
+                _mm512_castps_pd(_mm512_set1_ps(x)),
+                _mm256_castps_pd(_mm256_set1_ps(y)),
+                1,
+            ))
+        }
+
         /// The upper 256 bits of `v`.
         #[inline(always)]
         unsafe fn upper(v: __m512) -> __m256 {
@@ -822,11 +832,7 @@ mod avx512 {
                         let dot =
                             _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x));
                         // d * da per row, as the 256-bit forms take it.
-                        let dr = _mm512_castpd_ps(_mm512_insertf64x4(
-                            _mm512_castps_pd(_mm512_set1_ps(*dp.add(r * nb + b))),
-                            _mm256_castps_pd(_mm256_set1_ps(*dp.add((r + 1) * nb + b))),
-                            1,
-                        ));
+                        let dr = halves(*dp.add(r * nb + b), *dp.add((r + 1) * nb + b));
                         *acc = _mm512_fmadd_ps(_mm512_mul_ps(dr, dabv), dot, *acc);
                     }
                 }
@@ -887,11 +893,7 @@ mod avx512 {
                         );
                         let w = _mm512_xor_si512(w, flip);
                         let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, w, x));
-                        let dr = _mm512_castpd_ps(_mm512_insertf64x4(
-                            _mm512_castps_pd(_mm512_set1_ps(*dp.add(r * nb + b))),
-                            _mm256_castps_pd(_mm256_set1_ps(*dp.add((r + 1) * nb + b))),
-                            1,
-                        ));
+                        let dr = halves(*dp.add(r * nb + b), *dp.add((r + 1) * nb + b));
                         *acc = _mm512_fmadd_ps(_mm512_mul_ps(dr, dabv), dot, *acc);
                     }
                 }

@@ -46,6 +46,11 @@ class KVCache {
     this.blocks = [];
     /** @type {Block | null} */
     this.spare = null;
+    /**
+     * The binding names, made on first use (`_names`).
+     * @type {{cur: string[], next: string[], past: string[][]} | null}
+     */
+    this.names = null;
   }
 
   /** Creates the first block and the spare, filled with zeros. */
@@ -102,22 +107,38 @@ class KVCache {
     /** @type {Record<string, MLTensor>} */
     const next = {};
     const cur = this.blocks[c];
+    const names = this._names();
     for (let l = 0; l < this.nLayer; l++) {
-      inputs[`k${l}`] = cur[2 * l];
-      inputs[`v${l}`] = cur[2 * l + 1];
-      next[`nk${l}`] = spare[2 * l];
-      next[`nv${l}`] = spare[2 * l + 1];
+      inputs[names.cur[2 * l]] = cur[2 * l];
+      inputs[names.cur[2 * l + 1]] = cur[2 * l + 1];
+      next[names.next[2 * l]] = spare[2 * l];
+      next[names.next[2 * l + 1]] = spare[2 * l + 1];
     }
     let s = 0;
     for (let i = 0; i < n; i++) {
       if (i === c) continue;
-      for (let l = 0; l < this.nLayer; l++) {
-        inputs[`p${s}k${l}`] = this.blocks[i][2 * l];
-        inputs[`p${s}v${l}`] = this.blocks[i][2 * l + 1];
-      }
+      const past = names.past[s];
+      for (let l = 0; l < 2 * this.nLayer; l++) inputs[past[l]] = this.blocks[i][l];
       s++;
     }
     return { inputs, next };
+  }
+
+  /**
+   * The binding names, made once: a step binds hundreds of tensors, and a
+   * name built anew each step is looked up in V8's string table each time.
+   * @returns {{cur: string[], next: string[], past: string[][]}}
+   */
+  _names() {
+    if (!this.names) {
+      const layers = Array.from({ length: this.nLayer }, (_, l) => l);
+      this.names = {
+        cur: layers.flatMap((l) => [`k${l}`, `v${l}`]),
+        next: layers.flatMap((l) => [`nk${l}`, `nv${l}`]),
+        past: Array.from({ length: this.nBlocks }, (_, s) => layers.flatMap((l) => [`p${s}k${l}`, `p${s}v${l}`])),
+      };
+    }
+    return this.names;
   }
 
   /**

@@ -79,7 +79,7 @@ struct CompiledGraph {
     rounds: fuse::Rounds,
     /// Constant filters of conv2d nodes that run as products, packed once
     /// per group for the sgemm micro-kernel, by node index.
-    conv_packed: HashMap<usize, Vec<sgemm::PackedA>>,
+    conv_packed: HashMap<usize, conv::PackedFilter>,
     /// The operands stored in the channel-blocked layout and the
     /// convolutions that run in it (`None`: every operand is plain).
     nchwc: Option<nchwc::Plan>,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::graph::ops::conv::Conv2dParams;
+use crate::graph::ops::conv::{Conv2dParams, FilterLayout};
 use crate::graph::ops::elementwise::ClampParams;
 use crate::graph::ops::elementwise::UnaryKind;
 use crate::graph::{Graph, Op, Source};
@@ -26,7 +26,7 @@ use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
 use super::matmul::sgemm;
-use super::sgemm::{clamp, sgemm_packed_a, Fuse, PackedA};
+use super::sgemm::{clamp, sgemm_packed, sgemm_packed_a, Fuse, PackedA, PackedB};
 use super::shape::transpose_vec;
 use super::util::{floats, from_floats};
 
@@ -96,34 +96,80 @@ pub fn conv2d(p: &Conv2dParams, inputs: &[&Buf], out: &OperandDescriptor) -> Res
     conv2d_packed(p, inputs, out, None)
 }
 
-/// The float32 filter of a conv2d that runs as products (not depthwise),
-/// packed once per group as the products' left-hand side; `None` for a
-/// depthwise conv2d or a filter that is not float32.
-pub(super) fn pack_filter(p: &Conv2dParams, filter: &Buf) -> Result<Option<Vec<PackedA>>> {
+/// A constant filter prepared at build for the path its convolution
+/// takes ([`pack_filter`]).
+pub(in crate::backend::cpu) enum PackedFilter {
+    /// Per group, the products' left-hand side (output channels by taps).
+    Groups(Vec<PackedA>),
+    /// A [`pointwise`] convolution's right-hand side, `[C, O]`.
+    Pointwise(PackedB),
+}
+
+/// Whether `p` is one product of its pixels by the filter: a 1x1
+/// convolution at unit strides without padding, in one group, whose
+/// pixels are the rows of its input and output, as they are in nhwc
+/// (`[pixels, C]`) and in nchw with one pixel per plane (the classifier
+/// of a network that pools before it). `[pixels, C] x [C, O]` is then
+/// the whole convolution, with no layout change on either side; the
+/// planes-as-columns path would transpose an nhwc input and output, and
+/// at one pixel would run a product one column wide.
+fn pointwise(p: &Conv2dParams) -> bool {
+    p.groups == 1
+        && p.kernel_h == 1
+        && p.kernel_w == 1
+        && p.strides == [1, 1]
+        && p.padding == [0; 4]
+        && (p.nhwc || (p.in_h == 1 && p.in_w == 1))
+}
+
+/// A [`pointwise`] convolution's filter as the product's packed B. A
+/// 1x1 filter is `[O, C]` in `oihw` and `ohwi` and `[C, O]` in `hwio`
+/// and `ihwo` (one group: i = C), so no layout is converted first.
+fn pointwise_b(p: &Conv2dParams, f: &[f32]) -> Result<PackedB> {
+    let transposed = matches!(p.filter_layout, FilterLayout::Oihw | FilterLayout::Ohwi);
+    PackedB::new(f, p.in_channels, p.out_channels, transposed)
+}
+
+/// The constant filter of a conv2d prepared for its path: packed as B for
+/// a [`pointwise`] one, otherwise packed once per group as the products'
+/// left-hand side; `None` for a depthwise conv2d or a filter that is not
+/// float32 or float16 (float16 is widened exactly, as each dispatch would
+/// widen it).
+pub(in crate::backend::cpu) fn pack_filter(
+    p: &Conv2dParams,
+    filter: &Buf,
+) -> Result<Option<PackedFilter>> {
     let g = p.groups;
     if g == 0 || !p.in_channels.is_multiple_of(g) || !p.out_channels.is_multiple_of(g) {
         return Ok(None);
     }
     let (cg, og) = (p.in_channels / g, p.out_channels / g);
     let kk = cg * p.kernel_h * p.kernel_w;
-    let Buf::F32(f) = filter else { return Ok(None) };
+    if !matches!(filter, Buf::F32(_) | Buf::F16(_)) {
+        return Ok(None);
+    }
+    let f = floats(filter)?;
     if (cg == 1 && og == 1) || f.len() != p.out_channels * kk || og * kk == 0 {
         return Ok(None);
     }
-    let f = filter_oihw(f, p)?;
+    if pointwise(p) {
+        return pointwise_b(p, &f).map(|b| Some(PackedFilter::Pointwise(b)));
+    }
+    let f = filter_oihw(&f, p)?;
     (0..g)
         .map(|gi| PackedA::new(&f[gi * og * kk..(gi + 1) * og * kk], og, kk))
         .collect::<Result<Vec<_>>>()
-        .map(Some)
+        .map(|v| Some(PackedFilter::Groups(v)))
 }
 
-/// [`conv2d`], with the filter packed in advance by [`pack_filter`] when
-/// `packed` is given (the filter operand is then only checked, not read).
-pub(super) fn conv2d_packed(
+/// [`conv2d`], with the filter prepared in advance by [`pack_filter`]
+/// when `packed` is given (the filter operand is then only checked, not
+/// read).
+pub(in crate::backend::cpu) fn conv2d_packed(
     p: &Conv2dParams,
     inputs: &[&Buf],
     out: &OperandDescriptor,
-    packed: Option<&[PackedA]>,
+    packed: Option<&PackedFilter>,
 ) -> Result<Buf> {
     let g = p.groups;
     if g == 0
@@ -186,12 +232,43 @@ pub(super) fn conv2d_packed(
             "conv2d: the operands do not match the parameters",
         ));
     }
+    if pointwise(p) && oc > 0 {
+        let fresh;
+        let b = match packed {
+            Some(PackedFilter::Pointwise(b)) if b.k() == c && b.n() == oc => b,
+            // Packed here as build packs a constant filter, so that both
+            // give the same bits.
+            _ => {
+                fresh = pointwise_b(p, &f)?;
+                &fresh
+            }
+        };
+        let m = n * h * w;
+        let mut res = Buf::try_f32_for_overwrite(m * oc)?;
+        let fuse = Fuse {
+            row_bias: None,
+            col_bias: bias.as_deref(),
+            bounds: act,
+        };
+        sgemm_packed(m, &x, false, b, &mut res, true, &fuse)?;
+        return from_floats(out.data_type, res);
+    }
+    let packed = match packed {
+        Some(PackedFilter::Groups(v)) => Some(&v[..]),
+        _ => None,
+    };
     let x = if p.nhwc {
         std::borrow::Cow::Owned(transpose_vec(&x, &[n, h, w, c], &TO_NCHW)?)
     } else {
         x
     };
-    let f = filter_oihw(&f, p)?;
+    // Products with every group's filter packed never read it: the
+    // conversion to OIHW (a copy of the whole filter in any other layout)
+    // is then skipped.
+    let all_packed = packed.is_some_and(|v| {
+        v.len() == g && v.iter().all(|a| a.m() == og && a.k() == kk) && !(cg == 1 && og == 1)
+    });
+    let f = if all_packed { f } else { filter_oihw(&f, p)? };
     let bias = bias.as_deref();
     let plane = oh * ow;
     let unit = og * plane;

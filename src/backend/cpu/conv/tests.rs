@@ -153,6 +153,11 @@ fn conv2d_matches_naive_in_every_layout() {
         params((2, 6, 5, 5), (4, 1, 1), [1, 0, 0, 2], [1, 1], [1, 1], 2),
         // 1x1 with a stride (im2col).
         params((1, 3, 7, 8), (4, 1, 1), [0; 4], [2, 3], [1, 1], 1),
+        // Pointwise: one product of the pixels (nhwc), and of one-pixel
+        // planes in either layout, several rows and one (a vector).
+        params((2, 12, 3, 5), (7, 1, 1), [0; 4], [1, 1], [1, 1], 1),
+        params((3, 40, 1, 1), (37, 1, 1), [0; 4], [1, 1], [1, 1], 1),
+        params((1, 300, 1, 1), (70, 1, 1), [0; 4], [1, 1], [1, 1], 1),
     ];
     for base in cases {
         let (n, c, h, w) = (base.batch, base.in_channels, base.in_h, base.in_w);
@@ -238,6 +243,7 @@ fn fused_activation_is_bitwise_the_clamp() {
         params((1, 8, 9, 9), (8, 3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 8),
         params((1, 6, 10, 11), (7, 3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1),
         params((1, 6, 10, 11), (7, 1, 1), [0; 4], [1, 1], [1, 1], 1),
+        params((2, 20, 1, 1), (9, 1, 1), [0; 4], [1, 1], [1, 1], 1),
         params((1, 3, 11, 11), (4, 3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 1),
     ];
     for base in cases {
@@ -263,6 +269,53 @@ fn fused_activation_is_bitwise_the_clamp() {
         // Bad bounds are an error.
         let bad = Buf::F32(vec![0.0]);
         assert!(conv2d(&p, &[&x, &f, &b, &bad], &d).is_err());
+    }
+}
+
+/// A 1x1 convolution whose pixels are rows (nhwc, or one-pixel planes)
+/// packs its filter as one product's B in every filter layout; others
+/// pack per group. A float16 filter packs widened, with the bits of the
+/// dispatch that widens it itself.
+#[test]
+fn pointwise_convolutions_pack_one_product() {
+    let cases = [
+        ((2, 12, 3, 5), false, false),
+        ((2, 12, 3, 5), true, true),
+        ((1, 64, 1, 1), false, true),
+        ((1, 64, 1, 1), true, true),
+    ];
+    for ((n, c, h, w), nhwc, one) in cases {
+        for layout in [
+            FilterLayout::Oihw,
+            FilterLayout::Hwio,
+            FilterLayout::Ohwi,
+            FilterLayout::Ihwo,
+        ] {
+            let p = Conv2dParams {
+                nhwc,
+                filter_layout: layout,
+                has_bias: true,
+                ..params((n, c, h, w), (24, 1, 1), [0; 4], [1, 1], [1, 1], 1)
+            };
+            let f: Vec<u16> = data(24 * c, 41)
+                .iter()
+                .map(|&v| crate::f16::f32_to_f16(v))
+                .collect();
+            let f = Buf::F16(f);
+            let packed = pack_filter(&p, &f).unwrap().expect("a packable filter");
+            assert_eq!(
+                matches!(packed, PackedFilter::Pointwise(_)),
+                one,
+                "{nhwc} {layout:?}"
+            );
+            let x = Buf::F32(data(n * c * h * w, 42));
+            let b = Buf::F32(data(24, 43));
+            let shape = if nhwc { [n, h, w, 24] } else { [n, 24, h, w] };
+            let d = desc(DataType::Float32, &shape);
+            let want = conv2d(&p, &[&x, &f, &b], &d).unwrap();
+            let got = conv2d_packed(&p, &[&x, &f, &b], &d, Some(&packed)).unwrap();
+            assert_eq!(bits(&got), bits(&want), "{nhwc} {layout:?}");
+        }
     }
 }
 

@@ -158,15 +158,42 @@ pub(super) fn transpose_vec<T: Copy>(x: &[T], shape: &[usize], perm: &[usize]) -
 }
 
 /// [`transpose_vec`] into `out` (emptied first; its memory is reused).
-fn transpose_vec_into<T: Copy>(
+pub(super) fn transpose_vec_into<T: Copy>(
     out: Vec<T>,
     x: &[T],
     shape: &[usize],
     perm: &[usize],
 ) -> Result<Vec<T>> {
     let s = strides(shape);
-    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    let src: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+    // Output axes that step through `x` as one (the next one's run ends
+    // where this one's step goes) are merged, and axes of one element
+    // dropped: the same elements in the same order, in fewer, longer
+    // axes. NHWC to NCHW is then [n, c, h * w] from [n, h * w, c], a
+    // batch of 2-D transposes in tiles rather than a gather of single
+    // elements.
+    let mut out_shape: Vec<usize> = Vec::with_capacity(perm.len());
+    let mut src: Vec<usize> = Vec::with_capacity(perm.len());
+    for &p in perm {
+        let (d, st) = (shape[p], s[p]);
+        if d == 1 {
+            continue;
+        }
+        match (out_shape.last_mut(), src.last_mut()) {
+            (Some(ld), Some(ls)) if *ls == st * d => {
+                *ld *= d;
+                *ls = st;
+            }
+            _ => {
+                out_shape.push(d);
+                src.push(st);
+            }
+        }
+    }
+    if out_shape.is_empty() {
+        // One element (or none: a zero-sized axis is kept above).
+        out_shape.push(1);
+        src.push(1);
+    }
     let rank = out_shape.len();
     if rank >= 2 && src[rank - 2] == 1 && src[rank - 1] != 1 && x.len() == s[0] * shape[0] {
         return transpose_inner(out, x, &out_shape, &src);
@@ -455,6 +482,15 @@ mod tests {
             (vec![1, 40, 3, 36], vec![0, 2, 3, 1]),
             (vec![48, 35], vec![1, 0]),
             (vec![2, 33, 17], vec![0, 2, 1]),
+            // Axes merged before the transpose: NHWC to NCHW and back
+            // (a tiled 2-D transpose per batch), runs kept whole with
+            // axes of one element between them, and all of them one.
+            (vec![2, 5, 7, 3], vec![0, 3, 1, 2]),
+            (vec![2, 3, 5, 7], vec![0, 2, 3, 1]),
+            (vec![4, 1, 6, 1, 5], vec![2, 1, 4, 0, 3]),
+            (vec![3, 1, 4, 5], vec![0, 1, 2, 3]),
+            (vec![1, 1, 1], vec![2, 0, 1]),
+            (vec![6, 4, 2, 3], vec![2, 3, 0, 1]),
         ] {
             let n: usize = shape.iter().product();
             let x: Vec<i64> = (0..n as i64).map(|v| v * 3 - 7).collect();

@@ -7,7 +7,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use crate::backend::cpu::shape::transpose_vec;
+use crate::backend::cpu::shape::{transpose_vec, transpose_vec_into};
 use crate::backend::cpu::util::floats;
 use crate::error::{Error, Result};
 use crate::graph::ops::conv::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
@@ -40,7 +40,11 @@ pub(in crate::backend::cpu) fn plain_input(x: &Buf, p: &Conv2dParams) -> Result<
         ));
     }
     Ok(Buf::F32(match p.nhwc {
-        true => transpose_vec(&v, &[n, h, w, c], &TO_NCHW)?,
+        // Into recycled memory: this copy is made on every dispatch.
+        true => {
+            let out = Buf::try_f32_for_overwrite(v.len())?;
+            transpose_vec_into(out, &v, &[n, h, w, c], &TO_NCHW)?
+        }
         false => v.into_owned(),
     }))
 }

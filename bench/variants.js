@@ -1,9 +1,10 @@
 'use strict';
 // The same workload on our side only, in other layouts and float types:
-// nchw float32 (the form the comparison with onnxruntime-node times),
-// nhwc float32 and nchw float16, as a client that builds its graph in
-// that form would run it (the W3C webnn-samples build nhwc and float16
-// variants of their models). Each variant's time is reported as a ratio
+// nchw float32 (the form the comparison with onnxruntime-node times, with
+// "same" padding), nhwc float32 with two filter layouts and nchw float16,
+// as a client that builds its graph in that form from a converted model
+// would run it (the W3C webnn-samples build nhwc and float16 variants of
+// their models). Each variant's time is reported as a ratio
 // to nchw float32's, measured in the same alternating blocks, so that a
 // change in load falls on all of them; and its outputs are checked
 // against nchw float32's (float16's to float16's precision).
@@ -14,7 +15,8 @@ const { maxRelativeError } = require('./check');
 
 const VARIANTS = [
   { name: 'nchw float32', layout: 'nchw', dataType: 'float32' },
-  { name: 'nhwc float32', layout: 'nhwc', dataType: 'float32' },
+  { name: 'nhwc float32 ohwi', layout: 'nhwc', dataType: 'float32', filters: 'ohwi' },
+  { name: 'nhwc float32 hwio', layout: 'nhwc', dataType: 'float32', filters: 'hwio' },
   { name: 'nchw float16', layout: 'nchw', dataType: 'float16' },
 ];
 
@@ -80,14 +82,25 @@ function fromHalf(h) {
 const halves = (x) => Uint16Array.from(x, toHalf);
 const floats = (h) => Float32Array.from(h, fromHalf);
 
-// The WebNN emitter in `layout` and `dataType`: the description's shapes
-// and weights are NCHW float32; 4-D activations become nhwc, weights
-// float16 (filters stay OIHW, which nhwc inputs take too).
+// The WebNN emitter in `layout` and `dataType`, writing each graph as a
+// model converter writes it. The description's shapes and weights are
+// NCHW float32; 4-D activations become nhwc, weights float16. In nhwc the
+// filters take the layouts a TensorFlow Lite converter gives them (`ohwi`
+// for convolutions, `ihwo` for depthwise ones: the model file's own
+// layouts), or TensorFlow's `hwio` where the variant says so; a strided
+// convolution's padding is TensorFlow's "same" (same-upper: the odd extra
+// row and column at the bottom and right, `[0, 1, 0, 1]` for a 3x3 at
+// stride 2) in every variant, so that all of them compute the same
+// network.
 class VariantEmitter extends WebnnEmitter {
-  constructor(builder, { layout, dataType }) {
+  constructor(builder, { layout, dataType, filters = 'ohwi' }) {
     super(builder);
     this.nhwc = layout === 'nhwc';
     this.dataType = dataType;
+    this.filters = filters;
+    // MobileNetV2's classifier as TensorFlow Lite's model has it: a 1x1
+    // convolution of the pooled pixel (its nchw twins keep the gemm).
+    this.convClassifier = this.nhwc;
   }
   shape(s) {
     return this.nhwc ? nhwcShape(s) : s;
@@ -95,7 +108,14 @@ class VariantEmitter extends WebnnEmitter {
   input(name, shape) {
     return this.b.input(name, { dataType: this.dataType, shape: this.shape(shape) });
   }
+  // 4-D constants are filters: made when conv2d knows the layout they
+  // take (a converter writes them in that layout, not through a
+  // transpose in the graph).
   constant(shape, data) {
+    if (shape.length === 4) return { filter: true, shape, data };
+    return this.make(shape, data);
+  }
+  make(shape, data) {
     if (this.dataType === 'float32') return super.constant(shape, data);
     return this.b.constant({ dataType: 'float16', shape }, halves(data));
   }
@@ -103,8 +123,22 @@ class VariantEmitter extends WebnnEmitter {
     super.output(name, value, this.shape(shape));
   }
   conv2d(x, w, bias, { strides = [1, 1], pads = [0, 0, 0, 0], groups = 1 }) {
+    const [o, i, kh, kw] = w.shape;
+    const depthwise = groups > 1 && i === 1 && o === groups;
+    let filter;
+    let filterLayout = 'oihw';
+    if (this.nhwc) {
+      filterLayout = depthwise ? 'ihwo' : this.filters;
+      const perm = { ohwi: [0, 2, 3, 1], hwio: [2, 3, 1, 0], ihwo: [1, 2, 3, 0] }[filterLayout];
+      const shape = perm.map((a) => w.shape[a]);
+      filter = this.make(shape, permuteAny(w.data, w.shape, perm));
+    } else {
+      filter = this.make(w.shape, w.data);
+    }
+    const [h, wd] = this.nhwc ? x.shape.slice(1, 3) : x.shape.slice(2, 4);
+    const padding = strides.some((s) => s > 1) && pads.some((p) => p > 0) ? sameUpper([h, wd], [kh, kw], strides) : pads;
     const inputLayout = this.nhwc ? 'nhwc' : 'nchw';
-    return this.b.conv2d(x, w, { bias, strides, padding: pads, groups, inputLayout });
+    return this.b.conv2d(x, filter, { bias, strides, padding, groups, inputLayout, filterLayout });
   }
   globalAveragePool(x) {
     return this.b.averagePool2d(x, { layout: this.nhwc ? 'nhwc' : 'nchw' });
@@ -116,6 +150,37 @@ class VariantEmitter extends WebnnEmitter {
   concat(values, axis) {
     return this.b.concat(values, this.nhwc && values[0].shape.length === 4 ? [0, 3, 1, 2][axis] : axis);
   }
+}
+
+// TensorFlow's "same" padding, [top, bottom, left, right]: the output is
+// ceil(size / stride), the padding that takes split with the odd one
+// after.
+function sameUpper(size, kernel, strides) {
+  const pads = [];
+  for (let a = 0; a < 2; a++) {
+    const out = Math.ceil(size[a] / strides[a]);
+    const total = Math.max((out - 1) * strides[a] + kernel[a] - size[a], 0);
+    pads.push(Math.floor(total / 2), total - Math.floor(total / 2));
+  }
+  return [pads[0], pads[1], pads[2], pads[3]];
+}
+
+// x of shape s with its axes permuted (out axis j is s's axis perm[j]).
+function permuteAny(x, s, perm) {
+  const shape = perm.map((a) => s[a]);
+  const stride = s.map((_, a) => s.slice(a + 1).reduce((p, v) => p * v, 1));
+  const out = new Float32Array(x.length);
+  const idx = new Array(shape.length).fill(0);
+  for (let k = 0; k < out.length; k++) {
+    let src = 0;
+    for (let j = 0; j < shape.length; j++) src += idx[j] * stride[perm[j]];
+    out[k] = x[src];
+    for (let j = shape.length - 1; j >= 0; j--) {
+      if (++idx[j] < shape[j]) break;
+      idx[j] = 0;
+    }
+  }
+  return out;
 }
 
 async function buildVariant(workload, context, variant) {

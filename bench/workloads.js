@@ -172,10 +172,21 @@ function mobilenetWorkload() {
       }
       x = conv(x, channels, 1280, 1, 1, 1, true);
       if (hw !== 7) throw new Error(`MobileNetV2 description: final size ${hw}, expected 7`);
-      x = g.reshape(g.globalAveragePool(x), [1, 1280]);
-      const fc = g.constant([1280, 1000], rand.uniform([1280, 1000], heScale(1280)));
-      const fcBias = g.constant([1000], rand.uniform([1000], BIAS_SCALE));
-      g.output('probs', g.softmax(g.gemm(x, fc, fcBias), 1), [1, 1000]);
+      x = g.globalAveragePool(x);
+      const fcData = rand.uniform([1280, 1000], heScale(1280));
+      const fcBiasData = rand.uniform([1000], BIAS_SCALE);
+      let logits;
+      if (g.convClassifier) {
+        // The classifier as a converter from TensorFlow Lite writes it: a
+        // 1x1 convolution of the pooled pixel, then a reshape.
+        const filter = new Float32Array(1000 * 1280);
+        for (let i = 0; i < 1280; i++) for (let o = 0; o < 1000; o++) filter[o * 1280 + i] = fcData[i * 1000 + o];
+        const y = g.conv2d(x, g.constant([1000, 1280, 1, 1], filter), g.constant([1000], fcBiasData), { kernel: [1, 1] });
+        logits = g.reshape(y, [1, 1000]);
+      } else {
+        logits = g.gemm(g.reshape(x, [1, 1280]), g.constant([1280, 1000], fcData), g.constant([1000], fcBiasData));
+      }
+      g.output('probs', g.softmax(logits, 1), [1, 1000]);
     },
     inputData(rand) {
       return { image: rand.uniform([1, 3, 224, 224]) };

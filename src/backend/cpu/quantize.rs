@@ -178,16 +178,30 @@ fn dequantize_bytes(
 
 /// `x.round_ties_even()`, without the library call that it compiles to
 /// on x86-64's baseline (no SSE4.1 rounding instruction): adding and
-/// taking away 1.5 * 2^52 leaves `x` rounded to an integer in the
-/// default rounding mode (to nearest, ties to even) for |x| < 2^51;
-/// larger values are integers already, and NaN and the infinities pass
-/// through. The sign of a zero may be lost, which no integer keeps.
+/// taking away 2^52 with `x`'s sign leaves `x` rounded to an integer in
+/// the default rounding mode (to nearest, ties to even) for |x| < 2^52,
+/// where the sum's last bit is worth 1; larger values are integers
+/// already, and NaN and the infinities pass through. A zero result is
+/// +0, as an integer conversion's is.
 #[inline(always)]
 fn round_even(x: f64) -> f64 {
-    const SHIFT: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
-    if x.abs() < 2_251_799_813_685_248.0 {
-        // 2^51
-        (x + SHIFT) - SHIFT
+    const TWO52: f64 = 4_503_599_627_370_496.0; // 2^52
+    let s = if x < 0.0 { -TWO52 } else { TWO52 };
+    if x.abs() < TWO52 {
+        (x + s) - s
+    } else {
+        x
+    }
+}
+
+/// [`round_even`] in float32 (2^23 for 2^52). Plain arithmetic, a
+/// compare and a select, so a loop of it runs on vectors.
+#[inline(always)]
+pub(in crate::backend::cpu) fn round_even_f32(x: f32) -> f32 {
+    const TWO23: f32 = 8_388_608.0; // 2^23
+    let s = if x < 0.0 { -TWO23 } else { TWO23 };
+    if x.abs() < TWO23 {
+        (x + s) - s
     } else {
         x
     }
@@ -383,18 +397,12 @@ pub fn round_blocks(spec: &RoundBlocks, x: &Buf, block: usize) -> Result<Buf> {
         // As `Rows::quantize` to int8 with a zero point of 0, then
         // `Rows::fill`, in float32 so that the loop runs on vectors: the
         // quotient is a float32 value, whose nearest integer (ties to
-        // even) is the same in either width; adding and taking away 1.5 *
-        // 2^23 finds it for |v| < 2^22 and leaves +0 for a zero, as the
-        // integer conversion does (larger values are integers already
-        // and saturate); NaN converts to 0.
-        const SHIFT: f32 = 12_582_912.0;
+        // even) is the same in either width, and `round_even_f32` finds
+        // it (+0 for a zero, as the integer conversion gives); NaN
+        // converts to 0.
         for (o, &e) in o.iter_mut().zip(v) {
             let v = e / safe;
-            let r = if v.abs() < 4_194_304.0 {
-                (v + SHIFT) - SHIFT
-            } else {
-                v
-            };
+            let r = round_even_f32(v);
             let q = if v.is_nan() {
                 0.0
             } else {
@@ -705,12 +713,30 @@ mod tests {
             127.5,
             -128.5,
             255.49,
+            // Where the last bit of a float32 or a float64 is worth a half.
+            4_194_304.5,
+            4_194_305.5,
+            -4_194_306.5,
+            8_388_607.5,
+            -8_388_607.5,
+            2_251_799_813_685_248.5,
+            4_503_599_627_370_495.5,
+            -4_503_599_627_370_494.5,
         ];
         xs.extend((0..2000).map(|i| (i as f64 - 1000.0) * 0.25 + (i % 7) as f64 * 1e-9));
         for x in xs {
             let (got, want) = (round_even(x), x.round_ties_even());
+            let xf = x as f32;
+            let (gf, wf) = (round_even_f32(xf), xf.round_ties_even());
+            assert!(gf == wf || (gf.is_nan() && wf.is_nan()), "{xf}: {gf} {wf}");
             assert!(got == want, "{x}: {got} against {want}");
         }
         assert!(round_even(f64::NAN).is_nan());
+        assert!(round_even_f32(f32::NAN).is_nan());
+        // A zero result is +0, from either side.
+        for x in [-0.3, -0.0, 0.0, 0.5, -0.5] {
+            assert_eq!(round_even(x).to_bits(), 0, "{x}");
+            assert_eq!(round_even_f32(x as f32).to_bits(), 0, "{x}");
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! that loops written as scalar code (element-wise kernels, pools, the
 //! GEMM's row-vector product) use 16- or 8-wide vectors without a copy of
 //! each loop per instruction set. Its own module, below both the
-//! element-wise kernels and the GEMM that use it.
+//! element-wise kernels and the GEMM that use it; beside it, the cache
+//! prefetch hint that the products share ([`prefetch`]).
 
 /// Runs `f`, compiled for the widest vectors this CPU has: AVX-512
 /// (F, BW, DQ, VL) where it has it, else AVX2 and FMA, else the baseline
@@ -105,4 +106,42 @@ pub(crate) fn detected_level() -> SimdLevel {
         }
     }
     SimdLevel::Baseline
+}
+
+/// Where [`prefetch`] asks for the lines: the first-level cache, or the
+/// second (for data a loop reaches later than its next few iterations).
+#[derive(Clone, Copy)]
+pub(crate) enum CacheLevel {
+    L1,
+    L2,
+}
+
+/// Asks for the cache lines of `data[at]` (clipped to `data`) ahead of
+/// their use, one request per 64-byte line. A hint only: it never faults
+/// and changes no value; a no-op off x86-64.
+#[inline(always)]
+pub(crate) fn prefetch<T>(data: &[T], at: std::ops::Range<usize>, level: CacheLevel) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        let size = std::mem::size_of::<T>();
+        let base = data.as_ptr().cast::<u8>();
+        let end = at.end.min(data.len()) * size;
+        let mut i = at.start * size;
+        while i < end {
+            let p = base.wrapping_add(i).cast::<i8>();
+            // SAFETY: SSE is part of x86-64; a prefetch is a hint that
+            // never faults and changes no memory, and the address is
+            // inside `data` anyway (i < end <= its bytes).
+            unsafe {
+                match level {
+                    CacheLevel::L1 => _mm_prefetch::<_MM_HINT_T0>(p),
+                    CacheLevel::L2 => _mm_prefetch::<_MM_HINT_T1>(p),
+                }
+            }
+            i += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, at, level);
 }

@@ -47,7 +47,9 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use crate::backend::cpu::quantize::round_even_f32;
 use crate::backend::cpu::sgemm::{sgemm_gen, Fuse};
+use crate::backend::cpu::simd;
 use crate::error::{Error, Result};
 
 pub use kernels::isa_name;
@@ -151,29 +153,13 @@ impl Scales {
         }
     }
 
-    /// Asks for the cache lines of scales `at` (clipped to the scales)
-    /// ahead of their use. A hint only: it never faults and changes no
-    /// value.
+    /// Asks for the second-level cache lines of scales `at` (clipped to
+    /// the scales) ahead of their use: a hint only.
     fn prefetch(&self, at: std::ops::Range<usize>) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-            let (base, size, len) = match self {
-                Scales::F16(v) => (v.as_ptr().cast::<u8>(), 2, v.len()),
-                Scales::F32(v) => (v.as_ptr().cast::<u8>(), 4, v.len()),
-            };
-            let end = at.end.min(len) * size;
-            let mut i = at.start * size;
-            while i < end {
-                // SAFETY: SSE is part of x86-64; a prefetch is a hint that
-                // never faults and changes no memory, and the address is
-                // inside the scales anyway (i < end <= their bytes).
-                unsafe { _mm_prefetch::<_MM_HINT_T1>(base.add(i).cast::<i8>()) };
-                i += 64;
-            }
+        match self {
+            Scales::F16(v) => simd::prefetch(&v[..], at, simd::CacheLevel::L2),
+            Scales::F32(v) => simd::prefetch(&v[..], at, simd::CacheLevel::L2),
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = at;
     }
 
     /// Scales `at` as float32: borrowed, or widened into `room`.
@@ -615,15 +601,13 @@ fn exact_int8(a: &[f32]) -> Result<Option<(Vec<i8>, Vec<f32>)>> {
         }
         let scale = amax / 127.0;
         let inv = 127.0 / amax;
-        // The nearest integer by adding and taking away 1.5 * 2^23 (exact
-        // for |x * inv| < 2^22; here at most about 127), the block checked
-        // as a whole: a loop without a library call or an early exit runs
-        // on vectors. Which way a tie goes does not matter: a value that
-        // is a code times the scale is no tie.
-        const SHIFT: f32 = 12_582_912.0;
+        // The nearest integer (`round_even_f32`), the block checked as a
+        // whole: a loop without a library call or an early exit runs on
+        // vectors. Which way a tie goes does not matter: a value that is
+        // a code times the scale is no tie.
         let mut exact = true;
         for (o, &x) in q.iter_mut().zip(blk) {
-            let c = (x * inv + SHIFT) - SHIFT;
+            let c = round_even_f32(x * inv);
             exact &= c.abs() <= 127.0 && c * scale == x;
             *o = c as i8;
         }

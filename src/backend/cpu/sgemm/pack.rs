@@ -2,6 +2,7 @@
 //! operands packed once at build (`PackedA`, `PackedB`).
 
 use super::*;
+use crate::backend::cpu::simd;
 
 /// unaligned packed row would split a cache line on every vector load.
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -299,25 +300,11 @@ pub fn copy_panel_row(dst: &mut [f32], src: &[f32]) {
     }
 }
 
-/// Asks for the cache lines of `data[at..at + len]` (clipped to `data`)
-/// ahead of their use. A hint only: it never faults and changes no value.
+/// Asks for the first-level cache lines of `data[at..at + len]`
+/// (clipped to `data`) ahead of their use ([`simd::prefetch`]).
 #[inline(always)]
 pub(super) fn prefetch(data: &[f32], at: usize, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let end = (at + len).min(data.len());
-        let mut i = at;
-        while i < end {
-            // SAFETY: SSE is part of x86-64; a prefetch is a hint that
-            // never faults and changes no memory, and the address is
-            // inside `data` anyway (i < end <= data.len()).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(data[i..].as_ptr().cast::<i8>()) };
-            i += 16;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (data, at, len);
+    simd::prefetch(data, at..at.saturating_add(len), simd::CacheLevel::L1);
 }
 
 /// Rows ahead whose segments `pack_b_block` asks for while it packs a row:

@@ -17,6 +17,9 @@
 //!
 //! Operator families live in their own files ([`elementwise`], [`matmul`])
 //! and only build steps; this file owns the device, tensors and graphs.
+//! Before the steps are built, [`qmatmul`] finds the products whose B is
+//! dequantized constant weights: they read the packed codes themselves,
+//! and the nodes that only computed B get no steps and no buffers.
 //! `device.rs` chooses the adapter and keeps devices between contexts;
 //! `read.rs` finishes reads.
 
@@ -29,6 +32,7 @@ mod logical;
 mod matmul;
 mod movement;
 mod norm;
+mod qmatmul;
 mod quantize;
 mod read;
 mod recurrent;
@@ -418,6 +422,9 @@ struct CompiledGraph {
     /// The buffer of each graph output, in `graph.outputs` order.
     outputs: Vec<usize>,
     steps: Vec<Step>,
+    /// How many products run on quantized weights (`qmatmul`), for tests.
+    #[cfg(test)]
+    quantized: usize,
 }
 
 /// The GPU backend.
@@ -434,6 +441,10 @@ pub struct GpuBackend {
     adapter: String,
     tensors: HashMap<TensorId, GpuTensor>,
     graphs: HashMap<GraphId, CompiledGraph>,
+    /// Whether products over quantized constant weights read the codes
+    /// where they lie (`qmatmul`); `WEBNN_GPU_QMATMUL=off` runs them node
+    /// by node, for comparisons.
+    qmatmul: bool,
     /// Finishes asynchronous reads (declared last: dropped, and joined,
     /// after everything else is released).
     reader: Reader,
@@ -535,6 +546,7 @@ impl GpuBackend {
             lost,
             tensors: HashMap::new(),
             graphs: HashMap::new(),
+            qmatmul: std::env::var("WEBNN_GPU_QMATMUL").map_or(true, |v| v != "off"),
             reader,
         })
     }
@@ -620,6 +632,18 @@ impl GpuBackend {
 
     fn build(&mut self, graph: &Graph) -> Result<CompiledGraph> {
         Self::check_supported(graph)?;
+        // Products over quantized constant weights read the codes; the
+        // nodes that only computed their B get no steps and no buffers,
+        // and the constants only those nodes read are not uploaded.
+        let fused = if self.qmatmul {
+            qmatmul::recognize(graph)
+        } else {
+            HashMap::new()
+        };
+        let live = qmatmul::live_nodes(graph, &fused);
+        // Whether node `n` reads its input `k` (a fused product does not
+        // read B).
+        let reads = |n: usize, k: usize| live[n] && !(k == 1 && fused.contains_key(&n));
         let gpu = &mut self.gpu;
         let mut buffers: Vec<wgpu::Buffer> = Vec::new();
         // The buffer of each operand (in the working representation), once
@@ -649,9 +673,9 @@ impl GpuBackend {
             slot[*id] = Some(buffers.len() - 1);
         }
         // Constants that some node reads, uploaded once, already widened.
-        for node in &graph.nodes {
-            for &i in &node.inputs {
-                if slot[i].is_none() {
+        for (n, node) in graph.nodes.iter().enumerate() {
+            for (k, &i) in node.inputs.iter().enumerate() {
+                if slot[i].is_none() && reads(n, k) {
                     if let Source::Constant(bytes) = &graph.sources[i] {
                         let desc = &graph.operands[i];
                         let data =
@@ -669,9 +693,13 @@ impl GpuBackend {
         // intermediate buffers as are alive at once, and a dispatch
         // allocates nothing. A node's outputs never share a buffer with
         // its own inputs (kernels read the inputs while writing them).
-        let plan = Liveness::of(graph);
+        let plan = Liveness::of(graph, &reads);
         let mut free: Vec<usize> = Vec::new();
         for (index, node) in graph.nodes.iter().enumerate() {
+            if !live[index] {
+                continue;
+            }
+            let fused_b = fused.get(&index);
             let out = node.outputs[0];
             // Reshape keeps the bytes: its output shares the input's buffer.
             if node.op == Op::Reshape {
@@ -703,10 +731,17 @@ impl GpuBackend {
                     .map(|s| &buffers[s])
                     .ok_or_else(|| Error::operation("an operand is used before it is computed"))
             };
-            let ins: Vec<&wgpu::Buffer> =
-                node.inputs.iter().map(|&i| buf(i)).collect::<Result<_>>()?;
+            // A fused product's inputs without B (never computed).
+            let read: Vec<usize> = node
+                .inputs
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| reads(index, k))
+                .map(|(_, &i)| i)
+                .collect();
+            let ins: Vec<&wgpu::Buffer> = read.iter().map(|&i| buf(i)).collect::<Result<_>>()?;
             let in_descs: Vec<&OperandDescriptor> =
-                node.inputs.iter().map(|&i| &graph.operands[i]).collect();
+                read.iter().map(|&i| &graph.operands[i]).collect();
             let outs: Vec<&wgpu::Buffer> = node
                 .outputs
                 .iter()
@@ -724,6 +759,13 @@ impl GpuBackend {
             let out_desc = out_descs[0];
             let one = |s: Result<Option<Step>>| s.map(|s| s.into_iter().collect::<Vec<_>>());
             let step = match &node.op {
+                _ if fused_b.is_some() => match (fused_b, ins.first()) {
+                    (Some(q), Some(&a)) => {
+                        qmatmul::build(gpu, graph, q, a, ins.get(1).copied(), out_buf)
+                            .map(|s| vec![s])
+                    }
+                    _ => Err(Error::operation("a quantized product lacks its input")),
+                },
                 Op::Binary(kind) => one(elementwise::binary(
                     gpu, *kind, &ins, &in_descs, out_buf, out_desc,
                 )),
@@ -799,7 +841,7 @@ impl GpuBackend {
                 }
             })?;
             steps.extend(step);
-            for &i in &node.inputs {
+            for &i in &read {
                 if plan.frees_after(i, index) {
                     if let Some(b) = slot[i] {
                         if !free.contains(&b) {
@@ -850,6 +892,8 @@ impl GpuBackend {
             inputs,
             outputs,
             steps,
+            #[cfg(test)]
+            quantized: fused.len(),
         })
     }
 }
@@ -868,7 +912,9 @@ struct Liveness {
 }
 
 impl Liveness {
-    fn of(graph: &Graph) -> Liveness {
+    /// `reads(n, k)`: whether node `n` reads its input `k` when the graph
+    /// runs (nodes that do not run, and fused products' B, read nothing).
+    fn of(graph: &Graph, reads: &dyn Fn(usize, usize) -> bool) -> Liveness {
         let n = graph.operands.len();
         let mut root: Vec<usize> = (0..n).collect();
         let mut intermediate = vec![false; n];
@@ -883,8 +929,10 @@ impl Liveness {
         }
         let mut last: Vec<Option<usize>> = vec![None; n];
         for (index, node) in graph.nodes.iter().enumerate() {
-            for &i in &node.inputs {
-                last[root[i]] = Some(index);
+            for (k, &i) in node.inputs.iter().enumerate() {
+                if reads(index, k) {
+                    last[root[i]] = Some(index);
+                }
             }
         }
         for (_, id) in &graph.outputs {

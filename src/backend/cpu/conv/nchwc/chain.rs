@@ -16,7 +16,10 @@
 //! tiles for the 1x1 convolutions, the depthwise kernel's rows, each
 //! band a small convolution of its own with the padding that falls in
 //! it), and every output is computed in the same order, so a chain gives
-//! the bits of its nodes run one by one.
+//! the bits of its nodes run one by one. A float16 chain computes in
+//! float32 as its blocked nodes do and rounds each stage's new rows to
+//! float16 where the node would round its output, so it gives their bits
+//! too.
 
 use std::collections::HashMap;
 
@@ -220,6 +223,7 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
     pj: Option<&Pw>,
     x: &[f32],
     sum: Option<&[f32]>,
+    half: bool,
     res: &mut [f32],
 ) {
     let p = d.p;
@@ -319,6 +323,16 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
                             (b - a - kept) * w,
                         )
                     };
+                    // Float16: the new rows rounded, as the expanding
+                    // node's output is.
+                    if half {
+                        for k in 0..cb {
+                            let at = k * cap * w * L;
+                            crate::f16::round_in_place(
+                                &mut ex[at + kept * w * L..at + (b - a) * w * L],
+                            );
+                        }
+                    }
                     (h0, h1) = (a, b);
                 }
                 // Input rows [a, b) of depthwise plane `k`: in the buffer,
@@ -373,6 +387,13 @@ pub(super) unsafe fn chain<V: Vf, N: Vf, D: Vf>(
                             false,
                         )
                     };
+                    // Float16: rounded as the depthwise node's output is
+                    // (the chain's output, without a projection, is
+                    // rounded again after the chain, which changes
+                    // nothing).
+                    if half {
+                        crate::f16::round_in_place(dst);
+                    }
                 }
                 if let Some(q) = pj {
                     let g = Geometry {

@@ -30,9 +30,10 @@
 //! float16 convolutions: their blocked operands hold float32 values that
 //! are float16 values (widened exactly as a chain starts, each blocked
 //! node's output rounded to float16 as the node's own would be, narrowed
-//! exactly at the end), which the float32 kernels compute on; residual
-//! adds and depthwise chains, which would round once where the nodes
-//! round twice, stay apart for them. On x86-64 with AVX2 and FMA and on
+//! exactly at the end), which the float32 kernels compute on; a
+//! depthwise chain rounds each stage's rows where its node would, while
+//! residual adds, which would round once where the two nodes round
+//! twice, stay apart for them. On x86-64 with AVX2 and FMA and on
 //! aarch64 (NEON, which every aarch64 CPU has); elsewhere the plan is
 //! empty and every convolution runs on the paths of `conv/`.
 //!
@@ -578,13 +579,14 @@ fn plan_with(
     let uses = uses(graph);
     let (sums, mut fused) = residual_sums(graph, &blocked, &half, &convs, &uses);
     let mut chains = chain::find(graph, &convs, &sums, (&uses.0, &uses.1, &uses.2));
-    // A chain keeps its stages' results in f32 between them: float16
-    // ones would skip their roundings.
+    // A chain computes in float32 and rounds each stage's rows to
+    // float16 where its node would (all of its stages or none are
+    // float16: a stage reads the one before blocked, as its own type).
     chains.retain(|&first, ch| {
         let out = |m: usize| graph.nodes[m].outputs[0];
-        !std::iter::once(first)
+        std::iter::once(first)
             .chain(ch.absorbed())
-            .any(|m| half[out(m)])
+            .all(|m| half[out(m)] == half[ch.out])
     });
     for m in chains.values().flat_map(Chain::absorbed) {
         fused[m] = true;
@@ -1149,21 +1151,30 @@ impl Plan {
         sum: Option<&Buf>,
     ) -> Result<Buf> {
         let bad = || Error::operation("conv2d chain: the operands do not match the parameters");
-        let stage = |m: usize| -> Result<(&Conv, &Conv2dParams, F32Epilogue<'a>)> {
+        // Each stage's bias as float32: the operand itself, or a float16
+        // one widened (exactly), held here for the chain's run.
+        let stages = std::iter::once(ch.depthwise)
+            .chain(ch.expand)
+            .chain(ch.project);
+        let mut epilogues: HashMap<usize, Epilogue<'a>> = HashMap::new();
+        for m in stages {
             let node = &g.nodes[m];
             let Op::Conv2d(p) = &node.op else {
                 return Err(bad());
             };
-            let c = self.convs.get(&m).ok_or_else(bad)?;
             let (bias, bounds) = ends(p, node.inputs.len(), |k| operand(*node.inputs.get(k)?))?;
-            // Chains are float32 (the plan keeps float16 apart), so the
-            // bias is the operand itself.
-            let bias = match bias {
-                None => None,
-                Some(std::borrow::Cow::Borrowed(b)) if b.len() == p.out_channels => Some(b),
-                Some(_) => return Err(bad()),
+            if bias.as_ref().is_some_and(|b| b.len() != p.out_channels) {
+                return Err(bad());
+            }
+            epilogues.insert(m, (bias, bounds));
+        }
+        let stage = |m: usize| -> Result<(&Conv, &Conv2dParams, F32Epilogue<'_>)> {
+            let Op::Conv2d(p) = &g.nodes[m].op else {
+                return Err(bad());
             };
-            Ok((c, p, (bias, bounds)))
+            let c = self.convs.get(&m).ok_or_else(bad)?;
+            let (bias, bounds) = epilogues.get(&m).ok_or_else(bad)?;
+            Ok((c, p, (bias.as_deref(), *bounds)))
         };
         use chain::{Dw, Pw};
         let pointwise = |m: usize| -> Result<(Pw<'_>, &Conv2dParams)> {
@@ -1219,6 +1230,9 @@ impl Plan {
         }
         let mut res = Buf::try_f32_for_overwrite(n * oc * p.out_h * p.out_w)?;
         let (e, pj) = (e.as_ref().map(|v| &v.0), pj.as_ref().map(|v| &v.0));
+        // A float16 chain rounds each stage's rows to float16 as its node
+        // would round its output.
+        let half = self.half[ch.out];
         #[cfg(test)]
         use simd::Lanes;
         #[cfg(target_arch = "aarch64")]
@@ -1238,24 +1252,24 @@ impl Plan {
             match (self.isa, dw_isa) {
                 #[cfg(target_arch = "x86_64")]
                 (Isa::Avx2, Isa::Avx2) => {
-                    chain::chain::<__m256, __m256, __m256>(e, &d, pj, x, sum, &mut res)
+                    chain::chain::<__m256, __m256, __m256>(e, &d, pj, x, sum, half, &mut res)
                 }
                 #[cfg(target_arch = "x86_64")]
                 (Isa::Avx512, Isa::Avx2) => {
-                    chain::chain::<__m512, __m256, __m256>(e, &d, pj, x, sum, &mut res)
+                    chain::chain::<__m512, __m256, __m256>(e, &d, pj, x, sum, half, &mut res)
                 }
                 #[cfg(target_arch = "x86_64")]
                 (Isa::Avx512, Isa::Avx512) => {
-                    chain::chain::<__m512, __m256, __m512>(e, &d, pj, x, sum, &mut res)
+                    chain::chain::<__m512, __m256, __m512>(e, &d, pj, x, sum, half, &mut res)
                 }
                 #[cfg(target_arch = "aarch64")]
                 (Isa::Neon, Isa::Neon) => {
-                    chain::chain::<Neon8, Neon8, Neon8>(e, &d, pj, x, sum, &mut res)
+                    chain::chain::<Neon8, Neon8, Neon8>(e, &d, pj, x, sum, half, &mut res)
                 }
                 #[cfg(test)]
-                (Isa::Portable, Isa::Portable) => {
-                    chain::chain::<Lanes<16>, Lanes<8>, Lanes<16>>(e, &d, pj, x, sum, &mut res)
-                }
+                (Isa::Portable, Isa::Portable) => chain::chain::<Lanes<16>, Lanes<8>, Lanes<16>>(
+                    e, &d, pj, x, sum, half, &mut res,
+                ),
                 // (Outside the tests every pair on aarch64 is NEON's.)
                 #[allow(unreachable_patterns)]
                 _ => return Err(bad()),

@@ -1239,3 +1239,68 @@ mod layouts;
 /// Windowed pooling and channel concatenation on the blocked layout (see
 /// `tests/pools.rs`).
 mod pools;
+
+/// Float16 depthwise chains compute in float32 and round each stage's
+/// rows to float16 where its node rounds its output: the bits of the same
+/// blocked nodes run one by one, for every form of the kernels (a
+/// residual add stays a node of its own in float16).
+#[test]
+fn float16_depthwise_chains_give_the_bits_of_their_nodes() {
+    use crate::backend::Backend;
+    if !available() {
+        return;
+    }
+    let block = |x, expand, c, pad, s, project, residual| Block {
+        x,
+        expand,
+        c,
+        k: (3, 3),
+        pad,
+        s,
+        d: 1,
+        project,
+        residual,
+    };
+    let cases = [
+        block((1, 16, 30, 29), true, 32, [1; 4], 1, Some(16), true),
+        block((2, 8, 57, 60), true, 24, [0, 1, 0, 1], 2, Some(16), false),
+        block((1, 8, 112, 112), true, 48, [1; 4], 1, Some(8), false),
+        block((1, 16, 28, 28), false, 16, [1; 4], 1, Some(8), false),
+        block((1, 8, 30, 29), true, 16, [1, 0, 1, 0], 1, None, false),
+    ];
+    for (i, b) in cases.iter().enumerate() {
+        let graph = Arc::new(layouts::in_half(&b.graph()));
+        let x: Vec<u16> = random(b.x.0 * b.x.1 * b.x.2 * b.x.3, i as u64)
+            .iter()
+            .map(|&v| crate::f16::f32_to_f16(v * 4.0))
+            .collect();
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        let run = |cpu: &mut crate::backend::cpu::CpuBackend, id| {
+            cpu.compute(id, &graph, vec![Buf::F16(x.clone())])
+                .unwrap()
+                .remove(0)
+        };
+        cpu.compile(1, graph.clone()).unwrap();
+        let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
+        let stem = usize::from(b.residual);
+        assert!(plan.chain(stem).is_some(), "case {i}: no chain");
+        for isa in isas() {
+            for (id, chained) in [(3, true), (4, false)] {
+                cpu.compile(id, graph.clone()).unwrap();
+                let cg = cpu.graphs.get_mut(&id).unwrap();
+                let mut plan = plan_for(&cg.graph, &cg.constants, isa).unwrap();
+                if !chained {
+                    for m in plan.chains.values().flat_map(Chain::absorbed) {
+                        plan.fused[m] = false;
+                    }
+                    plan.chains.clear();
+                }
+                assert_eq!(plan.chains.len(), usize::from(chained), "case {i}");
+                cg.nchwc = Some(plan);
+            }
+            let (got, want) = (run(&mut cpu, 3), run(&mut cpu, 4));
+            assert!(matches!(got, Buf::F16(_)), "case {i}");
+            assert_eq!(got, want, "case {i} {isa:?}");
+        }
+    }
+}

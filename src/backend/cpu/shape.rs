@@ -171,8 +171,8 @@ pub(super) fn transpose_vec_into<T: Copy>(
     // axes. NHWC to NCHW is then [n, c, h * w] from [n, h * w, c], a
     // batch of 2-D transposes in tiles rather than a gather of single
     // elements.
-    let mut out_shape: Vec<usize> = Vec::with_capacity(perm.len());
-    let mut src: Vec<usize> = Vec::with_capacity(perm.len());
+    let mut out_shape: Vec<usize> = Vec::new();
+    let mut src: Vec<usize> = Vec::new();
     for &p in perm {
         let (d, st) = (shape[p], s[p]);
         if d == 1 {

@@ -77,6 +77,20 @@ fn convert_inputs(
     Ok(Some(out))
 }
 
+/// Rounds a blocked float16 node's float32 result to float16 values, in
+/// parallel where it is large: run on one thread after a node that ran on
+/// all of them, it was a third of a float16 network's extra time at 2
+/// threads. Element by element, so the bits are the same either way.
+fn round_to_half(v: &mut [f32]) {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 14;
+    if v.len() >= 4 * CHUNK {
+        v.par_chunks_mut(CHUNK).for_each(crate::f16::round_in_place);
+    } else {
+        crate::f16::round_in_place(v);
+    }
+}
+
 /// Frees the inputs of node `n` that no later node reads; their memory
 /// goes to the pool, for a later node (or the next run) that needs a
 /// buffer of their size.
@@ -391,7 +405,7 @@ pub(super) fn execute(
         for (&o, mut r) in outputs.iter().zip(results) {
             if half {
                 match &mut r {
-                    Buf::F32(v) => crate::f16::round_in_place(v),
+                    Buf::F32(v) => round_to_half(v),
                     _ => return Err(Error::operation("a blocked float16 result is not float32")),
                 }
             }

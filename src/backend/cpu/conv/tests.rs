@@ -4,6 +4,14 @@ use crate::graph::ops::conv::{FilterLayout, Pool2dParams, PoolKind};
 use crate::graph::ops::elementwise::ClampParams;
 use crate::types::DataType;
 
+/// Every conv2d filter layout.
+const FILTER_LAYOUTS: [FilterLayout; 4] = [
+    FilterLayout::Oihw,
+    FilterLayout::Hwio,
+    FilterLayout::Ohwi,
+    FilterLayout::Ihwo,
+];
+
 fn data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
     (0..n)
@@ -173,12 +181,7 @@ fn conv2d_matches_naive_in_every_layout() {
         for has_bias in [false, true] {
             let expect = naive_conv(&base, &x, &f, has_bias.then_some(&bias[..]));
             for nhwc in [false, true] {
-                for layout in [
-                    FilterLayout::Oihw,
-                    FilterLayout::Hwio,
-                    FilterLayout::Ohwi,
-                    FilterLayout::Ihwo,
-                ] {
+                for layout in FILTER_LAYOUTS {
                     let p = Conv2dParams {
                         nhwc,
                         filter_layout: layout,
@@ -285,12 +288,7 @@ fn pointwise_convolutions_pack_one_product() {
         ((1, 64, 1, 1), true, true),
     ];
     for ((n, c, h, w), nhwc, one) in cases {
-        for layout in [
-            FilterLayout::Oihw,
-            FilterLayout::Hwio,
-            FilterLayout::Ohwi,
-            FilterLayout::Ihwo,
-        ] {
+        for layout in FILTER_LAYOUTS {
             let p = Conv2dParams {
                 nhwc,
                 filter_layout: layout,

@@ -1022,6 +1022,30 @@ impl Block {
     }
 }
 
+/// Compiles `graph` as graph 3, with `isa`'s plan and its one chain, and
+/// as graph 4, with the same plan and the chain's nodes apart.
+fn chained_and_apart(
+    cpu: &mut crate::backend::cpu::CpuBackend,
+    graph: &Arc<Graph>,
+    isa: Isa,
+    case: usize,
+) {
+    use crate::backend::Backend;
+    for (id, chained) in [(3, true), (4, false)] {
+        cpu.compile(id, graph.clone()).unwrap();
+        let cg = cpu.graphs.get_mut(&id).unwrap();
+        let mut plan = plan_for(&cg.graph, &cg.constants, isa).unwrap();
+        if !chained {
+            for m in plan.chains.values().flat_map(Chain::absorbed) {
+                plan.fused[m] = false;
+            }
+            plan.chains.clear();
+        }
+        assert_eq!(plan.chains.len(), usize::from(chained), "case {case}");
+        cg.nchwc = Some(plan);
+    }
+}
+
 /// Expanding, depthwise and projecting convolutions run as one chain,
 /// a band of rows at a time (the planes below are cut into several
 /// bands, and into a part per thread), with the bits of the same nodes
@@ -1085,19 +1109,7 @@ fn depthwise_chains_give_the_bits_of_their_nodes() {
             run_graph(&mut cpu, 2, &graph, &x).remove(0)
         };
         for isa in isas() {
-            for (id, chained) in [(3, true), (4, false)] {
-                cpu.compile(id, graph.clone()).unwrap();
-                let cg = cpu.graphs.get_mut(&id).unwrap();
-                let mut plan = plan_for(&cg.graph, &cg.constants, isa).unwrap();
-                if !chained {
-                    for m in plan.chains.values().flat_map(Chain::absorbed) {
-                        plan.fused[m] = false;
-                    }
-                    plan.chains.clear();
-                }
-                assert_eq!(plan.chains.len(), usize::from(chained), "case {i}");
-                cg.nchwc = Some(plan);
-            }
+            chained_and_apart(&mut cpu, &graph, isa, i);
             let (got, want) = (
                 run_graph(&mut cpu, 3, &graph, &x).remove(0),
                 run_graph(&mut cpu, 4, &graph, &x).remove(0),
@@ -1285,19 +1297,7 @@ fn float16_depthwise_chains_give_the_bits_of_their_nodes() {
         let stem = usize::from(b.residual);
         assert!(plan.chain(stem).is_some(), "case {i}: no chain");
         for isa in isas() {
-            for (id, chained) in [(3, true), (4, false)] {
-                cpu.compile(id, graph.clone()).unwrap();
-                let cg = cpu.graphs.get_mut(&id).unwrap();
-                let mut plan = plan_for(&cg.graph, &cg.constants, isa).unwrap();
-                if !chained {
-                    for m in plan.chains.values().flat_map(Chain::absorbed) {
-                        plan.fused[m] = false;
-                    }
-                    plan.chains.clear();
-                }
-                assert_eq!(plan.chains.len(), usize::from(chained), "case {i}");
-                cg.nchwc = Some(plan);
-            }
+            chained_and_apart(&mut cpu, &graph, isa, i);
             let (got, want) = (run(&mut cpu, 3), run(&mut cpu, 4));
             assert!(matches!(got, Buf::F16(_)), "case {i}");
             assert_eq!(got, want, "case {i} {isa:?}");

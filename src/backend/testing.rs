@@ -5,7 +5,7 @@
 
 use crate::error::Result;
 use crate::graph::args::Val;
-use crate::graph::{Graph, GraphBuilder};
+use crate::graph::{Graph, GraphBuilder, OperandId};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
@@ -29,6 +29,31 @@ pub(crate) fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
         data_type: dt,
         shape: shape.to_vec(),
     }
+}
+
+/// A constant of `dt` from values (4-bit types packed two to a byte, the
+/// first in the low half; an odd count leaves the last high half 0).
+pub(crate) fn constant(
+    b: &mut GraphBuilder,
+    dt: DataType,
+    shape: &[usize],
+    v: &[f64],
+) -> OperandId {
+    let bytes: Vec<u8> = match dt {
+        DataType::Float32 => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+        DataType::Float16 => v
+            .iter()
+            .flat_map(|&x| crate::f16::f32_to_f16(x as f32).to_le_bytes())
+            .collect(),
+        DataType::Int8 | DataType::Uint8 => v.iter().map(|&x| x as i64 as u8).collect(),
+        DataType::Int4 | DataType::Uint4 => v
+            .chunks(2)
+            .map(|p| (p[0] as i64 as u8 & 15) | (p.get(1).map_or(0, |&x| x as i64 as u8 & 15) << 4))
+            .collect(),
+        _ => unreachable!("not a type these tests use"),
+    };
+    b.constant(desc(dt, shape), std::sync::Arc::new(bytes))
+        .unwrap()
 }
 
 pub(crate) fn operand(b: &GraphBuilder, id: usize) -> Val {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::testing::{desc, dict, list, random};
+use crate::backend::testing::{constant, desc, dict, list, random};
 use crate::backend::Backend;
 use crate::f16::f32_to_f16;
 use crate::graph::args::Val;
@@ -16,25 +16,6 @@ use crate::types::DataType;
 
 fn op(b: &GraphBuilder, id: OperandId) -> Val {
     crate::backend::testing::operand(b, id)
-}
-
-/// A constant of `dt` from values (4-bit types packed two to a byte, the
-/// first in the low half).
-fn constant(b: &mut GraphBuilder, dt: DataType, shape: &[usize], v: &[f64]) -> OperandId {
-    let bytes: Vec<u8> = match dt {
-        DataType::Float32 => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
-        DataType::Float16 => v
-            .iter()
-            .flat_map(|&x| f32_to_f16(x as f32).to_le_bytes())
-            .collect(),
-        DataType::Int8 | DataType::Uint8 => v.iter().map(|&x| x as i64 as u8).collect(),
-        DataType::Int4 | DataType::Uint4 => v
-            .chunks(2)
-            .map(|p| (p[0] as i64 as u8 & 15) | (p.get(1).map_or(0, |&x| x as i64 as u8 & 15) << 4))
-            .collect(),
-        _ => unreachable!("not a type these tests use"),
-    };
-    b.constant(desc(dt, shape), Arc::new(bytes)).unwrap()
 }
 
 /// How the weights are written.

@@ -11,7 +11,6 @@ use super::super::GpuBackend;
 use super::{recognize, runs};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
-use crate::f16::f32_to_f16;
 use crate::graph::args::Val;
 use crate::graph::{Graph, GraphBuilder, OperandId};
 use crate::tensor::Buf;
@@ -28,25 +27,6 @@ const TOL: f32 = 1e-4;
 
 fn op(b: &GraphBuilder, id: OperandId) -> Val {
     operand(b, id)
-}
-
-/// A constant of `dt` from values (4-bit types packed two to a byte, the
-/// first in the low half; an odd count leaves the last high half 0).
-fn constant(b: &mut GraphBuilder, dt: DataType, shape: &[usize], v: &[f64]) -> OperandId {
-    let bytes: Vec<u8> = match dt {
-        DataType::Float32 => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
-        DataType::Float16 => v
-            .iter()
-            .flat_map(|&x| f32_to_f16(x as f32).to_le_bytes())
-            .collect(),
-        DataType::Int8 | DataType::Uint8 => v.iter().map(|&x| x as i64 as u8).collect(),
-        DataType::Int4 | DataType::Uint4 => v
-            .chunks(2)
-            .map(|p| (p[0] as i64 as u8 & 15) | (p.get(1).map_or(0, |&x| x as i64 as u8 & 15) << 4))
-            .collect(),
-        _ => unreachable!("not a type these tests use"),
-    };
-    b.constant(desc(dt, shape), Arc::new(bytes)).unwrap()
 }
 
 /// `n` codes spread over `dt`'s whole range.

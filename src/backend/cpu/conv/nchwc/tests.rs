@@ -918,6 +918,29 @@ struct Block {
     residual: bool,
 }
 
+/// A [`Block`] with a 3x3 depthwise filter, undilated.
+fn block3x3(
+    x: (usize, usize, usize, usize),
+    expand: bool,
+    c: usize,
+    pad: [usize; 4],
+    s: usize,
+    project: Option<usize>,
+    residual: bool,
+) -> Block {
+    Block {
+        x,
+        expand,
+        c,
+        k: (3, 3),
+        pad,
+        s,
+        d: 1,
+        project,
+        residual,
+    }
+}
+
 /// A graph built node by node: one input `x`, random constants.
 struct Builder {
     g: Graph,
@@ -1057,17 +1080,7 @@ fn depthwise_chains_give_the_bits_of_their_nodes() {
     if !available() {
         return;
     }
-    let block = |x, expand, c, pad, s, project, residual| Block {
-        x,
-        expand,
-        c,
-        k: (3, 3),
-        pad,
-        s,
-        d: 1,
-        project,
-        residual,
-    };
+    let block = block3x3;
     let cases = [
         // MobileNetV2's shapes: a residual block, a strided one.
         block((1, 16, 30, 29), true, 32, [1; 4], 1, Some(16), true),
@@ -1262,17 +1275,7 @@ fn float16_depthwise_chains_give_the_bits_of_their_nodes() {
     if !available() {
         return;
     }
-    let block = |x, expand, c, pad, s, project, residual| Block {
-        x,
-        expand,
-        c,
-        k: (3, 3),
-        pad,
-        s,
-        d: 1,
-        project,
-        residual,
-    };
+    let block = block3x3;
     let cases = [
         block((1, 16, 30, 29), true, 32, [1; 4], 1, Some(16), true),
         block((2, 8, 57, 60), true, 24, [0, 1, 0, 1], 2, Some(16), false),

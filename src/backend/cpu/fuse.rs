@@ -40,24 +40,94 @@ use crate::types::{DataType, OperandDescriptor};
 
 /// Packed weights shared between the graphs of one context (a prefill
 /// and a decode graph over the same constant tensors pack them once).
+///
+/// An entry is found by what it was made from ([`ConstRef`]s and the
+/// maps that spread them), not by comparing values: a language model's
+/// graphs hold millions of blocks, and converting and comparing their
+/// scales took most of the time of each graph's `build()`.
 #[derive(Default)]
 pub struct WeightCache {
-    entries: Vec<(CacheKey, Weak<QMatrix>)>,
-    /// Block-sum products ([`block_sum_products`]) by the address of the
-    /// constant bytes their matrix was computed from and its shape; the
-    /// matrix and the rounding are compared in full.
-    sums: Vec<(CacheKey, Weak<BlockSums>)>,
+    entries: Vec<(QKey, Weak<QMatrix>)>,
+    /// Block-sum products ([`block_sum_products`]): the constant matrix
+    /// they were made from, its shape and the rounding.
+    sums: Vec<(SumsKey, Weak<BlockSums>)>,
 }
 
-/// What a packed matrix was made from: the address of the quantized
-/// constant's bytes (alive, and so not reused, while any graph holding
-/// the matrix is) and its shape; the scales and offsets are compared
-/// with the matrix's own, in full.
+/// What a packed matrix was made from: its codes and shape, and each
+/// constant of its scales, zero points and offsets with the way it is
+/// spread over the codes. Equal keys mean equal packed matrices.
 #[derive(PartialEq)]
-struct CacheKey {
-    source: usize,
+struct QKey {
+    codes: ConstRef,
     n: usize,
     k: usize,
+    scale: (ConstRef, BlockMap),
+    zero: (ConstRef, BlockMap),
+    offsets: Vec<(ConstRef, BlockMap)>,
+}
+
+/// What block sums were made from: the `[n, nb]` constant matrix and
+/// whether the sums are rounded to float16.
+#[derive(PartialEq)]
+struct SumsKey {
+    m: ConstRef,
+    n: usize,
+    nb: usize,
+    round16: bool,
+}
+
+/// A constant operand as the bytes it is computed from: the root
+/// constant's bytes, the data types that the casts between take it
+/// through (root first), and its shape. Reshapes keep the order of the
+/// elements and casts work element by element, so equal `ConstRef`s are
+/// equal values. The root is held by a weak reference, which keeps its
+/// allocation, and so its address, from being reused while the key
+/// exists: a key can never match bytes that merely reuse the address.
+struct ConstRef {
+    root: Weak<Vec<u8>>,
+    types: Vec<DataType>,
+    shape: Vec<usize>,
+}
+
+impl PartialEq for ConstRef {
+    fn eq(&self, other: &Self) -> bool {
+        Weak::ptr_eq(&self.root, &other.root)
+            && self.types == other.types
+            && self.shape == other.shape
+    }
+}
+
+/// Operand `id` as a [`ConstRef`], when [`constant`] can compute it: a
+/// constant, or a cast or reshape of one (each node's result at most
+/// [`MAX_FOLDED`] elements).
+fn const_ref(g: &Graph, id: OperandId) -> Option<ConstRef> {
+    let mut types = Vec::new();
+    let mut at = id;
+    loop {
+        let d = &g.operands[at];
+        types.push(d.data_type);
+        match &g.sources[at] {
+            Source::Constant(bytes) => {
+                types.reverse();
+                return Some(ConstRef {
+                    root: Arc::downgrade(bytes),
+                    types,
+                    shape: g.operands[id].shape.clone(),
+                });
+            }
+            Source::Node { node, .. } => {
+                let n = &g.nodes[*node];
+                if d.element_count() > MAX_FOLDED
+                    || n.outputs.len() != 1
+                    || !matches!(n.op, Op::Reshape | Op::Cast(_))
+                {
+                    return None;
+                }
+                at = *n.inputs.first()?;
+            }
+            Source::Input(_) => return None,
+        }
+    }
 }
 
 impl WeightCache {
@@ -67,12 +137,18 @@ impl WeightCache {
         self.sums.retain(|(_, w)| w.strong_count() > 0);
     }
 
-    fn find(&self, key: &CacheKey, d: &[f32], m: &[f32]) -> Option<Arc<QMatrix>> {
+    fn find(&self, key: &QKey) -> Option<Arc<QMatrix>> {
         self.entries
             .iter()
             .filter(|(k, _)| k == key)
-            .filter_map(|(_, w)| w.upgrade())
-            .find(|q| q.has_blocks(d, m))
+            .find_map(|(_, w)| w.upgrade())
+    }
+
+    fn find_sums(&self, key: &SumsKey) -> Option<Arc<BlockSums>> {
+        self.sums
+            .iter()
+            .filter(|(k, _)| k == key)
+            .find_map(|(_, w)| w.upgrade())
     }
 }
 
@@ -183,6 +259,7 @@ fn constant(g: &Graph, id: OperandId) -> Option<Buf> {
 /// Which element of a (small) operand each element of a larger one
 /// reads, in row-major order: blockwise broadcasting, `block[i]` elements
 /// of the larger along dimension `i` per element of the smaller.
+#[derive(Clone, PartialEq)]
 struct BlockMap {
     dst: Vec<usize>,
     block: Vec<usize>,
@@ -264,12 +341,14 @@ impl BlockMap {
 
 /// A weight expression traced to its constants: element `i` (row-major)
 /// is `(q[i] - zero[zero_map(i)]) * scale[scale_map(i)]` plus each
-/// offset's element.
+/// offset's element. The scale, the zero point and the offsets are
+/// operands that [`constant`] computes (float32 but for the zero point),
+/// converted only when the weights are not found packed.
 struct Traced {
     q: OperandId,
-    scale: (Vec<f32>, BlockMap),
-    zero: (Buf, BlockMap),
-    offsets: Vec<(Vec<f32>, BlockMap)>,
+    scale: (OperandId, BlockMap),
+    zero: (OperandId, BlockMap),
+    offsets: Vec<(OperandId, BlockMap)>,
 }
 
 /// Traces operand `id` (float32) back through reshapes and constant
@@ -287,19 +366,21 @@ fn trace(g: &Graph, id: OperandId, depth: usize) -> Option<Traced> {
         Op::Reshape => trace(g, n.inputs[0], depth + 1),
         Op::Binary(BinaryKind::Add) => {
             let [x, y] = n.inputs[..] else { return None };
-            let (path, other) = match (constant(g, y), constant(g, x)) {
-                (Some(c), _) => (x, c),
-                (None, Some(c)) => (y, c),
-                (None, None) => return None,
+            // The constant side: float32, as an offset must be.
+            let fits = |c: OperandId| {
+                g.operands[c].data_type == DataType::Float32 && const_ref(g, c).is_some()
             };
-            let other_id = if path == x { y } else { x };
+            let (path, other_id) = match (fits(y), fits(x)) {
+                (true, _) => (x, y),
+                (false, true) => (y, x),
+                (false, false) => return None,
+            };
             if g.operands[path].shape != out.shape {
                 return None;
             }
-            let Buf::F32(v) = other else { return None };
             let map = BlockMap::new(&out.shape, &g.operands[other_id].shape, None)?;
             let mut t = trace(g, path, depth + 1)?;
-            t.offsets.push((v, map));
+            t.offsets.push((other_id, map));
             Some(t)
         }
         Op::Quantize(QuantizeOp::Dequantize { block }) => {
@@ -312,16 +393,18 @@ fn trace(g: &Graph, id: OperandId, depth: usize) -> Option<Traced> {
             if !quantized || !matches!(g.sources[q], Source::Constant(_)) {
                 return None;
             }
-            let Buf::F32(scale) = constant(g, s)? else {
+            if g.operands[s].data_type != DataType::Float32
+                || const_ref(g, s).is_none()
+                || const_ref(g, z).is_none()
+            {
                 return None;
-            };
-            let zero = constant(g, z)?;
+            }
             let smap = BlockMap::new(&qd.shape, &g.operands[s].shape, Some(block))?;
             let zmap = BlockMap::new(&qd.shape, &g.operands[z].shape, Some(block))?;
             Some(Traced {
                 q,
-                scale: (scale, smap),
-                zero: (zero, zmap),
+                scale: (s, smap),
+                zero: (z, zmap),
                 offsets: Vec::new(),
             })
         }
@@ -394,6 +477,35 @@ fn pack(
         DataType::Uint8 => (true, -128),
         _ => return Ok(None),
     };
+    let keyed = |(id, map): &(OperandId, BlockMap)| Some((const_ref(g, *id)?, map.clone()));
+    let key = (|| {
+        Some(QKey {
+            codes: const_ref(g, t.q)?,
+            n,
+            k,
+            scale: keyed(&t.scale)?,
+            zero: keyed(&t.zero)?,
+            offsets: t.offsets.iter().map(keyed).collect::<Option<_>>()?,
+        })
+    })();
+    let Some(key) = key else {
+        return Ok(None);
+    };
+    if let Some(q) = cache.find(&key) {
+        return Ok(Some(q));
+    }
+    // Not packed before: the constants' values.
+    let (Some(Buf::F32(scale)), Some(zero)) = (constant(g, t.scale.0), constant(g, t.zero.0))
+    else {
+        return Ok(None);
+    };
+    let mut offsets = Vec::new();
+    for (id, map) in &t.offsets {
+        let Some(Buf::F32(v)) = constant(g, *id) else {
+            return Ok(None);
+        };
+        offsets.push((v, map));
+    }
     let blocks = n * k / QK;
     let (mut d, mut m) = (Vec::new(), Vec::new());
     let room = |v: &mut Vec<f32>| {
@@ -408,23 +520,11 @@ fn pack(
     room(&mut m)?;
     for b in 0..blocks {
         let i = b * QK;
-        let scale = t.scale.0[t.scale.1.index(i)];
-        let zero = t.zero.0.get_f64(t.zero.1.index(i)) + shift as f64;
-        let offset: f64 = t
-            .offsets
-            .iter()
-            .map(|(v, map)| v[map.index(i)] as f64)
-            .sum();
+        let scale = scale[t.scale.1.index(i)];
+        let zero = zero.get_f64(t.zero.1.index(i)) + shift as f64;
+        let offset: f64 = offsets.iter().map(|(v, map)| v[map.index(i)] as f64).sum();
         d.push(scale);
         m.push((offset - zero * scale as f64) as f32);
-    }
-    let key = CacheKey {
-        source: Arc::as_ptr(bytes) as usize,
-        n,
-        k,
-    };
-    if let Some(q) = cache.find(&key, &d, &m) {
-        return Ok(Some(q));
     }
     // `uint4` and `int8` codes are read where the constant holds them
     // (its bytes are already the kernels' layout); the others are
@@ -690,27 +790,24 @@ pub(super) fn block_sum_products(
         if sum_of != x {
             continue;
         }
-        let (Some(Buf::F32(m)), Some(root)) = (constant(graph, *mid), constant_root(graph, *mid))
-        else {
+        let Some(mref) = const_ref(graph, *mid) else {
             continue;
         };
-        if m.len() != w.n() * nb {
+        if graph.operands[*mid].element_count() != w.n() * nb {
             continue;
         }
-        let key = CacheKey {
-            source: Arc::as_ptr(root) as usize,
+        let key = SumsKey {
+            m: mref,
             n: w.n(),
-            k: nb,
+            nb,
+            round16,
         };
-        let found = cache
-            .sums
-            .iter()
-            .filter(|(k, _)| *k == key)
-            .filter_map(|(_, s)| s.upgrade())
-            .find(|s| s.is(&m, w.n(), nb, round16));
-        let bs = match found {
+        let bs = match cache.find_sums(&key) {
             Some(bs) => bs,
             None => {
+                let Some(Buf::F32(m)) = constant(graph, *mid) else {
+                    continue;
+                };
                 let bs = Arc::new(BlockSums::new(&m, w.n(), nb, round16)?);
                 cache.sums.push((key, Arc::downgrade(&bs)));
                 bs
@@ -779,22 +876,6 @@ fn producer(g: &Graph, id: OperandId) -> Option<&crate::graph::Node> {
     match g.sources[id] {
         Source::Node { node, .. } => g.nodes.get(node),
         _ => None,
-    }
-}
-
-/// The bytes of the constant that operand `id` is (through casts and
-/// reshapes).
-fn constant_root(g: &Graph, id: OperandId) -> Option<&Arc<Vec<u8>>> {
-    match &g.sources[id] {
-        Source::Constant(bytes) => Some(bytes),
-        Source::Node { node, .. } => {
-            let n = &g.nodes[*node];
-            match (&n.op, &n.inputs[..]) {
-                (Op::Reshape | Op::Cast(_), [x]) => constant_root(g, *x),
-                _ => None,
-            }
-        }
-        Source::Input(_) => None,
     }
 }
 

@@ -273,6 +273,62 @@ fn graphs_share_packed_weights() {
     }
 }
 
+/// Packed weights are found by the constants they were made from, not
+/// by the codes alone: a graph over the same codes' bytes whose scales
+/// are other bytes (here negated) packs its own matrix, and computes what
+/// it computes alone.
+#[test]
+fn graphs_over_other_scales_pack_their_own() {
+    use crate::graph::ops::quantize::QuantizeOp;
+    use crate::graph::{Op, Source};
+    let f = Form {
+        dt: DataType::Uint4,
+        blocks: [16, 2],
+        offset: true,
+        half_scale: true,
+        matmul: false,
+        zero_free: false,
+    };
+    let (g, x, _) = graph(&f, 2, 16, 64, 3);
+    let mut other = g.clone();
+    let deq = other
+        .nodes
+        .iter()
+        .find(|n| matches!(n.op, Op::Quantize(QuantizeOp::Dequantize { .. })))
+        .unwrap();
+    // The scale's constant, behind its cast to float32.
+    let mut at = deq.inputs[1];
+    while let Source::Node { node, .. } = other.sources[at] {
+        at = other.nodes[node].inputs[0];
+    }
+    let size = other.operands[at].data_type.bits() / 8;
+    let Source::Constant(bytes) = &other.sources[at] else {
+        panic!("the scale is a constant");
+    };
+    let mut negated = bytes.as_ref().clone();
+    for e in negated.chunks_mut(size) {
+        // Little-endian: the sign bit is in the last byte.
+        *e.last_mut().unwrap() ^= 0x80;
+    }
+    other.sources[at] = Source::Constant(Arc::new(negated));
+    let (g, other) = (Arc::new(g), Arc::new(other));
+    let mut cpu = CpuBackend::new();
+    cpu.compile(1, g.clone()).unwrap();
+    cpu.compile(2, other.clone()).unwrap();
+    let held = |id| cpu.graphs[&id].quantized.values().next().unwrap().clone();
+    assert!(!Arc::ptr_eq(&held(1), &held(2)));
+    let run = |cpu: &mut CpuBackend, id, g: &Arc<Graph>| {
+        cpu.compute(id, g, vec![Buf::F32(x.clone())]).unwrap()[0].to_f32_vec()
+    };
+    let (first, second) = (run(&mut cpu, 1, &g), run(&mut cpu, 2, &other));
+    let mut alone = CpuBackend::new();
+    alone.compile(1, other.clone()).unwrap();
+    let want = run(&mut alone, 1, &other);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&second), bits(&want));
+    assert_ne!(bits(&first), bits(&second));
+}
+
 /// A cast of a float16 constant read by a product becomes a constant
 /// (which the product then packs) and gives the bits of the cast.
 #[test]

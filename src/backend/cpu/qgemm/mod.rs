@@ -132,6 +132,7 @@ impl Scales {
         }
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         match self {
             Scales::F16(v) => v.len(),
@@ -299,6 +300,7 @@ impl QMatrix {
     /// them) where it keeps none. An empty sum of offsets is -0.0, so a
     /// weight without offsets comes here with -0.0 in every block, and the
     /// products skip the term for both.
+    #[cfg(test)]
     pub fn has_blocks(&self, d: &[f32], m: &[f32]) -> bool {
         let blocks = self.d.len();
         let offsets = match self.offsets {

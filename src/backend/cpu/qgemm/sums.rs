@@ -60,15 +60,6 @@ impl BlockSums {
         })
     }
 
-    /// Whether this is the one `new` makes of these.
-    pub fn is(&self, m: &[f32], n: usize, nb: usize, round16: bool) -> bool {
-        (self.n, self.nb, self.round16) == (n, nb, round16)
-            && m.len() == n * nb
-            && m.iter()
-                .enumerate()
-                .all(|(i, v)| self.mt.get((i % nb) * n + i / nb).to_bits() == v.to_bits())
-    }
-
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.mt.bytes()

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use std::borrow::Cow;
 
 use super::elementwise::{broadcast_map, map_slice, par_map, with_simd};
-use super::util::{broadcast_strides, floats, from_floats, try_filled};
+use super::util::{broadcast_strides, floats, from_floats, try_copy, try_filled};
 use crate::error::{Error, Result};
 use crate::f16::{f16_to_f32, f32_to_f16};
 use crate::graph::ops::activation::ActivationOp;
@@ -297,6 +297,11 @@ fn select<T: Copy + Send + Sync + Default>(
         broadcast_strides(sf, out),
     );
     let inner = out[rank - 1];
+    // When the false operand has the output's shape (a decoding step's
+    // cache block, its new row placed where the condition says), the
+    // output starts as a copy of it and each row writes only what the
+    // condition selects: no fill first, no choice per element.
+    let whole_f = sf == out;
     // A condition that is one row for every output row of several (a [B]
     // mask over [.., B]): the positions it selects, found once. Their list
     // is at most a row long, and asked for fallibly: without the memory,
@@ -331,6 +336,27 @@ fn select<T: Copy + Send + Sync + Default>(
             0 => dst.fill(src[o]),
             _ => dst.copy_from_slice(&src[o..o + n]),
         };
+        if whole_f {
+            // The row is already the false operand's: only the selected
+            // elements change.
+            match ic {
+                0 if c[oc] != 0 => take(t, ot, it, dst),
+                0 => {}
+                _ if same_row => {
+                    for &j in &chosen {
+                        dst[j] = t[ot + j * it];
+                    }
+                }
+                _ => {
+                    for (j, v) in dst.iter_mut().enumerate() {
+                        if c[oc + j * ic] != 0 {
+                            *v = t[ot + j * it];
+                        }
+                    }
+                }
+            }
+            return;
+        }
         match (ic, it <= 1 && iff <= 1) {
             // One condition for the whole row (a row or a block selected
             // at a time, as a decoding step places its value row): the
@@ -367,7 +393,10 @@ fn select<T: Copy + Send + Sync + Default>(
             }
         }
     };
-    let mut res = try_filled(total, T::default(), "the output of where")?;
+    let mut res = match whole_f {
+        true => try_copy(f, "the output of where")?,
+        false => try_filled(total, T::default(), "the output of where")?,
+    };
     if total >= PAR_MIN {
         res.par_chunks_mut(inner)
             .enumerate()
@@ -586,7 +615,9 @@ mod tests {
     /// Every way the three operands can broadcast to a rank-3 output
     /// (each dimension full or 1, the leading ones possibly absent) gives
     /// the naive selection: the row forms (one condition a row, a
-    /// condition per element) and the general one.
+    /// condition per element), the general one, and with each of them a
+    /// false operand of the output's shape (copied, then written where
+    /// the condition selects).
     #[test]
     fn where_broadcasts_every_way() {
         let out = [2usize, 3, 4];

@@ -484,81 +484,93 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
     // enough that two threads share a 576-row matrix.
     let per_task = (65536 / k).clamp(16, 1024);
     let tasks = n.div_ceil(per_task);
+    // One task: weight rows r0..r1 into `out` ([rows, r1 - r0]), its
+    // float16 scales widened into this thread's `room`.
+    let task = |t: usize, out: &mut [f32], room: &mut Vec<f32>| -> Result<()> {
+        let r0 = t * per_task;
+        let r1 = (r0 + per_task).min(n);
+        let width = r1 - r0;
+        // The task's scales, widened here once when they are float16
+        // (nb values against each row's k codes).
+        // The scales are a stream of their own beside the codes, read
+        // a task at a time: too short a run for the hardware's
+        // prefetchers, so each task asks for the next one's (the task
+        // this thread most likely runs next).
+        w.d.prefetch(r1 * nb..(r1 + per_task) * nb);
+        let room = scratch(room, (r1 - r0) * nb)?;
+        let task_d = w.d.row(r0 * nb..r1 * nb, room);
+        let mut r = r0;
+        // Integer activations: the task's whole groups of four weight
+        // rows (the kernels' ROWS) in one call per activation row,
+        // the same sums as one row at a time.
+        if let Some((qa, da)) = &int8 {
+            let whole = width / kernels::ROWS * kernels::ROWS;
+            if whole > 0 {
+                let d = &task_d[..whole * nb];
+                for i in 0..rows {
+                    let (qa, da) = (&qa[i * k..(i + 1) * k], &da[i * nb..(i + 1) * nb]);
+                    let dst = &mut out[i * width..i * width + whole];
+                    match (w.codes.nibbles(), w.codes.bytes()) {
+                        (Some(cd), _) => {
+                            kernel.q4i4(&cd[r0 * k / 2..(r0 + whole) * k / 2], d, qa, da, dst)
+                        }
+                        (_, Some(cd)) => kernel.q8i4(&cd[r0 * k..(r0 + whole) * k], d, qa, da, dst),
+                        _ => {}
+                    }
+                }
+                r += whole;
+            }
+        }
+        // The rows left (or every row, for float activations).
+        for r in r..r1 {
+            let d = &task_d[(r - r0) * nb..(r - r0 + 1) * nb];
+            for i in 0..rows {
+                let ai = &a[i * k..(i + 1) * k];
+                let dot = match (&int8, w.codes.nibbles(), w.codes.bytes()) {
+                    (Some((qa, da)), Some(cd), _) => kernel.q4i(
+                        &cd[r * k / 2..(r + 1) * k / 2],
+                        d,
+                        &qa[i * k..(i + 1) * k],
+                        &da[i * nb..(i + 1) * nb],
+                    ),
+                    (Some((qa, da)), _, Some(cd)) => kernel.q8i(
+                        &cd[r * k..(r + 1) * k],
+                        d,
+                        &qa[i * k..(i + 1) * k],
+                        &da[i * nb..(i + 1) * nb],
+                    ),
+                    (None, Some(cd), _) => kernel.q4(&cd[r * k / 2..(r + 1) * k / 2], d, ai),
+                    (None, _, Some(cd)) => kernel.q8(&cd[r * k..(r + 1) * k], d, ai),
+                    _ => 0.0,
+                };
+                out[i * width + (r - r0)] = dot;
+            }
+        }
+        // The offsets' term of every output (none to add where the
+        // matrix keeps no offsets).
+        if w.offsets {
+            for (i, row) in out.chunks_exact_mut(width).enumerate() {
+                let si = &sums[i * nb..(i + 1) * nb];
+                for (o, r) in row.iter_mut().zip(r0..r1) {
+                    *o += dot8(&w.m[r * nb..(r + 1) * nb], si);
+                }
+            }
+        }
+        Ok(())
+    };
+    if rows == 1 {
+        // One row: each task writes its columns of c where they are.
+        c.par_chunks_mut(per_task)
+            .enumerate()
+            .try_for_each(|(t, dst)| ROOM.with_borrow_mut(|room| task(t, dst, room)))?;
+        return Ok(());
+    }
     let parts: Vec<Vec<f32>> = (0..tasks)
         .into_par_iter()
         .map(|t| {
-            let r0 = t * per_task;
-            let r1 = (r0 + per_task).min(n);
-            let width = r1 - r0;
-            let mut out = vec![0f32; rows * (r1 - r0)];
-            // The task's scales, widened here once when they are float16
-            // (nb values against each row's k codes).
-            // The scales are a stream of their own beside the codes, read
-            // a task at a time: too short a run for the hardware's
-            // prefetchers, so each task asks for the next one's (the task
-            // this thread most likely runs next).
-            w.d.prefetch(r1 * nb..(r1 + per_task) * nb);
-            let mut room = try_alloc((r1 - r0) * nb, 0f32, "a task's scales")?;
-            let task_d = w.d.row(r0 * nb..r1 * nb, &mut room);
-            let mut r = r0;
-            // Integer activations: the task's whole groups of four weight
-            // rows (the kernels' ROWS) in one call per activation row,
-            // the same sums as one row at a time.
-            if let Some((qa, da)) = &int8 {
-                let whole = width / kernels::ROWS * kernels::ROWS;
-                if whole > 0 {
-                    let d = &task_d[..whole * nb];
-                    for i in 0..rows {
-                        let (qa, da) = (&qa[i * k..(i + 1) * k], &da[i * nb..(i + 1) * nb]);
-                        let dst = &mut out[i * width..i * width + whole];
-                        match (w.codes.nibbles(), w.codes.bytes()) {
-                            (Some(cd), _) => {
-                                kernel.q4i4(&cd[r0 * k / 2..(r0 + whole) * k / 2], d, qa, da, dst)
-                            }
-                            (_, Some(cd)) => {
-                                kernel.q8i4(&cd[r0 * k..(r0 + whole) * k], d, qa, da, dst)
-                            }
-                            _ => {}
-                        }
-                    }
-                    r += whole;
-                }
-            }
-            // The rows left (or every row, for float activations).
-            for r in r..r1 {
-                let d = &task_d[(r - r0) * nb..(r - r0 + 1) * nb];
-                for i in 0..rows {
-                    let ai = &a[i * k..(i + 1) * k];
-                    let dot = match (&int8, w.codes.nibbles(), w.codes.bytes()) {
-                        (Some((qa, da)), Some(cd), _) => kernel.q4i(
-                            &cd[r * k / 2..(r + 1) * k / 2],
-                            d,
-                            &qa[i * k..(i + 1) * k],
-                            &da[i * nb..(i + 1) * nb],
-                        ),
-                        (Some((qa, da)), _, Some(cd)) => kernel.q8i(
-                            &cd[r * k..(r + 1) * k],
-                            d,
-                            &qa[i * k..(i + 1) * k],
-                            &da[i * nb..(i + 1) * nb],
-                        ),
-                        (None, Some(cd), _) => kernel.q4(&cd[r * k / 2..(r + 1) * k / 2], d, ai),
-                        (None, _, Some(cd)) => kernel.q8(&cd[r * k..(r + 1) * k], d, ai),
-                        _ => 0.0,
-                    };
-                    out[i * width + (r - r0)] = dot;
-                }
-            }
-            // The offsets' term of every output (none to add where the
-            // matrix keeps no offsets).
-            if w.offsets {
-                for (i, row) in out.chunks_exact_mut(width).enumerate() {
-                    let si = &sums[i * nb..(i + 1) * nb];
-                    for (o, r) in row.iter_mut().zip(r0..r1) {
-                        *o += dot8(&w.m[r * nb..(r + 1) * nb], si);
-                    }
-                }
-            }
+            let width = per_task.min(n - t * per_task);
+            let mut out = try_alloc(rows * width, 0f32, "a task's products")?;
+            ROOM.with_borrow_mut(|room| task(t, &mut out, room))?;
             Ok(out)
         })
         .collect::<Result<_>>()?;
@@ -570,6 +582,29 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+thread_local! {
+    /// Each thread's room for a task's scales widened from float16,
+    /// reused across tasks and products (a decoding step runs a few
+    /// thousand tasks; each allocating its own was 5-9% of the step). A
+    /// task calls nothing that could run another task on this thread
+    /// while it holds the borrow.
+    static ROOM: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `room`'s first `len` elements (old contents), grown fallibly.
+fn scratch(room: &mut Vec<f32>, len: usize) -> Result<&mut [f32]> {
+    if room.len() < len {
+        room.try_reserve_exact(len - room.len()).map_err(|_| {
+            Error::operation(format!(
+                "cannot allocate {} bytes for a task's scales",
+                len * 4
+            ))
+        })?;
+        room.resize(len, 0.0);
+    }
+    Ok(&mut room[..len])
 }
 
 /// `a` as int8 codes and a scale per block of [`QK`], when every value

@@ -9,29 +9,12 @@
 const path = require('path');
 const { spawnSync } = require('child_process');
 const { ml, MLContext, MLGraphBuilder } = require('..');
-const { expectThrow, expectReject, expectClose, buildGraph, dispatchGraph, run, f32, constF32, iota } = require('./helpers');
+const { expectThrow, expectReject, expectClose, buildGraph, dispatchGraph, run, f32, constF32, iota, gpuProbe } = require('./helpers');
 
 const ROOT = path.resolve(__dirname, '..');
 
-// Whether a GPU context can be created, probed in a child process so that
-// the decision is known when the describe blocks are declared.
-const probe = (() => {
-  const code = `
-    require(${JSON.stringify(ROOT)}).ml.createContext({ deviceType: 'gpu' }).then(
-      (c) => { console.log(JSON.stringify({ ok: true })); c.destroy(); },
-      (e) => console.log(JSON.stringify({ ok: false, name: e.name, message: e.message })));`;
-  const r = spawnSync(process.execPath, ['-e', code], { encoding: 'utf8', timeout: 60000 });
-  const line = (r.stdout || '').trim().split('\n').pop();
-  try {
-    return JSON.parse(line);
-  } catch {
-    return { ok: false, name: 'probe failed', message: `status ${r.status}, stderr: ${r.stderr}` };
-  }
-})();
-
-if (!probe.ok) {
-  console.log(`GPU tests skipped: createContext({deviceType: 'gpu'}) failed with ${probe.name}: ${probe.message}`);
-}
+const probe = gpuProbe();
+if (!probe.ok) console.log(`GPU tests skipped: createContext({deviceType: 'gpu'}) failed with ${probe.why}`);
 
 describe('GPU availability', () => {
   test("createContext({deviceType: 'gpu'}) resolves, or rejects with NotSupportedError only", async () => {

@@ -12,6 +12,7 @@ const path = require('path');
 const { spawnSync } = require('child_process');
 const lib = require('../examples/lib/sentence-bert');
 const reference = require('./fixtures/minilm-reference.json');
+const { gpuProbe } = require('./helpers');
 
 const ROOT = path.resolve(__dirname, '..');
 const CPU_MIN_COSINE = 0.9999;
@@ -30,23 +31,9 @@ const modelDir = (() => {
 })();
 if (modelDir.missing) console.log(`all-MiniLM-L6-v2 tests skipped: ${modelDir.missing}`);
 
-// Whether a GPU context can be created, probed in a child process so that
-// the decision is known when the describe blocks are declared.
-const gpuProbe = (() => {
-  if (modelDir.missing) return { ok: false };
-  const code = `
-    require(${JSON.stringify(ROOT)}).ml.createContext({ deviceType: 'gpu' }).then(
-      (c) => { console.log(JSON.stringify({ ok: true })); c.destroy(); },
-      (e) => console.log(JSON.stringify({ ok: false, name: e.name, message: e.message })));`;
-  const r = spawnSync(process.execPath, ['-e', code], { encoding: 'utf8', timeout: 60000 });
-  try {
-    return JSON.parse((r.stdout || '').trim().split('\n').pop());
-  } catch {
-    return { ok: false, name: 'probe failed', message: `status ${r.status}, stderr: ${r.stderr}` };
-  }
-})();
-if (!modelDir.missing && !gpuProbe.ok) {
-  console.log(`all-MiniLM-L6-v2 GPU test skipped: createContext({deviceType: 'gpu'}) failed with ${gpuProbe.name}: ${gpuProbe.message}`);
+const gpu = modelDir.missing ? { ok: false } : gpuProbe();
+if (!modelDir.missing && !gpu.ok) {
+  console.log(`all-MiniLM-L6-v2 GPU test skipped: createContext({deviceType: 'gpu'}) failed with ${gpu.why}`);
 }
 
 const describeModel = modelDir.missing ? describe.skip : describe;
@@ -114,7 +101,7 @@ describeModel('all-MiniLM-L6-v2 sentence embeddings', () => {
     }
   });
 
-  (gpuProbe.ok ? test : test.skip)(`GPU: cosine similarity with the reference >= ${GPU_MIN_COSINE} for every sentence`, async () => {
+  (gpu.ok ? test : test.skip)(`GPU: cosine similarity with the reference >= ${GPU_MIN_COSINE} for every sentence`, async () => {
     const context = await ml.createContext({ deviceType: 'gpu' });
     try {
       // The sentence beyond max_seq_length runs alone: padding the other

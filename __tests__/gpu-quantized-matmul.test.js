@@ -6,28 +6,12 @@
 // packed codes (src/backend/gpu/qmatmul.rs; its Rust tests check that the
 // fused path is taken); here the public API is checked end to end.
 
-const path = require('path');
-const { spawnSync } = require('child_process');
 const { ml } = require('..');
-const { buildGraph, dispatchGraph, expectClose, values } = require('./helpers');
+const { buildGraph, dispatchGraph, expectClose, values, gpuProbe } = require('./helpers');
 
-const ROOT = path.resolve(__dirname, '..');
-
-// Whether a GPU context can be created (as backends.test.js probes it).
-const probe = (() => {
-  const code = `
-    require(${JSON.stringify(ROOT)}).ml.createContext({ deviceType: 'gpu' }).then(
-      (c) => { console.log(JSON.stringify({ ok: true })); c.destroy(); },
-      (e) => console.log(JSON.stringify({ ok: false, name: e.name, message: e.message })));`;
-  const r = spawnSync(process.execPath, ['-e', code], { encoding: 'utf8', timeout: 60000 });
-  try {
-    return JSON.parse((r.stdout || '').trim().split('\n').pop());
-  } catch {
-    return { ok: false, name: 'probe failed', message: `status ${r.status}` };
-  }
-})();
+const probe = gpuProbe();
 const gpuTest = probe.ok ? test : test.skip;
-if (!probe.ok) console.log(`GPU tests skipped: ${probe.name}: ${probe.message}`);
+if (!probe.ok) console.log(`GPU tests skipped: ${probe.why}`);
 
 // float16 bits of (1 + f/8) * 2^-6 * sign (f in 0..7), or of 0: exact
 // values, so that no float16 rounding is needed here.

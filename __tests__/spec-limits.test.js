@@ -13,9 +13,8 @@
 // The 4-bit types are not in the spec's MLOperandDataType; where we accept
 // them (an extension, see docs/spec.md) they are left out of the comparison.
 
-const path = require('path');
-const { spawnSync } = require('child_process');
 const { ml } = require('..');
+const { gpuProbe } = require('./helpers');
 
 const FIXTURE = require('./fixtures/spec-limits-c515210.json');
 const TOP_LEVEL = new Set(['preferredInputLayout', 'maxTensorByteLength', 'input', 'constant', 'output']);
@@ -110,16 +109,10 @@ describe('opSupportLimits() follows the spec tables (cpu)', () => {
   });
 });
 
-const gpuProbe = (() => {
-  const root = path.resolve(__dirname, '..');
-  const code = `require(${JSON.stringify(root)}).ml.createContext({ deviceType: 'gpu' }).then(
-      (c) => { console.log('OK'); c.destroy(); }, (e) => console.log('ERR ' + e.name + ': ' + e.message));`;
-  const r = spawnSync(process.execPath, ['-e', code], { encoding: 'utf8', timeout: 60000 });
-  return (r.stdout || '').trim().split('\n').pop() || `status ${r.status}`;
-})();
-if (gpuProbe !== 'OK') console.log(`spec limits GPU tests skipped: ${gpuProbe}`);
+const gpu = gpuProbe();
+if (!gpu.ok) console.log(`spec limits GPU tests skipped: ${gpu.why}`);
 
-(gpuProbe === 'OK' ? describe : describe.skip)('opSupportLimits() follows the spec tables (gpu)', () => {
+(gpu.ok ? describe : describe.skip)('opSupportLimits() follows the spec tables (gpu)', () => {
   test('what the GPU advertises is allowed by the spec, with the spec ranks', async () => {
     const context = await ml.createContext({ deviceType: 'gpu' });
     const limits = context.opSupportLimits();

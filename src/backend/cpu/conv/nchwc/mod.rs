@@ -1156,8 +1156,9 @@ impl Plan {
         let stages = std::iter::once(ch.depthwise)
             .chain(ch.expand)
             .chain(ch.project);
-        let mut epilogues: HashMap<usize, Epilogue<'a>> = HashMap::new();
-        for m in stages {
+        // At most three stages: a slot each, found by node.
+        let mut epilogues: [Option<(usize, Epilogue<'a>)>; 3] = [None, None, None];
+        for (slot, m) in epilogues.iter_mut().zip(stages) {
             let node = &g.nodes[m];
             let Op::Conv2d(p) = &node.op else {
                 return Err(bad());
@@ -1166,14 +1167,18 @@ impl Plan {
             if bias.as_ref().is_some_and(|b| b.len() != p.out_channels) {
                 return Err(bad());
             }
-            epilogues.insert(m, (bias, bounds));
+            *slot = Some((m, (bias, bounds)));
         }
         let stage = |m: usize| -> Result<(&Conv, &Conv2dParams, F32Epilogue<'_>)> {
             let Op::Conv2d(p) = &g.nodes[m].op else {
                 return Err(bad());
             };
             let c = self.convs.get(&m).ok_or_else(bad)?;
-            let (bias, bounds) = epilogues.get(&m).ok_or_else(bad)?;
+            let (_, (bias, bounds)) = epilogues
+                .iter()
+                .flatten()
+                .find(|(k, _)| *k == m)
+                .ok_or_else(bad)?;
             Ok((c, p, (bias.as_deref(), *bounds)))
         };
         use chain::{Dw, Pw};

@@ -64,17 +64,7 @@ fn padded_3x3(
     project: Option<usize>,
     residual: bool,
 ) -> Block {
-    Block {
-        x,
-        expand,
-        c,
-        k: (3, 3),
-        pad: [1; 4],
-        s,
-        d: 1,
-        project,
-        residual,
-    }
+    block3x3(x, expand, c, [1; 4], s, project, residual)
 }
 
 /// The same networks in nhwc run on the blocked kernels as in NCHW: the

@@ -422,6 +422,11 @@ struct CompiledGraph {
     /// The buffer of each graph output, in `graph.outputs` order.
     outputs: Vec<usize>,
     steps: Vec<Step>,
+    /// The quantized weights its products read, shared with the
+    /// context's other graphs (`qmatmul::Uploads`). Held, not read: while
+    /// a graph holds them, the context's next graphs find them.
+    #[cfg_attr(not(test), allow(dead_code))]
+    uploads: Vec<Arc<qmatmul::Uploaded>>,
     /// How many products run on quantized weights (`qmatmul`), for tests.
     #[cfg(test)]
     quantized: usize,
@@ -445,6 +450,9 @@ pub struct GpuBackend {
     /// where they lie (`qmatmul`); `WEBNN_GPU_QMATMUL=off` runs them node
     /// by node, for comparisons.
     qmatmul: bool,
+    /// Quantized weights uploaded by this context's graphs, found again
+    /// by the next graph over the same constants.
+    uploads: qmatmul::Uploads,
     /// Finishes asynchronous reads (declared last: dropped, and joined,
     /// after everything else is released).
     reader: Reader,
@@ -547,6 +555,7 @@ impl GpuBackend {
             tensors: HashMap::new(),
             graphs: HashMap::new(),
             qmatmul: std::env::var("WEBNN_GPU_QMATMUL").map_or(true, |v| v != "off"),
+            uploads: qmatmul::Uploads::default(),
             reader,
         })
     }
@@ -645,6 +654,9 @@ impl GpuBackend {
         // read B).
         let reads = |n: usize, k: usize| live[n] && !(k == 1 && fused.contains_key(&n));
         let gpu = &mut self.gpu;
+        let uploads = &mut self.uploads;
+        uploads.forget_unused();
+        let mut held = Vec::new();
         let mut buffers: Vec<wgpu::Buffer> = Vec::new();
         // The buffer of each operand (in the working representation), once
         // it has one.
@@ -761,8 +773,12 @@ impl GpuBackend {
             let step = match &node.op {
                 _ if fused_b.is_some() => match (fused_b, ins.first()) {
                     (Some(q), Some(&a)) => {
-                        qmatmul::build(gpu, graph, q, a, ins.get(1).copied(), out_buf)
-                            .map(|s| vec![s])
+                        qmatmul::build(gpu, uploads, graph, q, a, ins.get(1).copied(), out_buf).map(
+                            |(s, up)| {
+                                held.push(up);
+                                vec![s]
+                            },
+                        )
                     }
                     _ => Err(Error::operation("a quantized product lacks its input")),
                 },
@@ -892,6 +908,7 @@ impl GpuBackend {
             inputs,
             outputs,
             steps,
+            uploads: held,
             #[cfg(test)]
             quantized: fused.len(),
         })

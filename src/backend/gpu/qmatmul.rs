@@ -33,6 +33,7 @@
 //! else reads or that are graph outputs.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Weak};
 
 use super::{word, Gpu, Step};
 use crate::error::{Error, Result};
@@ -128,12 +129,17 @@ fn producer(g: &Graph, id: OperandId) -> Option<&Node> {
 
 /// The constant that operand `id` is, through reshapes and (when `casts`)
 /// float16 to float32 casts (exact): its bytes and type.
-fn constant_root(g: &Graph, id: OperandId, casts: bool, depth: usize) -> Option<(&[u8], DataType)> {
+fn constant_root(
+    g: &Graph,
+    id: OperandId,
+    casts: bool,
+    depth: usize,
+) -> Option<(&Arc<Vec<u8>>, DataType)> {
     if depth > MAX_DEPTH {
         return None;
     }
     match g.sources.get(id)? {
-        Source::Constant(bytes) => Some((bytes.as_slice(), g.operands[id].data_type)),
+        Source::Constant(bytes) => Some((bytes, g.operands[id].data_type)),
         Source::Node { .. } => {
             let n = producer(g, id)?;
             let [x] = n.inputs[..] else { return None };
@@ -479,7 +485,7 @@ fn source_index(over: &[usize], block: &[usize], mut i: usize) -> usize {
 fn values(g: &Graph, id: OperandId) -> Result<Buf> {
     let (bytes, dt) = constant_root(g, id, true, 0)
         .ok_or_else(|| Error::operation("a quantized product's parameter is not a constant"))?;
-    Buf::from_bytes(dt, bytes, g.operands[id].element_count())
+    Buf::from_bytes(dt, bytes.as_slice(), g.operands[id].element_count())
 }
 
 /// The block table: per output column n and block kb along K, the scale,
@@ -548,20 +554,133 @@ fn code_expr(dt: DataType) -> Result<&'static str> {
     })
 }
 
+/// A product's codes and block table on the device, shared by the
+/// graphs of one context whose products read the same constants (a
+/// prefill and a decode graph over a model's weight tensors upload them
+/// once). Each graph that uses them holds them; the context's
+/// [`Uploads`] only finds them.
+pub(super) struct Uploaded {
+    codes: wgpu::Buffer,
+    blocks: wgpu::Buffer,
+}
+
+/// The uploads of a context's graphs, found by what they were made from.
+#[derive(Default)]
+pub(super) struct Uploads {
+    entries: Vec<(UploadKey, Weak<Uploaded>)>,
+}
+
+impl Uploads {
+    /// Forgets what no graph holds any more.
+    pub(super) fn forget_unused(&mut self) {
+        self.entries.retain(|(_, w)| w.strong_count() > 0);
+    }
+}
+
+/// A constant operand's values as a key: the bytes of the constant they
+/// come from (through reshapes and exact float16 to float32 casts), its
+/// type and the operand's element count. The weak reference keeps the
+/// allocation, and so the address, from being reused while the key
+/// exists, so a key never matches other bytes at the same address.
+struct Root {
+    bytes: Weak<Vec<u8>>,
+    dt: DataType,
+    count: usize,
+}
+
+impl PartialEq for Root {
+    fn eq(&self, other: &Self) -> bool {
+        Weak::ptr_eq(&self.bytes, &other.bytes) && (self.dt, self.count) == (other.dt, other.count)
+    }
+}
+
+fn root(g: &Graph, id: OperandId) -> Option<Root> {
+    let (bytes, dt) = constant_root(g, id, true, 0)?;
+    Some(Root {
+        bytes: Arc::downgrade(bytes),
+        dt,
+        count: g.operands[id].element_count(),
+    })
+}
+
+/// What a product's uploads are made of: equal keys, equal buffers.
+#[derive(PartialEq)]
+struct UploadKey {
+    codes: Root,
+    dt: DataType,
+    n: usize,
+    k: usize,
+    block: usize,
+    rows: bool,
+    scale: (Root, Vec<usize>, Vec<usize>),
+    zero: (Root, Vec<usize>, Vec<usize>),
+    offset: Option<(Root, Vec<usize>, Vec<usize>)>,
+}
+
+fn upload_key(g: &Graph, q: &QMatmul) -> Option<UploadKey> {
+    let quantity = |x: &Quantity| Some((root(g, x.id)?, x.over.clone(), x.block.clone()));
+    let Source::Constant(codes) = &g.sources[q.codes] else {
+        return None;
+    };
+    Some(UploadKey {
+        codes: Root {
+            bytes: Arc::downgrade(codes),
+            dt: q.dt,
+            count: g.operands[q.codes].element_count(),
+        },
+        dt: q.dt,
+        n: q.n,
+        k: q.k,
+        block: q.block,
+        rows: q.rows,
+        scale: quantity(&q.scale)?,
+        zero: quantity(&q.zero)?,
+        offset: match &q.offset {
+            Some(o) => Some(quantity(o)?),
+            None => None,
+        },
+    })
+}
+
+/// The uploads of product `q`: found in `uploads`, or made (the codes'
+/// bytes as they are, and the block table) and recorded there.
+fn uploaded(gpu: &Gpu, g: &Graph, q: &QMatmul, uploads: &mut Uploads) -> Result<Arc<Uploaded>> {
+    let key = upload_key(g, q);
+    if let Some(found) = key.as_ref().and_then(|key| {
+        uploads
+            .entries
+            .iter()
+            .filter(|(k, _)| k == key)
+            .find_map(|(_, w)| w.upgrade())
+    }) {
+        return Ok(found);
+    }
+    let Source::Constant(bytes) = &g.sources[q.codes] else {
+        return Err(Error::operation("quantized weights are not a constant"));
+    };
+    let made = Arc::new(Uploaded {
+        codes: gpu.upload(bytes, "quantized weights")?,
+        blocks: gpu.upload(&table(g, q)?, "quantized weights' scales")?,
+    });
+    if let Some(key) = key {
+        uploads.entries.push((key, Arc::downgrade(&made)));
+    }
+    Ok(made)
+}
+
 /// The step of product `q`: `a` ([M, K] float32), `c` (gemm's C, when it
-/// has one, broadcast to [M, N]), `out` ([M, N] float32). Uploads the
-/// codes' bytes as they are and the block table.
+/// has one, broadcast to [M, N]), `out` ([M, N] float32). Its uploads
+/// ([`uploaded`]) are returned for the graph to hold.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn build(
     gpu: &mut Gpu,
+    uploads: &mut Uploads,
     g: &Graph,
     q: &QMatmul,
     a: &wgpu::Buffer,
     c: Option<&wgpu::Buffer>,
     out: &wgpu::Buffer,
-) -> Result<Step> {
-    let Source::Constant(bytes) = &g.sources[q.codes] else {
-        return Err(Error::operation("quantized weights are not a constant"));
-    };
+) -> Result<(Step, Arc<Uploaded>)> {
     let (m, n, k) = (q.m as u64, q.n as u64, q.k as u64);
     if q.block == 0 || !q.k.is_multiple_of(q.block) {
         return Err(Error::operation(
@@ -574,8 +693,7 @@ pub(super) fn build(
     word(m * n)?;
     let nkb = k / q.block as u64;
     word(n * nkb * 3)?;
-    let codes = gpu.upload(bytes, "quantized weights")?;
-    let blocks = gpu.upload(&table(g, q)?, "quantized weights' scales")?;
+    let up = uploaded(gpu, g, q, uploads)?;
     let (store, extra, cstrides) = match (q.gemm, c) {
         (None, _) => ("acc[i]".to_string(), "", (0, 0)),
         (Some(t), None) if !t.has_c => ("bitcast<f32>(p[6]) * acc[i]".to_string(), "", (0, 0)),
@@ -627,9 +745,10 @@ pub(super) fn build(
         .replace("{{STORE}}", &store)
         .replace("{{EXTRA}}", extra);
     let groups = [word(n.div_ceil(TN))?, word(m.div_ceil(TM))?, 1];
-    let mut buffers = vec![&params, a, &codes, &blocks, out];
+    let mut buffers = vec![&params, a, &up.codes, &up.blocks, out];
     buffers.extend(c);
-    gpu.step(source, "main", &buffers, groups)
+    let step = gpu.step(source, "main", &buffers, groups)?;
+    Ok((step, up))
 }
 
 #[cfg(test)]

@@ -357,3 +357,56 @@ fn runs_of_blockwise_broadcasts() {
     // C: [12] with blocks of 3, C = 2.
     assert_eq!(runs(&[12], &[3], 2), None);
 }
+
+/// Two graphs over the same constants upload the codes and the block
+/// table once; a graph over the same codes with other offsets (here
+/// negated) uploads its own, and computes what the CPU backend does.
+#[test]
+fn graphs_share_uploads_of_the_same_constants() {
+    use crate::graph::Source;
+    let Some(mut be) = backend() else { return };
+    let (n, k) = (32, 128);
+    let g = matmul_graph(&[1, k], |b| q4_1(b, U4, n, k, 5));
+    let mut other = g.clone();
+    // The offsets: the float32 constant of one value per block.
+    let at = (0..other.operands.len())
+        .find(|&i| {
+            matches!(other.sources[i], Source::Constant(_))
+                && other.operands[i].data_type == DataType::Float32
+                && other.operands[i].shape == [n, k / 32, 1]
+        })
+        .expect("the graph adds constant offsets");
+    let Source::Constant(bytes) = &other.sources[at] else {
+        unreachable!()
+    };
+    let mut negated = bytes.as_ref().clone();
+    for e in negated.chunks_mut(4) {
+        e[3] ^= 0x80;
+    }
+    other.sources[at] = Source::Constant(Arc::new(negated));
+    let (g, other) = (Arc::new(g), Arc::new(other));
+    be.compile(1, g.clone()).unwrap();
+    be.compile(2, g.clone()).unwrap();
+    be.compile(3, other.clone()).unwrap();
+    let held = |be: &GpuBackend, id| be.graphs[&id].uploads[0].clone();
+    assert!(Arc::ptr_eq(&held(&be, 1), &held(&be, 2)));
+    assert!(!Arc::ptr_eq(&held(&be, 1), &held(&be, 3)));
+    let x = vec![Buf::F32(random(k, 9))];
+    let mut cpu = CpuBackend::new();
+    for (id, graph) in [(1, &g), (3, &other)] {
+        let got = be.compute(id, graph, x.clone()).unwrap();
+        cpu.compile(id, graph.clone()).unwrap();
+        let want = cpu.compute(id, graph, x.clone()).unwrap();
+        assert_close(&f32s(&got[0]), &f32s(&want[0]), TOL, &format!("graph {id}"));
+    }
+    // Once no graph holds them, they are gone, and made again.
+    let first = Arc::downgrade(&held(&be, 1));
+    for id in [1, 2, 3] {
+        be.destroy_graph(id);
+    }
+    assert!(first.upgrade().is_none());
+    be.compile(4, g.clone()).unwrap();
+    let got = be.compute(4, &g, x.clone()).unwrap();
+    let want = cpu.compute(1, &g, x).unwrap();
+    assert_close(&f32s(&got[0]), &f32s(&want[0]), TOL, "graph 4");
+}

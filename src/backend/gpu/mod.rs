@@ -23,6 +23,7 @@
 //! `device.rs` chooses the adapter and keeps devices between contexts;
 //! `read.rs` finishes reads.
 
+mod constants;
 mod conv;
 mod convert;
 mod device;
@@ -422,11 +423,14 @@ struct CompiledGraph {
     /// The buffer of each graph output, in `graph.outputs` order.
     outputs: Vec<usize>,
     steps: Vec<Step>,
-    /// The quantized weights its products read, shared with the
-    /// context's other graphs (`qmatmul::Uploads`). Held, not read: while
-    /// a graph holds them, the context's next graphs find them.
+    /// The quantized weights its products read and its constants, shared
+    /// with the context's other graphs (`qmatmul::Uploads`,
+    /// `constants::Constants`). Held, not read: while a graph holds them,
+    /// the context's next graphs find them.
     #[cfg_attr(not(test), allow(dead_code))]
     uploads: Vec<Arc<qmatmul::Uploaded>>,
+    #[allow(dead_code)]
+    constants: Vec<Arc<wgpu::Buffer>>,
     /// How many products run on quantized weights (`qmatmul`), for tests.
     #[cfg(test)]
     quantized: usize,
@@ -453,6 +457,8 @@ pub struct GpuBackend {
     /// Quantized weights uploaded by this context's graphs, found again
     /// by the next graph over the same constants.
     uploads: qmatmul::Uploads,
+    /// Constants uploaded by this context's graphs, likewise.
+    constants: constants::Constants,
     /// Finishes asynchronous reads (declared last: dropped, and joined,
     /// after everything else is released).
     reader: Reader,
@@ -556,6 +562,7 @@ impl GpuBackend {
             graphs: HashMap::new(),
             qmatmul: std::env::var("WEBNN_GPU_QMATMUL").map_or(true, |v| v != "off"),
             uploads: qmatmul::Uploads::default(),
+            constants: constants::Constants::default(),
             reader,
         })
     }
@@ -684,15 +691,18 @@ impl GpuBackend {
             }
             slot[*id] = Some(buffers.len() - 1);
         }
-        // Constants that some node reads, uploaded once, already widened.
+        // Constants that some node reads, uploaded once, already widened
+        // (once per context: the graphs over the same constants share them).
+        let constants = &mut self.constants;
+        constants.forget_unused();
+        let mut shared = Vec::new();
         for (n, node) in graph.nodes.iter().enumerate() {
             for (k, &i) in node.inputs.iter().enumerate() {
                 if slot[i].is_none() && reads(n, k) {
                     if let Source::Constant(bytes) = &graph.sources[i] {
-                        let desc = &graph.operands[i];
-                        let data =
-                            convert::widen_constant(desc.data_type, bytes, desc.element_count())?;
-                        buffers.push(gpu.upload(&data, "constant")?);
+                        let buf = constants.get(gpu, bytes, &graph.operands[i])?;
+                        buffers.push((*buf).clone());
+                        shared.push(buf);
                         slot[i] = Some(buffers.len() - 1);
                     }
                 }
@@ -909,6 +919,7 @@ impl GpuBackend {
             outputs,
             steps,
             uploads: held,
+            constants: shared,
             #[cfg(test)]
             quantized: fused.len(),
         })

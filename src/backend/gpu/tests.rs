@@ -973,3 +973,90 @@ fn takes_every_cpu_type_and_refuses_only_oversized_tensors() {
     };
     assert_eq!(e.message, want);
 }
+
+/// Graphs over the same constant bytes share one device buffer of each
+/// (int8 ones widened once), run in any order with their own results,
+/// and the buffer goes when the last graph holding it does.
+#[test]
+fn graphs_share_their_constants() {
+    use crate::backend::cpu::CpuBackend;
+    use crate::backend::testing::constant;
+    let Some(mut be) = backend() else { return };
+    let graph = |scale: f64| {
+        let mut b = GraphBuilder::new();
+        let a = b.input("a", desc(DataType::Float32, &[3, 8])).unwrap();
+        let w = constant(&mut b, DataType::Float32, &[8, 5], &[0.25; 40]);
+        let q: Vec<f64> = (0..5).map(|i| i as f64 - 2.0).collect();
+        let c = constant(&mut b, DataType::Int8, &[5], &q);
+        let s = constant(&mut b, DataType::Float32, &[5], &[scale; 5]);
+        let z = constant(&mut b, DataType::Int8, &[5], &[0.0; 5]);
+        let bias = b
+            .call(
+                "dequantizeLinear",
+                &[operand(&b, c), operand(&b, s), operand(&b, z)],
+            )
+            .unwrap()[0];
+        let p = b.call("matmul", &[operand(&b, a), operand(&b, w)]).unwrap()[0];
+        let out = b.call("add", &[operand(&b, p), operand(&b, bias)]).unwrap()[0];
+        b.build(vec![("out".into(), out)]).unwrap()
+    };
+    let g = Arc::new(graph(0.5));
+    // The same graph, but for one constant's bytes: a copy, scaled.
+    let mut other = graph(0.5);
+    let at = (0..other.operands.len())
+        .find(|&i| {
+            other.operands[i].shape == [5] && other.operands[i].data_type == DataType::Float32
+        })
+        .unwrap();
+    let scaled: Vec<u8> = [3.0f32; 5].iter().flat_map(|v| v.to_le_bytes()).collect();
+    // Every other constant of `other` takes `g`'s bytes.
+    for i in 0..other.operands.len() {
+        if let (Source::Constant(_), Source::Constant(mine)) =
+            (&g.sources[i], &mut other.sources[i])
+        {
+            *mine = match i == at {
+                true => Arc::new(scaled.clone()),
+                false => g.constant(i).unwrap().clone(),
+            };
+        }
+    }
+    let other = Arc::new(other);
+    be.compile(1, g.clone()).unwrap();
+    be.compile(2, g.clone()).unwrap();
+    be.compile(3, other.clone()).unwrap();
+    let ptr = |be: &GpuBackend, id| {
+        let mut v: Vec<usize> = be.graphs[&id]
+            .constants
+            .iter()
+            .map(|b| Arc::as_ptr(b) as usize)
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ptr(&be, 1).len(), 4);
+    assert_eq!(ptr(&be, 1), ptr(&be, 2));
+    let common = ptr(&be, 1)
+        .iter()
+        .filter(|p| ptr(&be, 3).contains(p))
+        .count();
+    assert_eq!(common, 3, "all but the scaled constant");
+    let x = vec![Buf::F32(random(24, 3))];
+    let mut cpu = CpuBackend::new();
+    for (id, graph) in [(3, &other), (1, &g), (2, &g), (3, &other)] {
+        let got = be.compute(id, graph, x.clone()).unwrap();
+        cpu.compile(id, graph.clone()).unwrap();
+        let want = cpu.compute(id, graph, x.clone()).unwrap();
+        assert_close(
+            &f32s(&got[0]),
+            &f32s(&want[0]),
+            1e-6,
+            &format!("graph {id}"),
+        );
+    }
+    let weak = Arc::downgrade(&be.graphs[&1].constants[0]);
+    be.destroy_graph(1);
+    assert!(weak.upgrade().is_some(), "graph 2 holds it");
+    be.destroy_graph(2);
+    be.destroy_graph(3);
+    assert!(weak.upgrade().is_none());
+}

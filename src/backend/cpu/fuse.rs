@@ -117,10 +117,7 @@ fn const_ref(g: &Graph, id: OperandId) -> Option<ConstRef> {
             }
             Source::Node { node, .. } => {
                 let n = &g.nodes[*node];
-                if d.element_count() > MAX_FOLDED
-                    || n.outputs.len() != 1
-                    || !matches!(n.op, Op::Reshape | Op::Cast(_))
-                {
+                if !folds(d, n) {
                     return None;
                 }
                 at = *n.inputs.first()?;
@@ -222,6 +219,15 @@ impl PackedCache {
 /// compile time (casts and reshapes of them), at most this many elements.
 const MAX_FOLDED: usize = 1 << 24;
 
+/// Whether node `n`, whose output is `d`, is one that [`constant`]
+/// computes from its input: a reshape or a cast, of at most
+/// [`MAX_FOLDED`] elements.
+fn folds(d: &OperandDescriptor, n: &crate::graph::Node) -> bool {
+    d.element_count() <= MAX_FOLDED
+        && n.outputs.len() == 1
+        && matches!(n.op, Op::Reshape | Op::Cast(_))
+}
+
 /// The value of operand `id` when it is a constant, or a cast or reshape
 /// of one (small enough to compute here).
 fn constant(g: &Graph, id: OperandId) -> Option<Buf> {
@@ -230,13 +236,9 @@ fn constant(g: &Graph, id: OperandId) -> Option<Buf> {
         Source::Constant(bytes) => Buf::from_bytes(d.data_type, bytes, d.element_count()).ok(),
         Source::Node { node, .. } => {
             let n = &g.nodes[*node];
-            // Only reshapes and casts fold; asked first, so that no other
-            // node's input (an embedding table behind a gather, say) is
-            // converted to find that out.
-            if d.element_count() > MAX_FOLDED
-                || n.outputs.len() != 1
-                || !matches!(n.op, Op::Reshape | Op::Cast(_))
-            {
+            // Asked first, so that no other node's input (an embedding
+            // table behind a gather, say) is converted to find that out.
+            if !folds(d, n) {
                 return None;
             }
             let x = constant(g, *n.inputs.first()?)?;

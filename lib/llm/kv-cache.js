@@ -75,12 +75,11 @@ class KVCache {
     const block = [];
     for (let i = 0; i < 2 * this.nLayer; i++) {
       const shape = i % 2 === 0 ? this.shapes.k : this.shapes.v;
-      const size = shape.reduce((a, b) => a * b, 1);
-      // Zeros, not whatever the allocation held: a masked position still
-      // multiplies its (zero) probability by V, and 0 * NaN would be NaN.
+      // A new tensor holds zeros (createTensor initializes every byte),
+      // which a masked position needs: it still multiplies its (zero)
+      // probability by V, and 0 * NaN would be NaN. No write of zeros
+      // follows, which only held a second copy of the block for a while.
       const t = await this.context.createTensor({ dataType: this.dataType, shape, writable: true });
-      // float16 zeros are 0 bits, as float32's are.
-      this.context.writeTensor(t, this.dataType === 'float16' ? new Uint16Array(size) : new Float32Array(size));
       block.push(t);
     }
     return block;

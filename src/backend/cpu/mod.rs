@@ -830,7 +830,11 @@ impl Backend for CpuBackend {
             memory::check(&cg, &plan, have, "the memory this process can have")?;
         }
         // The recycling pool may keep as much idle as this graph can reuse.
-        crate::tensor::pool::keep_room_for(plan.peak);
+        let input = (cg.graph.inputs.iter())
+            .map(|&(_, i)| cg.operand_bytes(i))
+            .max()
+            .unwrap_or(0);
+        crate::tensor::pool::keep_room_for(plan.peak, input);
         self.graphs.insert(id, cg);
         Ok(())
     }

@@ -5,6 +5,7 @@
 //! thread. It keeps its own tables of tensors and compiled graphs, keyed by
 //! ids that the binding layer hands out.
 
+mod bytes_id;
 pub mod cpu;
 pub mod gpu;
 #[cfg(test)]
@@ -16,6 +17,7 @@ use crate::error::Result;
 use crate::graph::Graph;
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
+pub(crate) use bytes_id::BytesId;
 
 pub type TensorId = u64;
 pub type GraphId = u64;

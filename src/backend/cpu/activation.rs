@@ -336,46 +336,32 @@ fn select<T: Copy + Send + Sync + Default>(
             0 => dst.fill(src[o]),
             _ => dst.copy_from_slice(&src[o..o + n]),
         };
-        if whole_f {
-            // The row is already the false operand's: only the selected
-            // elements change.
-            match ic {
-                0 if c[oc] != 0 => take(t, ot, it, dst),
-                0 => {}
-                _ if same_row => {
-                    for &j in &chosen {
-                        dst[j] = t[ot + j * it];
-                    }
-                }
-                _ => {
-                    for (j, v) in dst.iter_mut().enumerate() {
-                        if c[oc + j * ic] != 0 {
-                            *v = t[ot + j * it];
-                        }
-                    }
-                }
+        // The false operand's row, unless the output started as a copy
+        // of the false operand: then only the selected elements change.
+        let take_f = |dst: &mut [T]| {
+            if !whole_f {
+                take(f, of, iff, dst)
             }
-            return;
-        }
+        };
         match (ic, it <= 1 && iff <= 1) {
             // One condition for the whole row (a row or a block selected
             // at a time, as a decoding step places its value row): the
             // row is one operand's.
             (0, true) => match c[oc] != 0 {
                 true => take(t, ot, it, dst),
-                false => take(f, of, iff, dst),
+                false => take_f(dst),
             },
             // A condition per element over contiguous (or repeated)
             // operands: the false operand's row, then the selected
             // elements of the true one; no strides multiplied per element.
             (1, true) if same_row => {
-                take(f, of, iff, dst);
+                take_f(dst);
                 for &j in &chosen {
                     dst[j] = t[ot + j * it];
                 }
             }
             (1, true) => {
-                take(f, of, iff, dst);
+                take_f(dst);
                 for (j, (v, &cj)) in dst.iter_mut().zip(&c[oc..oc + n]).enumerate() {
                     if cj != 0 {
                         *v = t[ot + j * it];

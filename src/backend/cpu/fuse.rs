@@ -28,6 +28,7 @@ use std::sync::{Arc, Weak};
 
 use super::qgemm::{BlockSums, QMatrix, QK};
 use super::sgemm::PackedB;
+use crate::backend::BytesId;
 use crate::error::{Error, Result};
 use crate::graph::ops::elementwise::BinaryKind;
 use crate::graph::ops::gather::GatherOp;
@@ -77,24 +78,15 @@ struct SumsKey {
 }
 
 /// A constant operand as the bytes it is computed from: the root
-/// constant's bytes, the data types that the casts between take it
-/// through (root first), and its shape. Reshapes keep the order of the
-/// elements and casts work element by element, so equal `ConstRef`s are
-/// equal values. The root is held by a weak reference, which keeps its
-/// allocation, and so its address, from being reused while the key
-/// exists: a key can never match bytes that merely reuse the address.
+/// constant's bytes (by identity, see [`BytesId`]), the data types that
+/// the casts between take it through (root first), and its shape.
+/// Reshapes keep the order of the elements and casts work element by
+/// element, so equal `ConstRef`s are equal values.
+#[derive(PartialEq)]
 struct ConstRef {
-    root: Weak<Vec<u8>>,
+    root: BytesId,
     types: Vec<DataType>,
     shape: Vec<usize>,
-}
-
-impl PartialEq for ConstRef {
-    fn eq(&self, other: &Self) -> bool {
-        Weak::ptr_eq(&self.root, &other.root)
-            && self.types == other.types
-            && self.shape == other.shape
-    }
 }
 
 /// Operand `id` as a [`ConstRef`], when [`constant`] can compute it: a
@@ -110,7 +102,7 @@ fn const_ref(g: &Graph, id: OperandId) -> Option<ConstRef> {
             Source::Constant(bytes) => {
                 types.reverse();
                 return Some(ConstRef {
-                    root: Arc::downgrade(bytes),
+                    root: BytesId::of(bytes),
                     types,
                     shape: g.operands[id].shape.clone(),
                 });
@@ -152,13 +144,11 @@ impl WeightCache {
 /// Constants converted to element buffers, and casts of constants
 /// computed at compile, shared between the graphs of one context: a
 /// prefill and a decode graph built over the same constant tensors hold
-/// one copy. Keys are the addresses of the bytes they were made from,
-/// which stay alive (and so are not reused) while any graph holding the
-/// result does, since its graph holds those bytes.
+/// one copy. Keyed by the bytes they were made from ([`BytesId`]).
 #[derive(Default)]
 pub struct ConstantCache {
-    converted: HashMap<(usize, DataType, usize), Weak<Buf>>,
-    casts: HashMap<(usize, DataType), Weak<Vec<u8>>>,
+    converted: HashMap<(BytesId, DataType, usize), Weak<Buf>>,
+    casts: HashMap<(BytesId, DataType), Weak<Vec<u8>>>,
 }
 
 impl ConstantCache {
@@ -170,7 +160,7 @@ impl ConstantCache {
 
     /// `bytes` (a constant of `d`) as an element buffer.
     pub fn buf(&mut self, bytes: &Arc<Vec<u8>>, d: &OperandDescriptor) -> Result<Arc<Buf>> {
-        let key = (Arc::as_ptr(bytes) as usize, d.data_type, d.element_count());
+        let key = (BytesId::of(bytes), d.data_type, d.element_count());
         if let Some(b) = self.converted.get(&key).and_then(Weak::upgrade) {
             return Ok(b);
         }
@@ -575,7 +565,7 @@ pub(super) fn fold_constant_casts(
             // The same bytes in another shape.
             (Op::Reshape, Source::Constant(b)) => b.clone(),
             (Op::Cast(_), Source::Constant(b)) => {
-                let key = (Arc::as_ptr(b) as usize, d.data_type);
+                let key = (BytesId::of(b), d.data_type);
                 match cache.casts.get(&key).and_then(Weak::upgrade) {
                     Some(done) => done,
                     None => match constant(&g, *o) {

@@ -10,26 +10,25 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use super::{convert, Gpu};
+use crate::backend::BytesId;
 use crate::error::Result;
 use crate::types::{DataType, OperandDescriptor};
 
 /// The uploads of a context's graphs, by the constant bytes they were
-/// made from. Each entry keeps a weak reference to those bytes, which
-/// keeps their allocation, and so the address in the key, from being
-/// reused while the entry exists; each graph holds the buffers it uses
-/// (`Arc`), the cache only finds them.
+/// made from ([`BytesId`]); each graph holds the buffers it uses (`Arc`),
+/// the cache only finds them.
 #[derive(Default)]
 pub(super) struct Constants {
-    entries: HashMap<Key, (Weak<Vec<u8>>, Weak<wgpu::Buffer>)>,
+    entries: HashMap<Key, Weak<wgpu::Buffer>>,
 }
 
-/// A constant's bytes (their address), type and element count.
-type Key = (usize, DataType, usize);
+/// A constant's bytes, type and element count.
+type Key = (BytesId, DataType, usize);
 
 impl Constants {
     /// Forgets what no graph holds any more.
     pub(super) fn forget_unused(&mut self) {
-        self.entries.retain(|_, (_, b)| b.strong_count() > 0);
+        self.entries.retain(|_, b| b.strong_count() > 0);
     }
 
     /// The device buffer of constant `bytes` (of `desc`): the one
@@ -40,20 +39,13 @@ impl Constants {
         bytes: &Arc<Vec<u8>>,
         desc: &OperandDescriptor,
     ) -> Result<Arc<wgpu::Buffer>> {
-        let key = (
-            Arc::as_ptr(bytes) as usize,
-            desc.data_type,
-            desc.element_count(),
-        );
-        if let Some((src, buf)) = self.entries.get(&key) {
-            if let (true, Some(buf)) = (Weak::ptr_eq(src, &Arc::downgrade(bytes)), buf.upgrade()) {
-                return Ok(buf);
-            }
+        let key = (BytesId::of(bytes), desc.data_type, desc.element_count());
+        if let Some(buf) = self.entries.get(&key).and_then(Weak::upgrade) {
+            return Ok(buf);
         }
         let data = convert::widen_constant(desc.data_type, bytes, desc.element_count())?;
         let buf = Arc::new(gpu.upload(&data, "constant")?);
-        self.entries
-            .insert(key, (Arc::downgrade(bytes), Arc::downgrade(&buf)));
+        self.entries.insert(key, Arc::downgrade(&buf));
         Ok(buf)
     }
 }

@@ -429,7 +429,7 @@ struct CompiledGraph {
     /// the context's next graphs find them.
     #[cfg_attr(not(test), allow(dead_code))]
     uploads: Vec<Arc<qmatmul::Uploaded>>,
-    #[allow(dead_code)]
+    #[cfg_attr(not(test), allow(dead_code))]
     constants: Vec<Arc<wgpu::Buffer>>,
     /// How many products run on quantized weights (`qmatmul`), for tests.
     #[cfg(test)]

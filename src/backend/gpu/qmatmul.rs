@@ -36,6 +36,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use super::{word, Gpu, Step};
+use crate::backend::BytesId;
 use crate::error::{Error, Result};
 use crate::graph::ops::elementwise::BinaryKind;
 use crate::graph::ops::quantize::QuantizeOp;
@@ -578,26 +579,19 @@ impl Uploads {
 }
 
 /// A constant operand's values as a key: the bytes of the constant they
-/// come from (through reshapes and exact float16 to float32 casts), its
-/// type and the operand's element count. The weak reference keeps the
-/// allocation, and so the address, from being reused while the key
-/// exists, so a key never matches other bytes at the same address.
+/// come from (through reshapes and exact float16 to float32 casts, by
+/// identity: [`BytesId`]), its type and the operand's element count.
+#[derive(PartialEq)]
 struct Root {
-    bytes: Weak<Vec<u8>>,
+    bytes: BytesId,
     dt: DataType,
     count: usize,
-}
-
-impl PartialEq for Root {
-    fn eq(&self, other: &Self) -> bool {
-        Weak::ptr_eq(&self.bytes, &other.bytes) && (self.dt, self.count) == (other.dt, other.count)
-    }
 }
 
 fn root(g: &Graph, id: OperandId) -> Option<Root> {
     let (bytes, dt) = constant_root(g, id, true, 0)?;
     Some(Root {
-        bytes: Arc::downgrade(bytes),
+        bytes: BytesId::of(bytes),
         dt,
         count: g.operands[id].element_count(),
     })
@@ -624,7 +618,7 @@ fn upload_key(g: &Graph, q: &QMatmul) -> Option<UploadKey> {
     };
     Some(UploadKey {
         codes: Root {
-            bytes: Arc::downgrade(codes),
+            bytes: BytesId::of(codes),
             dt: q.dt,
             count: g.operands[q.codes].element_count(),
         },

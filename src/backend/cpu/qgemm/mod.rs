@@ -484,11 +484,12 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
     // enough that two threads share a 576-row matrix.
     let per_task = (65536 / k).clamp(16, 1024);
     let tasks = n.div_ceil(per_task);
+    // Task t's weight rows (its columns of c).
+    let span = |t: usize| t * per_task..((t + 1) * per_task).min(n);
     // One task: weight rows r0..r1 into `out` ([rows, r1 - r0]), its
     // float16 scales widened into this thread's `room`.
     let task = |t: usize, out: &mut [f32], room: &mut Vec<f32>| -> Result<()> {
-        let r0 = t * per_task;
-        let r1 = (r0 + per_task).min(n);
+        let (r0, r1) = (span(t).start, span(t).end);
         let width = r1 - r0;
         // The task's scales, widened here once when they are float16
         // (nb values against each row's k codes).
@@ -568,17 +569,17 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
     let parts: Vec<Vec<f32>> = (0..tasks)
         .into_par_iter()
         .map(|t| {
-            let width = per_task.min(n - t * per_task);
-            let mut out = try_alloc(rows * width, 0f32, "a task's products")?;
+            let mut out = try_alloc(rows * span(t).len(), 0f32, "a task's products")?;
             ROOM.with_borrow_mut(|room| task(t, &mut out, room))?;
             Ok(out)
         })
         .collect::<Result<_>>()?;
     for (t, part) in parts.iter().enumerate() {
-        let r0 = t * per_task;
-        let width = part.len() / rows;
+        let cols = span(t);
+        let width = cols.len();
         for i in 0..rows {
-            c[i * n + r0..i * n + r0 + width].copy_from_slice(&part[i * width..(i + 1) * width]);
+            c[i * n + cols.start..i * n + cols.end]
+                .copy_from_slice(&part[i * width..(i + 1) * width]);
         }
     }
     Ok(())

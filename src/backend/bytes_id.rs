@@ -21,6 +21,11 @@ impl BytesId {
     pub(crate) fn of(bytes: &Arc<Vec<u8>>) -> BytesId {
         BytesId(Arc::downgrade(bytes))
     }
+
+    /// The bytes, while anything holds them.
+    pub(crate) fn bytes(&self) -> Option<Arc<Vec<u8>>> {
+        self.0.upgrade()
+    }
 }
 
 impl PartialEq for BytesId {

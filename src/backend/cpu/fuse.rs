@@ -521,8 +521,8 @@ fn pack(
     // `uint4` and `int8` codes are read where the constant holds them
     // (its bytes are already the kernels' layout); the others are
     // repacked, moved to 0..=15 or -128..=127.
-    let q = if shift == 0 {
-        Arc::new(QMatrix::share(n, k, wide, bytes.clone(), d, m)?)
+    let mut q = if shift == 0 {
+        QMatrix::share(n, k, wide, bytes.clone(), d, m)?
     } else {
         let codes = Buf::from_bytes(qd.data_type, bytes, qd.element_count())?;
         let code = |i: usize| -> i32 {
@@ -533,8 +533,18 @@ fn pack(
             };
             raw + shift
         };
-        Arc::new(QMatrix::pack(n, k, wide, code, d, m)?)
+        QMatrix::pack(n, k, wide, code, d, m)?
     };
+    // Float16 scales (a GGUF file's, cast to float32 by the graph) are
+    // read where their constant holds them when it holds exactly the
+    // matrix's scales, not copied.
+    let (scale, _) = &key.scale;
+    if scale.types.first() == Some(&DataType::Float16) {
+        if let Some(root) = scale.root.bytes() {
+            q.read_scales_from(root);
+        }
+    }
+    let q = Arc::new(q);
     cache.entries.push((key, Arc::downgrade(&q)));
     Ok(Some(q))
 }

@@ -205,6 +205,13 @@ fn quantized_weights_run_as_one_product() {
     for (fi, f) in forms.iter().enumerate() {
         for rows in [1, 5, 12] {
             let (g, x, want) = graph(f, rows, n, k, fi as u64 * 10 + rows as u64);
+            // Float16 scales, one per block of 32 (GGUF's layout), are
+            // read from their constant; per row, they are not the
+            // matrix's per-block scales, which it keeps.
+            let mut cpu = CpuBackend::new();
+            cpu.compile(1, Arc::new(g.clone())).unwrap();
+            let shared = cpu.graphs[&1].quantized.values().all(|q| q.shares_scales());
+            assert_eq!(shared, f.half_scale && f.blocks == [n, k / 32], "form {fi}");
             let (got, fused, nodes) = run(g, x);
             assert_eq!(
                 (fused, nodes),

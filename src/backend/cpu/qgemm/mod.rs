@@ -117,6 +117,12 @@ impl Codes {
 #[derive(Debug)]
 enum Scales {
     F16(Vec<u16>),
+    /// Float16 scales read where a constant's bytes hold exactly them,
+    /// block by block and row by row, not copied: a GGUF model's scales
+    /// are such a constant (8 MB of SmolLM2's). The bytes are a whole
+    /// number of aligned float16 values ([`Scales::shared`] checks), and
+    /// an `Arc`'s bytes never change.
+    Shared(Arc<Vec<u8>>),
     F32(Vec<f32>),
 }
 
@@ -132,42 +138,76 @@ impl Scales {
         }
     }
 
+    /// These float16 scales read from `bytes` instead, when the bytes are
+    /// exactly them (bit for bit, and aligned for float16 reads); `None`
+    /// otherwise.
+    fn shared(&self, bytes: Arc<Vec<u8>>) -> Option<Scales> {
+        let Scales::F16(own) = self else {
+            return None;
+        };
+        let theirs: &[u16] = bytemuck::try_cast_slice(&bytes[..]).ok()?;
+        (theirs == &own[..]).then_some(Scales::Shared(bytes))
+    }
+
+    /// The scales as they are read.
+    fn view(&self) -> ScaleView<'_> {
+        match self {
+            Scales::F16(v) => ScaleView::F16(v),
+            // Cannot fail: `shared` made this of bytes that cast.
+            Scales::Shared(b) => ScaleView::F16(bytemuck::cast_slice(&b[..])),
+            Scales::F32(v) => ScaleView::F32(v),
+        }
+    }
+
     #[cfg(test)]
     fn len(&self) -> usize {
-        match self {
-            Scales::F16(v) => v.len(),
-            Scales::F32(v) => v.len(),
+        match self.view() {
+            ScaleView::F16(v) => v.len(),
+            ScaleView::F32(v) => v.len(),
         }
     }
 
     fn bytes(&self) -> usize {
-        match self {
-            Scales::F16(v) => v.len() * 2,
-            Scales::F32(v) => v.len() * 4,
+        match self.view() {
+            ScaleView::F16(v) => v.len() * 2,
+            ScaleView::F32(v) => v.len() * 4,
         }
     }
+}
 
-    fn get(&self, i: usize) -> f32 {
+/// [`Scales`] resolved for reading, once per product rather than per
+/// block.
+#[derive(Clone, Copy)]
+enum ScaleView<'a> {
+    F16(&'a [u16]),
+    F32(&'a [f32]),
+}
+
+impl<'a> ScaleView<'a> {
+    fn get(self, i: usize) -> f32 {
         match self {
-            Scales::F16(v) => crate::f16::f16_to_f32(v[i]),
-            Scales::F32(v) => v[i],
+            ScaleView::F16(v) => crate::f16::f16_to_f32(v[i]),
+            ScaleView::F32(v) => v[i],
         }
     }
 
     /// Asks for the second-level cache lines of scales `at` (clipped to
     /// the scales) ahead of their use: a hint only.
-    fn prefetch(&self, at: std::ops::Range<usize>) {
+    fn prefetch(self, at: std::ops::Range<usize>) {
         match self {
-            Scales::F16(v) => simd::prefetch(&v[..], at, simd::CacheLevel::L2),
-            Scales::F32(v) => simd::prefetch(&v[..], at, simd::CacheLevel::L2),
+            ScaleView::F16(v) => simd::prefetch(v, at, simd::CacheLevel::L2),
+            ScaleView::F32(v) => simd::prefetch(v, at, simd::CacheLevel::L2),
         }
     }
 
     /// Scales `at` as float32: borrowed, or widened into `room`.
-    fn row<'a>(&'a self, at: std::ops::Range<usize>, room: &'a mut [f32]) -> &'a [f32] {
+    fn row<'b>(self, at: std::ops::Range<usize>, room: &'b mut [f32]) -> &'b [f32]
+    where
+        'a: 'b,
+    {
         match self {
-            Scales::F32(v) => &v[at],
-            Scales::F16(v) => {
+            ScaleView::F32(v) => &v[at],
+            ScaleView::F16(v) => {
                 let out = &mut room[..at.len()];
                 crate::f16::widen(&v[at], out);
                 out
@@ -315,7 +355,7 @@ impl QMatrix {
             && offsets
             && d.iter()
                 .enumerate()
-                .all(|(i, x)| self.d.get(i).to_bits() == x.to_bits())
+                .all(|(i, x)| self.d.view().get(i).to_bits() == x.to_bits())
     }
 
     /// Output columns (weight rows).
@@ -336,6 +376,25 @@ impl QMatrix {
             Codes::Bytes(_) => self.n * self.k,
         };
         codes + self.d.bytes() + self.m.len() * 4
+    }
+
+    /// Reads its scales from `bytes`, a float16 constant's, when those
+    /// hold exactly its scales block by block and row by row (as a GGUF
+    /// model's do); keeps its own copy otherwise. Returns whether it does.
+    pub fn read_scales_from(&mut self, bytes: Arc<Vec<u8>>) -> bool {
+        match self.d.shared(bytes) {
+            Some(d) => {
+                self.d = d;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the scales are a constant's bytes, read where they are.
+    #[cfg(test)]
+    pub fn shares_scales(&self) -> bool {
+        matches!(self.d, Scales::Shared(_))
     }
 
     /// Whether the codes are a constant's bytes, held as they are.
@@ -364,7 +423,7 @@ impl QMatrix {
         if p0.is_multiple_of(QK) && out.len() == QK {
             // A whole block: the codes in pairs.
             let b = r * nb + p0 / QK;
-            let (d, m) = (self.d.get(b), self.offset(b));
+            let (d, m) = (self.d.view().get(b), self.offset(b));
             let at = r * self.k + p0;
             if let Some(c) = self.codes.nibbles() {
                 for (pair, &byte) in out.chunks_exact_mut(2).zip(&c[at / 2..at / 2 + QK / 2]) {
@@ -374,12 +433,13 @@ impl QMatrix {
                 return;
             }
         }
+        let scales = self.d.view();
         let mut p = p0;
         let mut o = 0;
         while o < out.len() {
             let b = p / QK;
             let len = (QK - p % QK).min(out.len() - o);
-            let (d, m) = (self.d.get(r * nb + b), self.offset(r * nb + b));
+            let (d, m) = (scales.get(r * nb + b), self.offset(r * nb + b));
             let at = r * self.k + p;
             let dst = &mut out[o..o + len];
             if let Some(c) = self.codes.nibbles() {
@@ -484,6 +544,7 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
     // enough that two threads share a 576-row matrix.
     let per_task = (65536 / k).clamp(16, 1024);
     let tasks = n.div_ceil(per_task);
+    let scales = w.d.view();
     // Task t's weight rows (its columns of c).
     let span = |t: usize| t * per_task..((t + 1) * per_task).min(n);
     // One task: weight rows r0..r1 into `out` ([rows, r1 - r0]), its
@@ -497,9 +558,9 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
         // a task at a time: too short a run for the hardware's
         // prefetchers, so each task asks for the next one's (the task
         // this thread most likely runs next).
-        w.d.prefetch(r1 * nb..(r1 + per_task) * nb);
+        scales.prefetch(r1 * nb..(r1 + per_task) * nb);
         let room = scratch(room, (r1 - r0) * nb)?;
-        let task_d = w.d.row(r0 * nb..r1 * nb, room);
+        let task_d = scales.row(r0 * nb..r1 * nb, room);
         let mut r = r0;
         // Integer activations: the task's whole groups of four weight
         // rows (the kernels' ROWS) in one call per activation row,

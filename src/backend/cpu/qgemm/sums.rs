@@ -19,7 +19,7 @@
 //! int8 codes times a float16 scale per block (the rounded activations);
 //! for other values it is summed in order, which `reduceSum` may not do.
 
-use super::Scales;
+use super::{ScaleView, Scales};
 use crate::error::{Error, Result};
 use crate::f16::{f16_to_f32, f32_to_f16};
 
@@ -82,6 +82,7 @@ impl BlockSums {
         #[cfg(not(target_arch = "x86_64"))]
         let f16c = false;
         let mut acc = super::try_alloc(n, 0f32, "a block-sum product's row")?;
+        let mt = self.mt.view();
         for (ar, cr) in a.chunks_exact(nb * QK).zip(c.chunks_exact_mut(n)) {
             acc.fill(0.0);
             for (b, blk) in ar.chunks_exact(QK).enumerate() {
@@ -89,7 +90,7 @@ impl BlockSums {
                 if self.round16 {
                     s = f16_to_f32(f32_to_f16(s));
                 }
-                axpy(fused, f16c, s, &self.mt, b * n, &mut acc);
+                axpy(fused, f16c, s, mt, b * n, &mut acc);
             }
             for (o, &x) in cr.iter_mut().zip(&acc) {
                 *o += x;
@@ -102,10 +103,10 @@ impl BlockSums {
 /// `acc[j] = s * mt[at + j] + acc[j]` for every j: fused as the GEMM's
 /// kernel fuses it (see `sgemm::fuses_multiply_add`); `f16c`: the CPU
 /// has AVX2, FMA and F16C (x86-64 only).
-fn axpy(fused: bool, f16c: bool, s: f32, mt: &Scales, at: usize, acc: &mut [f32]) {
+fn axpy(fused: bool, f16c: bool, s: f32, mt: ScaleView, at: usize, acc: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if f16c {
-        if let Scales::F16(h) = mt {
+        if let ScaleView::F16(h) = mt {
             let n = acc.len();
             // SAFETY: `f16c` is true only where the GEMM's kernel is the
             // AVX2 or AVX-512 one (AVX2 and FMA) and F16C was detected;

@@ -362,6 +362,47 @@ fn float16_scales_are_kept_as_such_and_give_the_definition() {
     }
 }
 
+/// Scales read from a float16 constant's bytes give the products of the
+/// matrix's own copy, bit for bit; bytes that are not exactly its scales
+/// (one value off, too few, or scales that float16 cannot hold) leave
+/// it its copy.
+#[test]
+fn scales_are_read_from_a_float16_constant_that_holds_them() {
+    use crate::f16::{f16_to_f32, f32_to_f16};
+    let (n, k) = (24, 128);
+    for wide in [false, true] {
+        let (codes, d, m) = matrix(n, k, wide, 90);
+        let d16: Vec<f32> = d.iter().map(|&x| f16_to_f32(f32_to_f16(x))).collect();
+        let halves: Vec<u8> = d16
+            .iter()
+            .flat_map(|&x| f32_to_f16(x).to_le_bytes())
+            .collect();
+        let own = QMatrix::pack(n, k, wide, |i| codes[i], d16.clone(), m.clone()).unwrap();
+        let mut shared = QMatrix::pack(n, k, wide, |i| codes[i], d16.clone(), m.clone()).unwrap();
+        assert!(shared.read_scales_from(Arc::new(halves.clone())));
+        assert!(shared.shares_scales() && shared.has_blocks(&d16, &m));
+        for rows in [1, 4, 19] {
+            let a = random(rows * k, 91 + rows as u64);
+            let (mut c1, mut c2) = (vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]);
+            product(rows, &a, &own, &mut c1).unwrap();
+            product(rows, &a, &shared, &mut c2).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&c1), bits(&c2), "wide {wide} rows {rows}");
+        }
+        let mut off = halves.clone();
+        off[6] ^= 1;
+        let mut q = QMatrix::pack(n, k, wide, |i| codes[i], d16.clone(), m.clone()).unwrap();
+        assert!(!q.read_scales_from(Arc::new(off)));
+        assert!(!q.read_scales_from(Arc::new(halves[..halves.len() - 2].to_vec())));
+        assert!(!q.shares_scales());
+        assert!(
+            !QMatrix::pack(n, k, wide, |i| codes[i], d.clone(), m.clone())
+                .unwrap()
+                .read_scales_from(Arc::new(halves))
+        );
+    }
+}
+
 #[test]
 fn four_row_forms_give_the_one_row_sums_bit_for_bit() {
     for wide in [false, true] {

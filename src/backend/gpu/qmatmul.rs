@@ -28,9 +28,18 @@
 //! forms, whatever reshapes sit between, and the analysis below proves
 //! it from the shapes alone. What it cannot prove is left to the node by
 //! node path, as is everything else this file does not recognise exactly:
-//! a float16 A, a transposed A, more than one added offset, casts other
-//! than float16 to float32 constants, intermediates of B that anything
-//! else reads or that are graph outputs.
+//! a transposed A, more than one added offset, casts other than float16
+//! to float32 constants, intermediates of B that anything else reads or
+//! that are graph outputs, a product whose operands differ in type.
+//!
+//! A float16 product (A, B's chain and the output all float16, as
+//! onnxruntime-web writes a float16 model's `MatMulNBits`) runs the same
+//! way: the backend holds float16 values widened to float32, and the
+//! shader rounds each weight to float16 where the graph's nodes would
+//! (after the dequantization, and again after the offset is added), so
+//! the weights it multiplies are the node-by-node path's exactly; the
+//! sums run in float32 and the output is rounded after the step, as
+//! every float16 node's is.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -103,6 +112,8 @@ pub(super) struct QMatmul {
     pub rows: bool,
     /// `None` for matmul.
     pub gemm: Option<GemmTerms>,
+    /// Float16 operands (else float32).
+    pub half: bool,
 }
 
 /// How many readers each operand has, graph outputs counting as many (so
@@ -160,9 +171,10 @@ fn constant_root(
     }
 }
 
-/// A float32 operand whose values are a constant's (see [`constant_root`]).
-fn float_constant(g: &Graph, id: OperandId) -> bool {
-    g.operands[id].data_type == DataType::Float32 && constant_root(g, id, true, 0).is_some()
+/// An operand of type `dt` whose values are a constant's (see
+/// [`constant_root`]).
+fn typed_constant(g: &Graph, id: OperandId, dt: DataType) -> bool {
+    g.operands[id].data_type == dt && constant_root(g, id, true, 0).is_some()
 }
 
 /// The numpy broadcast of `shape` to `out` as blocks: `out[d]` elements
@@ -190,16 +202,17 @@ struct Traced {
     path: Vec<OperandId>,
 }
 
-/// Traces float32 operand `id` back through reshapes and at most one
-/// addition of a constant to a `dequantizeLinear` of constants.
-fn trace(g: &Graph, id: OperandId) -> Option<Traced> {
+/// Traces operand `id` (of float type `dt`, as every operand on the way
+/// must be) back through reshapes and at most one addition of a constant
+/// to a `dequantizeLinear` of constants.
+fn trace(g: &Graph, id: OperandId, dt: DataType) -> Option<Traced> {
     let mut at = id;
     let mut path = Vec::new();
     let mut offset = None;
     for _ in 0..MAX_DEPTH {
         path.push(at);
         let out = &g.operands[at];
-        if out.data_type != DataType::Float32 {
+        if out.data_type != dt {
             return None;
         }
         let n = producer(g, at)?;
@@ -207,9 +220,9 @@ fn trace(g: &Graph, id: OperandId) -> Option<Traced> {
             Op::Reshape => at = *n.inputs.first()?,
             Op::Binary(BinaryKind::Add) => {
                 let [x, y] = n.inputs[..] else { return None };
-                let (on, c) = if float_constant(g, y) {
+                let (on, c) = if typed_constant(g, y, dt) {
                     (x, y)
-                } else if float_constant(g, x) {
+                } else if typed_constant(g, x, dt) {
                     (y, x)
                 } else {
                     return None;
@@ -242,7 +255,7 @@ fn trace(g: &Graph, id: OperandId) -> Option<Traced> {
                 if !codes
                     || !fits
                     || !matches!(g.sources[q], Source::Constant(_))
-                    || !float_constant(g, s)
+                    || !typed_constant(g, s, dt)
                     || zero_root.is_none_or(|(_, dt)| dt != qd.data_type)
                     || g.operands[z].shape != g.operands[s].shape
                 {
@@ -353,10 +366,10 @@ fn recognize_node(g: &Graph, index: usize, readers: &[usize]) -> Option<QMatmul>
         node.outputs.first()?,
     );
     let (da, db, dout) = (&g.operands[a], &g.operands[b], &g.operands[o]);
-    let f32s = [da, db, dout]
-        .iter()
-        .all(|d| d.data_type == DataType::Float32);
-    if !f32s || db.rank() != 2 || node.outputs.len() != 1 {
+    let dt = da.data_type;
+    let same = [db, dout].iter().all(|d| d.data_type == dt);
+    let float = matches!(dt, DataType::Float32 | DataType::Float16);
+    if !float || !same || db.rank() != 2 || node.outputs.len() != 1 {
         return None;
     }
     let (mut rows, gemm, (m, k, n)) = match &node.op {
@@ -395,7 +408,7 @@ fn recognize_node(g: &Graph, index: usize, readers: &[usize]) -> Option<QMatmul>
             rows = !rows;
         }
     }
-    let t = trace(g, weights)?;
+    let t = trace(g, weights, dt)?;
     path.extend(&t.path);
     // Every operand from the dequantization to B must be the chain's
     // alone: one reader, not a graph output.
@@ -431,6 +444,7 @@ fn recognize_node(g: &Graph, index: usize, readers: &[usize]) -> Option<QMatmul>
         block,
         rows,
         gemm,
+        half: dt == DataType::Float16,
     })
 }
 
@@ -553,6 +567,23 @@ fn code_expr(dt: DataType) -> Result<&'static str> {
             )))
         }
     })
+}
+
+/// The WGSL expression of the weight the product multiplies, from
+/// `code(e)` and its block's `scale`, `zero` and `minimum`: computed as
+/// `dequantizeLinear` and the add after it compute it (the difference is
+/// exact, then one product, then the offset), each result rounded to
+/// float16 where the graph's is (`half`). A float16 product without an
+/// offset adds none (the float32 one adds its 0), so that a weight of
+/// -0 stays -0 as the node-by-node path has it.
+fn weight_expr(half: bool, offset: bool) -> &'static str {
+    match (half, offset) {
+        (false, _) => "(code(e) - zero) * scale + minimum",
+        (true, false) => "half_value(half_bits((code(e) - zero) * scale))",
+        (true, true) => {
+            "half_value(half_bits(half_value(half_bits((code(e) - zero) * scale)) + minimum))"
+        }
+    }
 }
 
 /// A product's codes and block table on the device, shared by the
@@ -736,8 +767,12 @@ pub(super) fn build(
     let params = gpu.params(&p)?;
     let source = QMATMUL
         .replace("{{CODE}}", code_expr(q.dt)?)
+        .replace("{{WEIGHT}}", weight_expr(q.half, q.offset.is_some()))
         .replace("{{STORE}}", &store)
-        .replace("{{EXTRA}}", extra);
+        .replace(
+            "{{EXTRA}}",
+            &format!("{extra}{}", if q.half { super::convert::HALF } else { "" }),
+        );
     let groups = [word(n.div_ceil(TN))?, word(m.div_ceil(TM))?, 1];
     let mut buffers = vec![&params, a, &up.codes, &up.blocks, out];
     buffers.extend(c);

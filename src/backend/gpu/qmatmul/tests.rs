@@ -24,6 +24,8 @@ const H: DataType = DataType::Float16;
 
 /// The tolerance of the GPU's float32 matmul tests against a reference.
 const TOL: f32 = 1e-4;
+/// Two units in the last place of a float16 value from 1 to 2.
+const HALF_TOL: f32 = 2.0 / 1024.0;
 
 fn op(b: &GraphBuilder, id: OperandId) -> Val {
     operand(b, id)
@@ -115,8 +117,20 @@ fn check(be: &mut GpuBackend, g: Graph, fused: usize, what: &str) -> Vec<Buf> {
         .inputs
         .iter()
         .enumerate()
-        .map(|(i, (_, id))| Buf::F32(random(g.operands[*id].element_count(), 40 + i as u64)))
+        .map(|(i, (_, id))| {
+            let x = random(g.operands[*id].element_count(), 40 + i as u64);
+            match g.operands[*id].data_type {
+                H => Buf::f16_from_f32(&x),
+                _ => Buf::F32(x),
+            }
+        })
         .collect();
+    // Float16 outputs are rounded once more after sums whose order
+    // differs between the paths: they may differ in the last bit or two.
+    let tol = match g.outputs.iter().any(|(_, o)| g.operands[*o].data_type == H) {
+        true => HALF_TOL,
+        false => TOL,
+    };
     let products: Vec<u64> = g
         .nodes
         .iter()
@@ -158,14 +172,22 @@ fn check(be: &mut GpuBackend, g: Graph, fused: usize, what: &str) -> Vec<Buf> {
 
     assert_eq!(got.len(), want.len(), "{what}: outputs");
     for (i, ((g, p), w)) in got.iter().zip(&plain).zip(&want).enumerate() {
-        let w = f32s(w);
-        assert_close(&f32s(g), &w, TOL, &format!("{what}: output {i}, fused"));
-        assert_close(
-            &f32s(p),
-            &w,
-            TOL,
-            &format!("{what}: output {i}, node by node"),
-        );
+        let w = w.to_f32_vec();
+        let (g, p) = (g.to_f32_vec(), p.to_f32_vec());
+        assert_close(&g, &w, tol, &format!("{what}: output {i}, fused"));
+        assert_close(&p, &w, tol, &format!("{what}: output {i}, node by node"));
+        // A float16 product's weights are the node-by-node path's
+        // exactly (rounded where the graph rounds them), and both
+        // shaders sum over K in order with one fma each, from zero: the
+        // same bits.
+        if tol == HALF_TOL {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&g),
+                bits(&p),
+                "{what}: output {i}, fused against node by node"
+            );
+        }
     }
     got
 }
@@ -302,6 +324,91 @@ fn refused_forms_run_node_by_node() {
     check(&mut be, g, 0, "blocks of 4");
 }
 
+/// `dequantizeLinear(q, scale, zero)` in float16: codes of `dt` in
+/// `qshape`, a float16 scale constant and a zero point in `sshape`.
+fn dequantize16(
+    b: &mut GraphBuilder,
+    dt: DataType,
+    qshape: &[usize],
+    sshape: &[usize],
+    seed: u64,
+) -> OperandId {
+    let count = |s: &[usize]| s.iter().product::<usize>();
+    let q = constant(b, dt, qshape, &codes(dt, count(qshape), seed));
+    let s = constant(b, H, sshape, &scales(count(sshape), seed + 1, false));
+    let z = constant(b, dt, sshape, &codes(dt, count(sshape), seed + 2));
+    b.call("dequantizeLinear", &[op(b, q), op(b, s), op(b, z)])
+        .unwrap()[0]
+}
+
+/// Float16 products (a float16 model's MatMulNBits as onnxruntime-web
+/// writes it, and Q4_1 with its minimum added in float16) run as one
+/// step and give the node-by-node path's values: each weight is rounded
+/// to float16 where the graph rounds it. A float16 chain that passes
+/// through float32 (a cast) runs node by node.
+#[test]
+fn float16_products_round_as_the_graph_does() {
+    let Some(mut be) = backend() else { return };
+    let (n, k) = (48, 128);
+    let graph16 = |m: usize, w: &dyn Fn(&mut GraphBuilder) -> OperandId| {
+        let mut b = GraphBuilder::new();
+        let a = b.input("a", desc(H, &[m, k])).unwrap();
+        let w = w(&mut b);
+        let out = b.call("matmul", &[op(&b, a), op(&b, w)]).unwrap()[0];
+        b.build(vec![("out".into(), out)]).unwrap()
+    };
+    for m in [1, 6] {
+        // uint4 codes [N, K], a scale and zero point per block of 32.
+        let g = graph16(m, &|b| {
+            let w = dequantize16(b, U4, &[n, k], &[n, k / 32], 5);
+            b.call("transpose", &[op(b, w)]).unwrap()[0]
+        });
+        check(&mut be, g, 1, &format!("float16 blocks of 32, m={m}"));
+        // Q4_1: the float16 minimum added per block.
+        let g = graph16(m, &|b| {
+            let w = dequantize16(b, I4, &[n, k], &[n, k / 32], 6);
+            let blocks = b
+                .call("reshape", &[op(b, w), shape(&[n, k / 32, 32])])
+                .unwrap()[0];
+            let mins: Vec<f64> = random(n * k / 32, 7)
+                .iter()
+                .map(|&x| x as f64 * 0.1)
+                .collect();
+            let mn = constant(b, H, &[n, k / 32, 1], &mins);
+            let sum = b.call("add", &[op(b, blocks), op(b, mn)]).unwrap()[0];
+            let w = b.call("reshape", &[op(b, sum), shape(&[n, k])]).unwrap()[0];
+            b.call("transpose", &[op(b, w)]).unwrap()[0]
+        });
+        check(&mut be, g, 1, &format!("float16 Q4_1, m={m}"));
+    }
+    // gemm with bTranspose and a float16 C, int8 per output channel.
+    let mut b = GraphBuilder::new();
+    let a = b.input("a", desc(H, &[3, k])).unwrap();
+    let c = b.input("c", desc(H, &[n])).unwrap();
+    let w = dequantize16(&mut b, I8, &[n, k], &[n, 1], 8);
+    let o = dict(&[
+        ("bTranspose", Val::Bool(true)),
+        ("c", op(&b, c)),
+        ("alpha", Val::Number(0.5)),
+    ]);
+    let out = b.call("gemm", &[op(&b, a), op(&b, w), o]).unwrap()[0];
+    check(
+        &mut be,
+        b.build(vec![("out".into(), out)]).unwrap(),
+        1,
+        "float16 gemm",
+    );
+    // Dequantized in float32, then cast to float16: not this path's.
+    let g = graph16(2, &|b| {
+        let w = dequantize(b, U4, &[n, k], &[n, k / 32], false, 9);
+        let h = b
+            .call("cast", &[op(b, w), Val::String("float16".into())])
+            .unwrap()[0];
+        b.call("transpose", &[op(b, h)]).unwrap()[0]
+    });
+    check(&mut be, g, 0, "a cast in the chain");
+}
+
 /// What the recogniser makes of the forms, without a GPU.
 #[test]
 fn recognised_descriptions() {
@@ -313,7 +420,7 @@ fn recognised_descriptions() {
         (q.dt, q.m, q.n, q.k, q.block, q.rows),
         (I4, 5, 64, 256, 32, true)
     );
-    assert!(q.offset.is_some() && q.gemm.is_none());
+    assert!(q.offset.is_some() && q.gemm.is_none() && !q.half);
 
     let g = matmul_graph(&[2, 3, 200], |b| {
         dequantize(b, I8, &[200, 24], &[24], false, 5)

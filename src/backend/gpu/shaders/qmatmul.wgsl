@@ -1,7 +1,7 @@
-// out = A x B for float32 A ([M, K], row-major) and B given as quantized
-// codes: B[k][n] = (code(k, n) - zero) * scale + offset, the three taken
-// per output column n and block of `block` elements along K from the
-// table `blk` ([N, K / block] triples). The codes are the constant's own
+// out = A x B for float32 A ([M, K], row-major; or float16 values, held
+// widened) and B given as quantized codes: B[k][n] = (code(k, n) - zero)
+// * scale + offset, the three taken per output column n and block of
+// `block` elements along K from the table `blk` ([N, K / block] triples). The codes are the constant's own
 // packed bytes (4-bit codes two a byte, the first in the low half; 8-bit
 // ones four a word, the first in the low byte); code (k, n) is element
 // n * K + k when they are laid out [N, K] (p[5] = 1), k * N + n when
@@ -15,8 +15,10 @@
 // order, one fma each.
 //
 // The host substitutes CODE (the integer code of element e of `q`),
-// STORE (the value written from `acc[i]` at output row r, column col)
-// and EXTRA (further declarations: gemm's C).
+// WEIGHT (the weight from code(e) and its block's scale, zero and
+// minimum, as the graph's dequantizeLinear and add compute and round
+// it), STORE (the value written from `acc[i]` at output row r, column
+// col) and EXTRA (further declarations: gemm's C, float16 rounding).
 //
 // Parameters, as u32 words:
 //   p[0], p[1], p[2]   M, N, K
@@ -87,9 +89,7 @@ fn main(
                 if (rows) {
                     e = col * k + kk;
                 }
-                // As dequantizeLinear and the add after it round: the
-                // difference is exact, then one product, then the offset.
-                let w = (code(e) - zero) * scale + minimum;
+                let w = {{WEIGHT}};
                 for (var i = 0u; i < TM; i++) {
                     acc[i] = fma(ta[i * TK + t], w, acc[i]);
                 }

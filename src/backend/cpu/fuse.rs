@@ -334,8 +334,9 @@ impl BlockMap {
 /// A weight expression traced to its constants: element `i` (row-major)
 /// is `(q[i] - zero[zero_map(i)]) * scale[scale_map(i)]` plus each
 /// offset's element. The scale, the zero point and the offsets are
-/// operands that [`constant`] computes (float32 but for the zero point),
-/// converted only when the weights are not found packed.
+/// operands that [`constant`] computes (of the product's float type but
+/// for the zero point), converted only when the weights are not found
+/// packed.
 struct Traced {
     q: OperandId,
     scale: (OperandId, BlockMap),
@@ -343,25 +344,24 @@ struct Traced {
     offsets: Vec<(OperandId, BlockMap)>,
 }
 
-/// Traces operand `id` (float32) back through reshapes and constant
-/// additions to a `dequantizeLinear` of a constant.
-fn trace(g: &Graph, id: OperandId, depth: usize) -> Option<Traced> {
+/// Traces operand `id` (of float type `dt`, as every operand on the way
+/// must be) back through reshapes and constant additions to a
+/// `dequantizeLinear` of a constant.
+fn trace(g: &Graph, id: OperandId, dt: DataType, depth: usize) -> Option<Traced> {
     let Source::Node { node, .. } = &g.sources[id] else {
         return None;
     };
     let n = &g.nodes[*node];
     let out = &g.operands[id];
-    if out.data_type != DataType::Float32 || depth > 16 {
+    if out.data_type != dt || depth > 16 {
         return None;
     }
     match &n.op {
-        Op::Reshape => trace(g, n.inputs[0], depth + 1),
+        Op::Reshape => trace(g, n.inputs[0], dt, depth + 1),
         Op::Binary(BinaryKind::Add) => {
             let [x, y] = n.inputs[..] else { return None };
-            // The constant side: float32, as an offset must be.
-            let fits = |c: OperandId| {
-                g.operands[c].data_type == DataType::Float32 && const_ref(g, c).is_some()
-            };
+            // The constant side, of the chain's type.
+            let fits = |c: OperandId| g.operands[c].data_type == dt && const_ref(g, c).is_some();
             let (path, other_id) = match (fits(y), fits(x)) {
                 (true, _) => (x, y),
                 (false, true) => (y, x),
@@ -371,7 +371,7 @@ fn trace(g: &Graph, id: OperandId, depth: usize) -> Option<Traced> {
                 return None;
             }
             let map = BlockMap::new(&out.shape, &g.operands[other_id].shape, None)?;
-            let mut t = trace(g, path, depth + 1)?;
+            let mut t = trace(g, path, dt, depth + 1)?;
             t.offsets.push((other_id, map));
             Some(t)
         }
@@ -385,7 +385,7 @@ fn trace(g: &Graph, id: OperandId, depth: usize) -> Option<Traced> {
             if !quantized || !matches!(g.sources[q], Source::Constant(_)) {
                 return None;
             }
-            if g.operands[s].data_type != DataType::Float32
+            if g.operands[s].data_type != dt
                 || const_ref(g, s).is_none()
                 || const_ref(g, z).is_none()
             {
@@ -407,12 +407,21 @@ fn trace(g: &Graph, id: OperandId, depth: usize) -> Option<Traced> {
 /// The weights of B of node `n` as `[N, K]` rows, traced: B itself when
 /// the product reads it transposed (`gemm`'s `bTranspose`), else the
 /// operand that a `[1, 0]` transpose made B from.
+///
+/// A float16 product (A, the output and B's chain all float16, as a
+/// float16 model's `MatMulNBits` is written) qualifies too: the product
+/// widens A, multiplies the weights as float32 computes them and rounds
+/// its output to float16. The graph as written rounds each weight to
+/// float16 after the dequantization (and after an offset's add), so the
+/// two differ by at most those roundings of the weights, a part in 2^11
+/// of each product term: well inside the float16 product's own error.
 fn weights_of(g: &Graph, n: usize) -> Option<(Traced, usize, usize)> {
     let node = &g.nodes[n];
     let (&a, &b) = (node.inputs.first()?, node.inputs.get(1)?);
     let (db, out) = (&g.operands[b], &g.operands[*node.outputs.first()?]);
-    if g.operands[a].data_type != DataType::Float32
-        || out.data_type != DataType::Float32
+    let dt = out.data_type;
+    if !matches!(dt, DataType::Float32 | DataType::Float16)
+        || g.operands[a].data_type != dt
         || db.rank() != 2
     {
         return None;
@@ -437,7 +446,7 @@ fn weights_of(g: &Graph, n: usize) -> Option<(Traced, usize, usize)> {
         }
     };
     let (nn, k) = (g.operands[rows].shape[0], g.operands[rows].shape[1]);
-    Some((trace(g, rows, 0)?, nn, k))
+    Some((trace(g, rows, dt, 0)?, nn, k))
 }
 
 /// Packs traced weights (`n` rows of `k`), or finds them packed.
@@ -486,14 +495,22 @@ fn pack(
     if let Some(q) = cache.find(&key) {
         return Ok(Some(q));
     }
-    // Not packed before: the constants' values.
-    let (Some(Buf::F32(scale)), Some(zero)) = (constant(g, t.scale.0), constant(g, t.zero.0))
-    else {
+    // Not packed before: the constants' values (float16 ones widened,
+    // exactly).
+    let float = |b: Buf| match b {
+        Buf::F32(v) => Some(v),
+        Buf::F16(_) => b.try_to_f32_vec().ok(),
+        _ => None,
+    };
+    let (Some(scale), Some(zero)) = (
+        constant(g, t.scale.0).and_then(float),
+        constant(g, t.zero.0),
+    ) else {
         return Ok(None);
     };
     let mut offsets = Vec::new();
     for (id, map) in &t.offsets {
-        let Some(Buf::F32(v)) = constant(g, *id) else {
+        let Some(v) = constant(g, *id).and_then(float) else {
             return Ok(None);
         };
         offsets.push((v, map));
@@ -535,9 +552,9 @@ fn pack(
         };
         QMatrix::pack(n, k, wide, code, d, m)?
     };
-    // Float16 scales (a GGUF file's, cast to float32 by the graph) are
-    // read where their constant holds them when it holds exactly the
-    // matrix's scales, not copied.
+    // Float16 scales (a GGUF file's, cast to float32 by the graph, or a
+    // float16 product's) are read where their constant holds them when
+    // it holds exactly the matrix's scales, not copied.
     let (scale, _) = &key.scale;
     if scale.types.first() == Some(&DataType::Float16) {
         if let Some(root) = scale.root.bytes() {

@@ -254,6 +254,99 @@ fn other_forms_run_as_written() {
     assert_near(&got, &want, "blocks along N");
 }
 
+/// A float16 product (a float16 model's `MatMulNBits`, and Q4_1 with its
+/// minimum added in float16) runs as one quantized product that reads
+/// its float16 scales where they lie, and gives the graph's result within
+/// what separates them: the graph rounds each weight to float16 (after
+/// the dequantization, and again after the offset's add) and the product
+/// does not, at most a part in 2^11 of each product term per rounding;
+/// both round the output to float16.
+#[test]
+fn float16_products_run_as_one_product() {
+    use crate::f16::f16_to_f32;
+    let round16 = |x: f64| f16_to_f32(f32_to_f16(x as f32)) as f64;
+    let (n, k) = (40, 128);
+    let nb = k / 32;
+    for offset in [false, true] {
+        for rows in [1, 5, 12] {
+            let seed = rows as u64 + 10 * offset as u64;
+            let r = random(n * k + 3 * n * nb, seed);
+            let q: Vec<f64> = r[..n * k]
+                .iter()
+                .map(|x| (((x + 2.0) / 4.0 * 16.0) as i32).min(15) as f64)
+                .collect();
+            let scale: Vec<f64> = r[n * k..n * k + n * nb]
+                .iter()
+                .map(|x| round16(0.01 + x.abs() as f64 * 0.01))
+                .collect();
+            let zero: Vec<f64> = r[n * k + n * nb..n * k + 2 * n * nb]
+                .iter()
+                .map(|x| (((x + 2.0) / 4.0 * 16.0) as i32).min(15) as f64)
+                .collect();
+            let min: Vec<f64> = r[n * k + 2 * n * nb..]
+                .iter()
+                .map(|&x| round16(x as f64 * 0.1))
+                .collect();
+            let mut b = GraphBuilder::new();
+            let a = b.input("a", desc(DataType::Float16, &[rows, k])).unwrap();
+            let qc = constant(&mut b, DataType::Uint4, &[n, k], &q);
+            let sc = constant(&mut b, DataType::Float16, &[n, nb], &scale);
+            let zc = constant(&mut b, DataType::Uint4, &[n, nb], &zero);
+            let mut w = b
+                .call("dequantizeLinear", &[op(&b, qc), op(&b, sc), op(&b, zc)])
+                .unwrap()[0];
+            if offset {
+                let shape = list(&[n as f64, nb as f64, 32.0]);
+                let blocks = b.call("reshape", &[op(&b, w), shape]).unwrap()[0];
+                let m = constant(&mut b, DataType::Float16, &[n, nb, 1], &min);
+                let sum = b.call("add", &[op(&b, blocks), op(&b, m)]).unwrap()[0];
+                w = b
+                    .call("reshape", &[op(&b, sum), list(&[n as f64, k as f64])])
+                    .unwrap()[0];
+            }
+            let o = dict(&[("bTranspose", Val::Bool(true))]);
+            let out = b.call("gemm", &[op(&b, a), op(&b, w), o]).unwrap()[0];
+            let g = Arc::new(b.build(vec![("out".into(), out)]).unwrap());
+            let x = Buf::f16_from_f32(&random(rows * k, seed + 5));
+            let xv = x.to_f32_vec();
+
+            let mut cpu = CpuBackend::new();
+            cpu.compile(1, g.clone()).unwrap();
+            let cg = &cpu.graphs[&1];
+            let what = format!("offset {offset} rows {rows}");
+            assert_eq!((cg.quantized.len(), cg.graph.nodes.len()), (1, 1), "{what}");
+            assert!(cg.quantized.values().all(|q| q.shares_scales()), "{what}");
+            let got = cpu.compute(1, &g, vec![x]).unwrap();
+            assert!(matches!(got[0], Buf::F16(_)), "{what}: a float16 output");
+            let got = got[0].to_f32_vec();
+            for i in 0..rows {
+                for j in 0..n {
+                    let (mut want, mut mag) = (0f64, 0f64);
+                    for t in 0..k {
+                        let blk = j * nb + t / 32;
+                        let mut wv = round16((q[j * k + t] - zero[blk]) * scale[blk]);
+                        if offset {
+                            wv = round16(wv + min[blk]);
+                        }
+                        let term = xv[i * k + t] as f64 * wv;
+                        want += term;
+                        mag += term.abs();
+                    }
+                    // One unit in the last place of the float16 result,
+                    // and the weights' roundings.
+                    let ulp = 2f64.powf((want.abs().max(6.2e-5)).log2().floor() - 10.0);
+                    let tol = ulp + mag * 2f64.powi(-10);
+                    let g = got[i * n + j] as f64;
+                    assert!(
+                        (g - want).abs() <= tol,
+                        "{what}: [{i}, {j}] {g} against {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Two graphs over the same constant bytes share one packed matrix, with
 /// per-block offsets and without (a zero point of 0 and nothing added, as
 /// in Q8_0 and in graphs that multiply Q4_1's minimum on their own: the

@@ -343,6 +343,7 @@ impl QMatrix {
     #[cfg(test)]
     pub fn has_blocks(&self, d: &[f32], m: &[f32]) -> bool {
         let blocks = self.d.len();
+        let scales = self.d.view();
         let offsets = match self.offsets {
             true => m
                 .iter()
@@ -355,7 +356,7 @@ impl QMatrix {
             && offsets
             && d.iter()
                 .enumerate()
-                .all(|(i, x)| self.d.view().get(i).to_bits() == x.to_bits())
+                .all(|(i, x)| scales.get(i).to_bits() == x.to_bits())
     }
 
     /// Output columns (weight rows).
@@ -420,10 +421,11 @@ impl QMatrix {
     /// compute them.
     fn dequantize_span(&self, r: usize, p0: usize, out: &mut [f32]) {
         let nb = self.k / QK;
+        let scales = self.d.view();
         if p0.is_multiple_of(QK) && out.len() == QK {
             // A whole block: the codes in pairs.
             let b = r * nb + p0 / QK;
-            let (d, m) = (self.d.view().get(b), self.offset(b));
+            let (d, m) = (scales.get(b), self.offset(b));
             let at = r * self.k + p0;
             if let Some(c) = self.codes.nibbles() {
                 for (pair, &byte) in out.chunks_exact_mut(2).zip(&c[at / 2..at / 2 + QK / 2]) {
@@ -433,7 +435,6 @@ impl QMatrix {
                 return;
             }
         }
-        let scales = self.d.view();
         let mut p = p0;
         let mut o = 0;
         while o < out.len() {
@@ -550,7 +551,7 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
     // One task: weight rows r0..r1 into `out` ([rows, r1 - r0]), its
     // float16 scales widened into this thread's `room`.
     let task = |t: usize, out: &mut [f32], room: &mut Vec<f32>| -> Result<()> {
-        let (r0, r1) = (span(t).start, span(t).end);
+        let std::ops::Range { start: r0, end: r1 } = span(t);
         let width = r1 - r0;
         // The task's scales, widened here once when they are float16
         // (nb values against each row's k codes).

@@ -5,7 +5,15 @@
 // graphs) against llama.cpp (node-llama-cpp) on the same file, in tokens
 // per second and peak RSS.
 //
-//   node bench/llm.js [--threads 1,2] [--quick] [--model FILE]
+//   node bench/llm.js [--threads 1,2] [--quick] [--model FILE] [--random] [--gpu]
+//
+// --random runs a model of SmolLM2-135M's shapes with random weights (the
+// same tensor types, 30 layers, a vocabulary of 49,152), written to the
+// temporary directory: tokens/s do not depend on the weights' values, so
+// it measures a machine that cannot fetch the file. --gpu runs our side
+// on the GPU backend (deviceType 'gpu'; the thread count then only
+// labels the row), with the llama.cpp side not measured: its CPU figures
+// are no comparison for a GPU, and its GPU builds are not installed.
 //
 // Two scenarios, each at every thread count: a 128-token prompt then 128
 // tokens generated greedily, and a 1,500-token prompt (a long
@@ -39,8 +47,14 @@ const INSTALL = 'NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --no-save node-ll
 function parseArgs(argv) {
   return parseBenchArgs(
     argv,
-    { threads: [1, 2], runs: null, quick: false, model: null, child: null },
+    { threads: [1, 2], runs: null, quick: false, model: null, child: null, random: false, gpu: false },
     {
+      '--random': (_value, opts) => {
+        opts.random = true;
+      },
+      '--gpu': (_value, opts) => {
+        opts.gpu = true;
+      },
       '--model': (value, opts) => {
         opts.model = value();
       },
@@ -56,7 +70,22 @@ function promptIds(n) {
   return Array.from({ length: n }, (_, i) => 300 + ((i * 37) % 20000));
 }
 
-function modelFile(given) {
+/** A model of SmolLM2-135M-Instruct's shapes and types with random weights (see --random). */
+function randomModel() {
+  const fs = require('fs');
+  const os = require('os');
+  const { writeGguf, tinyLlama } = require(path.join(ROOT, 'lib/llm/testing/tiny-gguf'));
+  const file = path.join(os.tmpdir(), `webnn-node-bench-smollm2-shapes-${process.pid}.gguf`);
+  const spec = tinyLlama({
+    nLayer: 30, nEmbd: 576, nHead: 9, nHeadKv: 3, nFF: 1536, nCtx: 8192, ropeBase: 100000,
+    nVocab: 49152, name: 'random weights of SmolLM2-135M shapes',
+  });
+  fs.writeFileSync(file, writeGguf(spec));
+  return { file, temporary: true };
+}
+
+function modelFile(given, random) {
+  if (random) return randomModel();
   if (given) return { file: given };
   if (process.env.WEBNN_LLM_MODEL) return { file: process.env.WEBNN_LLM_MODEL };
   const r = spawnSync(process.execPath, [path.join(ROOT, 'scripts', 'fetch-llm.js')], { encoding: 'utf8' });
@@ -65,7 +94,7 @@ function modelFile(given) {
 }
 
 // One side's runs, in this (child) process: prints one JSON line.
-async function child(side, file, threads, quick) {
+async function child(side, file, threads, quick, gpu) {
   const scenarios = quick ? SCENARIOS.map((s) => ({ ...s, prompt: Math.min(s.prompt, 200), generate: 8 })) : SCENARIOS;
   const out = [];
   if (side === 'ours') {
@@ -74,7 +103,7 @@ async function child(side, file, threads, quick) {
     const { LlamaRunner } = require(path.join(ROOT, 'lib/llm/runner'));
     const { argmax } = require(path.join(ROOT, 'lib/llm/sampling'));
     const model = await loadLlama(file);
-    const context = await ml.createContext({ deviceType: 'cpu', numThreads: threads });
+    const context = await ml.createContext(gpu ? { deviceType: 'gpu' } : { deviceType: 'cpu', numThreads: threads });
     const runner = new LlamaRunner(context, model, { maxContext: CONTEXT });
     await runner.init();
     for (const s of scenarios) {
@@ -124,9 +153,10 @@ async function child(side, file, threads, quick) {
   console.log(JSON.stringify({ side, threads, rows: out, max_rss_mb: maxRssMb }));
 }
 
-function runChild(side, file, threads, quick) {
+function runChild(side, file, threads, quick, gpu) {
   const args = [__filename, '--child', side, '--model', file, '--threads', String(threads)];
   if (quick) args.push('--quick');
+  if (gpu) args.push('--gpu');
   const r = spawnSync(process.execPath, args, { encoding: 'utf8', timeout: 30 * 60 * 1000 });
   const line = (r.stdout || '').trim().split('\n').pop();
   try {
@@ -137,19 +167,29 @@ function runChild(side, file, threads, quick) {
 }
 
 /** The rows of every scenario and thread count (see the file comment). */
-async function benchLlm({ threads = [1, 2], quick = false, model: given = null } = {}) {
-  const m = modelFile(given);
+async function benchLlm({ threads = [1, 2], quick = false, model: given = null, random = false, gpu = false } = {}) {
+  const m = modelFile(given, random);
   if (m.unavailable) return { unavailable: m.unavailable };
+  try {
+    return await benchModel(m.file, threads, quick, gpu);
+  } finally {
+    if (m.temporary) require('fs').rmSync(m.file, { force: true });
+  }
+}
+
+async function benchModel(file, threads, quick, gpu) {
+  const m = { file };
   let llamaCpp = null;
   try {
     require.resolve('node-llama-cpp', { paths: [ROOT] });
   } catch {
     llamaCpp = `node-llama-cpp is not installed (${INSTALL})`;
   }
+  if (gpu) llamaCpp = 'our side ran on the GPU (--gpu)';
   const rows = [];
   for (const t of threads) {
-    const ours = runChild('ours', m.file, t, quick);
-    const ref = llamaCpp ? { failed: llamaCpp } : runChild('llama.cpp', m.file, t, quick);
+    const ours = runChild('ours', m.file, t, quick, gpu);
+    const ref = llamaCpp ? { failed: llamaCpp } : runChild('llama.cpp', m.file, t, quick, gpu);
     for (const s of SCENARIOS) {
       const o = ours.rows && ours.rows.find((r) => r.scenario === s.name);
       const l = ref.rows && ref.rows.find((r) => r.scenario === s.name);
@@ -172,7 +212,8 @@ async function benchLlm({ threads = [1, 2], quick = false, model: given = null }
       rows.push(row);
     }
   }
-  return { rows, gemv: measureGemv(m.file, threads, quick) };
+  // The read-bandwidth figure is the CPU's: a GPU run has none.
+  return { rows, gemv: gpu ? null : measureGemv(m.file, threads, quick) };
 }
 
 /**
@@ -228,13 +269,15 @@ if (require.main === module) {
     process.exit(2);
   }
   const done = opts.child
-    ? child(opts.child, opts.model, opts.threads[0], opts.quick).then(() => 0)
+    ? child(opts.child, opts.model, opts.threads[0], opts.quick, opts.gpu).then(() => 0)
     : benchLlm(opts).then((r) => {
       if (r.unavailable) {
         console.log(`l SmolLM2 text generation: not measured, ${r.unavailable}`);
         return 0;
       }
-      console.log('l SmolLM2-135M-Instruct (Q4_1) text generation, ratio = ours / llama.cpp (higher is better for us):');
+      const what = opts.random ? 'random weights of SmolLM2-135M-Instruct\'s shapes (Q4_1)' : 'SmolLM2-135M-Instruct (Q4_1)';
+      const where = opts.gpu ? ', ours on the GPU backend (the threads column only labels the run)' : '';
+      console.log(`l ${what} text generation${where}, ratio = ours / llama.cpp (higher is better for us):`);
       printRows(r.rows);
       printGemv(r.gemv);
       console.log(JSON.stringify({ bench: 'webnn-node vs llama.cpp (node-llama-cpp)', rows: r.rows, gemv: r.gemv }));

@@ -303,8 +303,10 @@ function tinyVocab() {
  *
  * @param {{ nLayer?: number, nEmbd?: number, nHead?: number, nHeadKv?: number, nFF?: number, nCtx?: number,
  *   ropeBase?: number, rmsEps?: number, seed?: number, tiedOutput?: boolean, matrixType?: string,
- *   embdType?: string, name?: string }} [options]
- *   tiedOutput false adds an output.weight (Q8_0) instead of reusing token_embd
+ *   embdType?: string, name?: string, nVocab?: number }} [options]
+ *   tiedOutput false adds an output.weight (Q8_0) instead of reusing token_embd;
+ *   nVocab pads the vocabulary with tokens of their own (`<|pad_N|>`) to
+ *   that size, for a model of a real model's shapes
  * @returns {{ metadata: Record<string, any>,
  *   tensors: Array<{ name: string, type: string, dims: number[], bytes: Uint8Array }> }}
  */
@@ -323,9 +325,14 @@ function tinyLlama(options = {}) {
     matrixType = 'Q4_1',
     embdType = 'Q8_0',
     name = 'tiny-llama',
+    nVocab: vocabSize = 0,
   } = options;
   const headDim = nEmbd / nHead;
   const vocab = tinyVocab();
+  for (let i = 0; vocab.tokens.length < vocabSize; i++) {
+    vocab.tokens.push(`<|pad_${i}|>`);
+    vocab.tokenTypes.push(TOKEN_NORMAL);
+  }
   const nVocab = vocab.tokens.length;
   const random = rng(seed);
   /** @type {Array<{ name: string, type: string, dims: number[], bytes: Uint8Array }>} */

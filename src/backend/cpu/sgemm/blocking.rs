@@ -199,6 +199,35 @@ impl Kernel {
             ..*self
         }
     }
+
+    /// This kernel with the sizes `spec` names (`WEBNN_CPU_BLOCKING`,
+    /// for example `kc=256,mc=480`) in place of its own, each rounded
+    /// down to the multiple the loops need and held within the bounds
+    /// that [`Kernel::blocked_for`] keeps (the packing buffers are sized
+    /// by them). `None` when `spec` is not such a list, so that a typo
+    /// is not silently half applied.
+    pub(super) fn with_blocking(&self, spec: &str) -> Option<Kernel> {
+        let mut k = Kernel { ..*self };
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = part.split_once('=')?;
+            let v: usize = value.trim().parse().ok()?;
+            match name.trim() {
+                "kc" => k.kc = round_down(v, 16).clamp(64, 1024),
+                "mc" => k.mc = round_down(v, self.mr).clamp(self.mr, round_down(1020, self.mr)),
+                "nc" => k.nc = round_down(v, self.nr).clamp(self.nr, round_down(8192, self.nr)),
+                _ => return None,
+            }
+        }
+        Some(k)
+    }
+}
+
+/// The sizes `WEBNN_CPU_BLOCKING` gives, if it is set and reads as a
+/// list of `kc`, `mc` and `nc` (see [`Kernel::with_blocking`]): for
+/// measuring other blockings on a machine without rebuilding.
+pub(super) fn blocking_override(kern: &Kernel) -> Option<Kernel> {
+    let spec = std::env::var("WEBNN_CPU_BLOCKING").ok()?;
+    kern.with_blocking(&spec)
 }
 
 impl Kernel {
@@ -206,8 +235,15 @@ impl Kernel {
     /// benchmark's header prints them.
     pub fn blocking_report(&self) -> String {
         let c = Caches::this_machine();
+        let from = if std::env::var_os("WEBNN_CPU_BLOCKING").is_some()
+            && blocking_override(self).is_some()
+        {
+            "WEBNN_CPU_BLOCKING; the caches are"
+        } else {
+            "from"
+        };
         format!(
-            "{}x{} tile, kc {} mc {} nc {}, from L1d {} KiB, L2 {} KiB, L3 {} KiB per core ({})",
+            "{}x{} tile, kc {} mc {} nc {}, {from} L1d {} KiB, L2 {} KiB, L3 {} KiB per core ({})",
             self.mr,
             self.nr,
             self.kc,
@@ -299,6 +335,24 @@ mod tests {
             // Absurd reports stay within bounds.
             let t = kern.blocked_for(&caches(1, 1, 0));
             assert!(t.kc >= 64 && t.mc >= kern.mr && t.nc >= kern.nr, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn a_blocking_override_is_rounded_and_bounded() {
+        for kern in available_kernels() {
+            let k = kern.with_blocking("kc=250, mc=100,nc=5000").unwrap();
+            assert_eq!(k.kc, 240);
+            assert_eq!(k.mc, 100 / kern.mr * kern.mr);
+            assert_eq!(k.nc, 5000 / kern.nr * kern.nr);
+            let k = kern.with_blocking("kc=1,mc=0,nc=99999").unwrap();
+            assert!(k.kc == 64 && k.mc == kern.mr && k.nc <= 8192 && k.nc % kern.nr == 0);
+            let k = kern.with_blocking("mc=100000").unwrap();
+            assert!(k.mc <= 1020 && k.mc % kern.mr == 0 && k.kc == kern.kc);
+            assert_eq!(kern.with_blocking("").unwrap().kc, kern.kc);
+            for bad in ["kc", "kc=x", "kc=-1", "kx=256", "kc=256;mc=96"] {
+                assert!(kern.with_blocking(bad).is_none(), "{bad}");
+            }
         }
     }
 

@@ -11,8 +11,9 @@
 // same tensor types, 30 layers, a vocabulary of 49,152), written to the
 // temporary directory: tokens/s do not depend on the weights' values, so
 // it measures a machine that cannot fetch the file. --gpu runs our side
-// on the GPU backend (deviceType 'gpu'; the thread count then only
-// labels the row), with the llama.cpp side not measured: its CPU figures
+// on the GPU backend (deviceType 'gpu', float32 numerics as the chat
+// example's --gpu; the thread count then only labels the row), with the
+// llama.cpp side not measured: its CPU figures
 // are no comparison for a GPU, and its GPU builds are not installed.
 //
 // Two scenarios, each at every thread count: a 128-token prompt then 128
@@ -104,7 +105,8 @@ async function child(side, file, threads, quick, gpu) {
     const { argmax } = require(path.join(ROOT, 'lib/llm/sampling'));
     const model = await loadLlama(file);
     const context = await ml.createContext(gpu ? { deviceType: 'gpu' } : { deviceType: 'cpu', numThreads: threads });
-    const runner = new LlamaRunner(context, model, { maxContext: CONTEXT });
+    // On the GPU, float32 numerics, as the chat example uses there.
+    const runner = new LlamaRunner(context, model, { maxContext: CONTEXT, numerics: gpu ? 'float32' : 'llama.cpp' });
     await runner.init();
     for (const s of scenarios) {
       let timed;

@@ -115,7 +115,11 @@ async function main() {
   const context = await ml.createContext(
     o.gpu ? { deviceType: 'gpu' } : { deviceType: 'cpu', ...(o.threads ? { numThreads: o.threads } : {}) },
   );
-  const session = await new ChatSession(context, model, { maxContext: o.context }).init();
+  // On the GPU every node is a dispatch of its own, and llama.cpp's CPU
+  // roundings (int8 activations, float16 keys and values) are about 40%
+  // of a step's nodes: float32 numerics there (docs/llm.md).
+  const numerics = o.gpu ? 'float32' : 'llama.cpp';
+  const session = await new ChatSession(context, model, { maxContext: o.context, numerics }).init();
   try {
     if (o.question) {
       await answer(session, o.question, o);

@@ -8,6 +8,7 @@
 mod bytes_id;
 pub mod cpu;
 pub mod gpu;
+mod profile;
 #[cfg(test)]
 pub(crate) mod testing;
 

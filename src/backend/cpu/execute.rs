@@ -53,7 +53,7 @@ fn convert_inputs(
     if !node.inputs.iter().enumerate().any(|(k, &i)| differs(k, i)) {
         return Ok(None);
     }
-    let started = profile::enabled().then(std::time::Instant::now);
+    let started = profile::CPU.enabled().then(std::time::Instant::now);
     let mut out = Vec::with_capacity(node.inputs.len());
     for (k, &i) in node.inputs.iter().enumerate() {
         if !differs(k, i) {
@@ -72,7 +72,7 @@ fn convert_inputs(
     }
     if let Some(t) = started {
         let key = || format!("{n:3} (layout change of its inputs)");
-        profile::record(key, t.elapsed().as_nanos() as u64);
+        profile::CPU.record(key, t.elapsed().as_nanos() as u64);
     }
     Ok(Some(out))
 }
@@ -197,7 +197,7 @@ pub(super) fn execute(
             Some(pl) => convert_inputs(pl, g, n, &slots)?,
             None => None,
         };
-        let started = profile::enabled().then(std::time::Instant::now);
+        let started = profile::CPU.enabled().then(std::time::Instant::now);
         // An owned intermediate that dies here and is read once by this
         // node can become the output of an element-wise node in place.
         let reusable = |slots: &[Slot], i: usize| {
@@ -384,7 +384,7 @@ pub(super) fn execute(
                     out_descs[0].shape
                 )
             };
-            profile::record(key, t.elapsed().as_nanos() as u64);
+            profile::CPU.record(key, t.elapsed().as_nanos() as u64);
         }
         let results = results.map_err(|e| {
             if node.label.is_empty() {

@@ -16,7 +16,7 @@ mod matmul;
 mod memory;
 mod movement;
 mod norm;
-mod profile;
+
 mod qgemm;
 mod quantize;
 mod recurrent;
@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::{Backend, GraphId, TensorId};
+use super::{profile, Backend, GraphId, TensorId};
 use crate::error::{Error, Result};
 use crate::graph::ops::elementwise::{ClampParams, SoftmaxParams};
 use crate::graph::ops::gather::GatherOp;
@@ -166,8 +166,8 @@ pub struct CpuBackend {
 
 impl Drop for CpuBackend {
     fn drop(&mut self) {
-        if profile::enabled() {
-            profile::report();
+        if profile::CPU.enabled() {
+            profile::CPU.report();
         }
     }
 }
@@ -804,7 +804,7 @@ impl Backend for CpuBackend {
         // A graph that cannot fit is refused here, once, with the operand
         // that tips it over, not at each dispatch.
         let plan = memory::plan(&cg);
-        if profile::enabled() {
+        if profile::CPU.enabled() {
             eprintln!(
                 "webnn-node cpu: graph {id} needs {} bytes of intermediates at its peak",
                 plan.peak

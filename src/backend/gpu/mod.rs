@@ -47,7 +47,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Backend, GraphId, TensorId};
+use super::{profile, Backend, GraphId, TensorId};
 use crate::error::{Error, Result};
 use crate::graph::ops::activation::ActivationOp;
 use crate::graph::ops::elementwise::{ClampParams, SoftmaxParams};
@@ -210,6 +210,9 @@ pub(crate) struct Step {
     bind_group: wgpu::BindGroup,
     /// Workgroup counts in x, y, z.
     groups: [u32; 3],
+    /// The node it belongs to, as the profile names it (empty unless
+    /// `WEBNN_GPU_PROFILE` is set).
+    what: Arc<str>,
 }
 
 /// The device and what is shared by every graph: the pipeline cache and
@@ -387,6 +390,7 @@ impl Gpu {
             pipeline,
             bind_group,
             groups,
+            what: Arc::from(""),
         })
     }
 
@@ -466,6 +470,9 @@ pub struct GpuBackend {
 
 impl Drop for GpuBackend {
     fn drop(&mut self) {
+        if profile::GPU.enabled() {
+            profile::GPU.report();
+        }
         // Release this context's resources, let the GPU finish, and pool
         // the device unless it was lost.
         self.tensors.clear();
@@ -691,6 +698,9 @@ impl GpuBackend {
             }
             slot[*id] = Some(buffers.len() - 1);
         }
+        if profile::GPU.enabled() {
+            name_steps(&mut steps, "    (inputs widened)".into());
+        }
         // Constants that some node reads, uploaded once, already widened
         // (once per context: the graphs over the same constants share them).
         let constants = &mut self.constants;
@@ -866,6 +876,7 @@ impl GpuBackend {
                     )
                 }
             })?;
+            let first = steps.len();
             steps.extend(step);
             for &i in &read {
                 if plan.frees_after(i, index) {
@@ -889,9 +900,28 @@ impl GpuBackend {
                     )?);
                 }
             }
+            if profile::GPU.enabled() {
+                // The node's steps, its rounding into a narrow type
+                // included, are one row of the profile.
+                name_steps(
+                    &mut steps[first..],
+                    format!(
+                        "{index:3} {}{} {:?} -> {:?}",
+                        node.op.name(),
+                        if fused_b.is_some() {
+                            " (quantized B)"
+                        } else {
+                            ""
+                        },
+                        in_descs.iter().map(|d| &d.shape).collect::<Vec<_>>(),
+                        out_desc.shape
+                    ),
+                );
+            }
         }
 
         // Outputs leave through their own packed slot.
+        let converted = steps.len();
         let mut outputs = Vec::with_capacity(graph.outputs.len());
         for (name, id) in &graph.outputs {
             let s = slot[*id].ok_or_else(|| {
@@ -912,6 +942,9 @@ impl GpuBackend {
             } else {
                 outputs.push(s);
             }
+        }
+        if profile::GPU.enabled() {
+            name_steps(&mut steps[converted..], "    (outputs packed)".into());
         }
         Ok(CompiledGraph {
             buffers,
@@ -1114,26 +1147,103 @@ impl Backend for GpuBackend {
             ));
         }
         let gpu = &self.gpu;
+        if profile::GPU.enabled() {
+            return gpu.scoped("dispatching a graph", || profiled(gpu, cg, &ins, &outs));
+        }
         gpu.scoped("dispatching a graph", || {
             let mut enc = gpu.device.create_command_encoder(&Default::default());
-            for (t, &s) in ins.iter().zip(&cg.inputs) {
-                let slot = &cg.buffers[s];
-                enc.copy_buffer_to_buffer(t, 0, slot, 0, t.size().min(slot.size()));
-            }
-            {
-                let mut pass = enc.begin_compute_pass(&Default::default());
-                for step in &cg.steps {
-                    pass.set_pipeline(&step.pipeline);
-                    pass.set_bind_group(0, &step.bind_group, &[]);
-                    let [x, y, z] = step.groups;
-                    pass.dispatch_workgroups(x, y, z);
-                }
-            }
-            for (t, &s) in outs.iter().zip(&cg.outputs) {
-                let slot = &cg.buffers[s];
-                enc.copy_buffer_to_buffer(slot, 0, t, 0, t.size().min(slot.size()));
-            }
+            cg.record(&mut enc, &ins, &outs);
             gpu.queue.submit([enc.finish()]);
         })
     }
+}
+
+impl CompiledGraph {
+    /// A dispatch's commands: the inputs copied into the graph's own
+    /// buffers, every step in one compute pass, the outputs copied out.
+    fn record(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        ins: &[&wgpu::Buffer],
+        outs: &[&wgpu::Buffer],
+    ) {
+        self.copy_in(enc, ins);
+        run_steps(enc, &self.steps);
+        self.copy_out(enc, outs);
+    }
+
+    fn copy_in(&self, enc: &mut wgpu::CommandEncoder, ins: &[&wgpu::Buffer]) {
+        for (t, &s) in ins.iter().zip(&self.inputs) {
+            let slot = &self.buffers[s];
+            enc.copy_buffer_to_buffer(t, 0, slot, 0, t.size().min(slot.size()));
+        }
+    }
+
+    fn copy_out(&self, enc: &mut wgpu::CommandEncoder, outs: &[&wgpu::Buffer]) {
+        for (t, &s) in outs.iter().zip(&self.outputs) {
+            let slot = &self.buffers[s];
+            enc.copy_buffer_to_buffer(slot, 0, t, 0, t.size().min(slot.size()));
+        }
+    }
+}
+
+/// `steps` in one compute pass.
+fn run_steps(enc: &mut wgpu::CommandEncoder, steps: &[Step]) {
+    let mut pass = enc.begin_compute_pass(&Default::default());
+    for step in steps {
+        pass.set_pipeline(&step.pipeline);
+        pass.set_bind_group(0, &step.bind_group, &[]);
+        let [x, y, z] = step.groups;
+        pass.dispatch_workgroups(x, y, z);
+    }
+}
+
+/// Names `steps` as one row of the GPU profile.
+fn name_steps(steps: &mut [Step], what: String) {
+    let what: Arc<str> = what.into();
+    for s in steps {
+        s.what = what.clone();
+    }
+}
+
+/// [`Backend::dispatch`] timed for `WEBNN_GPU_PROFILE`: first the whole
+/// graph as a dispatch runs it, its recording and submission (the CPU's
+/// time) apart from the wait for its end (the GPU's, less what overlapped
+/// the recording); then again with each node's steps submitted alone and
+/// waited for: the copies in, the steps of one node at a time, the copies
+/// out, each timed into [`profile::GPU`]. Running the graph twice gives
+/// the same outputs: it reads its inputs through copies of its own.
+fn profiled(gpu: &Gpu, cg: &CompiledGraph, ins: &[&wgpu::Buffer], outs: &[&wgpu::Buffer]) {
+    let t = std::time::Instant::now();
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    cg.record(&mut enc, ins, outs);
+    gpu.queue.submit([enc.finish()]);
+    let recorded = t.elapsed();
+    let _ = gpu.device.poll(wgpu::PollType::wait_indefinitely());
+    let steps = cg.steps.len();
+    profile::GPU.record(
+        || format!("    (whole graph, {steps} steps: recorded and submitted)"),
+        recorded.as_nanos() as u64,
+    );
+    profile::GPU.record(
+        || format!("    (whole graph, {steps} steps: waited for)"),
+        (t.elapsed() - recorded).as_nanos() as u64,
+    );
+    let timed = |what: &dyn Fn() -> String, record: &dyn Fn(&mut wgpu::CommandEncoder)| {
+        let t = std::time::Instant::now();
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        record(&mut enc);
+        gpu.queue.submit([enc.finish()]);
+        let _ = gpu.device.poll(wgpu::PollType::wait_indefinitely());
+        profile::GPU.record(what, t.elapsed().as_nanos() as u64);
+    };
+    timed(&|| "    (copies of the inputs)".into(), &|enc| {
+        cg.copy_in(enc, ins)
+    });
+    for run in cg.steps.chunk_by(|a, b| Arc::ptr_eq(&a.what, &b.what)) {
+        timed(&|| run[0].what.to_string(), &|enc| run_steps(enc, run));
+    }
+    timed(&|| "    (copies of the outputs)".into(), &|enc| {
+        cg.copy_out(enc, outs)
+    });
 }

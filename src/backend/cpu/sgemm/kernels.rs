@@ -77,6 +77,8 @@ pub struct Kernel {
     /// ([`Kernel::blocked_for`]); `kc`, `mc` and `nc` above are the
     /// blocking for [`Caches::FALLBACK`].
     pub(super) l1_share: (usize, usize),
+    /// The share of L2 the `mc x kc` A block takes, likewise.
+    pub(super) l2_share: (usize, usize),
     pub(super) func: KernelFn,
     /// The same kernel reading B rows in place, where there is one.
     pub(super) rows: Option<RowsKernelFn>,
@@ -412,6 +414,7 @@ pub(super) static PORTABLE: Kernel = Kernel {
     mc: 128,
     nc: 4096,
     l1_share: (1, 4),
+    l2_share: (1, 2),
     func: kernel_portable,
     rows: None,
     edges: &[],
@@ -437,6 +440,7 @@ pub(super) static AVX2: Kernel = Kernel {
     mc: 168,
     nc: 4096,
     l1_share: (3, 4),
+    l2_share: (1, 2),
     func: kernel_avx2,
     rows: Some(kernel_avx2_rows),
     edges: &[
@@ -460,7 +464,16 @@ pub(super) static AVX2: Kernel = Kernel {
 /// Zen 5, matmul 1024^3 with B constant at one thread, two rounds:
 /// 21.5-22.1 ms against 22.7-24.7 at KC = 192 (512: 21.3; 768: 21.4);
 /// the transformer block 5.26-5.63 against 5.56-5.65. 384 is also the
-/// depth BLIS's AVX-512 kernels use. The 192 x 384 A block is 288 KiB.
+/// depth BLIS's AVX-512 kernels use.
+///
+/// The A block takes a quarter of L2, not half: on an Intel Sapphire
+/// Rapids core (2 MiB of L2, a cloud virtual machine), matmul 1024^3 at
+/// one thread ran at 50-69% of peak with half (mc 672, four rounds)
+/// against 51-78% with mc 192 and 62-78% with kc 512 and mc 240 (the
+/// same rounds, interleaved); a virtual CPU is often one hardware thread
+/// of a core whose caches its sibling shares. On the Zen 5 above
+/// (1 MiB of L2) a quarter (mc 168) and half (336) measure the same at
+/// one thread, and within 2% at two.
 #[cfg(target_arch = "x86_64")]
 pub(super) static AVX512: Kernel = Kernel {
     name: "avx512f",
@@ -470,6 +483,7 @@ pub(super) static AVX512: Kernel = Kernel {
     mc: 192,
     nc: 4096,
     l1_share: (1, 1),
+    l2_share: (1, 4),
     func: kernel_avx512,
     rows: Some(kernel_avx512_rows),
     // Rows that are a multiple of 4 (sequence lengths, batches) leave

@@ -458,6 +458,9 @@ pub struct GpuBackend {
     /// where they lie (`qmatmul`); `WEBNN_GPU_QMATMUL=off` runs them node
     /// by node, for comparisons.
     qmatmul: bool,
+    /// Whether such products of few rows split K between lanes
+    /// (`qmatmul::build`); the tests turn it off.
+    qgemv: bool,
     /// Quantized weights uploaded by this context's graphs, found again
     /// by the next graph over the same constants.
     uploads: qmatmul::Uploads,
@@ -568,6 +571,7 @@ impl GpuBackend {
             tensors: HashMap::new(),
             graphs: HashMap::new(),
             qmatmul: std::env::var("WEBNN_GPU_QMATMUL").map_or(true, |v| v != "off"),
+            qgemv: true,
             uploads: qmatmul::Uploads::default(),
             constants: constants::Constants::default(),
             reader,
@@ -667,6 +671,7 @@ impl GpuBackend {
         // Whether node `n` reads its input `k` (a fused product does not
         // read B).
         let reads = |n: usize, k: usize| live[n] && !(k == 1 && fused.contains_key(&n));
+        let qgemv = self.qgemv;
         let gpu = &mut self.gpu;
         let uploads = &mut self.uploads;
         uploads.forget_unused();
@@ -792,14 +797,20 @@ impl GpuBackend {
             let one = |s: Result<Option<Step>>| s.map(|s| s.into_iter().collect::<Vec<_>>());
             let step = match &node.op {
                 _ if fused_b.is_some() => match (fused_b, ins.first()) {
-                    (Some(q), Some(&a)) => {
-                        qmatmul::build(gpu, uploads, graph, q, a, ins.get(1).copied(), out_buf).map(
-                            |(s, up)| {
-                                held.push(up);
-                                vec![s]
-                            },
-                        )
-                    }
+                    (Some(q), Some(&a)) => qmatmul::build(
+                        gpu,
+                        uploads,
+                        graph,
+                        q,
+                        a,
+                        ins.get(1).copied(),
+                        out_buf,
+                        qgemv,
+                    )
+                    .map(|(s, up)| {
+                        held.push(up);
+                        vec![s]
+                    }),
                     _ => Err(Error::operation("a quantized product lacks its input")),
                 },
                 Op::Binary(kind) => one(elementwise::binary(

@@ -55,6 +55,9 @@ use crate::tensor::Buf;
 use crate::types::DataType;
 
 const QMATMUL: &str = include_str!("shaders/qmatmul.wgsl");
+const QGEMV: &str = include_str!("shaders/qgemv.wgsl");
+/// Output columns of a workgroup of `QGEMV`.
+const GEMV_COLS: u64 = 8;
 
 /// Output columns per workgroup (one invocation each) and rows of A per
 /// workgroup: the shader's `TN` and `TM`.
@@ -695,7 +698,9 @@ fn uploaded(gpu: &Gpu, g: &Graph, q: &QMatmul, uploads: &mut Uploads) -> Result<
 
 /// The step of product `q`: `a` ([M, K] float32), `c` (gemm's C, when it
 /// has one, broadcast to [M, N]), `out` ([M, N] float32). Its uploads
-/// ([`uploaded`]) are returned for the graph to hold.
+/// ([`uploaded`]) are returned for the graph to hold. `gemv`: products
+/// of at most `TM` rows take `shaders/qgemv.wgsl`, whose lanes split K
+/// (the tests turn it off to compare the weights bit for bit).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn build(
     gpu: &mut Gpu,
@@ -705,6 +710,7 @@ pub(super) fn build(
     a: &wgpu::Buffer,
     c: Option<&wgpu::Buffer>,
     out: &wgpu::Buffer,
+    gemv: bool,
 ) -> Result<(Step, Arc<Uploaded>)> {
     let (m, n, k) = (q.m as u64, q.n as u64, q.k as u64);
     if q.block == 0 || !q.k.is_multiple_of(q.block) {
@@ -765,7 +771,10 @@ pub(super) fn build(
         cstrides.1,
     ];
     let params = gpu.params(&p)?;
-    let source = QMATMUL
+    let gemv = gemv
+        && m <= TM
+        && n.div_ceil(GEMV_COLS) <= u64::from(gpu.limits.max_compute_workgroups_per_dimension);
+    let source = if gemv { QGEMV } else { QMATMUL }
         .replace("{{CODE}}", code_expr(q.dt)?)
         .replace("{{WEIGHT}}", weight_expr(q.half, q.offset.is_some()))
         .replace("{{STORE}}", &store)
@@ -773,7 +782,11 @@ pub(super) fn build(
             "{{EXTRA}}",
             &format!("{extra}{}", if q.half { super::convert::HALF } else { "" }),
         );
-    let groups = [word(n.div_ceil(TN))?, word(m.div_ceil(TM))?, 1];
+    let groups = if gemv {
+        [word(n.div_ceil(GEMV_COLS))?, 1, 1]
+    } else {
+        [word(n.div_ceil(TN))?, word(m.div_ceil(TM))?, 1]
+    };
     let mut buffers = vec![&params, a, &up.codes, &up.blocks, out];
     buffers.extend(c);
     let step = gpu.step(source, "main", &buffers, groups)?;

@@ -168,6 +168,13 @@ fn check(be: &mut GpuBackend, g: Graph, fused: usize, what: &str) -> Vec<Buf> {
     let steps = cg.steps.len();
     let got = be.compute(7, &g, inputs.clone()).unwrap();
     be.destroy_graph(7);
+    // Again with every product on the shader that walks K in order in
+    // one invocation (products of few rows otherwise split K).
+    be.qgemv = false;
+    be.compile(9, g.clone()).unwrap();
+    let ordered = be.compute(9, &g, inputs.clone()).unwrap();
+    be.destroy_graph(9);
+    be.qgemv = true;
 
     be.qmatmul = false;
     be.compile(8, g.clone()).unwrap();
@@ -184,32 +191,35 @@ fn check(be: &mut GpuBackend, g: Graph, fused: usize, what: &str) -> Vec<Buf> {
     }
 
     assert_eq!(got.len(), want.len(), "{what}: outputs");
-    for (i, ((g, p), w)) in got.iter().zip(&plain).zip(&want).enumerate() {
+    for (i, (((g, o), p), w)) in got.iter().zip(&ordered).zip(&plain).zip(&want).enumerate() {
         let w = w.to_f32_vec();
-        let (g, p) = (g.to_f32_vec(), p.to_f32_vec());
+        let (g, o, p) = (g.to_f32_vec(), o.to_f32_vec(), p.to_f32_vec());
         if !half {
             assert_close(&g, &w, TOL, &format!("{what}: output {i}, fused"));
+            assert_close(&o, &w, TOL, &format!("{what}: output {i}, fused in order"));
             assert_close(&p, &w, TOL, &format!("{what}: output {i}, node by node"));
             continue;
         }
         // A float16 product's weights are the node-by-node path's
-        // exactly (rounded where the graph rounds them), and both
-        // shaders sum over K in order with one fma each, from zero: the
-        // same bits.
+        // exactly (rounded where the graph rounds them), and the shader
+        // that walks K in order sums as the node-by-node one does, one
+        // fma each from zero: the same bits.
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(
-            bits(&g),
+            bits(&o),
             bits(&p),
-            "{what}: output {i}, fused against node by node"
+            "{what}: output {i}, fused in order against node by node"
         );
-        // The CPU backend's fused float16 product multiplies the weights
-        // unrounded (see `cpu/fuse.rs`): within the conformance tests'
-        // tolerance for a float16 gemm, 2K units in the last place.
-        for (j, (&gv, &wv)) in g.iter().zip(&w).enumerate() {
-            let d = half_ulps(gv, wv);
+        // The lanes that split K sum in another order, and the CPU
+        // backend's fused float16 product multiplies the weights
+        // unrounded (see `cpu/fuse.rs`): both within the conformance
+        // tests' tolerance for a float16 gemm, 2K units in the last place.
+        for (j, ((&gv, &ov), &wv)) in g.iter().zip(&o).zip(&w).enumerate() {
+            let (d, e) = (half_ulps(gv, wv), half_ulps(gv, ov));
             assert!(
-                d <= 2 * k,
-                "{what}: output {i}, element {j}: {gv} against the CPU's {wv}, {d} ulps"
+                d <= 2 * k && e <= 2 * k,
+                "{what}: output {i}, element {j}: {gv} against the CPU's {wv} ({d} ulps) \
+                 and the ordered shader's {ov} ({e} ulps)"
             );
         }
     }

@@ -458,8 +458,9 @@ pub struct GpuBackend {
     /// where they lie (`qmatmul`); `WEBNN_GPU_QMATMUL=off` runs them node
     /// by node, for comparisons.
     qmatmul: bool,
-    /// Whether such products of few rows split K between lanes
-    /// (`qmatmul::build`); the tests turn it off.
+    /// Whether such products split K between lanes (`qmatmul::build`);
+    /// the tests turn it off to compare with the node-by-node path bit
+    /// for bit.
     qgemv: bool,
     /// Quantized weights uploaded by this context's graphs, found again
     /// by the next graph over the same constants.

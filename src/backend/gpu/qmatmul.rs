@@ -14,9 +14,11 @@
 //! such an expression and resolves it into a [`QMatmul`]; the compiled
 //! graph then uploads the codes' own bytes and one small table of
 //! (scale, zero point, offset) per block of weights along K, and
-//! [`build`] makes one step whose shader (`shaders/qmatmul.wgsl`) reads
-//! the codes and dequantizes them in registers. The nodes that only
-//! computed B ([`live_nodes`]) get no steps and no buffers.
+//! [`build`] makes one step whose shader (`shaders/qgemv.wgsl`, 32
+//! invocations to an output column, each over a share of K; or
+//! `shaders/qmatmul.wgsl`, one invocation walking all of K) reads the
+//! codes and dequantizes them in registers. The nodes that only computed
+//! B ([`live_nodes`]) get no steps and no buffers.
 //!
 //! The weights' element (n, k) of the product's `[K, N]` operand is
 //! element `n * K + k` of the codes (in their row-major order, which
@@ -698,9 +700,10 @@ fn uploaded(gpu: &Gpu, g: &Graph, q: &QMatmul, uploads: &mut Uploads) -> Result<
 
 /// The step of product `q`: `a` ([M, K] float32), `c` (gemm's C, when it
 /// has one, broadcast to [M, N]), `out` ([M, N] float32). Its uploads
-/// ([`uploaded`]) are returned for the graph to hold. `gemv`: products
-/// of at most `TM` rows take `shaders/qgemv.wgsl`, whose lanes split K
-/// (the tests turn it off to compare the weights bit for bit).
+/// ([`uploaded`]) are returned for the graph to hold. `gemv`: the
+/// product takes `shaders/qgemv.wgsl`, whose lanes split K, where its
+/// grid fits (the tests turn it off to compare the weights bit for bit
+/// through `shaders/qmatmul.wgsl`, which sums in order).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn build(
     gpu: &mut Gpu,
@@ -771,9 +774,8 @@ pub(super) fn build(
         cstrides.1,
     ];
     let params = gpu.params(&p)?;
-    let gemv = gemv
-        && m <= TM
-        && n.div_ceil(GEMV_COLS) <= u64::from(gpu.limits.max_compute_workgroups_per_dimension);
+    let most = u64::from(gpu.limits.max_compute_workgroups_per_dimension);
+    let gemv = gemv && n.div_ceil(GEMV_COLS) <= most && m.div_ceil(TM) <= most;
     let source = if gemv { QGEMV } else { QMATMUL }
         .replace("{{CODE}}", code_expr(q.dt)?)
         .replace("{{WEIGHT}}", weight_expr(q.half, q.offset.is_some()))
@@ -783,7 +785,7 @@ pub(super) fn build(
             &format!("{extra}{}", if q.half { super::convert::HALF } else { "" }),
         );
     let groups = if gemv {
-        [word(n.div_ceil(GEMV_COLS))?, 1, 1]
+        [word(n.div_ceil(GEMV_COLS))?, word(m.div_ceil(TM))?, 1]
     } else {
         [word(n.div_ceil(TN))?, word(m.div_ceil(TM))?, 1]
     };

@@ -1,15 +1,15 @@
 // out = A x B as qmatmul.wgsl computes it (the same bindings, parameters
-// and substitutions: CODE, WEIGHT, STORE, EXTRA), for products of at
-// most TM rows: a decoding step's. That shader gives each invocation one
-// output column and walks all of K in it, so a product of few columns
-// (576 outputs at K = 1536) keeps a handful of workgroups busy, each
-// invocation a long chain of dependent fmas. Here LANES invocations share
-// a column: lane j takes chunks of CH elements of K, j, j + LANES, ...
-// (adjacent lanes read adjacent codes), sums them in order for each of
-// the rows, one fma each, and the lanes' sums are then added pairwise in
-// workgroup memory (a fixed tree: the result does not depend on timing).
+// and substitutions: CODE, WEIGHT, STORE, EXTRA). That shader gives each
+// invocation one output column and walks all of K in it, so a product of
+// few columns (576 outputs at K = 1536) keeps a handful of workgroups
+// busy, each invocation a long chain of dependent fmas. Here LANES
+// invocations share a column: lane j takes chunks of CH elements of K,
+// j, j + LANES, ... (adjacent lanes read adjacent codes), sums them in
+// order for each of its TM rows, one fma each, and the lanes' sums are
+// then added pairwise in workgroup memory (a fixed tree: the result does
+// not depend on timing).
 //
-// Each workgroup computes COLS columns for all M <= TM rows.
+// Each workgroup computes COLS columns of TM rows (from row wg.y * TM).
 
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -44,6 +44,8 @@ fn main(
     let lane = li % LANES;
     let col = wg.x * COLS + li / LANES;
     let live = col < n;
+    let row0 = wg.y * TM;
+    let rows_here = min(TM, m - row0);
 
     var acc: array<f32, 8>;
     var scale = 0.0;
@@ -70,8 +72,8 @@ fn main(
                 }
                 let w = {{WEIGHT}};
                 for (var i = 0u; i < TM; i++) {
-                    if (i < m) {
-                        acc[i] = fma(a[i * k + kk], w, acc[i]);
+                    if (i < rows_here) {
+                        acc[i] = fma(a[(row0 + i) * k + kk], w, acc[i]);
                     }
                 }
             }
@@ -91,8 +93,8 @@ fn main(
     }
     if (live && lane == 0u) {
         for (var i = 0u; i < TM; i++) {
-            let r = i;
-            if (r < m) {
+            let r = row0 + i;
+            if (i < rows_here) {
                 acc[i] = part[i * WG + li];
                 out[r * n + col] = {{STORE}};
             }

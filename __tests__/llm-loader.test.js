@@ -125,6 +125,19 @@ describe('GGUF round trip', () => {
     expect(Buffer.compare(Buffer.from(c.tensors[3].bytes), Buffer.from(tinyLlama().tensors[3].bytes))).not.toBe(0);
   });
 
+  test('nVocab pads the vocabulary to a real model\'s size (bench/llm.js --random)', async () => {
+    const base = tinyVocab().tokens.length;
+    const m = await loadLlama(writeFile(writeGguf(tinyLlama({ nVocab: base + 700 }))));
+    expect(m.config.nVocab).toBe(base + 700);
+    expect(m.tensors.get('token_embd.weight').dims).toEqual([64, base + 700]);
+    const tokens = m.metadata['tokenizer.ggml.tokens'];
+    expect(new Set(tokens).size).toBe(base + 700);
+    expect(tokens.slice(0, base)).toEqual(tinyVocab().tokens);
+    expect(tokens[base]).toBe('<|pad_0|>');
+    // A size below the tiny vocabulary's leaves it whole.
+    expect((await loadLlama(writeFile(writeGguf(tinyLlama({ nVocab: 10 }))))).config.nVocab).toBe(base);
+  });
+
   test('quantized blocks have small finite f16 scales', () => {
     const spec = tinyLlama();
     for (const t of spec.tensors) {

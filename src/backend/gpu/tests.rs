@@ -400,6 +400,41 @@ fn dispatch_on_tensors() {
     );
 }
 
+/// The profiled dispatch (`WEBNN_GPU_PROFILE`) runs the graph twice, the
+/// second time node by node: its outputs are one dispatch's, also where
+/// the output tensor is an input.
+#[test]
+fn a_profiled_dispatch_gives_one_dispatchs_outputs() {
+    let Some(mut be) = backend() else { return };
+    let g = Arc::new(op_graph("sub", DataType::Float32, &[&[2, 2], &[2]], &[]).unwrap());
+    be.compile(9, g).unwrap();
+    for (id, shape) in [(10, &[2, 2][..]), (11, &[2]), (12, &[2, 2])] {
+        be.create_tensor(id, &desc(DataType::Float32, shape))
+            .unwrap();
+    }
+    be.write_tensor(10, Buf::F32(vec![1.0, 2.0, 3.0, 4.0]))
+        .unwrap();
+    be.write_tensor(11, Buf::F32(vec![0.5, 1.0])).unwrap();
+    let run = |be: &GpuBackend, ins: &[TensorId], outs: &[TensorId]| {
+        let bufs = |ids: &[TensorId]| {
+            ids.iter()
+                .map(|i| &be.tensors[i].buffer)
+                .collect::<Vec<_>>()
+        };
+        profiled(&be.gpu, &be.graphs[&9], &bufs(ins), &bufs(outs));
+    };
+    run(&be, &[10, 11], &[12]);
+    assert_eq!(
+        be.read_tensor(12).unwrap(),
+        Buf::F32(vec![0.5, 1.0, 2.5, 3.0])
+    );
+    run(&be, &[12, 11], &[12]);
+    assert_eq!(
+        be.read_tensor(12).unwrap(),
+        Buf::F32(vec![0.0, 0.0, 2.0, 2.0])
+    );
+}
+
 /// Random data of `dt`: floats in [-2, 2), integers in [-50, 50) (or
 /// [0, 100) unsigned), uint8 booleans 0/1.
 /// float16, the 8- and 4-bit integers and int64 go through the

@@ -466,14 +466,17 @@ pub(super) static AVX2: Kernel = Kernel {
 /// the transformer block 5.26-5.63 against 5.56-5.65. 384 is also the
 /// depth BLIS's AVX-512 kernels use.
 ///
-/// The A block takes a quarter of L2, not half: on an Intel Sapphire
-/// Rapids core (2 MiB of L2, a cloud virtual machine), matmul 1024^3 at
-/// one thread ran at 50-69% of peak with half (mc 672, four rounds)
-/// against 51-78% with mc 192 and 62-78% with kc 512 and mc 240 (the
-/// same rounds, interleaved); a virtual CPU is often one hardware thread
-/// of a core whose caches its sibling shares. On the Zen 5 above
-/// (1 MiB of L2) a quarter (mc 168) and half (336) measure the same at
-/// one thread, and within 2% at two.
+/// The A block takes a quarter of L2, not half. Measured on an Intel
+/// Sapphire Rapids core (2 MiB of L2) of a shared cloud virtual machine,
+/// matmul 1024^3 with B constant, chained dispatches, in three sittings
+/// of interleaved rounds: the median at one thread 53% of peak with half
+/// (mc 672, 8 runs), 58% with a quarter (336, 4 runs) and 59% with mc
+/// 192 (8 runs); at two threads 54%, 56% and 58%. The spread within each
+/// (44-78% at one thread) is wider than those differences, so this is a
+/// lean, not a proof: a virtual CPU is often one hardware thread of a
+/// core whose caches its sibling shares, which the smaller block
+/// tolerates. On the Zen 5 above (1 MiB of L2) a quarter (mc 168) and
+/// half (336) measure the same at one thread and within 2% at two.
 #[cfg(target_arch = "x86_64")]
 pub(super) static AVX512: Kernel = Kernel {
     name: "avx512f",

@@ -178,16 +178,14 @@ impl Kernel {
     /// This kernel with its blocking derived from `caches`:
     /// - `kc`: a `kc x nr` B panel takes [`Kernel::l1_share`] of L1d
     ///   (it is reused from L1 by every A panel of the block);
-    /// - `mc`: the `mc x kc` A block takes [`Kernel::l2_share`] of L2
-    ///   (it is reused from L2 by every B panel), leaving room for the B
-    ///   panel and C lines;
+    /// - `mc`: the `mc x kc` A block takes half of L2 (it is reused from
+    ///   L2 by every B panel), leaving room for the B panel and C lines;
     /// - `nc`: the `kc x nc` B block takes half of the core's L3 share,
     ///   or of L2 where there is no L3.
     pub(super) fn blocked_for(&self, caches: &Caches) -> Kernel {
         let (num, den) = self.l1_share;
         let kc = round_down(caches.l1d * num / den / (self.nr * 4), 16).clamp(64, 1024);
-        let (num, den) = self.l2_share;
-        let mc = round_down(caches.l2 * num / den / (kc * 4), self.mr).clamp(self.mr * 4, 1020);
+        let mc = round_down(caches.l2 / 2 / (kc * 4), self.mr).clamp(self.mr * 4, 1020);
         let outer = if caches.l3 > caches.l2 {
             caches.l3
         } else {
@@ -330,11 +328,11 @@ mod tests {
             assert_eq!(b.nc % kern.nr, 0);
             assert!(b.kc * kern.nr * 4 <= zen.l1d, "{}: {b:?}", kern.name);
             assert!(b.mc * b.kc * 4 <= zen.l2 / 2, "{}: {b:?}", kern.name);
-            // The AVX-512 kernel's A block takes a quarter of L2 (see
-            // `AVX512`): 336 x 384 on a Sapphire Rapids core's 2 MiB.
+            // A Sapphire Rapids core (see `AVX512`): a 384 x 32 B panel
+            // in its 48 KiB L1d, a 672 x 384 A block in half its 2 MiB L2.
             if kern.name == "avx512f" {
                 let spr = kern.blocked_for(&caches(48 << 10, 2 << 20, 1875 << 10));
-                assert_eq!((spr.kc, spr.mc), (384, 336));
+                assert_eq!((spr.kc, spr.mc), (384, 672));
             }
             assert!(b.kc * b.nc * 4 <= zen.l3 / 2, "{}: {b:?}", kern.name);
             // Larger caches never give smaller blocks.

@@ -77,8 +77,6 @@ pub struct Kernel {
     /// ([`Kernel::blocked_for`]); `kc`, `mc` and `nc` above are the
     /// blocking for [`Caches::FALLBACK`].
     pub(super) l1_share: (usize, usize),
-    /// The share of L2 the `mc x kc` A block takes, likewise.
-    pub(super) l2_share: (usize, usize),
     pub(super) func: KernelFn,
     /// The same kernel reading B rows in place, where there is one.
     pub(super) rows: Option<RowsKernelFn>,
@@ -414,7 +412,6 @@ pub(super) static PORTABLE: Kernel = Kernel {
     mc: 128,
     nc: 4096,
     l1_share: (1, 4),
-    l2_share: (1, 2),
     func: kernel_portable,
     rows: None,
     edges: &[],
@@ -440,7 +437,6 @@ pub(super) static AVX2: Kernel = Kernel {
     mc: 168,
     nc: 4096,
     l1_share: (3, 4),
-    l2_share: (1, 2),
     func: kernel_avx2,
     rows: Some(kernel_avx2_rows),
     edges: &[
@@ -466,17 +462,18 @@ pub(super) static AVX2: Kernel = Kernel {
 /// the transformer block 5.26-5.63 against 5.56-5.65. 384 is also the
 /// depth BLIS's AVX-512 kernels use.
 ///
-/// The A block takes a quarter of L2, not half. Measured on an Intel
-/// Sapphire Rapids core (2 MiB of L2) of a shared cloud virtual machine,
-/// matmul 1024^3 with B constant, chained dispatches, in three sittings
-/// of interleaved rounds: the median at one thread 53% of peak with half
-/// (mc 672, 8 runs), 58% with a quarter (336, 4 runs) and 59% with mc
-/// 192 (8 runs); at two threads 54%, 56% and 58%. The spread within each
-/// (44-78% at one thread) is wider than those differences, so this is a
-/// lean, not a proof: a virtual CPU is often one hardware thread of a
-/// core whose caches its sibling shares, which the smaller block
-/// tolerates. On the Zen 5 above (1 MiB of L2) a quarter (mc 168) and
-/// half (336) measure the same at one thread and within 2% at two.
+/// The A block takes half of L2, as for the other kernels. Measured on
+/// an Intel Sapphire Rapids core (2 MiB of L2) of a shared cloud virtual
+/// machine, matmul 1024^3 with B constant, chained dispatches, in three
+/// sittings of interleaved rounds: the median at one thread 53% of peak
+/// with half (mc 672, 8 runs), 58% with a quarter (336, 4 runs) and 59%
+/// with mc 192 (8 runs); at two threads 54%, 56% and 58%. The spread
+/// within each (44-78% at one thread) is wider than those differences,
+/// and published tunings for cores with two 512-bit FMA ports use a
+/// large block too (TBLIS's 12 x 32 sgemm for Skylake-X: MC 480 at
+/// KC 384, 70% of its 1 MiB L2), so the rule stays. On the Zen 5 above
+/// (1 MiB of L2) a quarter (mc 168) and half (336) measure the same at
+/// one thread and within 2% at two.
 #[cfg(target_arch = "x86_64")]
 pub(super) static AVX512: Kernel = Kernel {
     name: "avx512f",
@@ -486,7 +483,6 @@ pub(super) static AVX512: Kernel = Kernel {
     mc: 192,
     nc: 4096,
     l1_share: (1, 1),
-    l2_share: (1, 4),
     func: kernel_avx512,
     rows: Some(kernel_avx512_rows),
     // Rows that are a multiple of 4 (sequence lengths, batches) leave

@@ -138,7 +138,6 @@ pub(super) static NEON: Kernel = Kernel {
     mc: 144,
     nc: 4096,
     l1_share: (1, 4),
-    l2_share: (1, 2),
     func: kernel_neon,
     rows: Some(kernel_neon_rows),
     // Rows that are a multiple of 4 (sequence lengths, batches) leave

@@ -56,8 +56,18 @@ use crate::graph::{Graph, Node, Op, OperandId, Source};
 use crate::tensor::Buf;
 use crate::types::DataType;
 
-const QMATMUL: &str = include_str!("shaders/qmatmul.wgsl");
-const QGEMV: &str = include_str!("shaders/qgemv.wgsl");
+// Both start with the bindings, parameters and substitutions of
+// qmatmul_common.wgsl, joined at compile time.
+const QMATMUL: &str = concat!(
+    include_str!("shaders/qmatmul_common.wgsl"),
+    "\n",
+    include_str!("shaders/qmatmul.wgsl")
+);
+const QGEMV: &str = concat!(
+    include_str!("shaders/qmatmul_common.wgsl"),
+    "\n",
+    include_str!("shaders/qgemv.wgsl")
+);
 /// Output columns of a workgroup of `QGEMV`.
 const GEMV_COLS: u64 = 8;
 

@@ -1,5 +1,5 @@
-// out = A x B as qmatmul.wgsl computes it (the same bindings, parameters
-// and substitutions: CODE, WEIGHT, STORE, EXTRA). That shader gives each
+// out = A x B as qmatmul.wgsl computes it (the bindings, parameters and
+// substitutions are qmatmul_common.wgsl's). That shader gives each
 // invocation one output column and walks all of K in it, so a product of
 // few columns (576 outputs at K = 1536) keeps a handful of workgroups
 // busy, each invocation a long chain of dependent fmas. Here LANES
@@ -11,21 +11,10 @@
 //
 // Each workgroup computes COLS columns of TM rows (from row wg.y * TM).
 
-@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> q: array<u32>;
-@group(0) @binding(3) var<storage, read> blk: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
-{{EXTRA}}
-const TM: u32 = 8u;
 const COLS: u32 = 8u;
 const LANES: u32 = 32u;
 const CH: u32 = 8u;
 const WG: u32 = 256u; // COLS * LANES
-
-fn code(e: u32) -> f32 {
-    return f32({{CODE}});
-}
 
 // Each invocation's TM partial sums, row-major by row.
 var<workgroup> part: array<f32, 2048>; // TM * WG
@@ -35,17 +24,12 @@ fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
 ) {
-    let m = p[0];
-    let n = p[1];
-    let k = p[2];
-    let blen = p[3];
-    let nkb = p[4];
-    let rows = p[5] != 0u;
+    let d = dims();
     let lane = li % LANES;
     let col = wg.x * COLS + li / LANES;
-    let live = col < n;
+    let live = col < d.n;
     let row0 = wg.y * TM;
-    let rows_here = min(TM, m - row0);
+    let rows_here = min(TM, d.m - row0);
 
     var acc: array<f32, 8>;
     var scale = 0.0;
@@ -55,25 +39,21 @@ fn main(
     // grows, so the entry is read again on passing it).
     var next = 0u;
     if (live) {
-        for (var k0 = lane * CH; k0 < k; k0 += LANES * CH) {
-            let end = min(k0 + CH, k);
+        for (var k0 = lane * CH; k0 < d.k; k0 += LANES * CH) {
+            let end = min(k0 + CH, d.k);
             for (var kk = k0; kk < end; kk++) {
                 if (kk >= next) {
-                    let kb = kk / blen;
-                    let b = (col * nkb + kb) * 3u;
-                    scale = blk[b];
-                    zero = blk[b + 1u];
-                    minimum = blk[b + 2u];
-                    next = (kb + 1u) * blen;
+                    let t = entry(kk, col);
+                    scale = t.x;
+                    zero = t.y;
+                    minimum = t.z;
+                    next = (kk / d.blen + 1u) * d.blen;
                 }
-                var e = kk * n + col;
-                if (rows) {
-                    e = col * k + kk;
-                }
+                let e = element(kk, col);
                 let w = {{WEIGHT}};
                 for (var i = 0u; i < TM; i++) {
                     if (i < rows_here) {
-                        acc[i] = fma(a[(row0 + i) * k + kk], w, acc[i]);
+                        acc[i] = fma(a[(row0 + i) * d.k + kk], w, acc[i]);
                     }
                 }
             }
@@ -96,7 +76,7 @@ fn main(
             let r = row0 + i;
             if (i < rows_here) {
                 acc[i] = part[i * WG + li];
-                out[r * n + col] = {{STORE}};
+                out[r * d.n + col] = {{STORE}};
             }
         }
     }

@@ -12,33 +12,10 @@
 // K at a time in workgroup memory, and each invocation walks K once,
 // dequantizing each of its column's codes once, in a register, for all
 // TM rows (the table's entry is read once per block). Sums run over k in
-// order, one fma each.
-//
-// The host substitutes CODE (the integer code of element e of `q`),
-// WEIGHT (the weight from code(e) and its block's scale, zero and
-// minimum, as the graph's dequantizeLinear and add compute and round
-// it), STORE (the value written from `acc[i]` at output row r, column
-// col) and EXTRA (further declarations: gemm's C, float16 rounding).
-//
-// Parameters, as u32 words:
-//   p[0], p[1], p[2]   M, N, K
-//   p[3], p[4]         the block length along K and blocks per column
-//   p[5]               1 when the codes are laid out [N, K]
-//   p[6], p[7]         gemm's alpha and beta (f32 bits)
-//   p[8], p[9]         C's strides over output rows and columns
+// order, one fma each. The bindings, parameters and substitutions are
+// qmatmul_common.wgsl's.
 
-@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> q: array<u32>;
-@group(0) @binding(3) var<storage, read> blk: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
-{{EXTRA}}
-const TM: u32 = 8u;
 const TK: u32 = 32u;
-
-fn code(e: u32) -> f32 {
-    return f32({{CODE}});
-}
 
 var<workgroup> ta: array<f32, 256>;
 
@@ -47,15 +24,10 @@ fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
 ) {
-    let m = p[0];
-    let n = p[1];
-    let k = p[2];
-    let blen = p[3];
-    let nkb = p[4];
-    let rows = p[5] != 0u;
+    let d = dims();
     let col = wg.x * 64u + li;
     let row0 = wg.y * TM;
-    let live = col < n;
+    let live = col < d.n;
 
     var acc: array<f32, 8>;
     var scale = 0.0;
@@ -63,32 +35,29 @@ fn main(
     var minimum = 0.0;
     // The first k of the next block (its entry is read on reaching it).
     var next = 0u;
-    for (var k0 = 0u; k0 < k; k0 += TK) {
+    for (var k0 = 0u; k0 < d.k; k0 += TK) {
         for (var l = li; l < TM * TK; l += 64u) {
             let r = row0 + l / TK;
             let c = k0 + l % TK;
             var v = 0.0;
-            if (r < m && c < k) {
-                v = a[r * k + c];
+            if (r < d.m && c < d.k) {
+                v = a[r * d.k + c];
             }
             ta[l] = v;
         }
         workgroupBarrier();
         if (live) {
-            let end = min(TK, k - k0);
+            let end = min(TK, d.k - k0);
             for (var t = 0u; t < end; t++) {
                 let kk = k0 + t;
                 if (kk == next) {
-                    let b = (col * nkb + kk / blen) * 3u;
-                    scale = blk[b];
-                    zero = blk[b + 1u];
-                    minimum = blk[b + 2u];
-                    next = kk + blen;
+                    let t = entry(kk, col);
+                    scale = t.x;
+                    zero = t.y;
+                    minimum = t.z;
+                    next = kk + d.blen;
                 }
-                var e = kk * n + col;
-                if (rows) {
-                    e = col * k + kk;
-                }
+                let e = element(kk, col);
                 let w = {{WEIGHT}};
                 for (var i = 0u; i < TM; i++) {
                     acc[i] = fma(ta[i * TK + t], w, acc[i]);
@@ -101,8 +70,8 @@ fn main(
     if (live) {
         for (var i = 0u; i < TM; i++) {
             let r = row0 + i;
-            if (r < m) {
-                out[r * n + col] = {{STORE}};
+            if (r < d.m) {
+                out[r * d.n + col] = {{STORE}};
             }
         }
     }

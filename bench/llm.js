@@ -35,7 +35,7 @@
 
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { fmt, printTable, parseArgs: parseBenchArgs } = require('./report');
+const { fmt, printTable, parseArgs: parseBenchArgs, peakRssMb } = require('./report');
 
 const ROOT = path.join(__dirname, '..');
 const SCENARIOS = [
@@ -151,8 +151,9 @@ async function child(side, file, threads, quick, gpu) {
     await context.dispose();
     await model.dispose();
   }
-  const maxRssMb = process.resourceUsage().maxRSS / 1024;
-  console.log(JSON.stringify({ side, threads, rows: out, max_rss_mb: maxRssMb }));
+  // The child's own peak: `npm run bench` starts it from a process of
+  // more than a gigabyte, whose peak getrusage would report.
+  console.log(JSON.stringify({ side, threads, rows: out, max_rss_mb: peakRssMb() }));
 }
 
 function runChild(side, file, threads, quick, gpu) {

@@ -99,4 +99,18 @@ function ortSessionOptions(threads) {
   };
 }
 
-module.exports = { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs, ortSessionOptions };
+// Peak resident memory of this process. On Linux, getrusage's maxRSS (what
+// process.resourceUsage() reports) survives fork and exec, so a child
+// started from a big parent reports the parent's peak if it stays smaller;
+// VmHWM in /proc/self/status belongs to the child's own address space.
+function peakRssMb() {
+  try {
+    const hwm = /^VmHWM:\s+(\d+) kB/m.exec(require('fs').readFileSync('/proc/self/status', 'utf8'));
+    if (hwm) return Number(hwm[1]) / 1024;
+  } catch {
+    // not Linux: fall through
+  }
+  return process.resourceUsage().maxRSS / 1024; // kilobytes
+}
+
+module.exports = { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs, ortSessionOptions, peakRssMb };

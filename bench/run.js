@@ -18,7 +18,7 @@ if (process.argv.includes('--gpu')) {
 
 const fs = require('fs');
 const os = require('os');
-const { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs: parseBenchArgs, ortSessionOptions } = require('./report');
+const { now, median, loadavg, fmtMs, fmt, fmtErr, round, printTable, parseArgs: parseBenchArgs, ortSessionOptions, peakRssMb } = require('./report');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const { WORKLOADS, WEIGHT_SEED, INPUT_SEED, makeRandom, WebnnEmitter, NullEmitter, size } = require('./workloads');
@@ -267,20 +267,6 @@ async function rssChild(opts) {
   for (let i = 0; i < runs; i++) await model.run(data);
   await model.release();
   console.log(JSON.stringify({ side, threads, runs, max_rss_mb: peakRssMb() }));
-}
-
-// Peak resident memory of this process. On Linux, getrusage's maxRSS (what
-// process.resourceUsage() reports) survives fork and exec, so a child
-// started from a big parent reports the parent's peak if it stays smaller;
-// VmHWM in /proc/self/status belongs to the child's own address space.
-function peakRssMb() {
-  try {
-    const hwm = /^VmHWM:\s+(\d+) kB/m.exec(fs.readFileSync('/proc/self/status', 'utf8'));
-    if (hwm) return Number(hwm[1]) / 1024;
-  } catch {
-    // not Linux: fall through
-  }
-  return process.resourceUsage().maxRSS / 1024; // kilobytes
 }
 
 function measureRss(side, threads, runs) {

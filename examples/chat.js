@@ -116,8 +116,8 @@ async function main() {
     o.gpu ? { deviceType: 'gpu' } : { deviceType: 'cpu', ...(o.threads ? { numThreads: o.threads } : {}) },
   );
   // On the GPU every node is a dispatch of its own, and llama.cpp's CPU
-  // roundings (int8 activations, float16 keys and values) are about 40%
-  // of a step's nodes: float32 numerics there (docs/llm.md).
+  // roundings (int8 activations, float16 keys and values) are nearly two
+  // thirds of a step's GPU steps: float32 numerics there (docs/llm.md).
   const numerics = o.gpu ? 'float32' : 'llama.cpp';
   const session = await new ChatSession(context, model, { maxContext: o.context, numerics }).init();
   try {

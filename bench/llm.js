@@ -180,8 +180,8 @@ async function benchLlm({ threads = [1, 2], quick = false, model: given = null, 
   }
 }
 
+/** benchLlm's rows on the GGUF file `file`. */
 async function benchModel(file, threads, quick, gpu) {
-  const m = { file };
   let llamaCpp = null;
   try {
     require.resolve('node-llama-cpp', { paths: [ROOT] });
@@ -191,8 +191,8 @@ async function benchModel(file, threads, quick, gpu) {
   if (gpu) llamaCpp = 'our side ran on the GPU (--gpu)';
   const rows = [];
   for (const t of threads) {
-    const ours = runChild('ours', m.file, t, quick, gpu);
-    const ref = llamaCpp ? { failed: llamaCpp } : runChild('llama.cpp', m.file, t, quick, gpu);
+    const ours = runChild('ours', file, t, quick, gpu);
+    const ref = llamaCpp ? { failed: llamaCpp } : runChild('llama.cpp', file, t, quick, gpu);
     for (const s of SCENARIOS) {
       const o = ours.rows && ours.rows.find((r) => r.scenario === s.name);
       const l = ref.rows && ref.rows.find((r) => r.scenario === s.name);
@@ -216,7 +216,7 @@ async function benchModel(file, threads, quick, gpu) {
     }
   }
   // The read-bandwidth figure is the CPU's: a GPU run has none.
-  return { rows, gemv: gpu ? null : measureGemv(m.file, threads, quick) };
+  return { rows, gemv: gpu ? null : measureGemv(file, threads, quick) };
 }
 
 /**

@@ -601,15 +601,13 @@ impl GpuBackend {
             Ok(b) => b,
             Err(e) => return Err((e, done)),
         };
-        let mapped: MapResult = Arc::new(Mutex::new(None));
+        let mapped: MapResult = Arc::default();
         let slot = mapped.clone();
         let submitted = gpu.scoped("reading a tensor", || {
             let mut enc = gpu.device.create_command_encoder(&Default::default());
             enc.copy_buffer_to_buffer(&t.buffer, 0, &staging, 0, size);
             let index = gpu.queue.submit([enc.finish()]);
-            staging.map_async(wgpu::MapMode::Read, .., move |r| {
-                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-            });
+            staging.map_async(wgpu::MapMode::Read, .., move |r| slot.put(r));
             index
         });
         match submitted {

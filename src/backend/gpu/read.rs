@@ -2,7 +2,8 @@
 //! buffer being mapped; [`finish_read`] copies its bytes out, inline for
 //! a synchronous read or on the [`Reader`] thread for an asynchronous one.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::tensor::Buf;
@@ -17,7 +18,44 @@ pub(super) struct ReadJob {
     pub(super) done: crate::backend::ReadDone,
 }
 
-pub(super) type MapResult = Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>>;
+/// Where a staging buffer's map callback leaves its result.
+///
+/// wgpu runs map callbacks inside whichever `poll` finds the submission
+/// done. When the device is shared (the contexts of one adapter, or the
+/// tests of one process, share it) another thread's poll can be running
+/// the callbacks while this thread's own wait returns, so the result is
+/// waited for here rather than assumed present once the submission is.
+pub(super) type MapResult = Arc<MapSlot>;
+
+#[derive(Default)]
+pub(super) struct MapSlot {
+    result: Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>,
+    set: Condvar,
+}
+
+impl MapSlot {
+    /// The map callback's part.
+    pub(super) fn put(&self, r: std::result::Result<(), wgpu::BufferAsyncError>) {
+        *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        self.set.notify_all();
+    }
+
+    /// The result, once the callback has left it (the submission is
+    /// complete, so that is at most another poll's callbacks away); None
+    /// if it has not within `patience`.
+    fn take(&self, patience: Duration) -> Option<std::result::Result<(), wgpu::BufferAsyncError>> {
+        let guard = self.result.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut guard, _) = self
+            .set
+            .wait_timeout_while(guard, patience, |r| r.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        guard.take()
+    }
+}
+
+/// How long a read waits for its map callback once its submission is
+/// done: long enough for another thread's poll to run it, short of a hang.
+const CALLBACK_PATIENCE: Duration = Duration::from_secs(10);
 
 /// The thread that waits for submitted reads, so that the timeline thread
 /// goes on with later commands (further dispatches are recorded and
@@ -76,7 +114,7 @@ pub(super) fn finish_read(
             "reading a tensor failed on the GPU: {e}"
         )));
     }
-    let result = mapped.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let result = mapped.take(CALLBACK_PATIENCE);
     match result {
         Some(Ok(())) => {}
         Some(Err(e)) => {

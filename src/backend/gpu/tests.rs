@@ -368,6 +368,29 @@ fn asynchronous_reads() {
     assert_eq!(got[4].1.as_ref().unwrap_err().kind, ErrorKind::InvalidState);
 }
 
+/// Asynchronous reads between writes, each of which polls the device on
+/// this thread while the reader thread waits: every read completes with
+/// the data written before it. (A poll on one thread can be running a
+/// read's map callback when the reader's own wait returns; the read waits
+/// for the callback, `read::MapSlot`, rather than failing.)
+#[test]
+fn reads_between_writes_see_their_writes() {
+    let Some(mut be) = backend() else { return };
+    be.create_tensor(1, &desc(DataType::Float32, &[64]))
+        .unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let n = 500;
+    for k in 0..n {
+        be.write_tensor(1, Buf::F32(vec![k as f32; 64])).unwrap();
+        let tx = tx.clone();
+        be.read_tensor_async(1, Box::new(move |r| tx.send((k, r)).unwrap()));
+    }
+    for _ in 0..n {
+        let (k, r) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(r.unwrap(), Buf::F32(vec![k as f32; 64]), "read {k}");
+    }
+}
+
 /// Dispatch on tensors, then read: the queue keeps the order.
 #[test]
 fn dispatch_on_tensors() {

@@ -169,6 +169,12 @@ fn cpuid() -> Option<Caches> {
     None
 }
 
+/// The largest blocking any kernel takes: the per-thread packing
+/// buffers of a block are sized by it (`pack.rs`, `AlignedBuf::ensure`).
+const MAX_KC: usize = 1024;
+const MAX_MC: usize = 1020;
+const MAX_NC: usize = 8192;
+
 /// Rounds `x` down to a multiple of `m` (at least `m`).
 fn round_down(x: usize, m: usize) -> usize {
     (x / m).max(1) * m
@@ -184,14 +190,14 @@ impl Kernel {
     ///   or of L2 where there is no L3.
     pub(super) fn blocked_for(&self, caches: &Caches) -> Kernel {
         let (num, den) = self.l1_share;
-        let kc = round_down(caches.l1d * num / den / (self.nr * 4), 16).clamp(64, 1024);
-        let mc = round_down(caches.l2 / 2 / (kc * 4), self.mr).clamp(self.mr * 4, 1020);
+        let kc = round_down(caches.l1d * num / den / (self.nr * 4), 16).clamp(64, MAX_KC);
+        let mc = round_down(caches.l2 / 2 / (kc * 4), self.mr).clamp(self.mr * 4, MAX_MC);
         let outer = if caches.l3 > caches.l2 {
             caches.l3
         } else {
             caches.l2
         };
-        let nc = round_down(outer / 2 / (kc * 4), self.nr).clamp(self.nr * 16, 8192);
+        let nc = round_down(outer / 2 / (kc * 4), self.nr).clamp(self.nr * 16, MAX_NC);
         Kernel {
             kc,
             mc,
@@ -212,9 +218,9 @@ impl Kernel {
             let (name, value) = part.split_once('=')?;
             let v: usize = value.trim().parse().ok()?;
             match name.trim() {
-                "kc" => k.kc = round_down(v, 16).clamp(64, 1024),
-                "mc" => k.mc = round_down(v, self.mr).clamp(self.mr, round_down(1020, self.mr)),
-                "nc" => k.nc = round_down(v, self.nr).clamp(self.nr, round_down(8192, self.nr)),
+                "kc" => k.kc = round_down(v, 16).clamp(64, MAX_KC),
+                "mc" => k.mc = round_down(v, self.mr).clamp(self.mr, round_down(MAX_MC, self.mr)),
+                "nc" => k.nc = round_down(v, self.nr).clamp(self.nr, round_down(MAX_NC, self.nr)),
                 _ => return None,
             }
         }
@@ -235,9 +241,7 @@ impl Kernel {
     /// benchmark's header prints them.
     pub fn blocking_report(&self) -> String {
         let c = Caches::this_machine();
-        let from = if std::env::var_os("WEBNN_CPU_BLOCKING").is_some()
-            && blocking_override(self).is_some()
-        {
+        let from = if blocking_override(self).is_some() {
             "WEBNN_CPU_BLOCKING; the caches are"
         } else {
             "from"

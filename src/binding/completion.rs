@@ -170,7 +170,7 @@ fn resolve_value(
             Ok(inst.value)
         }
         (PendingKind::Graph { id, graph }, Payload::Done) => {
-            let g = MLGraph::new(ctx.clone(), id, graph);
+            let g = MLGraph::new(ctx.clone(), id, &graph);
             g.report_memory(&e);
             let inst = g.into_instance(&e).map_err(n)?;
             Ok(inst.value)

@@ -247,16 +247,9 @@ impl ObjectFinalize for MLTensor {
 }
 
 impl MLGraph {
-    fn constant_bytes(&self) -> usize {
-        (0..self.graph.operands.len())
-            .filter_map(|i| self.graph.constant(i))
-            .map(|c| c.len())
-            .sum()
-    }
-
     /// Reports the graph's constants to V8 (undone when it is collected).
     pub fn report_memory(&self, env: &napi::Env) {
-        report(env, &self.reported, self.constant_bytes());
+        report(env, &self.reported, self.constant_bytes);
     }
 }
 
@@ -284,19 +277,25 @@ impl Drop for MLTensor {
 pub struct MLGraph {
     pub(crate) ctx: Rc<CtxShared>,
     pub(crate) id: u64,
+    /// The graph's interface ([`Graph::interface`]): its backend holds
+    /// the rest.
     pub(crate) graph: Arc<Graph>,
     pub(crate) destroyed: Cell<bool>,
+    /// The bytes of the graph's constants, reported to V8.
+    constant_bytes: usize,
     /// Bytes reported to V8 (see `MLTensor::reported`).
     reported: Cell<i64>,
 }
 
 impl MLGraph {
-    pub fn new(ctx: Rc<CtxShared>, id: u64, graph: Arc<Graph>) -> Self {
+    /// The graph `build()` made, once its backend has it.
+    pub fn new(ctx: Rc<CtxShared>, id: u64, graph: &Graph) -> Self {
         MLGraph {
             ctx,
             id,
-            graph,
+            graph: Arc::new(graph.interface()),
             destroyed: Cell::new(false),
+            constant_bytes: graph.constant_bytes(),
             reported: Cell::new(0),
         }
     }

@@ -66,9 +66,31 @@ impl Graph {
     }
     /// The constant bytes of an operand, if it is a constant.
     pub fn constant(&self, id: OperandId) -> Option<&Arc<Vec<u8>>> {
-        match &self.sources[id] {
-            Source::Constant(c) => Some(c),
+        match self.sources.get(id) {
+            Some(Source::Constant(c)) => Some(c),
             _ => None,
+        }
+    }
+
+    /// The bytes of all its constants.
+    pub fn constant_bytes(&self) -> usize {
+        (0..self.operands.len())
+            .filter_map(|i| self.constant(i))
+            .map(|c| c.len())
+            .sum()
+    }
+
+    /// What a caller of the graph needs (its operands' descriptors and its
+    /// named inputs and outputs), without its nodes and sources: what an
+    /// `MLGraph` keeps once the backend has compiled the graph, so that a
+    /// graph's structure is held once, by its backend.
+    pub fn interface(&self) -> Graph {
+        Graph {
+            operands: self.operands.clone(),
+            sources: Vec::new(),
+            nodes: Vec::new(),
+            inputs: self.inputs.clone(),
+            outputs: self.outputs.clone(),
         }
     }
 }
@@ -290,34 +312,33 @@ impl GraphBuilder {
                 }
             }
         }
+        // The builder is spent from here (`check_open` refuses it), so its
+        // parts move into the graph rather than being copied: a JS builder
+        // lives until it is collected, long after its graph is built.
         let mut remap: HashMap<usize, usize> = HashMap::new();
-        let mut nodes = Vec::new();
-        for (n, node) in self.nodes.iter().enumerate() {
+        let mut nodes = Vec::with_capacity(keep.iter().filter(|&&k| k).count());
+        for (n, node) in std::mem::take(&mut self.nodes).into_iter().enumerate() {
             if keep[n] {
                 remap.insert(n, nodes.len());
-                nodes.push(node.clone());
+                nodes.push(node);
             }
         }
-        let sources = self
-            .sources
-            .iter()
+        let mut sources: Vec<Source> = std::mem::take(&mut self.sources)
+            .into_iter()
             .map(|s| match s {
-                Source::Node { node, index } => match remap.get(node) {
-                    Some(&n) => Source::Node {
-                        node: n,
-                        index: *index,
-                    },
+                Source::Node { node, index } => match remap.get(&node) {
+                    Some(&n) => Source::Node { node: n, index },
                     // Unused operand: keep a harmless placeholder.
                     None => Source::Node {
                         node: usize::MAX,
-                        index: *index,
+                        index,
                     },
                 },
-                other => other.clone(),
+                other => other,
             })
             .collect();
-        let inputs = self
-            .sources
+        sources.shrink_to_fit();
+        let inputs = sources
             .iter()
             .enumerate()
             .filter_map(|(id, s)| match s {
@@ -325,13 +346,66 @@ impl GraphBuilder {
                 _ => None,
             })
             .collect();
+        self.input_names = HashSet::new();
         self.built = true;
+        let mut operands = std::mem::take(&mut self.operands);
+        operands.shrink_to_fit();
         Ok(Graph {
-            operands: std::mem::take(&mut self.operands),
+            operands,
             sources,
             nodes,
             inputs,
             outputs,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::DataType;
+
+    fn f32_desc(shape: &[usize]) -> OperandDescriptor {
+        OperandDescriptor::new(DataType::Float32, shape.to_vec()).unwrap()
+    }
+
+    /// x + c, and an unused relu of x.
+    fn two_ops() -> (GraphBuilder, OperandId) {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", f32_desc(&[2])).unwrap();
+        let c = b.constant(f32_desc(&[2]), Arc::new(vec![0u8; 8])).unwrap();
+        let val = |id| Val::Operand { builder: b.id, id };
+        let (vx, vc) = (val(x), val(c));
+        b.call("relu", &[vx.clone()]).unwrap();
+        let sum = b.call("add", &[vx, vc]).unwrap()[0];
+        (b, sum)
+    }
+
+    #[test]
+    fn build_moves_the_builders_parts_into_the_graph() {
+        let (mut b, sum) = two_ops();
+        let g = b.build(vec![("y".into(), sum)]).unwrap();
+        // The unused relu is gone, and nothing is held twice: the spent
+        // builder keeps no nodes, sources or operands.
+        assert_eq!(g.nodes.len(), 1);
+        assert_eq!(g.nodes.capacity(), 1);
+        assert_eq!(g.sources.len(), 4);
+        assert!(b.nodes.is_empty() && b.sources.is_empty() && b.operands.is_empty());
+        assert!(b.build(vec![("y".into(), sum)]).is_err());
+    }
+
+    #[test]
+    fn an_interface_keeps_what_a_caller_needs() {
+        let (mut b, sum) = two_ops();
+        let g = b.build(vec![("y".into(), sum)]).unwrap();
+        let i = g.interface();
+        assert!(i.nodes.is_empty() && i.sources.is_empty());
+        assert_eq!(i.operands, g.operands);
+        assert_eq!(i.inputs, g.inputs);
+        assert_eq!(i.outputs, g.outputs);
+        assert_eq!(g.constant_bytes(), 8);
+        // Its operands have no sources: none reads as a constant.
+        assert_eq!(i.constant(1), None);
+        assert_eq!(i.constant_bytes(), 0);
     }
 }

@@ -376,7 +376,7 @@ mod tests {
         let c = b.constant(f32_desc(&[2]), Arc::new(vec![0u8; 8])).unwrap();
         let val = |id| Val::Operand { builder: b.id, id };
         let (vx, vc) = (val(x), val(c));
-        b.call("relu", &[vx.clone()]).unwrap();
+        b.call("relu", std::slice::from_ref(&vx)).unwrap();
         let sum = b.call("add", &[vx, vc]).unwrap()[0];
         (b, sum)
     }

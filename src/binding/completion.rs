@@ -317,8 +317,12 @@ pub fn settle_soon(env: napi_env, ctx_id: u64, inbox: &Arc<Inbox>, tsfn: &Shared
             break;
         }
         spins = spins.wrapping_add(1);
-        // Reading the clock costs more than a pause; check it now and then.
-        if spins.is_multiple_of(64) {
+        // Reading the clock costs more than a pause; check it now and
+        // then, and more often while the worker is on this thread's CPU
+        // (where it cannot run until this thread yields).
+        if spins.is_multiple_of(64)
+            || (spins.is_multiple_of(8) && inbox.whereabouts.js_shares_cpu())
+        {
             if start.elapsed() > INLINE_WAIT {
                 if inbox
                     .state
@@ -422,6 +426,10 @@ impl CompletionSink for JsSink {
             waited.as_nanos().min(u64::MAX as u128) as u64,
             Ordering::Relaxed,
         );
+    }
+
+    fn whereabouts(&self) -> Option<&crate::timeline::Whereabouts> {
+        Some(&self.inbox.whereabouts)
     }
 }
 

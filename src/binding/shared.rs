@@ -346,6 +346,8 @@ pub struct Inbox {
     /// completion on the worker: the guess of whether the next read is
     /// quick enough to wait for inline.
     pub(super) last_read_wait: AtomicU64,
+    /// Where the JS thread and the worker last ran (see `settle_soon`).
+    pub(super) whereabouts: crate::timeline::Whereabouts,
 }
 
 impl Inbox {

@@ -393,12 +393,17 @@ impl Buf {
     /// whose fresh allocation fails with an OperationError naming the bytes
     /// instead of aborting: for the CPU backend's worker.
     pub fn try_f16_from_f32(v: &[f32]) -> Result<Buf> {
-        let mut out = match pool::take(&Buf::F16(Vec::new()), v.len()) {
-            Some(Buf::F16(o)) => o,
-            _ => try_zeroed(v.len())?,
-        };
+        let mut out = Self::try_f16_for_overwrite(v.len())?;
         crate::f16::narrow(v, &mut out);
         Ok(Buf::F16(out))
+    }
+
+    /// [`Buf::try_f32_for_overwrite`] for float16 bit patterns.
+    pub fn try_f16_for_overwrite(n: usize) -> Result<Vec<u16>> {
+        match pool::take(&Buf::F16(Vec::new()), n) {
+            Some(Buf::F16(v)) => Ok(v),
+            _ => try_zeroed(n),
+        }
     }
 }
 

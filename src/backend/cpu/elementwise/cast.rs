@@ -90,14 +90,16 @@ pub fn cast(x: &Buf, to: DataType, out: &OperandDescriptor) -> Result<Buf> {
     const PER_TASK: usize = 1 << 16;
     match (x, to) {
         (Buf::F32(v), DataType::Float16) => {
-            let mut out = crate::backend::cpu::util::try_filled(v.len(), 0u16, "cast's output")?;
+            // Recycled memory where the pool has some: a model's roundings
+            // to float16 cast whole attention matrices at every run.
+            let mut out = Buf::try_f16_for_overwrite(v.len())?;
             out.par_chunks_mut(PER_TASK)
                 .zip(v.par_chunks(PER_TASK))
                 .for_each(|(o, x)| crate::f16::narrow(x, o));
             return Ok(Buf::F16(out));
         }
         (Buf::F16(v), DataType::Float32) => {
-            let mut out = crate::backend::cpu::util::try_filled(v.len(), 0f32, "cast's output")?;
+            let mut out = Buf::try_f32_for_overwrite(v.len())?;
             out.par_chunks_mut(PER_TASK)
                 .zip(v.par_chunks(PER_TASK))
                 .for_each(|(o, h)| crate::f16::widen(h, o));

@@ -67,8 +67,8 @@ pub trait CompletionSink: Send + Sync + 'static {
     fn read_waited(&self, _waited: std::time::Duration) {}
 
     /// Where the JS thread that this sink reports to last ran, if it
-    /// says: the worker then yields at every turn of its wait while the
-    /// JS thread is on its CPU ([`Whereabouts`]).
+    /// says: the worker then yields more often in its wait while the JS
+    /// thread is on its CPU ([`Whereabouts`]).
     fn whereabouts(&self) -> Option<&Whereabouts> {
         None
     }
@@ -77,15 +77,15 @@ pub trait CompletionSink: Send + Sync + 'static {
 /// Where the JS thread and a context's worker last ran.
 ///
 /// Each waits for the other by spinning (the JS thread for a read's
-/// result, the worker for the next command), yielding its CPU every few
-/// dozen turns. When the scheduler has put both threads on one CPU (a
-/// small machine whose other CPUs are busy), the spinner holds the very
-/// CPU that the other needs to make progress; each then yields every
-/// eighth turn instead. Measured on a 2-vCPU VM, the round trip of a 1,000-element
-/// add (write, dispatch, read) with both threads pinned to one CPU: 14.4 us
-/// yielding every 64th turn, 9.4 us every eighth; yielding every eighth
-/// turn when the threads are on different CPUs made it 10-12 us instead
-/// of 5.7, hence the check of where they are.
+/// result, the worker for the next command), yielding its CPU every 64th
+/// turn. When the scheduler has put both threads on one CPU (it wakes a
+/// sleeping thread beside the one that woke it, and moves it away only
+/// later), the spinner holds the very CPU that the other needs; each then
+/// yields every eighth turn instead. Measured on a 2-vCPU VM, the round
+/// trip of a 1,000-element add (write, dispatch, read) with both threads
+/// pinned to one CPU: 14.4 us yielding every 64th turn, 9.4-9.9 us every
+/// eighth. Yielding every eighth turn on separate CPUs made it 10-12 us
+/// instead of 5.7-6.0, hence the check of where they are.
 #[derive(Default)]
 pub struct Whereabouts {
     /// The CPU number plus one; 0 while unknown.

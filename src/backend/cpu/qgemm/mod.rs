@@ -39,6 +39,7 @@
 
 mod kernels;
 mod measure;
+mod panels;
 mod sums;
 #[cfg(test)]
 mod tests;
@@ -759,6 +760,15 @@ fn tiled(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
             let mut p = 0;
             while p < kc {
                 let len = (QK - (p0 + p) % QK).min(kc - p);
+                // A whole block of a whole panel: gathered across its rows
+                // where the CPU can (the same values).
+                if len == QK
+                    && live == nr
+                    && panels::block_panel(w, jb, (p0 + p) / QK, nr, &mut panel[p * nr..])
+                {
+                    p += len;
+                    continue;
+                }
                 for (jj, t) in tmp.chunks_exact_mut(QK).enumerate() {
                     match jj < live {
                         true => w.dequantize_span(jb + jj, p0 + p, &mut t[..len]),

@@ -526,3 +526,57 @@ fn prompt_products_give_the_gemm_over_the_dequantized_weights() {
         assert_eq!(bits(&got), bits(&want), "wide {wide}");
     }
 }
+
+/// A block gathered across a panel's rows (`panels::block_panel`) holds
+/// the bits that dequantizing each row and writing it across gives, with
+/// offsets and without, for panels of 16 and 32 rows; where the CPU has
+/// no such form, or the panel runs past the matrix, or the codes are 8
+/// bits, it writes nothing and says so.
+#[test]
+fn a_block_gathered_across_a_panel_is_the_rows_dequantized() {
+    let (n, k) = (40, 96);
+    for offsets in [true, false] {
+        let (codes, d, m) = matrix(n, k, false, 7);
+        let m = if offsets { m } else { vec![0.0; n * k / QK] };
+        let q = QMatrix::pack(n, k, false, |i| codes[i], d.clone(), m.clone()).unwrap();
+        for nr in [16, 32] {
+            let mut formed = 0;
+            for jb in [0, 3, n - nr, n - nr + 1] {
+                for blk in 0..k / QK {
+                    let mut got = vec![f32::NAN; QK * nr];
+                    if !super::panels::block_panel(&q, jb, blk, nr, &mut got) {
+                        assert!(got.iter().all(|x| x.is_nan()), "written, then refused");
+                        continue;
+                    }
+                    assert!(jb + nr <= n, "a panel past the matrix's rows");
+                    formed += 1;
+                    let mut row = vec![0f32; QK];
+                    for jj in 0..nr {
+                        q.dequantize_span(jb + jj, blk * QK, &mut row);
+                        for (i, want) in row.iter().enumerate() {
+                            assert_eq!(
+                                got[i * nr + jj].to_bits(),
+                                want.to_bits(),
+                                "nr {nr} row {} block {blk} weight {i}",
+                                jb + jj
+                            );
+                        }
+                    }
+                }
+            }
+            // The forms this CPU has, where it has them.
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            {
+                let has = match nr {
+                    32 => is_x86_feature_detected!("avx512f"),
+                    _ => is_x86_feature_detected!("avx2"),
+                };
+                assert_eq!(formed > 0, has, "nr {nr}");
+            }
+        }
+    }
+    let (codes, d, m) = matrix(n, k, true, 8);
+    let q = QMatrix::pack(n, k, true, |i| codes[i], d, m).unwrap();
+    let mut out = vec![0f32; QK * 32];
+    assert!(!super::panels::block_panel(&q, 0, 0, 32, &mut out));
+}

@@ -580,3 +580,55 @@ fn a_block_gathered_across_a_panel_is_the_rows_dequantized() {
     let mut out = vec![0f32; QK * 32];
     assert!(!super::panels::block_panel(&q, 0, 0, 32, &mut out));
 }
+
+/// `cargo test --release --lib qgemm_bench -- --ignored --nocapture`:
+/// a prompt's product (128 rows by a 4-bit 3072 x 576 matrix) against
+/// the float32 GEMM of the same shape with the weights packed once.
+#[test]
+#[ignore]
+fn qgemm_bench() {
+    let (rows, n, k) = (128, 3072, 576);
+    let (codes, d, m) = matrix(n, k, false, 3);
+    let q = QMatrix::pack(n, k, false, |i| codes[i], d, m).unwrap();
+    let a = random(rows * k, 4);
+    let mut c = vec![0f32; rows * n];
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let time = |f: &mut dyn FnMut()| {
+        let mut best = f64::MAX;
+        for _ in 0..20 {
+            let t = std::time::Instant::now();
+            f();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        best * 1e3
+    };
+    let tq = pool.install(|| time(&mut || product(rows, &a, &q, &mut c).unwrap()));
+    let mut w = vec![0f32; n * k];
+    for (r, row) in w.chunks_exact_mut(k).enumerate() {
+        q.dequantize_span(r, 0, row);
+    }
+    let pb = crate::backend::cpu::sgemm::PackedB::new(&w, k, n, true).unwrap();
+    let ts = pool.install(|| {
+        time(&mut || {
+            crate::backend::cpu::sgemm::sgemm_packed(
+                rows,
+                &a,
+                false,
+                &pb,
+                &mut c,
+                true,
+                &Fuse::default(),
+            )
+            .unwrap()
+        })
+    });
+    let gf = 2.0 * (rows * n * k) as f64 / 1e6;
+    println!(
+        "quantized {tq:.3} ms ({:.0} GFLOP/s), float32 packed once {ts:.3} ms ({:.0} GFLOP/s)",
+        gf / tq,
+        gf / ts
+    );
+}

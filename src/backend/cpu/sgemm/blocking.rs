@@ -14,7 +14,7 @@
 
 use std::sync::OnceLock;
 
-use super::{Kernel, PanelHome};
+use super::Kernel;
 
 /// Data cache sizes in bytes, as one core sees them: `l3` is the share of
 /// one core (the cache divided by the cores that share it).
@@ -182,20 +182,15 @@ fn round_down(x: usize, m: usize) -> usize {
 
 impl Kernel {
     /// This kernel with its blocking derived from `caches`:
-    /// - `kc`: a `kc x nr` B panel takes the kernel's share of the cache
-    ///   it lives in ([`PanelHome`]): of L1d where it is reused from L1
-    ///   by every A panel of the block, of L2 where L2 feeds it fast
-    ///   enough and a deeper block stores each C tile fewer times;
+    /// - `kc`: a `kc x nr` B panel takes [`Kernel::l1_share`] of L1d
+    ///   (it is reused from L1 by every A panel of the block);
     /// - `mc`: the `mc x kc` A block takes half of L2 (it is reused from
     ///   L2 by every B panel), leaving room for the B panel and C lines;
     /// - `nc`: the `kc x nc` B block takes half of the core's L3 share,
     ///   or of L2 where there is no L3.
     pub(super) fn blocked_for(&self, caches: &Caches) -> Kernel {
-        let (home, (num, den)) = match self.panel {
-            PanelHome::L1(num, den) => (caches.l1d, (num, den)),
-            PanelHome::L2(num, den) => (caches.l2, (num, den)),
-        };
-        let kc = round_down(home * num / den / (self.nr * 4), 16).clamp(64, MAX_KC);
+        let (num, den) = self.l1_share;
+        let kc = round_down(caches.l1d * num / den / (self.nr * 4), 16).clamp(64, MAX_KC);
         let mc = round_down(caches.l2 / 2 / (kc * 4), self.mr).clamp(self.mr * 4, MAX_MC);
         let outer = if caches.l3 > caches.l2 {
             caches.l3
@@ -335,29 +330,18 @@ mod tests {
             assert_eq!(b.kc % 16, 0);
             assert_eq!(b.mc % kern.mr, 0);
             assert_eq!(b.nc % kern.nr, 0);
-            let home = match kern.panel {
-                PanelHome::L1(..) => zen.l1d,
-                PanelHome::L2(..) => zen.l2,
-            };
-            assert!(b.kc * kern.nr * 4 <= home, "{}: {b:?}", kern.name);
+            assert!(b.kc * kern.nr * 4 <= zen.l1d, "{}: {b:?}", kern.name);
             assert!(b.mc * b.kc * 4 <= zen.l2 / 2, "{}: {b:?}", kern.name);
-            // A Sapphire Rapids core (see `AVX512`): a 1024 x 32 B panel,
-            // a sixteenth of its 2 MiB L2, and a 252 x 1024 A block in
-            // half of it; a Zen 4 or Zen 5 core (1 MiB of L2): 512 deep.
+            // A Sapphire Rapids core (see `AVX512`): a 384 x 32 B panel
+            // in its 48 KiB L1d, a 672 x 384 A block in half its 2 MiB L2.
             if kern.name == "avx512f" {
                 let spr = kern.blocked_for(&caches(48 << 10, 2 << 20, 1875 << 10));
-                assert_eq!((spr.kc, spr.mc), (1024, 252));
-                let zen5 = kern.blocked_for(&caches(48 << 10, 1 << 20, 4 << 20));
-                assert_eq!((zen5.kc, zen5.mc), (512, 252));
+                assert_eq!((spr.kc, spr.mc), (384, 672));
             }
             assert!(b.kc * b.nc * 4 <= zen.l3 / 2, "{}: {b:?}", kern.name);
-            // Larger caches never give a shallower panel or smaller
-            // blocks (a deeper panel may make the B block narrower).
+            // Larger caches never give smaller blocks.
             let g = kern.blocked_for(&caches(64 << 10, 2 << 20, 8 << 20));
-            assert!(
-                g.kc >= b.kc && g.mc * g.kc >= b.mc * b.kc && g.kc * g.nc >= b.kc * b.nc,
-                "{g:?} {b:?}"
-            );
+            assert!(g.kc >= b.kc && g.mc >= b.mc && g.nc >= b.nc, "{g:?} {b:?}");
             // Absurd reports stay within bounds.
             let t = kern.blocked_for(&caches(1, 1, 0));
             assert!(t.kc >= 64 && t.mc >= kern.mr && t.nc >= kern.nr, "{t:?}");

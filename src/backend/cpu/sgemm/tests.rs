@@ -401,8 +401,20 @@ fn sgemm_bench() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(15);
-    let shapes: &[(usize, usize, usize)] = &[(1024, 1024, 1024), (64, 3136, 576), (256, 256, 256)];
-    for &(m, n, k) in shapes {
+    // `SGEMM_SHAPES=2048x2048x2048,512x512x4096` measures other shapes.
+    let shapes: Vec<(usize, usize, usize)> = std::env::var("SGEMM_SHAPES")
+        .ok()
+        .map(|s| {
+            s.split(',')
+                .filter_map(|t| {
+                    let d: Vec<usize> =
+                        t.split('x').filter_map(|v| v.trim().parse().ok()).collect();
+                    (d.len() == 3).then(|| (d[0], d[1], d[2]))
+                })
+                .collect()
+        })
+        .unwrap_or_else(|| vec![(1024, 1024, 1024), (64, 3136, 576), (256, 256, 256)]);
+    for &(m, n, k) in &shapes {
         let a = data(m * k, 1);
         let b = data(k * n, 2);
         let pb = PackedB::new(&b, k, n, false).unwrap();

@@ -45,6 +45,7 @@ fn tile_len(mr: usize, left: usize) -> usize {
 /// Xeon with AVX-512, one thread, fastest of 10 runs: the 3x3 from 512
 /// channels at stride 2 to 7x7 3457 against 2826 us, the 3x3 at 7x7
 /// 2334 against 2128.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 const PF_ROWS: usize = 32;
 
 /// What every tile of one direct convolution shares.

@@ -626,11 +626,7 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
     } else {
         1
     };
-    let (o, xs, ws) = (
-        Out(res.as_mut_ptr()),
-        xp.as_ptr() as usize,
-        w.as_ptr() as usize,
-    );
+    let (o, ws) = (Out(res.as_mut_ptr()), w.as_ptr() as usize);
     let bs = bias.map(|b| b.as_ptr() as usize);
     let ss = sum.map(|r| r.as_ptr() as usize);
     let g = &g;
@@ -665,33 +661,6 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
             let mut q = p0;
             let mut offs = [0usize; MAX_TILE];
             while q < p1 {
-                if let Some((_, pk)) = &packed {
-                    let m = tile_len(mr, p1 - q);
-                    // SAFETY: `run_tile`'s contract. Input: tile `q`'s
-                    // `icb` runs of `m` pixels of 8 floats, one after the
-                    // other from `(q - p0) * ic` in `pk` (`pack_tiles`
-                    // with this `mr`), which holds `(p1 - p0) * ic`
-                    // floats: block `ib` of pixel `r` at `ib * m * 8 + r
-                    // * 8`, as the geometry `gp` (1x1, unit pixel step,
-                    // blocks `m * 8` apart) reads them. Filter, output,
-                    // residual and bias as below (no crossing tile: the
-                    // flat form is one row).
-                    unsafe {
-                        let gp = Geometry { ibs: m * L, ..*g };
-                        let xq = pk.as_ptr().add((q - p0) * ic);
-                        let at = (b * ocb + pn.ob0) * g.obs + q * L;
-                        let ends = Ends {
-                            bias: bs
-                                .map_or(std::ptr::null(), |bp| (bp as *const f32).add(pn.ob0 * L)),
-                            sum: ss.map_or(std::ptr::null(), |sp| (sp as *const f32).add(at)),
-                            offs: std::ptr::null(),
-                        };
-                        let wq = (ws as *const f32).add(pn.off);
-                        run_tile::<V, N>(wide, m, nv, &gp, xq, wq, ends, o.0.add(at));
-                    }
-                    q += m;
-                    continue;
-                }
                 let (oy, ox) = (q / ow, q % ow);
                 let m = tile_len(mr, p1 - q);
                 // A tile that runs past the row's end takes its pixels'
@@ -705,8 +674,19 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
                         *off = (y * sh * wp + xx * sw - first) * lanes;
                     }
                 }
-                // SAFETY: `run_tile`'s contract. Input: `xq` is the
-                // first tap of pixel (oy, ox) of image `b` in `xp`
+                // The tile's input: where it lies in the image (its first
+                // tap of pixel (oy, ox)), or its run of the copy, whose
+                // blocks are `m` pixels apart (`pack_tiles` with this `mr`;
+                // only in the flat form, one row, so never crossing).
+                let (xq, gp) = match &packed {
+                    Some((_, pk)) => (pk[(q - p0) * ic..].as_ptr(), Geometry { ibs: m * L, ..*g }),
+                    None => {
+                        let at = b * ic * hp * wp + (oy * sh * wp + ox * sw) * lanes;
+                        (xp[at..].as_ptr(), Geometry { ..*g })
+                    }
+                };
+                // SAFETY: `run_tile`'s contract. Input, in place: `xq` is
+                // the first tap of pixel (oy, ox) of image `b` in `xp`
                 // (`hp * wp` pixels of `lanes` floats per block or plane,
                 // `ic * hp * wp` floats per image); the tile reads the
                 // taps of output pixels `q .. q + m` of the plane (`m <=
@@ -715,18 +695,20 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
                 // the tile's `m` pixels; all inside the padded plane by
                 // `taps_fit` (rows `(oh - 1) * sh + (kh - 1) * dh < hp`,
                 // columns likewise; in the flat form one row of `ow <=
-                // wp` pixels). `offs` lives until the call returns. Filter:
-                // `w + pn.off` is the panel (`w.len()` checked). Output:
-                // pixels `q .. q + m` (`m <= p1 - q`) of blocks `pn.ob0 ..
-                // pn.ob0 + pn.nb` of image `b`, inside `res` (`batch *
-                // ocb * oh * ow * 8` floats) and this unit's alone: units
-                // split the images, the pixel chunks and the panels, and
-                // `res` is borrowed for the whole `for_units` call; the
-                // residual is read at the same offsets (its size
-                // checked), the bias at the panel's channels.
+                // wp` pixels). `offs` lives until the call returns. Input,
+                // copied: the tile's `icb` runs of `m` pixels of 8 floats
+                // from `(q - p0) * ic` in `pk` (`(p1 - p0) * ic` floats),
+                // block `ib` of pixel `r` at `ib * m * 8 + r * 8`, as `gp`
+                // (1x1, unit pixel step, blocks `m * 8` apart) reads them.
+                // Filter: `w + pn.off` is the panel (`w.len()` checked).
+                // Output: pixels `q .. q + m` (`m <= p1 - q`) of blocks
+                // `pn.ob0 .. pn.ob0 + pn.nb` of image `b`, inside `res`
+                // (`batch * ocb * oh * ow * 8` floats) and this unit's
+                // alone: units split the images, the pixel chunks and the
+                // panels, and `res` is borrowed for the whole `for_units`
+                // call; the residual is read at the same offsets (its
+                // size checked), the bias at the panel's channels.
                 unsafe {
-                    let xq =
-                        (xs as *const f32).add(b * ic * hp * wp + (oy * sh * wp + ox * sw) * lanes);
                     let at = (b * ocb + pn.ob0) * g.obs + q * L;
                     let oq = o.0.add(at);
                     let sq = ss.map_or(std::ptr::null(), |sp| (sp as *const f32).add(at));
@@ -740,7 +722,7 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
                             false => std::ptr::null(),
                         },
                     };
-                    run_tile::<V, N>(wide, m, nv, g, xq, wq, ends, oq);
+                    run_tile::<V, N>(wide, m, nv, &gp, xq, wq, ends, oq);
                 }
                 q += m;
             }

@@ -18,20 +18,19 @@ use super::{QMatrix, QK};
 /// (8-bit codes, rows past the matrix) or this CPU (`nr` other than 32
 /// with AVX-512 or 16 with AVX2) have no such form.
 pub(super) fn block_panel(w: &QMatrix, jb: usize, blk: usize, nr: usize, dst: &mut [f32]) -> bool {
+    // Which form serves this width on this CPU is decided first: where
+    // none does (another architecture, no AVX2, a width the gathers do
+    // not take), the caller's portable path runs at once, without this
+    // function having read a block's scales it cannot use.
+    let Some(form) = Form::for_width(nr) else {
+        return false;
+    };
     let nb = w.k / QK;
     let Some(codes) = w.codes.nibbles() else {
         return false;
     };
-    if jb + nr > w.n || blk >= nb || dst.len() < QK * nr || !matches!(nr, 16 | 32) {
+    if jb + nr > w.n || blk >= nb || dst.len() < QK * nr {
         return false;
-    }
-    let mut d = [0f32; 32];
-    let mut m = [0f32; 32];
-    let scales = w.d.view();
-    for jj in 0..nr {
-        let b = (jb + jj) * nb + blk;
-        d[jj] = scales.get(b);
-        m[jj] = w.offset(b);
     }
     // Row `jb`'s block: byte `(jb * k + blk * QK) / 2` (`k` is a multiple
     // of `QK`, so even); rows `k / 2` bytes apart.
@@ -43,27 +42,69 @@ pub(super) fn block_panel(w: &QMatrix, jb: usize, blk: usize, nr: usize, dst: &m
     if end > codes.len() || (nr - 1) * row > i32::MAX as usize {
         return false;
     }
+    let mut d = [0f32; 32];
+    let mut m = [0f32; 32];
+    let scales = w.d.view();
+    for jj in 0..nr {
+        let b = (jb + jj) * nb + blk;
+        d[jj] = scales.get(b);
+        m[jj] = w.offset(b);
+    }
+    form.gather(&codes[first..end], row, &d, &m, dst);
+    true
+}
+
+/// The gathering forms this build has: an empty enum where it has none, so
+/// `for_width` is `None` and nothing past it runs.
+#[derive(Clone, Copy)]
+enum Form {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
-    {
-        let base = codes[first..end].as_ptr();
-        if nr == 32 && is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F detected just above. The gathers read 4
-            // bytes at `base + jj * row + g * 4` for `jj < 32`, `g < 4`:
-            // inside `codes[first..end]` (the block's 16 bytes of each
-            // row); the stores write `QK * 32` floats of `dst`, whose
-            // length was checked.
-            unsafe { x86::panel32(base, row, &d, &m, dst.as_mut_ptr()) };
-            return true;
+    Avx512x32,
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    Avx2x16,
+}
+
+impl Form {
+    fn for_width(nr: usize) -> Option<Form> {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        {
+            if nr == 32 && is_x86_feature_detected!("avx512f") {
+                return Some(Form::Avx512x32);
+            }
+            if nr == 16 && is_x86_feature_detected!("avx2") {
+                return Some(Form::Avx2x16);
+            }
         }
-        if nr == 16 && is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 detected just above; as for `panel32`, with
-            // 16 rows and `QK * 16` floats.
-            unsafe { x86::panel16(base, row, &d, &m, dst.as_mut_ptr()) };
-            return true;
+        let _ = nr;
+        None
+    }
+
+    /// `codes` is the span from row `jb`'s block to the last row's (checked
+    /// by the caller against the matrix); `dst` holds `QK * width` floats.
+    fn gather(self, codes: &[u8], row: usize, d: &[f32; 32], m: &[f32; 32], dst: &mut [f32]) {
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        let _ = (codes, row, d, m, &dst);
+        match self {
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            Form::Avx512x32 => {
+                assert!(codes.len() >= 31 * row + QK / 2 && dst.len() >= QK * 32);
+                // SAFETY: `for_width` chose this form only where AVX-512F
+                // was detected. The gathers read 4 bytes at `base + jj *
+                // row + g * 4` for `jj < 32`, `g < 4`: inside `codes` (its
+                // length asserted above, the block's 16 bytes of each row);
+                // the stores write `QK * 32` floats of `dst` (asserted);
+                // the caller checked that `31 * row` fits an `i32`.
+                unsafe { x86::panel32(codes.as_ptr(), row, d, m, dst.as_mut_ptr()) };
+            }
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            Form::Avx2x16 => {
+                assert!(codes.len() >= 15 * row + QK / 2 && dst.len() >= QK * 16);
+                // SAFETY: as for `panel32`, with AVX2 detected by
+                // `for_width`, 16 rows and `QK * 16` floats.
+                unsafe { x86::panel16(codes.as_ptr(), row, d, m, dst.as_mut_ptr()) };
+            }
         }
     }
-    let _ = (d, m, first, row);
-    false
 }
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]

@@ -364,10 +364,7 @@ pub fn quantized(
     }
     let av = widen(a, da)?;
     let mut res = Buf::try_f32_for_overwrite(rows * n)?;
-    qgemm::product(rows, &av, w, &mut res)?;
-    if let Some(s) = sums {
-        s.add_to(rows, &av, &mut res)?;
-    }
+    qgemm::product_with(rows, &av, w, sums, &mut res)?;
     if let Op::Gemm(p) = op {
         if p.m != rows || p.n != n || p.k != k || p.a_transpose {
             return Err(Error::operation("gemm: inconsistent shapes"));

@@ -493,8 +493,20 @@ fn deinterleave(a: &[f32], out: &mut [f32]) {
 /// `c = a · wᵀ` for `a` [rows, K] row-major and `w` [N, K]: `c` is
 /// [rows, N], overwritten. Runs on the current rayon pool.
 pub fn product(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
+    product_with(rows, a, w, None, c)
+}
+
+/// [`product`] with a block-sum product folded in (`sums`, of the same
+/// `n` and `k`): its terms added to each output after the output's own.
+pub fn product_with(
+    rows: usize,
+    a: &[f32],
+    w: &QMatrix,
+    sums: Option<&BlockSums>,
+    c: &mut [f32],
+) -> Result<()> {
     let (n, k) = (w.n, w.k);
-    if a.len() != rows * k || c.len() != rows * n {
+    if a.len() != rows * k || c.len() != rows * n || sums.is_some_and(|s| s.n() != n) {
         return Err(Error::operation(
             "quantized product: the operands do not match the shapes",
         ));
@@ -503,16 +515,32 @@ pub fn product(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()>
         return Ok(());
     }
     if rows < SMALL_M {
-        small(rows, a, w, c)
+        small(rows, a, w, sums, c)
     } else {
-        tiled(rows, a, w, c)
+        tiled(rows, a, w, c)?;
+        match sums {
+            Some(s) => s.add_to(rows, a, c),
+            None => Ok(()),
+        }
     }
 }
 
 /// A few rows of `a`: dot products from the codes, tasks of weight rows.
-fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
+fn small(
+    rows: usize,
+    a: &[f32],
+    w: &QMatrix,
+    block_sums: Option<&BlockSums>,
+    c: &mut [f32],
+) -> Result<()> {
     let (n, k) = (w.n, w.k);
     let nb = k / QK;
+    // The folded product's sums of each block of each row, taken from `a`
+    // as it is (before the float kernels' reordering below).
+    let folded = match block_sums {
+        Some(bs) => Some((bs, bs.block_sums(rows, a)?)),
+        None => None,
+    };
     // The sum of each block of each row of a, for the offsets (none to
     // take where the matrix has none).
     let mut sums = Vec::new();
@@ -543,8 +571,10 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
         _ => a,
     };
     // About 64k weights per task: enough to pay for the fork, small
-    // enough that two threads share a 576-row matrix.
-    let per_task = (65536 / k).clamp(16, 1024);
+    // enough that two threads share a 576-row matrix. Whole panels of the
+    // folded product (`sums::PANEL` columns), so that a task's columns
+    // start a panel.
+    let per_task = (65536 / k).clamp(16, 1024) / sums::PANEL * sums::PANEL;
     let tasks = n.div_ceil(per_task);
     let scales = w.d.view();
     // Task t's weight rows (its columns of c).
@@ -561,6 +591,9 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
         // prefetchers, so each task asks for the next one's (the task
         // this thread most likely runs next).
         scales.prefetch(r1 * nb..(r1 + per_task) * nb);
+        if let Some((bs, _)) = &folded {
+            bs.prefetch(r1..(r1 + per_task).min(n));
+        }
         let room = scratch(room, (r1 - r0) * nb)?;
         let task_d = scales.row(r0 * nb..r1 * nb, room);
         let mut r = r0;
@@ -618,6 +651,13 @@ fn small(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<()> {
                 for (o, r) in row.iter_mut().zip(r0..r1) {
                     *o += dot8(&w.m[r * nb..(r + 1) * nb], si);
                 }
+            }
+        }
+        // The folded product's terms, while the task's outputs are in
+        // this core's cache.
+        if let Some((bs, s)) = &folded {
+            for (i, row) in out.chunks_exact_mut(width).enumerate() {
+                bs.add_cols(&s[i * nb..(i + 1) * nb], r0..r1, row);
             }
         }
         Ok(())

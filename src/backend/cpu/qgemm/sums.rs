@@ -9,8 +9,13 @@
 //! {bTranspose: true})` and adds the two. Run as written, that is three
 //! nodes and a float32 GEMM over M per product; folded, the sums are taken
 //! from A as the product reads it and M is read once, in float16 where its
-//! values are float16 (a GGUF file's minimums), transposed so that one
-//! block's factors of every output lie together.
+//! values are float16 (a GGUF file's minimums), in panels of 16 outputs
+//! whose factors lie together. A one-row product (a decoding step) adds
+//! each task's columns in the task, right after their dot products, and
+//! asks for the next task's panels as it asks for its scales: the
+//! factors are a tenth of a Q4_1 matrix's bytes, and read as a pass of
+//! their own after the product they had cost a decoding step a twentieth
+//! of its time.
 //!
 //! Each output's sum is the chain the GEMM computes for it (from zero, one
 //! multiply-add per block in block order, fused where the GEMM's kernel
@@ -19,11 +24,14 @@
 //! int8 codes times a float16 scale per block (the rounded activations);
 //! for other values it is summed in order, which `reduceSum` may not do.
 
-use super::{ScaleView, Scales};
 use crate::error::{Error, Result};
 use crate::f16::{f16_to_f32, f32_to_f16};
 
 use super::QK;
+
+/// Columns per panel of the held matrix: one AVX-512 register of float32
+/// sums, two AVX2 ones.
+pub(super) const PANEL: usize = 16;
 
 /// `m` ([n, nb], row-major) held to add `sum over b of s[i, b] * m[j, b]`
 /// to output `(i, j)`, `s[i, b]` the sum of block b of row i of A
@@ -32,9 +40,21 @@ use super::QK;
 pub struct BlockSums {
     n: usize,
     nb: usize,
-    /// `m` transposed: [nb, n].
-    mt: Scales,
+    /// `m` in panels of [`PANEL`] columns: column `j`'s factor of block
+    /// `b` at `((j / PANEL) * nb + b) * PANEL + j % PANEL`, the last
+    /// panel padded with zeros. A panel's factors lie together, so the
+    /// columns a task of the product owns are one run of memory, and a
+    /// panel's sums stay in registers over all its blocks.
+    panels: Panels,
     round16: bool,
+}
+
+/// The panels' values: float16 where every one is a float16 value (a GGUF
+/// file's minimums), which halves what a product reads for them.
+#[derive(Debug)]
+enum Panels {
+    F16(Vec<u16>),
+    F32(Vec<f32>),
 }
 
 impl BlockSums {
@@ -46,109 +66,372 @@ impl BlockSums {
                 "block sums: the matrix does not match its shape",
             ));
         }
-        let mut mt = super::try_alloc(m.len(), 0f32, "a block-sum product's matrix")?;
-        for (j, row) in m.chunks_exact(nb.max(1)).enumerate() {
-            for (b, &v) in row.iter().enumerate() {
-                mt[b * n + j] = v;
+        let len = n
+            .div_ceil(PANEL)
+            .checked_mul(nb * PANEL)
+            .ok_or_else(|| Error::operation("block sums: the matrix is too large"))?;
+        let at = |j: usize, b: usize| ((j / PANEL) * nb + b) * PANEL + j % PANEL;
+        let exact = m
+            .iter()
+            .all(|&x| f16_to_f32(f32_to_f16(x)).to_bits() == x.to_bits());
+        let panels = match exact {
+            true => {
+                let mut p = super::try_alloc(len, 0u16, "a block-sum product's matrix")?;
+                for (j, row) in m.chunks_exact(nb.max(1)).enumerate() {
+                    for (b, &v) in row.iter().enumerate() {
+                        p[at(j, b)] = f32_to_f16(v);
+                    }
+                }
+                Panels::F16(p)
             }
-        }
+            false => {
+                let mut p = super::try_alloc(len, 0f32, "a block-sum product's matrix")?;
+                for (j, row) in m.chunks_exact(nb.max(1)).enumerate() {
+                    for (b, &v) in row.iter().enumerate() {
+                        p[at(j, b)] = v;
+                    }
+                }
+                Panels::F32(p)
+            }
+        };
         Ok(BlockSums {
             n,
             nb,
-            mt: Scales::new(mt),
+            panels,
             round16,
         })
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.mt.bytes()
+        match &self.panels {
+            Panels::F16(p) => p.len() * 2,
+            Panels::F32(p) => p.len() * 4,
+        }
+    }
+
+    /// The outputs (columns of the product) of this product.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// The sum of each block of each of `rows` rows of `a` ([rows, nb *
+    /// QK]), in order from the first element, rounded to float16 when
+    /// the graph rounds them: what [`BlockSums::add_cols`] multiplies.
+    pub fn block_sums(&self, rows: usize, a: &[f32]) -> Result<Vec<f32>> {
+        if a.len() != rows * self.nb * QK {
+            return Err(Error::operation(
+                "block sums: the operands do not match the shapes",
+            ));
+        }
+        let mut s = super::try_alloc(rows * self.nb, 0f32, "the activations' block sums")?;
+        for (s, blk) in s.iter_mut().zip(a.chunks_exact(QK)) {
+            let mut v: f32 = blk.iter().sum();
+            if self.round16 {
+                v = f16_to_f32(f32_to_f16(v));
+            }
+            *s = v;
+        }
+        Ok(s)
     }
 
     /// Adds the block-sum product of `rows` rows of `a` ([rows, nb * QK])
     /// to `c` ([rows, n]).
     pub fn add_to(&self, rows: usize, a: &[f32], c: &mut [f32]) -> Result<()> {
-        let (n, nb) = (self.n, self.nb);
-        if a.len() != rows * nb * QK || c.len() != rows * n {
+        if c.len() != rows * self.n {
             return Err(Error::operation(
                 "block sums: the operands do not match the shapes",
             ));
         }
-        let fused = super::super::sgemm::fuses_multiply_add();
-        // The float16 vector form needs F16C beside the FMA the fused
-        // kernels have; asked once, not per block.
-        #[cfg(target_arch = "x86_64")]
-        let f16c = fused && std::arch::is_x86_feature_detected!("f16c");
-        #[cfg(not(target_arch = "x86_64"))]
-        let f16c = false;
-        let mut acc = super::try_alloc(n, 0f32, "a block-sum product's row")?;
-        let mt = self.mt.view();
-        for (ar, cr) in a.chunks_exact(nb * QK).zip(c.chunks_exact_mut(n)) {
-            acc.fill(0.0);
-            for (b, blk) in ar.chunks_exact(QK).enumerate() {
-                let mut s: f32 = blk.iter().sum();
-                if self.round16 {
-                    s = f16_to_f32(f32_to_f16(s));
-                }
-                axpy(fused, f16c, s, mt, b * n, &mut acc);
-            }
-            for (o, &x) in cr.iter_mut().zip(&acc) {
-                *o += x;
-            }
+        let s = self.block_sums(rows, a)?;
+        let form = Form::here();
+        for (si, ci) in s
+            .chunks_exact(self.nb.max(1))
+            .zip(c.chunks_exact_mut(self.n))
+        {
+            self.add_cols_in(form, si, 0..self.n, ci);
         }
         Ok(())
     }
-}
 
-/// `acc[j] = s * mt[at + j] + acc[j]` for every j: fused as the GEMM's
-/// kernel fuses it (see `sgemm::fuses_multiply_add`); `f16c`: the CPU
-/// has AVX2, FMA and F16C (x86-64 only).
-fn axpy(fused: bool, f16c: bool, s: f32, mt: ScaleView, at: usize, acc: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if f16c {
-        if let ScaleView::F16(h) = mt {
-            let n = acc.len();
-            // SAFETY: `f16c` is true only where the GEMM's kernel is the
-            // AVX2 or AVX-512 one (AVX2 and FMA) and F16C was detected;
-            // `at + n` is within `h` (the caller's block of n).
-            unsafe { x86::axpy_f16(s, &h[at..at + n], acc) };
-            return;
+    /// Adds the terms of columns `cols` of one row, whose block sums are
+    /// `s` (`nb` of them, from [`BlockSums::block_sums`]), to `out`
+    /// (`cols.len()` outputs): each output's chain from zero, one
+    /// multiply-add per block in block order (fused where the GEMM's
+    /// kernel fuses), then added to the output.
+    pub fn add_cols(&self, s: &[f32], cols: std::ops::Range<usize>, out: &mut [f32]) {
+        self.add_cols_in(Form::here(), s, cols, out);
+    }
+
+    fn add_cols_in(&self, form: Form, s: &[f32], cols: std::ops::Range<usize>, out: &mut [f32]) {
+        let nb = self.nb;
+        assert!(s.len() == nb && cols.end <= self.n && out.len() == cols.len());
+        let mut j = cols.start;
+        while j < cols.end {
+            let whole = match j % PANEL {
+                0 => (cols.end - j) / PANEL,
+                _ => 0,
+            };
+            let at = j - cols.start;
+            if whole > 0 {
+                let first = j / PANEL * nb * PANEL;
+                let len = whole * nb * PANEL;
+                match &self.panels {
+                    Panels::F16(p) => form.panels(
+                        s,
+                        Src::F16(&p[first..first + len]),
+                        &mut out[at..at + whole * PANEL],
+                    ),
+                    Panels::F32(p) => form.panels(
+                        s,
+                        Src::F32(&p[first..first + len]),
+                        &mut out[at..at + whole * PANEL],
+                    ),
+                }
+                j += whole * PANEL;
+                continue;
+            }
+            // A column outside whole panels: its chain alone.
+            let (base, lane) = (j / PANEL * nb * PANEL, j % PANEL);
+            let m = |b: usize| match &self.panels {
+                Panels::F16(p) => f16_to_f32(p[base + b * PANEL + lane]),
+                Panels::F32(p) => p[base + b * PANEL + lane],
+            };
+            let mut acc = 0f32;
+            for (b, &sb) in s.iter().enumerate() {
+                acc = form.step(sb, m(b), acc);
+            }
+            out[at] += acc;
+            j += 1;
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = f16c;
-    let m = |j: usize| mt.get(at + j);
-    match fused || cfg!(target_arch = "aarch64") {
-        true => acc
-            .iter_mut()
-            .enumerate()
-            .for_each(|(j, y)| *y = s.mul_add(m(j), *y)),
-        false => acc.iter_mut().enumerate().for_each(|(j, y)| *y += s * m(j)),
+
+    /// Asks for the panels of columns `cols` ahead of their use (a
+    /// product's task asks for the next task's): a hint only.
+    pub fn prefetch(&self, cols: std::ops::Range<usize>) {
+        let nb = self.nb;
+        let at = cols.start / PANEL * nb * PANEL..cols.end.div_ceil(PANEL) * nb * PANEL;
+        match &self.panels {
+            Panels::F16(p) => crate::backend::cpu::simd::prefetch(
+                p,
+                at,
+                crate::backend::cpu::simd::CacheLevel::L2,
+            ),
+            Panels::F32(p) => crate::backend::cpu::simd::prefetch(
+                p,
+                at,
+                crate::backend::cpu::simd::CacheLevel::L2,
+            ),
+        }
     }
 }
 
-#[cfg(target_arch = "x86_64")]
+/// A run of whole panels' values.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    F16(&'a [u16]),
+    F32(&'a [f32]),
+}
+
+/// How this machine takes the chains: as the GEMM's kernel multiplies
+/// and adds (fused or not), with the widest vectors that keep those bits.
+#[derive(Clone, Copy)]
+enum Form {
+    /// One rounding per multiply-add (`mul_add`), a column at a time.
+    Fused,
+    /// A rounded product, then a rounded sum.
+    Unfused,
+    /// AVX-512F, fused: four panels' sums in registers at a time.
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    Avx512,
+    /// AVX2, FMA and F16C, fused: a panel's sums in two registers, two
+    /// panels at a time.
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    Avx2,
+}
+
+impl Form {
+    fn here() -> Form {
+        let fused = super::super::sgemm::fuses_multiply_add();
+        if !fused {
+            return Form::Unfused;
+        }
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Form::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("f16c")
+            {
+                return Form::Avx2;
+            }
+        }
+        Form::Fused
+    }
+
+    /// One multiply-add of a chain, as every form takes it.
+    #[inline]
+    fn step(self, s: f32, m: f32, acc: f32) -> f32 {
+        match self {
+            Form::Unfused => acc + s * m,
+            _ => s.mul_add(m, acc),
+        }
+    }
+
+    /// Adds the chains of whole panels (`src` holds `out.len() / PANEL`
+    /// panels of `s.len()` blocks) to `out`.
+    fn panels(self, s: &[f32], src: Src, out: &mut [f32]) {
+        let nb = s.len();
+        let count = out.len() / PANEL;
+        let len = match src {
+            Src::F16(p) => p.len(),
+            Src::F32(p) => p.len(),
+        };
+        assert!(out.len() == count * PANEL && len == count * nb * PANEL);
+        match self {
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            // SAFETY: `here` chose this form only where AVX-512F was
+            // detected; the lengths were asserted just above, which is
+            // what the kernel reads and writes.
+            Form::Avx512 => unsafe { x86::panels_avx512(s, src, out) },
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            // SAFETY: `here` chose this form only where AVX2, FMA and
+            // F16C were detected; lengths as above.
+            Form::Avx2 => unsafe { x86::panels_avx2(s, src, out) },
+            _ => {
+                for (q, oq) in out.chunks_exact_mut(PANEL).enumerate() {
+                    let mut acc = [0f32; PANEL];
+                    for (b, &sb) in s.iter().enumerate() {
+                        let at = (q * nb + b) * PANEL;
+                        for (l, a) in acc.iter_mut().enumerate() {
+                            let m = match src {
+                                Src::F16(p) => f16_to_f32(p[at + l]),
+                                Src::F32(p) => p[at + l],
+                            };
+                            *a = self.step(sb, m, *a);
+                        }
+                    }
+                    for (o, a) in oq.iter_mut().zip(acc) {
+                        *o += a;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 mod x86 {
-    use crate::f16::f16_to_f32;
+    use super::{Src, PANEL};
     use std::arch::x86_64::*;
 
     /// # Safety
-    /// The CPU must have AVX2, FMA and F16C; `m.len() == acc.len()`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn axpy_f16(s: f32, m: &[u16], acc: &mut [f32]) {
-        let sv = _mm256_set1_ps(s);
-        let mut ms = m.chunks_exact(8);
-        let mut ys = acc.chunks_exact_mut(8);
-        for (mc, yc) in (&mut ms).zip(&mut ys) {
-            // SAFETY: 8 halves and 8 floats in bounds; unaligned forms.
+    /// AVX-512F; `src` holds `out.len() / PANEL` panels of `s.len()`
+    /// blocks, `out.len()` a multiple of `PANEL`.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn panels_avx512(s: &[f32], src: Src, out: &mut [f32]) {
+        let nb = s.len();
+        let count = out.len() / PANEL;
+        // Panel q's block b: 16 values at `(q * nb + b) * 16`.
+        let load = |q: usize, b: usize| -> __m512 {
+            let at = (q * nb + b) * PANEL;
+            // SAFETY: q < count and b < nb, so the 16 values lie in `src`
+            // (the caller's contract); unaligned forms.
             unsafe {
-                let mv = _mm256_cvtph_ps(_mm_loadu_si128(mc.as_ptr().cast()));
-                let y = _mm256_loadu_ps(yc.as_ptr());
-                _mm256_storeu_ps(yc.as_mut_ptr(), _mm256_fmadd_ps(sv, mv, y));
+                match src {
+                    Src::F16(p) => _mm512_cvtph_ps(_mm256_loadu_si256(p.as_ptr().add(at).cast())),
+                    Src::F32(p) => _mm512_loadu_ps(p.as_ptr().add(at)),
+                }
             }
+        };
+        let o = out.as_mut_ptr();
+        // SAFETY (the stores): panel q's 16 outputs at `o + q * 16`, q <
+        // count, inside `out`.
+        let mut q = 0;
+        // Four panels at a time: four independent chains in flight
+        // rather than one waiting on each multiply-add's latency.
+        while q + 4 <= count {
+            let mut acc = [_mm512_setzero_ps(); 4];
+            for (b, &sb) in s.iter().enumerate() {
+                let sv = _mm512_set1_ps(sb);
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(sv, load(q + r, b), *a);
+                }
+            }
+            for (r, a) in acc.into_iter().enumerate() {
+                unsafe {
+                    let p = o.add((q + r) * PANEL);
+                    _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), a));
+                }
+            }
+            q += 4;
         }
-        for (&h, y) in ms.remainder().iter().zip(ys.into_remainder()) {
-            *y = s.mul_add(f16_to_f32(h), *y);
+        while q < count {
+            let mut acc = _mm512_setzero_ps();
+            for (b, &sb) in s.iter().enumerate() {
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(sb), load(q, b), acc);
+            }
+            unsafe {
+                let p = o.add(q * PANEL);
+                _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), acc));
+            }
+            q += 1;
+        }
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C; as [`panels_avx512`] otherwise.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn panels_avx2(s: &[f32], src: Src, out: &mut [f32]) {
+        let nb = s.len();
+        let count = out.len() / PANEL;
+        // Half h (8 values) of panel q's block b.
+        let load = |q: usize, b: usize, h: usize| -> __m256 {
+            let at = (q * nb + b) * PANEL + h * 8;
+            // SAFETY: inside `src`, as in `panels_avx512`.
+            unsafe {
+                match src {
+                    Src::F16(p) => _mm256_cvtph_ps(_mm_loadu_si128(p.as_ptr().add(at).cast())),
+                    Src::F32(p) => _mm256_loadu_ps(p.as_ptr().add(at)),
+                }
+            }
+        };
+        let o = out.as_mut_ptr();
+        let mut q = 0;
+        while q + 2 <= count {
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for (b, &sb) in s.iter().enumerate() {
+                let sv = _mm256_set1_ps(sb);
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(sv, load(q + r / 2, b, r % 2), *a);
+                }
+            }
+            for (r, a) in acc.into_iter().enumerate() {
+                // SAFETY: half r % 2 of panel q + r / 2 < count: in `out`.
+                unsafe {
+                    let p = o.add((q + r / 2) * PANEL + (r % 2) * 8);
+                    _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), a));
+                }
+            }
+            q += 2;
+        }
+        if q < count {
+            let mut acc = [_mm256_setzero_ps(); 2];
+            for (b, &sb) in s.iter().enumerate() {
+                let sv = _mm256_set1_ps(sb);
+                for (h, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(sv, load(q, b, h), *a);
+                }
+            }
+            for (h, a) in acc.into_iter().enumerate() {
+                // SAFETY: half h of panel q < count: in `out`.
+                unsafe {
+                    let p = o.add(q * PANEL + h * 8);
+                    _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), a));
+                }
+            }
         }
     }
 }

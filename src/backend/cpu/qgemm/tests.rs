@@ -632,3 +632,112 @@ fn qgemm_bench() {
         gf / ts
     );
 }
+
+/// The folded block-sum product, each output's chain as the graph writes
+/// it: from zero, one multiply-add per block in block order (fused where
+/// the GEMM's kernel fuses), then added to the output.
+fn block_sum_reference(rows: usize, a: &[f32], m: &[f32], n: usize, round16: bool, c: &mut [f32]) {
+    use crate::f16::{f16_to_f32, f32_to_f16};
+    let nb = m.len() / n;
+    let fused = crate::backend::cpu::sgemm::fuses_multiply_add();
+    for i in 0..rows {
+        let s: Vec<f32> = a[i * nb * QK..(i + 1) * nb * QK]
+            .chunks_exact(QK)
+            .map(|blk| {
+                let v: f32 = blk.iter().sum();
+                match round16 {
+                    true => f16_to_f32(f32_to_f16(v)),
+                    false => v,
+                }
+            })
+            .collect();
+        for j in 0..n {
+            let mut acc = 0f32;
+            for (b, &sb) in s.iter().enumerate() {
+                acc = match fused {
+                    true => sb.mul_add(m[j * nb + b], acc),
+                    false => acc + sb * m[j * nb + b],
+                };
+            }
+            c[i * n + j] += acc;
+        }
+    }
+}
+
+#[test]
+fn folded_block_sums_are_the_chains_of_the_graph_bit_for_bit() {
+    use crate::f16::{f16_to_f32, f32_to_f16};
+    // Widths around the panels (16 columns) and the vector forms' groups
+    // of four and two panels; block counts of SmolLM2's products.
+    for (n, nb) in [
+        (1, 1),
+        (15, 18),
+        (16, 18),
+        (33, 2),
+        (100, 48),
+        (197, 18),
+        (64 * 5 + 16, 3),
+    ] {
+        for (half, round16) in [(true, true), (false, false), (true, false)] {
+            let m: Vec<f32> = random(n * nb, (n * nb) as u64)
+                .iter()
+                .map(|&x| match half {
+                    true => f16_to_f32(f32_to_f16(x * 0.1)),
+                    false => x * 0.1 + 1e-7,
+                })
+                .collect();
+            let bs = BlockSums::new(&m, n, nb, round16).unwrap();
+            let rows = 3;
+            let a = random(rows * nb * QK, 7);
+            let c0 = random(rows * n, 8);
+            let mut want = c0.clone();
+            block_sum_reference(rows, &a, &m, n, round16, &mut want);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let mut got = c0.clone();
+            bs.add_to(rows, &a, &mut got).unwrap();
+            assert_eq!(bits(&got), bits(&want), "add_to n {n} nb {nb} f16 {half}");
+            // Columns in pieces that start and end inside panels.
+            let s = bs.block_sums(rows, &a).unwrap();
+            let mut got = c0.clone();
+            let cuts = [0, n / 3, n / 3 + 17, n];
+            for i in 0..rows {
+                for w in cuts.windows(2) {
+                    let (lo, hi) = (w[0].min(n), w[1].min(n));
+                    if lo >= hi {
+                        continue;
+                    }
+                    bs.add_cols(
+                        &s[i * nb..(i + 1) * nb],
+                        lo..hi,
+                        &mut got[i * n + lo..i * n + hi],
+                    );
+                }
+            }
+            assert_eq!(bits(&got), bits(&want), "add_cols n {n} nb {nb} f16 {half}");
+        }
+    }
+}
+
+#[test]
+fn a_product_with_folded_block_sums_is_the_product_then_the_sums() {
+    for (n, k) in [(37, 64), (200, 576), (96, 1536)] {
+        let nb = k / QK;
+        let (codes, d, m) = matrix(n, k, false, n as u64);
+        let q = QMatrix::pack(n, k, false, |i| codes[i], d, vec![0.0; n * nb]).unwrap();
+        let bs = BlockSums::new(&m, n, nb, true).unwrap();
+        for rows in [1, 3, SMALL_M + 1] {
+            for a in [random(rows * k, 5), int8_rows(rows, k, 6)] {
+                let mut want = vec![0f32; rows * n];
+                product(rows, &a, &q, &mut want).unwrap();
+                block_sum_reference(rows, &a, &m, n, true, &mut want);
+                let mut got = vec![0f32; rows * n];
+                product_with(rows, &a, &q, Some(&bs), &mut got).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "n {n} k {k} rows {rows}");
+            }
+        }
+        let other = BlockSums::new(&m[..(n - 1) * nb], n - 1, nb, true).unwrap();
+        let mut c = vec![0f32; n];
+        assert!(product_with(1, &random(k, 1), &q, Some(&other), &mut c).is_err());
+    }
+}

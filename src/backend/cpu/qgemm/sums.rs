@@ -347,8 +347,6 @@ mod x86 {
             }
         };
         let o = out.as_mut_ptr();
-        // SAFETY (the stores): panel q's 16 outputs at `o + q * 16`, q <
-        // count, inside `out`.
         let mut q = 0;
         // Four panels at a time: four independent chains in flight
         // rather than one waiting on each multiply-add's latency.
@@ -361,6 +359,7 @@ mod x86 {
                 }
             }
             for (r, a) in acc.into_iter().enumerate() {
+                // SAFETY: panel q + r < count's 16 outputs, inside `out`.
                 unsafe {
                     let p = o.add((q + r) * PANEL);
                     _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), a));
@@ -373,6 +372,7 @@ mod x86 {
             for (b, &sb) in s.iter().enumerate() {
                 acc = _mm512_fmadd_ps(_mm512_set1_ps(sb), load(q, b), acc);
             }
+            // SAFETY: panel q < count's 16 outputs, inside `out`.
             unsafe {
                 let p = o.add(q * PANEL);
                 _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), acc));

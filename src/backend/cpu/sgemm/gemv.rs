@@ -100,6 +100,9 @@ pub(super) fn gemv_rows(
 pub(super) mod rows_x86 {
     use std::arch::x86_64::*;
 
+    /// How many rows of B ahead a tile asks for (see `tile`).
+    const PF_ROWS: usize = 8;
+
     /// The tile loops of [`super::gemv_rows`] for one vector type and
     /// one type of B's elements (float32, or float16 bit patterns that
     /// `$load` widens, exactly): `R` rows' sums of two vectors of columns
@@ -134,6 +137,17 @@ pub(super) mod rows_x86 {
                         // In bounds: row p of B's tile and column p of
                         // each row of a (the caller's checks).
                         let bp = b.add(p * rs);
+                        // The tile's part of a row some rows ahead: B is
+                        // a cache block that a decoding step last
+                        // touched a step ago, so it comes from memory,
+                        // in runs too short (a tile's part of a row) for
+                        // the hardware's prefetchers. A hint: past the
+                        // last row it asks for lines it will not read.
+                        let ahead = b.wrapping_add((p + PF_ROWS) * rs).cast::<i8>();
+                        let bytes = V * $lanes * std::mem::size_of::<$elem>();
+                        for line in (0..bytes).step_by(64) {
+                            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+                        }
                         let bv: [$vec; V] = std::array::from_fn(|v| $load(bp.add(v * $lanes)));
                         for (i, acc) in acc.iter_mut().enumerate() {
                             let x = $set1(*a.add(i * k + p));

@@ -359,6 +359,33 @@ pub struct RoundBlocks {
     pub round16: bool,
 }
 
+/// reduceMax of abs over `v` (NaN wins; -inf for none): the largest is
+/// the largest in any order, so it is taken in sixteen lanes that the
+/// compiler keeps in vector registers, with whether any was NaN beside
+/// it, instead of one chain of compares and branches (a block of 32
+/// waited on each).
+fn abs_max(v: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut m = [f32::NEG_INFINITY; LANES];
+    let mut nan = false;
+    let chunks = v.chunks_exact(LANES);
+    for &e in chunks.remainder() {
+        nan |= e.is_nan();
+        m[0] = if e.abs() > m[0] { e.abs() } else { m[0] };
+    }
+    for c in chunks {
+        for (l, &e) in c.iter().enumerate() {
+            let a = e.abs();
+            nan |= a.is_nan();
+            m[l] = if a > m[l] { a } else { m[l] };
+        }
+    }
+    match nan {
+        true => f32::NAN,
+        false => m.iter().fold(f32::NEG_INFINITY, |x, &y| if y > x { y } else { x }),
+    }
+}
+
 /// [`RoundBlocks`] over `x` in blocks of `block` elements: the values the
 /// nodes it stands for compute, bit for bit (NaN as they propagate it),
 /// in one pass instead of ten nodes' worth of buffers.
@@ -372,18 +399,7 @@ pub fn round_blocks(spec: &RoundBlocks, x: &Buf, block: usize) -> Result<Buf> {
     }
     let mut out = Buf::try_f32_for_overwrite(x.len())?;
     for (o, v) in out.chunks_exact_mut(block).zip(x.chunks_exact(block)) {
-        // reduceMax (NaN wins) of abs.
-        let mut amax = f32::NEG_INFINITY;
-        for &e in v {
-            let a = e.abs();
-            amax = if amax.is_nan() || a.is_nan() {
-                f32::NAN
-            } else if a > amax {
-                a
-            } else {
-                amax
-            };
-        }
+        let amax = abs_max(v);
         let d = amax / spec.divisor;
         // The binary max (NaN wins).
         let safe = match d.is_nan() || spec.floor.is_nan() {
@@ -417,6 +433,39 @@ pub fn round_blocks(spec: &RoundBlocks, x: &Buf, block: usize) -> Result<Buf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn abs_max_is_the_chain_of_reduce_max() {
+        // The chain as reduceMax writes it: NaN wins, else the larger.
+        let chain = |v: &[f32]| {
+            v.iter().fold(f32::NEG_INFINITY, |m, &e| {
+                let a = e.abs();
+                if m.is_nan() || a.is_nan() {
+                    f32::NAN
+                } else if a > m {
+                    a
+                } else {
+                    m
+                }
+            })
+        };
+        let r = crate::backend::testing::random(64, 3);
+        for len in 0usize..48 {
+            for special in [None, Some(f32::NAN), Some(f32::INFINITY), Some(-0.0), Some(-f32::INFINITY)] {
+                for at in [0, len / 2, len.saturating_sub(1)] {
+                    let mut v: Vec<f32> = r[..len].iter().map(|x| x * 10.0).collect();
+                    if let (Some(x), true) = (special, at < len) {
+                        v[at] = x;
+                    }
+                    let (got, want) = (abs_max(&v), chain(&v));
+                    assert!(
+                        got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                        "len {len} {special:?} at {at}: {got} against {want}"
+                    );
+                }
+            }
+        }
+    }
 
     fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
         OperandDescriptor {

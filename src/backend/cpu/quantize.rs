@@ -382,7 +382,9 @@ fn abs_max(v: &[f32]) -> f32 {
     }
     match nan {
         true => f32::NAN,
-        false => m.iter().fold(f32::NEG_INFINITY, |x, &y| if y > x { y } else { x }),
+        false => m
+            .iter()
+            .fold(f32::NEG_INFINITY, |x, &y| if y > x { y } else { x }),
     }
 }
 
@@ -451,7 +453,13 @@ mod tests {
         };
         let r = crate::backend::testing::random(64, 3);
         for len in 0usize..48 {
-            for special in [None, Some(f32::NAN), Some(f32::INFINITY), Some(-0.0), Some(-f32::INFINITY)] {
+            for special in [
+                None,
+                Some(f32::NAN),
+                Some(f32::INFINITY),
+                Some(-0.0),
+                Some(-f32::INFINITY),
+            ] {
                 for at in [0, len / 2, len.saturating_sub(1)] {
                     let mut v: Vec<f32> = r[..len].iter().map(|x| x * 10.0).collect();
                     if let (Some(x), true) = (special, at < len) {

@@ -81,6 +81,57 @@ pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// `out` and each operand's element strides over it (as
+/// [`broadcast_strides`] gives them) with dimensions of one element left
+/// out and neighbouring dimensions merged wherever every operand walks
+/// them as one (its stride over the outer one is the inner one's times the
+/// inner one's size, 0 and 0 included): the same elements in the same
+/// order, in as few dimensions as can hold them, so an elementwise loop
+/// runs along longer rows. RoPE's `[1, 12, 32, 2]` times `[1, 1, 32, 2]`
+/// becomes 12 rows of 64 instead of 384 rows of 2. At least one
+/// dimension is kept.
+pub fn coalesce<const N: usize>(
+    out: &[usize],
+    strides: [&[usize]; N],
+) -> (Vec<usize>, [Vec<usize>; N]) {
+    let mut shape: Vec<usize> = Vec::with_capacity(out.len());
+    let mut st: [Vec<usize>; N] = std::array::from_fn(|_| Vec::with_capacity(out.len()));
+    // Built innermost first, reversed at the end.
+    for d in (0..out.len()).rev() {
+        if out[d] == 1 {
+            continue;
+        }
+        let merges = match shape.last() {
+            Some(&g) => (0..N).all(|o| strides[o][d] == st[o].last().copied().unwrap_or(0) * g),
+            None => false,
+        };
+        match merges {
+            true => {
+                if let Some(g) = shape.last_mut() {
+                    *g *= out[d];
+                }
+            }
+            false => {
+                shape.push(out[d]);
+                for o in 0..N {
+                    st[o].push(strides[o][d]);
+                }
+            }
+        }
+    }
+    if shape.is_empty() {
+        shape.push(1);
+        for s in st.iter_mut() {
+            s.push(0);
+        }
+    }
+    shape.reverse();
+    for s in st.iter_mut() {
+        s.reverse();
+    }
+    (shape, st)
+}
+
 /// The 4 x 4 transpose of four SSE vectors (x86-64's baseline): vector
 /// `r` of the result holds lane `r` of each input, in order. Shuffles
 /// only, so any 32-bit values move as bits.
@@ -101,5 +152,60 @@ pub(in crate::backend::cpu) fn transpose4x4(
             _mm_movelh_ps(t2, t3),
             _mm_movehl_ps(t3, t2),
         ]
+    }
+}
+
+#[cfg(test)]
+mod coalesce_tests {
+    use super::{broadcast_strides, coalesce};
+
+    /// Every element's offsets in each operand, in the output's order.
+    fn walk(shape: &[usize], st: &[&[usize]]) -> Vec<Vec<usize>> {
+        let total: usize = shape.iter().product();
+        (0..total)
+            .map(|mut r| {
+                let mut off = vec![0; st.len()];
+                for d in (0..shape.len()).rev() {
+                    let i = r % shape[d];
+                    r /= shape[d];
+                    for (o, s) in st.iter().enumerate() {
+                        off[o] += i * s[d];
+                    }
+                }
+                off
+            })
+            .collect()
+    }
+
+    #[test]
+    fn coalesced_dimensions_walk_the_same_elements() {
+        let cases: &[(&[usize], &[usize], &[usize])] = &[
+            (&[1, 12, 32, 2], &[1, 12, 32, 2], &[1, 1, 32, 2]),
+            (&[3, 4, 5], &[3, 4, 5], &[5]),
+            (&[3, 4, 5], &[3, 1, 5], &[4, 1]),
+            (&[2, 3], &[1], &[2, 3]),
+            (&[1, 1], &[1, 1], &[1]),
+            (&[6, 1, 7], &[6, 1, 1], &[1, 1, 7]),
+            (&[2, 2, 2, 2], &[2, 1, 2, 2], &[2, 2, 2, 2]),
+        ];
+        for &(out, sa, sb) in cases {
+            let (ta, tb) = (broadcast_strides(sa, out), broadcast_strides(sb, out));
+            let (shape, [ca, cb]) = coalesce(out, [&ta, &tb]);
+            assert_eq!(
+                shape.iter().product::<usize>(),
+                out.iter().product::<usize>()
+            );
+            assert!(shape.len() <= out.len().max(1));
+            assert_eq!(
+                walk(&shape, &[&ca, &cb]),
+                walk(out, &[&ta, &tb]),
+                "{out:?} {sa:?} {sb:?}"
+            );
+        }
+        let (ta, tb) = (
+            broadcast_strides(&[1, 12, 32, 2], &[1, 12, 32, 2]),
+            broadcast_strides(&[1, 1, 32, 2], &[1, 12, 32, 2]),
+        );
+        assert_eq!(coalesce(&[1, 12, 32, 2], [&ta, &tb]).0, vec![12, 64]);
     }
 }

@@ -17,7 +17,7 @@ use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
 use super::sgemm::clamp as clamp_f32;
-use super::util::{broadcast_strides, floats, from_floats};
+use super::util::{broadcast_strides, coalesce, floats, from_floats};
 
 mod cast;
 
@@ -207,9 +207,14 @@ where
             )
         };
     }
+    let (ta, tb) = (
+        broadcast_strides(sa, out_shape),
+        broadcast_strides(sb, out_shape),
+    );
+    // The same walk over fewer, longer rows where the operands allow.
+    let (out_shape, [ta, tb]) = coalesce(out_shape, [&ta, &tb]);
+    let out_shape = &out_shape[..];
     let rank = out_shape.len();
-    let ta = broadcast_strides(sa, out_shape);
-    let tb = broadcast_strides(sb, out_shape);
     let inner = out_shape[rank - 1];
     let (ia, ib) = (ta[rank - 1], tb[rank - 1]);
     let outer_shape = &out_shape[..rank - 1];

@@ -145,11 +145,34 @@ impl BlockSums {
         }
         let s = self.block_sums(rows, a)?;
         let form = Form::here();
-        for (si, ci) in s
-            .chunks_exact(self.nb.max(1))
-            .zip(c.chunks_exact_mut(self.n))
-        {
-            self.add_cols_in(form, si, 0..self.n, ci);
+        let (n, nb) = (self.n, self.nb.max(1));
+        // A prompt's rows: with AVX-512, groups of rows take each panel's
+        // factors once for all of them (a widened load per eight
+        // multiply-adds, not per one); the columns past the whole panels,
+        // and other forms, a row at a time. Each output's chain is the
+        // same either way.
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        let done = match (form, &self.panels) {
+            (Form::Avx512, Panels::F16(p)) if rows > 1 => {
+                let whole = n / PANEL;
+                for (sg, cg) in s.chunks(nb * x86::ROWS).zip(c.chunks_mut(n * x86::ROWS)) {
+                    // SAFETY: `here` chose this form only where AVX-512F
+                    // was detected; `p` holds `n.div_ceil(PANEL)` panels
+                    // of `nb` blocks (`new`), `sg` a whole number of rows'
+                    // `nb` sums and `cg` as many rows of `n` outputs: the
+                    // kernel's reads and writes (its contract).
+                    unsafe { x86::panels_rows_avx512(sg, nb, p, whole, cg, n) };
+                }
+                whole * PANEL
+            }
+            _ => 0,
+        };
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        let done = 0;
+        if done < n {
+            for (si, ci) in s.chunks_exact(nb).zip(c.chunks_exact_mut(n)) {
+                self.add_cols_in(form, si, done..n, &mut ci[done..]);
+            }
         }
         Ok(())
     }
@@ -378,6 +401,59 @@ mod x86 {
                 _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), acc));
             }
             q += 1;
+        }
+    }
+
+    /// Rows [`panels_rows_avx512`] takes at a time.
+    pub const ROWS: usize = 8;
+
+    /// `out[r * n + j] += chain` for the rows of `s` (`s.len() / nb` of
+    /// them, at most [`ROWS`]) and the columns of the first `whole` panels
+    /// of `p`: per panel, each row's sums in a register of its own over
+    /// all the blocks, each block's factors widened once for every row.
+    ///
+    /// # Safety
+    /// AVX-512F; `p` holds at least `whole * nb * PANEL` values; `out`
+    /// holds `s.len() / nb` rows of `n >= whole * PANEL` outputs.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn panels_rows_avx512(
+        s: &[f32],
+        nb: usize,
+        p: &[u16],
+        whole: usize,
+        out: &mut [f32],
+        n: usize,
+    ) {
+        let rows = s.len() / nb;
+        assert!(
+            rows <= ROWS
+                && p.len() >= whole * nb * PANEL
+                && out.len() >= rows * n
+                && n >= whole * PANEL
+        );
+        let o = out.as_mut_ptr();
+        for q in 0..whole {
+            let mut acc = [_mm512_setzero_ps(); ROWS];
+            for b in 0..nb {
+                // SAFETY: panel q < whole's block b < nb: inside `p`
+                // (asserted); unaligned form.
+                let m = unsafe {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(
+                        p.as_ptr().add((q * nb + b) * PANEL).cast(),
+                    ))
+                };
+                for (r, a) in acc.iter_mut().enumerate().take(rows) {
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(s[r * nb + b]), m, *a);
+                }
+            }
+            for (r, a) in acc.into_iter().enumerate().take(rows) {
+                // SAFETY: row r < rows, columns q * 16 .. + 16 <= n: inside
+                // `out` (asserted).
+                unsafe {
+                    let at = o.add(r * n + q * PANEL);
+                    _mm512_storeu_ps(at, _mm512_add_ps(_mm512_loadu_ps(at), a));
+                }
+            }
         }
     }
 

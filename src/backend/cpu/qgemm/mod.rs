@@ -555,7 +555,12 @@ fn small(
     // that rounds them as llama.cpp does makes them) take the integer
     // products: the same value, the sums exact.
     let int8 = match kernel.integer() {
-        true => exact_int8(a)?,
+        // Compiled for the CPU's vectors: built for x86-64's baseline
+        // the check ran four lanes wide.
+        true => simd::with_simd(
+            #[inline(always)]
+            || exact_int8(a),
+        )?,
         false => None,
     };
     // The 4-bit float kernels read each block's even and odd activations
@@ -720,6 +725,7 @@ fn scratch(room: &mut Vec<f32>, len: usize) -> Result<&mut [f32]> {
 /// `dequantizeLinear`, its scale in float16) gives such values: the
 /// largest of a block is 127 times the scale, so dividing by max/127
 /// recovers the codes exactly.
+#[inline(always)]
 fn exact_int8(a: &[f32]) -> Result<Option<(Vec<i8>, Vec<f32>)>> {
     let mut qa = try_alloc(a.len(), 0i8, "int8 activations")?;
     let mut da = try_alloc(a.len() / QK, 0f32, "int8 activations' scales")?;

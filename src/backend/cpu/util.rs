@@ -94,8 +94,9 @@ pub fn coalesce<const N: usize>(
     out: &[usize],
     strides: [&[usize]; N],
 ) -> (Vec<usize>, [Vec<usize>; N]) {
-    let mut shape: Vec<usize> = Vec::with_capacity(out.len());
-    let mut st: [Vec<usize>; N] = std::array::from_fn(|_| Vec::with_capacity(out.len()));
+    // A rank's worth of entries each, grown as they are pushed.
+    let mut shape: Vec<usize> = Vec::new();
+    let mut st: [Vec<usize>; N] = std::array::from_fn(|_| Vec::new());
     // Built innermost first, reversed at the end.
     for d in (0..out.len()).rev() {
         if out[d] == 1 {

@@ -143,6 +143,9 @@ impl BlockSums {
                 "block sums: the operands do not match the shapes",
             ));
         }
+        if rows == 0 || self.n == 0 {
+            return Ok(());
+        }
         let s = self.block_sums(rows, a)?;
         let form = Form::here();
         let (n, nb) = (self.n, self.nb.max(1));

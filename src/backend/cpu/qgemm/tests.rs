@@ -741,3 +741,13 @@ fn a_product_with_folded_block_sums_is_the_product_then_the_sums() {
         assert!(product_with(1, &random(k, 1), &q, Some(&other), &mut c).is_err());
     }
 }
+
+#[test]
+fn block_sums_of_no_rows_or_no_columns_change_nothing() {
+    let bs = BlockSums::new(&[], 0, 2, true).unwrap();
+    let mut c: Vec<f32> = Vec::new();
+    bs.add_to(3, &random(3 * 2 * QK, 1), &mut c).unwrap();
+    let bs = BlockSums::new(&random(5 * 2, 2), 5, 2, true).unwrap();
+    bs.add_to(0, &[], &mut c).unwrap();
+    assert!(bs.add_to(1, &random(2 * QK, 3), &mut [0.0; 4]).is_err());
+}

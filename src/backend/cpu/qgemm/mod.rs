@@ -128,15 +128,21 @@ enum Scales {
 }
 
 impl Scales {
-    fn new(d: Vec<f32>) -> Scales {
+    /// `d` as float16 where every value is one, else as it is; fails when
+    /// the float16 copy's memory cannot be had.
+    fn new(d: Vec<f32>) -> Result<Scales> {
         let half = |x: f32| crate::f16::f32_to_f16(x);
         let exact = d
             .iter()
             .all(|&x| crate::f16::f16_to_f32(half(x)).to_bits() == x.to_bits());
-        match exact {
-            true => Scales::F16(d.iter().map(|&x| half(x)).collect()),
-            false => Scales::F32(d),
+        if !exact {
+            return Ok(Scales::F32(d));
         }
+        let mut h = try_alloc(d.len(), 0u16, "float16 scales")?;
+        for (o, &x) in h.iter_mut().zip(&d) {
+            *o = half(x);
+        }
+        Ok(Scales::F16(h))
     }
 
     /// These float16 scales read from `bytes` instead, when the bytes are
@@ -162,10 +168,7 @@ impl Scales {
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        match self.view() {
-            ScaleView::F16(v) => v.len(),
-            ScaleView::F32(v) => v.len(),
-        }
+        self.view().len()
     }
 
     fn bytes(&self) -> usize {
@@ -185,6 +188,21 @@ enum ScaleView<'a> {
 }
 
 impl<'a> ScaleView<'a> {
+    fn len(self) -> usize {
+        match self {
+            ScaleView::F16(v) => v.len(),
+            ScaleView::F32(v) => v.len(),
+        }
+    }
+
+    /// Scales `at` alone.
+    fn range(self, at: std::ops::Range<usize>) -> ScaleView<'a> {
+        match self {
+            ScaleView::F16(v) => ScaleView::F16(&v[at]),
+            ScaleView::F32(v) => ScaleView::F32(&v[at]),
+        }
+    }
+
     fn get(self, i: usize) -> f32 {
         match self {
             ScaleView::F16(v) => crate::f16::f16_to_f32(v[i]),
@@ -290,7 +308,7 @@ impl QMatrix {
                 })?;
             Codes::Nibbles(CodeBytes::Owned(c))
         };
-        Ok(QMatrix::new(n, k, codes, d, m))
+        QMatrix::new(n, k, codes, d, m)
     }
 
     /// The matrix over a constant's bytes as they are: `uint4` codes
@@ -317,22 +335,22 @@ impl QMatrix {
             true => Codes::Bytes(codes),
             false => Codes::Nibbles(codes),
         };
-        Ok(QMatrix::new(n, k, codes, d, m))
+        QMatrix::new(n, k, codes, d, m)
     }
 
-    fn new(n: usize, k: usize, codes: Codes, d: Vec<f32>, mut m: Vec<f32>) -> QMatrix {
+    fn new(n: usize, k: usize, codes: Codes, d: Vec<f32>, mut m: Vec<f32>) -> Result<QMatrix> {
         let offsets = m.iter().any(|&x| x != 0.0);
         if !offsets {
             m = Vec::new();
         }
-        QMatrix {
+        Ok(QMatrix {
             n,
             k,
             codes,
-            d: Scales::new(d),
+            d: Scales::new(d)?,
             m,
             offsets,
-        }
+        })
     }
 
     /// Whether this matrix is the one [`QMatrix::pack`] would make of these

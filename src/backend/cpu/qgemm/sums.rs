@@ -24,10 +24,9 @@
 //! int8 codes times a float16 scale per block (the rounded activations);
 //! for other values it is summed in order, which `reduceSum` may not do.
 
+use super::{ScaleView, Scales, QK};
 use crate::error::{Error, Result};
 use crate::f16::{f16_to_f32, f32_to_f16};
-
-use super::QK;
 
 /// Columns per panel of the held matrix: one AVX-512 register of float32
 /// sums, two AVX2 ones.
@@ -42,19 +41,13 @@ pub struct BlockSums {
     nb: usize,
     /// `m` in panels of [`PANEL`] columns: column `j`'s factor of block
     /// `b` at `((j / PANEL) * nb + b) * PANEL + j % PANEL`, the last
-    /// panel padded with zeros. A panel's factors lie together, so the
-    /// columns a task of the product owns are one run of memory, and a
-    /// panel's sums stay in registers over all its blocks.
-    panels: Panels,
+    /// panel padded with zeros; float16 where every value is one (a GGUF
+    /// file's minimums), which halves what a product reads for them. A
+    /// panel's factors lie together, so the columns a task of the product
+    /// owns are one run of memory, and a panel's sums stay in registers
+    /// over all its blocks.
+    panels: Scales,
     round16: bool,
-}
-
-/// The panels' values: float16 where every one is a float16 value (a GGUF
-/// file's minimums), which halves what a product reads for them.
-#[derive(Debug)]
-enum Panels {
-    F16(Vec<u16>),
-    F32(Vec<f32>),
 }
 
 impl BlockSums {
@@ -70,30 +63,13 @@ impl BlockSums {
             .div_ceil(PANEL)
             .checked_mul(nb * PANEL)
             .ok_or_else(|| Error::operation("block sums: the matrix is too large"))?;
-        let at = |j: usize, b: usize| ((j / PANEL) * nb + b) * PANEL + j % PANEL;
-        let exact = m
-            .iter()
-            .all(|&x| f16_to_f32(f32_to_f16(x)).to_bits() == x.to_bits());
-        let panels = match exact {
-            true => {
-                let mut p = super::try_alloc(len, 0u16, "a block-sum product's matrix")?;
-                for (j, row) in m.chunks_exact(nb.max(1)).enumerate() {
-                    for (b, &v) in row.iter().enumerate() {
-                        p[at(j, b)] = f32_to_f16(v);
-                    }
-                }
-                Panels::F16(p)
+        let mut p = super::try_alloc(len, 0f32, "a block-sum product's matrix")?;
+        for (j, row) in m.chunks_exact(nb.max(1)).enumerate() {
+            for (b, &v) in row.iter().enumerate() {
+                p[((j / PANEL) * nb + b) * PANEL + j % PANEL] = v;
             }
-            false => {
-                let mut p = super::try_alloc(len, 0f32, "a block-sum product's matrix")?;
-                for (j, row) in m.chunks_exact(nb.max(1)).enumerate() {
-                    for (b, &v) in row.iter().enumerate() {
-                        p[at(j, b)] = v;
-                    }
-                }
-                Panels::F32(p)
-            }
-        };
+        }
+        let panels = Scales::new(p)?;
         Ok(BlockSums {
             n,
             nb,
@@ -104,10 +80,7 @@ impl BlockSums {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        match &self.panels {
-            Panels::F16(p) => p.len() * 2,
-            Panels::F32(p) => p.len() * 4,
-        }
+        self.panels.bytes()
     }
 
     /// The outputs (columns of the product) of this product.
@@ -155,8 +128,8 @@ impl BlockSums {
         // and other forms, a row at a time. Each output's chain is the
         // same either way.
         #[cfg(all(target_arch = "x86_64", not(miri)))]
-        let done = match (form, &self.panels) {
-            (Form::Avx512, Panels::F16(p)) if rows > 1 => {
+        let done = match (form, self.panels.view()) {
+            (Form::Avx512, ScaleView::F16(p)) if rows > 1 => {
                 let whole = n / PANEL;
                 for (sg, cg) in s.chunks(nb * x86::ROWS).zip(c.chunks_mut(n * x86::ROWS)) {
                     // SAFETY: `here` chose this form only where AVX-512F
@@ -201,31 +174,17 @@ impl BlockSums {
             let at = j - cols.start;
             if whole > 0 {
                 let first = j / PANEL * nb * PANEL;
-                let len = whole * nb * PANEL;
-                match &self.panels {
-                    Panels::F16(p) => form.panels(
-                        s,
-                        Src::F16(&p[first..first + len]),
-                        &mut out[at..at + whole * PANEL],
-                    ),
-                    Panels::F32(p) => form.panels(
-                        s,
-                        Src::F32(&p[first..first + len]),
-                        &mut out[at..at + whole * PANEL],
-                    ),
-                }
+                let src = self.panels.view().range(first..first + whole * nb * PANEL);
+                form.panels(s, src, &mut out[at..at + whole * PANEL]);
                 j += whole * PANEL;
                 continue;
             }
             // A column outside whole panels: its chain alone.
             let (base, lane) = (j / PANEL * nb * PANEL, j % PANEL);
-            let m = |b: usize| match &self.panels {
-                Panels::F16(p) => f16_to_f32(p[base + b * PANEL + lane]),
-                Panels::F32(p) => p[base + b * PANEL + lane],
-            };
+            let view = self.panels.view();
             let mut acc = 0f32;
             for (b, &sb) in s.iter().enumerate() {
-                acc = form.step(sb, m(b), acc);
+                acc = form.step(sb, view.get(base + b * PANEL + lane), acc);
             }
             out[at] += acc;
             j += 1;
@@ -237,26 +196,8 @@ impl BlockSums {
     pub fn prefetch(&self, cols: std::ops::Range<usize>) {
         let nb = self.nb;
         let at = cols.start / PANEL * nb * PANEL..cols.end.div_ceil(PANEL) * nb * PANEL;
-        match &self.panels {
-            Panels::F16(p) => crate::backend::cpu::simd::prefetch(
-                p,
-                at,
-                crate::backend::cpu::simd::CacheLevel::L2,
-            ),
-            Panels::F32(p) => crate::backend::cpu::simd::prefetch(
-                p,
-                at,
-                crate::backend::cpu::simd::CacheLevel::L2,
-            ),
-        }
+        self.panels.view().prefetch(at);
     }
-}
-
-/// A run of whole panels' values.
-#[derive(Clone, Copy)]
-enum Src<'a> {
-    F16(&'a [u16]),
-    F32(&'a [f32]),
 }
 
 /// How this machine takes the chains: as the GEMM's kernel multiplies
@@ -308,14 +249,10 @@ impl Form {
 
     /// Adds the chains of whole panels (`src` holds `out.len() / PANEL`
     /// panels of `s.len()` blocks) to `out`.
-    fn panels(self, s: &[f32], src: Src, out: &mut [f32]) {
+    fn panels(self, s: &[f32], src: ScaleView, out: &mut [f32]) {
         let nb = s.len();
         let count = out.len() / PANEL;
-        let len = match src {
-            Src::F16(p) => p.len(),
-            Src::F32(p) => p.len(),
-        };
-        assert!(out.len() == count * PANEL && len == count * nb * PANEL);
+        assert!(out.len() == count * PANEL && src.len() == count * nb * PANEL);
         match self {
             #[cfg(all(target_arch = "x86_64", not(miri)))]
             // SAFETY: `here` chose this form only where AVX-512F was
@@ -332,11 +269,7 @@ impl Form {
                     for (b, &sb) in s.iter().enumerate() {
                         let at = (q * nb + b) * PANEL;
                         for (l, a) in acc.iter_mut().enumerate() {
-                            let m = match src {
-                                Src::F16(p) => f16_to_f32(p[at + l]),
-                                Src::F32(p) => p[at + l],
-                            };
-                            *a = self.step(sb, m, *a);
+                            *a = self.step(sb, src.get(at + l), *a);
                         }
                     }
                     for (o, a) in oq.iter_mut().zip(acc) {
@@ -350,14 +283,14 @@ impl Form {
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod x86 {
-    use super::{Src, PANEL};
+    use super::{ScaleView, PANEL};
     use std::arch::x86_64::*;
 
     /// # Safety
     /// AVX-512F; `src` holds `out.len() / PANEL` panels of `s.len()`
     /// blocks, `out.len()` a multiple of `PANEL`.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn panels_avx512(s: &[f32], src: Src, out: &mut [f32]) {
+    pub unsafe fn panels_avx512(s: &[f32], src: ScaleView, out: &mut [f32]) {
         let nb = s.len();
         let count = out.len() / PANEL;
         // Panel q's block b: 16 values at `(q * nb + b) * 16`.
@@ -367,8 +300,10 @@ mod x86 {
             // (the caller's contract); unaligned forms.
             unsafe {
                 match src {
-                    Src::F16(p) => _mm512_cvtph_ps(_mm256_loadu_si256(p.as_ptr().add(at).cast())),
-                    Src::F32(p) => _mm512_loadu_ps(p.as_ptr().add(at)),
+                    ScaleView::F16(p) => {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(p.as_ptr().add(at).cast()))
+                    }
+                    ScaleView::F32(p) => _mm512_loadu_ps(p.as_ptr().add(at)),
                 }
             }
         };
@@ -463,7 +398,7 @@ mod x86 {
     /// # Safety
     /// AVX2, FMA and F16C; as [`panels_avx512`] otherwise.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn panels_avx2(s: &[f32], src: Src, out: &mut [f32]) {
+    pub unsafe fn panels_avx2(s: &[f32], src: ScaleView, out: &mut [f32]) {
         let nb = s.len();
         let count = out.len() / PANEL;
         // Half h (8 values) of panel q's block b.
@@ -472,8 +407,10 @@ mod x86 {
             // SAFETY: inside `src`, as in `panels_avx512`.
             unsafe {
                 match src {
-                    Src::F16(p) => _mm256_cvtph_ps(_mm_loadu_si128(p.as_ptr().add(at).cast())),
-                    Src::F32(p) => _mm256_loadu_ps(p.as_ptr().add(at)),
+                    ScaleView::F16(p) => {
+                        _mm256_cvtph_ps(_mm_loadu_si128(p.as_ptr().add(at).cast()))
+                    }
+                    ScaleView::F32(p) => _mm256_loadu_ps(p.as_ptr().add(at)),
                 }
             }
         };

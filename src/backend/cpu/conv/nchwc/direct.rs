@@ -607,15 +607,26 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
     };
     let pixels = oh * ow;
     // Pixels per task: their input (rows of the kernel's height) stays
-    // in L2 while each panel of the filter passes over it.
+    // in L2 while each panel of the filter passes over it. Each task
+    // reads the whole filter (its panels), so a filter that L2 does not
+    // hold comes from L3 or memory once per chunk: the deep layers of a
+    // network (512 channels to 512 by 3x3 is 9 MiB, over 7x7 pixels)
+    // then take chunks as large as half of L2 holds, with their panels
+    // split among the threads rather than their pixels.
     let per_px = ic * 4 * kh * sh.max(1);
-    let chunk = (CHUNK_BYTES / per_px.max(1)).clamp(MIN_CHUNK, pixels.max(MIN_CHUNK));
+    let l2 = crate::backend::cpu::sgemm::Caches::this_machine().l2;
+    let big = w.len() * 4 > l2 / 2;
+    let budget = match big {
+        true => (l2 / 2).max(CHUNK_BYTES),
+        false => CHUNK_BYTES,
+    };
+    let chunk = (budget / per_px.max(1)).clamp(MIN_CHUNK, pixels.max(MIN_CHUNK));
     let work = n * pixels * ocb * L * ic * taps.len();
     let par = work >= PAR_WORK;
     let threads = rayon::current_num_threads();
     // A whole number of chunks per thread (then a little smaller).
     let mut chunks = pixels.div_ceil(chunk);
-    if par {
+    if par && !big {
         chunks = chunks.div_ceil(threads) * threads;
     }
     let chunk = pixels.div_ceil(chunks).max(1);

@@ -230,6 +230,10 @@ fn direct_matches_the_nchw_kernels() {
         ((1, 3, 15, 15), (32, 3, 3), [0, 1, 0, 1], 2, 1),
         ((2, 5, 7, 9), (8, 3, 3), [1, 1, 1, 1], 1, 1),
         ((1, 4, 6, 6), (24, 1, 1), [0; 4], 1, 1),
+        // Filters larger than half of L2 (up to 4 MiB of it): chunks as
+        // large as L2 holds, the panels split among threads.
+        ((1, 256, 9, 9), (264, 3, 3), [1, 1, 1, 1], 2, 1),
+        ((1, 1024, 7, 7), (520, 1, 1), [0; 4], 1, 1),
     ];
     for (i, &case) in cases.iter().enumerate() {
         direct_case(i, case);
@@ -904,6 +908,59 @@ fn the_plan_runs_wide_3x3_convolutions_by_winograd() {
     cpu.graphs.get_mut(&3).unwrap().nchwc = None;
     let x = random(8 * 81, 1);
     fused_apart_plain(&mut cpu, &graph, &x);
+}
+
+/// A 3x3 convolution of 512 channels to 512 over 7x7 pixels (16 tiles,
+/// a transformed filter of 16 MiB, more than any L2 holds) runs on the
+/// direct kernel; over 16x16 pixels (64 tiles) by Winograd.
+#[test]
+fn few_tiles_of_a_wide_filter_run_directly() {
+    use crate::backend::Backend;
+    if !available() {
+        return;
+    }
+    let f = bytes(&random(512 * 512 * 9, 5));
+    for (hw, winograd) in [(7, false), (16, true)] {
+        let p = Conv2dParams {
+            has_bias: false,
+            ..params((1, 512, hw, hw), (512, 3, 3), [1, 1, 1, 1], 1, 1, 1)
+        };
+        let graph = Arc::new(Graph {
+            operands: vec![
+                f32d(&[1, 512, hw, hw]),
+                f32d(&[512, 512, 3, 3]),
+                f32d(&[1, 512, hw, hw]),
+                f32d(&[1, 512, hw, hw]),
+            ],
+            sources: vec![
+                Source::Input("x".into()),
+                Source::Constant(f.clone()),
+                Source::Node { node: 0, index: 0 },
+                Source::Node { node: 1, index: 0 },
+            ],
+            nodes: vec![
+                node(Op::Conv2d(p.clone()), vec![0, 1], 2),
+                node(Op::Conv2d(p.clone()), vec![2, 1], 3),
+            ],
+            inputs: vec![("x".into(), 0)],
+            outputs: vec![("y".into(), 3)],
+        });
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        cpu.compile(1, graph).unwrap();
+        let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
+        for n in 0..2 {
+            let c = plan.conv(n);
+            assert_eq!(
+                matches!(c, Some(Conv::Winograd { .. })),
+                winograd,
+                "{hw}x{hw}, node {n}"
+            );
+            assert!(matches!(
+                c,
+                Some(Conv::Direct { .. } | Conv::Winograd { .. })
+            ));
+        }
+    }
 }
 
 /// One depthwise block for [`depthwise_chains_give_the_bits_of_their_nodes`]:

@@ -465,6 +465,7 @@ fn plan_with(
     let mut convs = HashMap::new();
     let mut pools = vec![false; graph.nodes.len()];
     let mut concats = vec![false; graph.nodes.len()];
+    let uses = uses(graph);
     for (ni, node) in graph.nodes.iter().enumerate() {
         let [out] = node.outputs[..] else { continue };
         match &node.op {
@@ -524,7 +525,7 @@ fn plan_with(
                 // folds into its padded copy), still far less than the
                 // products it saves.
                 let x = node.inputs[0];
-                if layout[x].is_some_and(|l| l != p.nhwc) {
+                if layout[x].is_some_and(|l| l != p.nhwc) || alone(p, blocked[x], uses.2[out]) {
                     continue;
                 }
                 let winograd = winograd_conv(node, p, constants, isa);
@@ -594,7 +595,6 @@ fn plan_with(
             _ => {}
         }
     }
-    let uses = uses(graph);
     let (sums, mut fused) = residual_sums(graph, &blocked, &half, &convs, &uses);
     let mut chains = chain::find(graph, &convs, &sums, (&uses.0, &uses.1, &uses.2));
     // A chain computes in float32 and rounds each stage's rows to
@@ -621,6 +621,28 @@ fn plan_with(
         concats,
         isa,
     })
+}
+
+/// Whether a conv2d of `p` is a 1x1 product with nothing to chain with:
+/// unit strides, no padding, one group, its input not held blocked
+/// (`blocked_in`) and its output read by no node (`reader`, from
+/// [`uses`], is `usize::MAX`: a graph output). Blocked, such a
+/// convolution would pay a layout change at each end for nothing; in
+/// its own layout it is one product of the filter and the planes (or the
+/// pixels, in nhwc) as they lie. Measured alone on an Intel Xeon with
+/// AVX-512, one thread, an inference with its input written and its
+/// output read: 1x1 from 32 channels to 96 at 112x112 2.0-2.1 ms against
+/// 2.5, from 96 to 576 at 14x14 0.36-0.38 against 0.44, from 320 to 1280
+/// at 7x7 0.47 against 0.45-0.46.
+fn alone(p: &Conv2dParams, blocked_in: bool, reader: usize) -> bool {
+    p.kernel_h == 1
+        && p.kernel_w == 1
+        && p.strides == [1, 1]
+        && p.dilations == [1, 1]
+        && p.padding == [0; 4]
+        && p.groups == 1
+        && !blocked_in
+        && reader == usize::MAX
 }
 
 /// Each operand's producing node (`usize::MAX` for none), number of

@@ -963,6 +963,49 @@ fn few_tiles_of_a_wide_filter_run_directly() {
     }
 }
 
+/// A 1x1 convolution from a graph input straight to a graph output
+/// stays in its own layout (nothing to chain with, a layout change at
+/// each end); the same convolution feeding another one runs blocked.
+#[test]
+fn a_lone_1x1_convolution_is_not_blocked() {
+    use crate::backend::Backend;
+    if !available() {
+        return;
+    }
+    let p = Conv2dParams {
+        has_bias: false,
+        ..params((1, 16, 6, 6), (16, 1, 1), [0; 4], 1, 1, 1)
+    };
+    let f = bytes(&random(16 * 16, 7));
+    let d = f32d(&[1, 16, 6, 6]);
+    for chained in [false, true] {
+        let mut operands = vec![d.clone(), f32d(&[16, 16, 1, 1]), d.clone()];
+        let mut sources = vec![
+            Source::Input("x".into()),
+            Source::Constant(f.clone()),
+            Source::Node { node: 0, index: 0 },
+        ];
+        let mut nodes = vec![node(Op::Conv2d(p.clone()), vec![0, 1], 2)];
+        if chained {
+            operands.push(d.clone());
+            sources.push(Source::Node { node: 1, index: 0 });
+            nodes.push(node(Op::Conv2d(p.clone()), vec![2, 1], 3));
+        }
+        let graph = Arc::new(Graph {
+            operands,
+            sources,
+            nodes,
+            inputs: vec![("x".into(), 0)],
+            outputs: vec![("y".into(), 2 + usize::from(chained))],
+        });
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        cpu.compile(1, graph).unwrap();
+        let plan = cpu.graphs[&1].nchwc.as_ref();
+        let first = plan.and_then(|pl| pl.conv(0));
+        assert_eq!(first.is_some(), chained, "chained: {chained}");
+    }
+}
+
 /// One depthwise block for [`depthwise_chains_give_the_bits_of_their_nodes`]:
 /// input `[n, ic, h, w]`, an expanding 1x1 convolution to `c` channels
 /// (when `expand`) clamped to [0, 6], the depthwise one (kernel `k`,

@@ -16,7 +16,8 @@
 //!
 //! [`plan`] decides at build which operands are stored blocked: the
 //! outputs of the float32 convolutions whose channel counts are
-//! multiples of 8 (plain or depthwise, constant filter); of
+//! multiples of 8 (plain or depthwise, constant filter; not a lone 1x1
+//! one, see [`alone`]); of
 //! element-wise binary nodes whose two inputs are blocked operands of
 //! their own shape and layout, and of unary ones and clamps of a blocked
 //! input; of windowed pooling of a blocked input, and of concatenation

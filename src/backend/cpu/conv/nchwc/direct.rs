@@ -614,10 +614,10 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
     // then take chunks as large as half of L2 holds, with their panels
     // split among the threads rather than their pixels.
     let per_px = ic * 4 * kh * sh.max(1);
-    let l2 = crate::backend::cpu::sgemm::Caches::this_machine().l2;
-    let big = w.len() * 4 > l2 / 2;
+    let half_l2 = super::half_l2();
+    let big = w.len() * 4 > half_l2;
     let budget = match big {
-        true => (l2 / 2).max(CHUNK_BYTES),
+        true => half_l2.max(CHUNK_BYTES),
         false => CHUNK_BYTES,
     };
     let chunk = (budget / per_px.max(1)).clamp(MIN_CHUNK, pixels.max(MIN_CHUNK));

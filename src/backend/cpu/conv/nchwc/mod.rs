@@ -196,6 +196,14 @@ pub(in crate::backend::cpu) struct Panel {
     off: usize,
 }
 
+/// Half of this machine's L2: what a filter may take and still stay in
+/// cache while a task's tiles pass over it. A filter larger than this
+/// comes from L3 or memory whenever a kernel reads it again (the direct
+/// kernel's chunking and the choice against Winograd both go by it).
+pub(super) fn half_l2() -> usize {
+    crate::backend::cpu::sgemm::Caches::this_machine().l2 / 2
+}
+
 /// Whether `WEBNN_CPU_NCHWC=0` turns the blocked layout off (read at each
 /// build, so one process can compare both ways).
 fn disabled() -> bool {
@@ -374,8 +382,7 @@ fn winograd_conv(
     // not stay in cache), and the direct form reads 9 floats per channel
     // pair where this reads 16.
     let tiles = p.batch * p.out_h.div_ceil(2) * p.out_w.div_ceil(2);
-    let l2 = crate::backend::cpu::sgemm::Caches::this_machine().l2;
-    if tiles < WINOGRAD_MIN_TILES && winograd::POS * ic * oc * 4 > l2 / 2 {
+    if tiles < WINOGRAD_MIN_TILES && winograd::POS * ic * oc * 4 > half_l2() {
         return None;
     }
     let f = constant_f32(constants.get(node.inputs.get(1)?)?)?;

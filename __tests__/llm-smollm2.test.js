@@ -75,46 +75,62 @@ describeModel('SmolLM2-135M-Instruct against llama.cpp', () => {
   // now and then, and the change grows through 30 layers, so the two
   // disagree on log-probabilities by tenths of a nat (the first step's
   // test below measures it). Where llama.cpp's two best candidates are
-  // closer than that, either may win. A divergence therefore passes only
-  // as such a near tie: our token is llama.cpp's second choice, both
-  // sides' log-probabilities of the two tokens are within the first
-  // step's bound (1 nat) of each other, and the tokens before are
-  // llama.cpp's; from there on the two sequences differ, so the
-  // comparison of that prompt ends. Most prompts must match throughout.
-  test('greedy decoding gives llama.cpp\'s 32 tokens, but at near ties', async () => {
+  // closer than that, either may win: llama.cpp's own CPU build does not
+  // choose the same at such steps on two CPUs. Its run on an Intel Xeon
+  // with AMX, fed the reference's tokens of the six prompts that the
+  // reference made on another CPU (the first six), chose the reference's
+  // next token at 136 of their 142 steps, and its second choice at the
+  // other 6.
+  //
+  // So every step is compared, each fed llama.cpp's tokens before it (a
+  // different choice does not end a prompt's comparison): at every step
+  // our choice is llama.cpp's, or else a near tie: our token is
+  // llama.cpp's second choice and both sides' log-probabilities of the two
+  // are within the first step's bound (1 nat) of each other. And near
+  // ties are as rare as llama.cpp's own across CPUs: our choice is
+  // llama.cpp's at 95% of the steps or more.
+  test('fed llama.cpp\'s tokens, each step chooses llama.cpp\'s next token, but at near ties', async () => {
     const report = [];
-    let equalPrompts = 0;
+    let steps = 0;
+    let agree = 0;
     for (const c of reference.cases) {
+      runner.reset();
+      let logits = await runner.forward(c.tokens);
+      for (let i = 0; i < c.steps.length; i++) {
+        const want = c.steps[i].token;
+        const ours = argmax(logits);
+        steps++;
+        if (ours === want) {
+          agree++;
+        } else {
+          const lp = logSoftmax(logits);
+          const [[a, la], [b, lb]] = c.steps[i].top2;
+          const apart = [Math.abs(lp(a) - la), Math.abs(lp(b) - lb)];
+          // Reported, not asserted: whether the gap is also under 1e-3 of
+          // the logits' size (a tie in the last bits), which this rounding
+          // noise does not let a test promise.
+          const size = Math.abs(lp.logit(ours));
+          report.push(`${JSON.stringify(c.question)}: step ${i}, ours ${ours}, llama.cpp ${want}, ` +
+            `llama.cpp's top two ${(la - lb).toExponential(2)} apart (${((la - lb) / size).toExponential(1)} of the logits' size), ` +
+            `our log-probabilities of them ${apart.map((x) => x.toFixed(3)).join(' and ')} from llama.cpp's`);
+          expect({ question: c.question, step: i, ours }).toEqual({ question: c.question, step: i, ours: b });
+          expect(Math.max(...apart)).toBeLessThan(1.0);
+        }
+        if (i + 1 < c.steps.length) logits = await runner.forward([want]);
+      }
       // llama.cpp's generation ends early where it chose an end-of-turn
       // token (it does not record that one): ours must choose one there.
-      const ended = c.steps.length < reference.steps;
-      const want = c.steps.map((s) => s.token);
-      const { out, logProbs } = await greedy(runner, c.tokens, want.length + (ended ? 1 : 0));
-      if (ended && out.slice(0, want.length).every((t, k) => t === want[k])) {
-        expect(llm.eogIds).toContain(out[want.length]);
+      if (c.steps.length < reference.steps) {
+        const next = argmax(await runner.forward([c.steps[c.steps.length - 1].token]));
+        expect({ question: c.question, endOfTurn: llm.eogIds.includes(next) }).toEqual({
+          question: c.question,
+          endOfTurn: true,
+        });
       }
-      const i = want.findIndex((t, k) => t !== out[k]);
-      if (i < 0) {
-        equalPrompts++;
-        continue;
-      }
-      const [[a, la], [b, lb]] = c.steps[i].top2;
-      const apart = [Math.abs(logProbs[i](a) - la), Math.abs(logProbs[i](b) - lb)];
-      // Reported, not asserted: whether the gap is also under 1e-3 of the
-      // logits' size (a tie in the last bits), which this rounding noise
-      // does not let a test promise.
-      const size = Math.abs(logProbs[i].logit(out[i]));
-      report.push(`${JSON.stringify(c.question)}: step ${i}, ours ${out[i]}, llama.cpp ${want[i]}, ` +
-        `llama.cpp's top two ${(la - lb).toExponential(2)} apart (${((la - lb) / size).toExponential(1)} of the logits' size), ` +
-        `our log-probabilities of them ${apart.map((x) => x.toFixed(3)).join(' and ')} from llama.cpp's`);
-      expect({ question: c.question, step: i, ours: out[i] }).toEqual({ question: c.question, step: i, ours: b });
-      expect(Math.max(...apart)).toBeLessThan(1.0);
-      expect(out.slice(0, i)).toEqual(want.slice(0, i));
     }
-    console.log(`SmolLM2 greedy: ${equalPrompts} of ${reference.cases.length} prompts give llama.cpp's ` +
-      `tokens exactly (${reference.steps}, or up to its end of turn)${report.length ? `; near ties:\n  ${report.join('\n  ')}` : ''}`);
-    // Most prompts are not decided by a near tie.
-    expect(equalPrompts).toBeGreaterThanOrEqual(reference.cases.length / 2);
+    console.log(`SmolLM2 fed llama.cpp's tokens: ${agree} of ${steps} steps choose its next token` +
+      `${report.length ? `; near ties:\n  ${report.join('\n  ')}` : ''}`);
+    expect(agree / steps).toBeGreaterThanOrEqual(0.95);
   }, 600000);
 
   // The first step's log-probabilities of llama.cpp's 50 most likely

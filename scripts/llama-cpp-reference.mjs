@@ -11,7 +11,9 @@
 // (where those two are nearly equal, a different choice is a tie, not an
 // error), and the first step's 50 most likely tokens (their
 // log-probabilities, which the test compares with ours). OUT defaults to
-// __tests__/fixtures/smollm2-greedy.json. node-llama-cpp must be
+// __tests__/fixtures/smollm2-greedy.json (whose first six prompts came
+// from a run on another CPU than the rest: llama.cpp's choices at near ties
+// depend on the CPU it runs on). node-llama-cpp must be
 // resolvable (NODE_PATH works); it is not a dependency of the project,
 // since with it npm installs several hundred MB of GPU builds.
 import { createRequire } from 'module';

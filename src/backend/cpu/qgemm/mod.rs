@@ -25,7 +25,14 @@
 //!   weight rows per pass): the same value, exact inner sums, a third of
 //!   the instructions per block and a quarter of the activation bytes;
 //!   other activations take the float forms;
-//! - more rows (a prompt) run the float32 GEMM with the weights
+//! - more rows (a prompt) whose activations are such int8 blocks, against
+//!   4-bit weights without offsets, take exact integer block sums in
+//!   tiles ([`tiles`]: each block's `sum(qa * code)` in 32-bit integers,
+//!   then `d * da` times it added in float32), where the CPU has a form
+//!   for them (AVX-512 with VNNI and VBMI): on an Intel Xeon a prompt's
+//!   128 x 576 by 576 x 3072 product took 1.05 ms against 2.6 for the
+//!   float path;
+//! - other prompts run the float32 GEMM with the weights
 //!   dequantized straight into its packed B panels as it asks for them
 //!   (`sgemm_gen`): A is packed once per block of the product, and the
 //!   dequantization is 1/M of the work.
@@ -43,6 +50,7 @@ mod panels;
 mod sums;
 #[cfg(test)]
 mod tests;
+mod tiles;
 
 use std::sync::Arc;
 
@@ -535,7 +543,9 @@ pub fn product_with(
     if rows < SMALL_M {
         small(rows, a, w, sums, c)
     } else {
-        tiled(rows, a, w, c)?;
+        if !integer_tiles(rows, a, w, c)? {
+            tiled(rows, a, w, c)?;
+        }
         match sums {
             Some(s) => s.add_to(rows, a, c),
             None => Ok(()),
@@ -803,6 +813,26 @@ fn dot8(x: &[f32], y: &[f32]) -> f32 {
         }
     }
     acc.iter().sum::<f32>() + tail
+}
+
+/// Many rows of `a` in exact integer block sums ([`tiles`]), where the
+/// CPU has a form for them, the weights are 4-bit codes without offsets
+/// and every activation is an int8 code times its block's scale (a graph
+/// with llama.cpp's rounding). Returns whether it ran; else the float
+/// path serves.
+fn integer_tiles(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<bool> {
+    if tiles::Form::best().is_none() || w.offsets || w.codes.nibbles().is_none() {
+        return Ok(false);
+    }
+    let Some((qa, da)) = exact_int8(a)? else {
+        return Ok(false);
+    };
+    let a = tiles::IntRows {
+        rows,
+        qa: &qa,
+        da: &da,
+    };
+    tiles::product(&a, w, c)
 }
 
 /// Many rows of `a`: tiles of weight rows dequantized and multiplied by

@@ -527,6 +527,84 @@ fn prompt_products_give_the_gemm_over_the_dequantized_weights() {
     }
 }
 
+/// The integer tile forms of a prompt's product ([`tiles`]): each form
+/// gives the portable one's bits, for rows that are and are not a whole
+/// number of tiles, N not a whole number of panels (and under 16 past
+/// the last), and K of one block and of many; the portable one gives the
+/// definition (exact block sums, each scaled by `d * da` rounded once and
+/// added by a fused multiply-add, blocks in order) bit for bit.
+#[test]
+fn integer_tile_forms_give_the_definition_bit_for_bit() {
+    use super::tiles::{self, Form, IntRows};
+    for (rows, n, k) in [(9, 70, 32), (16, 64, 576), (13, 45, 32 * 7), (8, 3, 64)] {
+        let (codes, d, _) = matrix(n, k, false, 90 + k as u64);
+        let q = QMatrix::pack(n, k, false, |i| codes[i], d.clone(), vec![0.0; n * k / QK]).unwrap();
+        let a = int8_rows(rows, k, 91);
+        let (qa, da) = exact_int8(&a).unwrap().unwrap();
+        let nb = k / QK;
+        let mut want = vec![0f32; rows * n];
+        for i in 0..rows {
+            for j in 0..n {
+                let mut acc = 0f32;
+                for b in 0..nb {
+                    let isum: i32 = (b * QK..(b + 1) * QK)
+                        .map(|p| qa[i * k + p] as i32 * codes[j * k + p])
+                        .sum();
+                    acc = (isum as f32).mul_add(d[j * nb + b] * da[i * nb + b], acc);
+                }
+                want[i * n + j] = acc;
+            }
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let ints = IntRows {
+            rows,
+            qa: &qa,
+            da: &da,
+        };
+        for form in Form::available() {
+            let mut got = vec![f32::NAN; rows * n];
+            assert!(tiles::product_as(form, &ints, &q, &mut got).unwrap());
+            assert_eq!(bits(&got), bits(&want), "{form:?} rows {rows} n {n} k {k}");
+        }
+    }
+}
+
+/// Where the integer tile form runs (this CPU has one), a prompt's
+/// product over int8 activations is it; and it declines weights with
+/// offsets (their term would need the activations' block sums), which
+/// take the float path's bits instead.
+#[test]
+fn prompt_products_over_int8_rows_take_the_integer_tiles_where_the_cpu_has_them() {
+    use super::tiles::{self, Form, IntRows};
+    let (rows, n, k) = (12, 40, 96);
+    let (codes, d, m) = matrix(n, k, false, 95);
+    let a = int8_rows(rows, k, 96);
+    let (qa, da) = exact_int8(&a).unwrap().unwrap();
+    let ints = IntRows {
+        rows,
+        qa: &qa,
+        da: &da,
+    };
+    let plain = QMatrix::pack(n, k, false, |i| codes[i], d.clone(), vec![0.0; n * k / QK]).unwrap();
+    let mut got = vec![f32::NAN; rows * n];
+    product(rows, &a, &plain, &mut got).unwrap();
+    let mut tile = vec![f32::NAN; rows * n];
+    assert!(tiles::product_as(Form::Portable, &ints, &plain, &mut tile).unwrap());
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    if Form::best().is_some() {
+        assert_eq!(bits(&got), bits(&tile));
+    }
+    let mag = magnitudes(rows, &a, &codes, &d, &vec![0.0; n * k / QK], n, k);
+    assert_close(
+        &got,
+        &naive(rows, &a, &codes, &d, &vec![0.0; n * k / QK], n, k),
+        &mag,
+        "int8 rows",
+    );
+    let offs = QMatrix::pack(n, k, false, |i| codes[i], d.clone(), m.clone()).unwrap();
+    assert!(!tiles::product_as(Form::Portable, &ints, &offs, &mut tile).unwrap());
+}
+
 /// A block gathered across a panel's rows (`panels::block_panel`) holds
 /// the bits that dequantizing each row and writing it across gives, with
 /// offsets and without, for panels of 16 and 32 rows; where the CPU has
@@ -630,6 +708,24 @@ fn qgemm_bench() {
         "quantized {tq:.3} ms ({:.0} GFLOP/s), float32 packed once {ts:.3} ms ({:.0} GFLOP/s)",
         gf / tq,
         gf / ts
+    );
+    // The same product over int8 activations: the integer tiles where the
+    // CPU has a form for them.
+    let q = QMatrix::pack(
+        n,
+        k,
+        false,
+        |i| codes[i],
+        vec![0.01; n * k / QK],
+        vec![0.0; n * k / QK],
+    )
+    .unwrap();
+    let a = int8_rows(rows, k, 5);
+    let ti = pool.install(|| time(&mut || product(rows, &a, &q, &mut c).unwrap()));
+    println!(
+        "over int8 activations ({:?}): {ti:.3} ms ({:.0} GFLOP/s)",
+        super::tiles::Form::best(),
+        gf / ti
     );
 }
 

@@ -265,6 +265,50 @@ fn int8_activations_are_recognised_only_when_exact() {
     assert!(exact_int8(&inf).unwrap().is_none());
 }
 
+/// The vector form of the int8 check (where the CPU has one) finds the
+/// portable loop's codes and scales, and declines the same blocks: exact
+/// rows, zeros of both signs, a block of zeros with a NaN, infinities,
+/// NaNs beside other values, and values off the grid by one ulp.
+#[test]
+fn the_int8_check_on_vectors_is_the_loop() {
+    let base = int8_rows(4, 128, 70);
+    let mut cases = vec![base.clone(), random(128, 71)];
+    let mut z = base.clone();
+    z[32..64].fill(0.0);
+    z[40] = -0.0;
+    cases.push(z.clone());
+    let mut zn = z.clone();
+    zn[41] = f32::NAN;
+    cases.push(zn);
+    for (at, v) in [
+        (5, f32::INFINITY),
+        (6, f32::NEG_INFINITY),
+        (7, f32::NAN),
+        (100, f32::NAN),
+    ] {
+        let mut c = base.clone();
+        c[at] = v;
+        cases.push(c);
+    }
+    let mut off = base.clone();
+    off[77] = f32::from_bits(off[77].to_bits() + 1);
+    cases.push(off);
+    for (i, a) in cases.iter().enumerate() {
+        let (mut q0, mut d0) = (vec![0i8; a.len()], vec![0f32; a.len() / QK]);
+        let want = exact_int8_portable(a, &mut q0, &mut d0);
+        let (mut q1, mut d1) = (vec![0i8; a.len()], vec![0f32; a.len() / QK]);
+        if let Some(got) = super::tiles::exact_int8(a, &mut q1, &mut d1) {
+            assert_eq!(got, want, "case {i}");
+            if want {
+                assert_eq!(q1, q0, "case {i}");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&d1), bits(&d0), "case {i}");
+            }
+        }
+        assert_eq!(want, i == 0 || i == 2, "case {i}");
+    }
+}
+
 #[test]
 fn integer_kernels_match_the_integer_reference_and_the_float_forms() {
     for wide in [false, true] {
@@ -665,7 +709,14 @@ fn a_block_gathered_across_a_panel_is_the_rows_dequantized() {
 #[test]
 #[ignore]
 fn qgemm_bench() {
-    let (rows, n, k) = (128, 3072, 576);
+    // QGEMM_BENCH="rows,n,k" for another shape.
+    let shape: Vec<usize> = std::env::var("QGEMM_BENCH")
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_default();
+    let (rows, n, k) = match shape[..] {
+        [rows, n, k] => (rows, n, k),
+        _ => (128, 3072, 576),
+    };
     let (codes, d, m) = matrix(n, k, false, 3);
     let q = QMatrix::pack(n, k, false, |i| codes[i], d, m).unwrap();
     let a = random(rows * k, 4);
@@ -722,8 +773,14 @@ fn qgemm_bench() {
     .unwrap();
     let a = int8_rows(rows, k, 5);
     let ti = pool.install(|| time(&mut || product(rows, &a, &q, &mut c).unwrap()));
+    let tx = time(&mut || {
+        std::hint::black_box(exact_int8(&a).unwrap());
+    });
+    let tv = time(&mut || {
+        std::hint::black_box(simd::with_simd(|| exact_int8(&a)).unwrap());
+    });
     println!(
-        "over int8 activations ({:?}): {ti:.3} ms ({:.0} GFLOP/s)",
+        "over int8 activations ({:?}): {ti:.3} ms ({:.0} GFLOP/s); their int8 codes found in {tx:.3} ms, {tv:.3} ms on the CPU's vectors",
         super::tiles::Form::best(),
         gf / ti
     );

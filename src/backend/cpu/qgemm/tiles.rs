@@ -162,6 +162,21 @@ struct Panel<'a> {
     d: &'a [f32],
 }
 
+/// `a`'s int8 codes and block scales into `qa` and `da` on this CPU's
+/// vectors, as [`super::exact_int8`] defines them: `Some(true)` when every
+/// block is exact, `Some(false)` when one is not, `None` where the CPU
+/// has no such form (the caller's loop then runs).
+pub fn exact_int8(a: &[f32], qa: &mut [i8], da: &mut [f32]) -> Option<bool> {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::usable() {
+        // SAFETY: `usable` saw the features the function enables; it
+        // checks the lengths itself.
+        return Some(unsafe { avx512::exact_int8(a, qa, da) });
+    }
+    let _ = (a, qa, da);
+    None
+}
+
 /// Packs weight rows `j0 .. j0 + live` of the 4-bit `codes` ([n, k],
 /// two per byte, low half first) into `out` ([k / 4][NR][4] bytes): group
 /// `g`'s four codes of row `j0 + jj` at `out[g * 4 * NR + jj * 4 ..]`,
@@ -243,6 +258,69 @@ mod avx512 {
             && is_x86_feature_detected!("avx512vnni")
             && is_x86_feature_detected!("avx512vbmi")
             && is_x86_feature_detected!("fma")
+    }
+
+    /// The int8 codes and scales of `a`'s blocks as [`super::super::exact_int8`]
+    /// finds them, 32 values at a time: `amax` the largest magnitude,
+    /// `scale = amax / 127`, each code `x * (127 / amax)` rounded to the
+    /// nearest (even) integer, and every value checked to be its code
+    /// times the scale. Returns false where a block is not so (the caller
+    /// then has none); the same codes and scales as the portable loop
+    /// wherever both finish.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F/BW (which [`usable`] checks).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn exact_int8(a: &[f32], qa: &mut [i8], da: &mut [f32]) -> bool {
+        assert!(a.len() == qa.len() && a.len() == da.len() * QK);
+        for ((blk, q), d) in a
+            .chunks_exact(QK)
+            .zip(qa.chunks_exact_mut(QK))
+            .zip(da.iter_mut())
+        {
+            let x0 = _mm512_loadu_ps(blk.as_ptr());
+            let x1 = _mm512_loadu_ps(blk.as_ptr().add(16));
+            let m = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
+            let amax = _mm512_reduce_max_ps(m);
+            if amax == 0.0 || amax.is_nan() {
+                // Every value a zero (codes and scale 0), unless one is a
+                // NaN (which `max` may have passed over).
+                let z = _mm512_setzero_ps();
+                let nz = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(x0, z)
+                    | _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(x1, z);
+                if nz != 0 {
+                    return false;
+                }
+                q.fill(0);
+                *d = 0.0;
+                continue;
+            }
+            if !amax.is_finite() {
+                return false;
+            }
+            let scale = amax / 127.0;
+            let inv = _mm512_set1_ps(127.0 / amax);
+            let sv = _mm512_set1_ps(scale);
+            let c0 = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm512_mul_ps(x0, inv),
+            );
+            let c1 = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm512_mul_ps(x1, inv),
+            );
+            // |c| <= 127 follows from |x| <= amax; equality with the value
+            // is the check.
+            let ok = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_mul_ps(c0, sv), x0)
+                & _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_mul_ps(c1, sv), x1);
+            if ok != 0xffff {
+                return false;
+            }
+            let b0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(c0));
+            let b1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(c1));
+            _mm_storeu_si128(q.as_mut_ptr().cast(), b0);
+            _mm_storeu_si128(q.as_mut_ptr().add(16).cast(), b1);
+            *d = scale;
+        }
+        true
     }
 
     /// [`super::pack_portable`]'s layout, 16 rows' groups gathered at a

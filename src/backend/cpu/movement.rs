@@ -457,8 +457,25 @@ fn reverse_rows<T: Copy>(x: &[T], n: usize) -> Result<Vec<T>> {
         return Ok(Vec::new());
     }
     let mut out = alloc(x.len(), "the output of reverse")?;
-    for row in x.chunks_exact(n) {
-        out.extend(row.iter().rev());
+    let Some(&first) = x.first() else {
+        return Ok(out);
+    };
+    // Filled, then written row by row: extending by each reversed row took
+    // a length check per row, most of the time for short rows (RoPE's
+    // pairs: rows of 2).
+    out.resize(x.len(), first);
+    if n == 2 {
+        // Pairs swapped: a loop the compiler turns into shuffles.
+        for (o, p) in out.chunks_exact_mut(2).zip(x.chunks_exact(2)) {
+            o[0] = p[1];
+            o[1] = p[0];
+        }
+        return Ok(out);
+    }
+    for (o, row) in out.chunks_exact_mut(n).zip(x.chunks_exact(n)) {
+        for (d, &v) in o.iter_mut().zip(row.iter().rev()) {
+            *d = v;
+        }
     }
     Ok(out)
 }
@@ -745,6 +762,21 @@ mod tests {
             fill_value(DataType::Uint64, MlNumber::BigInt(u64::MAX as i128)).unwrap(),
             Buf::U64(vec![u64::MAX])
         );
+    }
+
+    #[test]
+    fn reverse_of_pairs_swaps_them() {
+        // The last axis of 2 (RoPE's pairs) takes its own loop.
+        let shape = [3, 4, 2];
+        for dt in [DataType::Float32, DataType::Float16, DataType::Int64] {
+            let x = sample(dt, count(&shape));
+            let xd = desc(dt, &shape);
+            let got = run1(&MovementOp::Reverse { axes: vec![2] }, &x, &xd, &xd);
+            let want = naive(&x, &shape, None, |o| {
+                Some(ravel(&[o[0], o[1], 1 - o[2]], &shape))
+            });
+            assert_eq!(got, want, "reverse {dt:?}");
+        }
     }
 
     #[test]

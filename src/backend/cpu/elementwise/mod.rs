@@ -585,15 +585,18 @@ fn binary_in_place<F: Fn(f32, f32) -> f32 + Sync>(
     if total == 0 {
         return;
     }
-    let rank = out_shape.len();
-    let inner = if rank == 0 {
-        1
-    } else {
-        out_shape[rank - 1].max(1)
-    };
+    // The same walk over fewer, longer rows where the operand allows (as
+    // `broadcast_map`): RoPE's `[T, 12, 32, 2]` times `[T, 1, 32, 2]` in
+    // place ran as rows of 2, with a row's offset found by divisions, at
+    // eight times the time of the copying form.
     let tb = broadcast_strides(so, out_shape);
-    let ib = tb.last().copied().unwrap_or(0);
-    let outer_shape = &out_shape[..rank.saturating_sub(1)];
+    let acc_strides = broadcast_strides(out_shape, out_shape);
+    let (out_shape, [_, tb]) = coalesce(out_shape, [&acc_strides, &tb]);
+    let out_shape = &out_shape[..];
+    let rank = out_shape.len();
+    let inner = out_shape[rank - 1].max(1);
+    let ib = tb[rank - 1];
+    let outer_shape = &out_shape[..rank - 1];
     let row_offset = |mut r: usize| {
         let mut ob = 0;
         for d in (0..outer_shape.len()).rev() {

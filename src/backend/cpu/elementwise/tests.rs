@@ -141,6 +141,55 @@ fn binary_case(sa: &[usize], sb: &[usize], so: &[usize]) {
     }
 }
 
+/// The in-place form (an operand of the output's shape handed over as
+/// owned) gives the copying form's bits, with the other operand broadcast
+/// in every pattern the dimension merging meets (RoPE's among them), on
+/// either side (so `sub` and `div` keep their order), above and below the
+/// size where rows run in parallel.
+#[test]
+fn binary_in_place_gives_the_copying_bits() {
+    let so = [3usize, 4, 5, 2];
+    let big = [64usize, 12, 32, 2];
+    let cases: Vec<(&[usize], &[usize])> = vec![
+        (&so, &[3, 1, 5, 2]),
+        (&so, &[1, 4, 1, 1]),
+        (&so, &[5, 2]),
+        (&so, &[2]),
+        (&so, &[1]),
+        (&so, &[3, 4, 1, 2]),
+        (&big, &[64, 1, 32, 2]),
+        (&big, &[64, 12, 1, 1]),
+    ];
+    for (out_shape, other) in cases {
+        let n: usize = out_shape.iter().product();
+        let m: usize = other.iter().product();
+        let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() + 1.5).collect();
+        let y: Vec<f32> = (0..m).map(|i| (i as f32 * 0.71).cos() - 0.25).collect();
+        let (dx, dy, dout) = (
+            desc(DataType::Float32, out_shape),
+            desc(DataType::Float32, other),
+            desc(DataType::Float32, out_shape),
+        );
+        for k in [BinaryKind::Sub, BinaryKind::Div, BinaryKind::Mul] {
+            let (bx, by) = (Buf::F32(x.clone()), Buf::F32(y.clone()));
+            let want = binary(k, &bx, &dx, &by, &dy, &dout).unwrap();
+            let got = binary_owned(
+                k,
+                Cow::Owned(bx.clone()),
+                &dx,
+                Cow::Borrowed(&by),
+                &dy,
+                &dout,
+            )
+            .unwrap();
+            assert_eq!(got, want, "{k:?} {out_shape:?} by {other:?}");
+            let want = binary(k, &by, &dy, &bx, &dx, &dout).unwrap();
+            let got = binary_owned(k, Cow::Borrowed(&by), &dy, Cow::Owned(bx), &dx, &dout).unwrap();
+            assert_eq!(got, want, "{k:?} {other:?} by {out_shape:?}");
+        }
+    }
+}
+
 #[test]
 fn binary_float16_rounds_once() {
     let a = Buf::f16_from_f32(&[1.0, 2.5, -3.0, 1000.0]);

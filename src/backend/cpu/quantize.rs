@@ -406,10 +406,23 @@ pub fn round_blocks(spec: &RoundBlocks, x: &Buf, block: usize) -> Result<Buf> {
     // fused multiply-add, so the bits are the baseline build's): built for
     // x86-64's baseline they ran on 4-wide vectors and scalar maxima, 7%
     // of a prompt's time.
-    crate::backend::cpu::simd::with_simd(
-        #[inline(always)]
-        || round_blocks_into(spec, x, block, &mut out),
-    );
+    //
+    // Blocks are independent: about 64 K elements a task where there are
+    // more than that (a prompt's activations; one decoding row stays on
+    // this thread).
+    let per = ((1 << 16) / block).max(1) * block;
+    let run = |(o, v): (&mut [f32], &[f32])| {
+        crate::backend::cpu::simd::with_simd(
+            #[inline(always)]
+            || round_blocks_into(spec, v, block, o),
+        )
+    };
+    if x.len() >= 1 << 16 {
+        use rayon::prelude::*;
+        out.par_chunks_mut(per).zip(x.par_chunks(per)).for_each(run);
+    } else {
+        run((&mut out[..], &x[..]));
+    }
     Ok(Buf::F32(out))
 }
 

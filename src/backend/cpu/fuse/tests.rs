@@ -755,10 +755,13 @@ fn block_sums_fold(rows: usize) {
 /// stands for: against the same graph with its zero point an input
 /// (which leaves it as written), over blocks with ties, zeros, a NaN,
 /// an infinity and huge and tiny values, with the scale through float16
-/// and without, the floor on either side of the max.
+/// and without, the floor on either side of the max, and enough of them
+/// to run in parallel.
 #[test]
 fn rounded_blocks_run_as_one_node_with_the_same_bits() {
-    let (rows, nb) = (3, 6);
+    // 400 rows of 192: more than 64 K values, so the fused node splits
+    // them between tasks.
+    let (rows, nb) = (400, 6);
     let k = nb * 32;
     let mut x: Vec<f32> = random(rows * k, 21).iter().map(|v| v * 3.0).collect();
     // Block 1: all zeros, one of them negative.

@@ -407,10 +407,11 @@ pub fn round_blocks(spec: &RoundBlocks, x: &Buf, block: usize) -> Result<Buf> {
     // x86-64's baseline they ran on 4-wide vectors and scalar maxima, 7%
     // of a prompt's time.
     //
-    // Blocks are independent: about 64 K elements a task where there are
-    // more than that (a prompt's activations; one decoding row stays on
-    // this thread).
-    let per = ((1 << 16) / block).max(1) * block;
+    // Blocks are independent: four tasks a thread, of whole blocks, where
+    // there are more than 64 K elements (a prompt's activations; one
+    // decoding row stays on this thread).
+    let tasks = rayon::current_num_threads() * 4;
+    let per = x.len().div_ceil(tasks).div_ceil(block).max(1) * block;
     let run = |(o, v): (&mut [f32], &[f32])| {
         crate::backend::cpu::simd::with_simd(
             #[inline(always)]

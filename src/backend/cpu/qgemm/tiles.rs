@@ -323,10 +323,13 @@ mod avx512 {
         true
     }
 
-    /// [`super::pack_portable`]'s layout, 16 rows' groups gathered at a
-    /// time: the two bytes of a group of row `r` are at `r * k / 2 + 2g`;
-    /// a 32-bit gather reads them with the two bytes after, and VBMI's
-    /// multishift picks the four nibbles out into four bytes.
+    /// [`super::pack_portable`]'s layout, 16 rows' groups gathered two at
+    /// a time: the two bytes of group `g` of row `r` are at `r * k / 2 +
+    /// 2g`, so a 32-bit gather at an even group reads that group and the
+    /// next (a row holds `k / 4` groups, a multiple of 8, so the pair never
+    /// passes the row's end), and VBMI's multishift picks the low or the
+    /// high pair of bytes' four nibbles out into four bytes. One gather
+    /// per two groups: the gathers were a quarter of a prompt's product.
     ///
     /// # Safety
     /// The CPU must have the features [`usable`] checks.
@@ -335,10 +338,12 @@ mod avx512 {
         let groups = k / 4;
         let row = k / 2;
         assert!(out.len() >= groups * 4 * NR && live <= NR && live > 0);
-        assert!((j0 + live) * row <= codes.len());
-        // Bit offsets of the four nibbles of each 32-bit lane within its
-        // 64-bit lane: 0, 4, 8, 12 and 32, 36, 40, 44.
-        let pick = _mm512_set1_epi64(0x2c28_2420_0c08_0400);
+        assert!((j0 + live) * row <= codes.len() && groups.is_multiple_of(2));
+        // Bit offsets of the four nibbles of each 32-bit lane's low half
+        // within its 64-bit lane (0, 4, 8, 12 and 32, 36, 40, 44), and of
+        // its high half (16 more each).
+        let pick_lo = _mm512_set1_epi64(0x2c28_2420_0c08_0400);
+        let pick_hi = _mm512_set1_epi64(0x3c38_3430_1c18_1410);
         let low = _mm512_set1_epi8(15);
         for half in 0..NR / 16 {
             let first = half * 16;
@@ -355,28 +360,25 @@ mod avx512 {
             let base: [i32; 16] =
                 std::array::from_fn(|r| ((j0 + first + r.min(rows - 1)) * row) as i32);
             let base = _mm512_loadu_si512(base.as_ptr().cast());
-            for g in 0..groups {
-                // The last group of a row starts 2 bytes before its row's
-                // end; read the 4 bytes ending there instead (the 2 before
-                // and its own) and shift, so no read passes the codes.
-                let last = 2 * g + 4 > row;
-                let off = _mm512_add_epi32(base, _mm512_set1_epi32(2 * g as i32 - 2 * last as i32));
+            for g in (0..groups).step_by(2) {
+                let off = _mm512_add_epi32(base, _mm512_set1_epi32(2 * g as i32));
                 // SAFETY (the reads): lane `r` reads bytes `off_r ..
-                // off_r + 4` of `codes`, inside row `j0 + first + r` (or
-                // the last live row), which `(j0 + live) * row <=
-                // codes.len()` bounds; masked-off lanes read nothing.
-                let mut v = _mm512_mask_i32gather_epi32::<1>(
+                // off_r + 4` of `codes`, groups g and g + 1 of row `j0 +
+                // first + r` (or of the last live row), inside the row
+                // since g + 1 < groups, and inside `codes` since `(j0 +
+                // live) * row <= codes.len()`; masked-off lanes read
+                // nothing.
+                let v = _mm512_mask_i32gather_epi32::<1>(
                     _mm512_setzero_si512(),
                     mask,
                     off,
                     codes.as_ptr().cast(),
                 );
-                if last {
-                    v = _mm512_srli_epi32::<16>(v);
-                }
-                let v = _mm512_and_si512(_mm512_multishift_epi64_epi8(pick, v), low);
+                let a = _mm512_and_si512(_mm512_multishift_epi64_epi8(pick_lo, v), low);
+                let b = _mm512_and_si512(_mm512_multishift_epi64_epi8(pick_hi, v), low);
                 let dst = out.as_mut_ptr().add(g * 4 * NR + first * 4);
-                _mm512_storeu_si512(dst.cast(), v);
+                _mm512_storeu_si512(dst.cast(), a);
+                _mm512_storeu_si512(dst.add(4 * NR).cast(), b);
             }
         }
     }

@@ -840,12 +840,9 @@ fn integer_tiles(rows: usize, a: &[f32], w: &QMatrix, c: &mut [f32]) -> Result<b
     if tiles::Form::best().is_none() || w.offsets || w.codes.nibbles().is_none() {
         return Ok(false);
     }
-    // Compiled for the CPU's vectors, as in `small`.
-    let Some((qa, da)) = simd::with_simd(
-        #[inline(always)]
-        || exact_int8(a),
-    )?
-    else {
+    // Wherever a tile form runs, the int8 check has its AVX-512 form, so
+    // the loop needs no wrapper compiled for the CPU's vectors here.
+    let Some((qa, da)) = exact_int8(a)? else {
         return Ok(false);
     };
     let a = tiles::IntRows {

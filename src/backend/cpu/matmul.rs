@@ -167,7 +167,10 @@ pub fn matmul(
         };
         // Many products (at least one per thread) or small ones: one thread
         // per product; few large ones: the threads share each product.
-        if batches > 1 && (m * n * k < PAR_WORK * 4 || batches >= rayon::current_num_threads()) {
+        let threads = rayon::current_num_threads();
+        if batches > 1
+            && (m * n * k < PAR_WORK * 4 || batches >= 2 * threads || batches % threads == 0)
+        {
             res.par_chunks_mut(mn)
                 .enumerate()
                 .try_for_each(|x| one(x, false))?;

@@ -434,13 +434,18 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
       [Hkv, g * T, hd]);
     const keys = [...pastK.map((p) => p[l]), curK];
     const values = [...pastV.map((p) => p[l]), curV];
-    const scores = b.concat(keys.map((kb) => b.matmul(qg, kb)), 2); // [Hkv, gT, W]
+    const perBlock = keys.map((kb) => b.matmul(qg, kb));
+    // One block (a short context) needs no concatenation: it would be a
+    // copy of the scores.
+    const scores = perBlock.length === 1 ? perBlock[0] : b.concat(perBlock, 2); // [Hkv, gT, W]
     const masked = b.add(b.reshape(scores, [Hkv, g, T, W]), mask);
     const probs = half16(b.reshape(b.softmax(masked, 3), [Hkv, g * T, W]));
     /** @type {MLOperand | null} */
     let o = null;
     for (const [s, vb] of values.entries()) {
-      const part = b.matmul(b.slice(probs, [0, 0, s * B], [Hkv, g * T, B]), vb); // [Hkv, gT, hd]
+      // (The whole of probs where there is one block: no copy.)
+      const p = values.length === 1 ? probs : b.slice(probs, [0, 0, s * B], [Hkv, g * T, B]);
+      const part = b.matmul(p, vb); // [Hkv, gT, hd]
       o = o ? b.add(o, part) : part;
     }
     // values holds the current block at least, so o is set.

@@ -430,33 +430,123 @@ pub fn round_blocks(spec: &RoundBlocks, x: &Buf, block: usize) -> Result<Buf> {
 /// [`round_blocks`]'s loop, `out` as long as `x`.
 #[inline(always)]
 fn round_blocks_into(spec: &RoundBlocks, x: &[f32], block: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if block == avx512::BLOCK && avx512::usable() {
+        // SAFETY: `usable` saw the features the function enables; it
+        // reads and writes whole blocks of the two slices, of one length.
+        unsafe { avx512::round_blocks(spec, x, out) };
+        return;
+    }
     for (o, v) in out.chunks_exact_mut(block).zip(x.chunks_exact(block)) {
-        let amax = abs_max(v);
-        let d = amax / spec.divisor;
-        // The binary max (NaN wins).
-        let safe = match d.is_nan() || spec.floor.is_nan() {
-            true => f32::NAN,
-            false => d.max(spec.floor),
+        round_block(spec, v, o);
+    }
+}
+
+/// The scale a block divides by (`max(d, floor)`, NaN winning as the
+/// binary max has it) and the one it multiplies by (`d`, rounded to
+/// float16 where the graph rounds it), from the block's largest
+/// magnitude.
+#[inline(always)]
+fn block_scales(spec: &RoundBlocks, amax: f32) -> (f32, f32) {
+    let d = amax / spec.divisor;
+    let safe = match d.is_nan() || spec.floor.is_nan() {
+        true => f32::NAN,
+        false => d.max(spec.floor),
+    };
+    let scale = match spec.round16 {
+        true => crate::f16::f16_to_f32(crate::f16::f32_to_f16(d)),
+        false => d,
+    };
+    (safe, scale)
+}
+
+/// One block of [`round_blocks`].
+#[inline(always)]
+fn round_block(spec: &RoundBlocks, v: &[f32], o: &mut [f32]) {
+    let (safe, scale) = block_scales(spec, abs_max(v));
+    // As `Rows::quantize` to int8 with a zero point of 0, then
+    // `Rows::fill`, in float32 so that the loop runs on vectors: the
+    // quotient is a float32 value, whose nearest integer (ties to
+    // even) is the same in either width, and `round_even_f32` finds
+    // it (+0 for a zero, as the integer conversion gives); NaN
+    // converts to 0.
+    for (o, &e) in o.iter_mut().zip(v) {
+        let v = e / safe;
+        let r = round_even_f32(v);
+        let q = if v.is_nan() {
+            0.0
+        } else {
+            r.clamp(-128.0, 127.0)
         };
-        let scale = match spec.round16 {
-            true => crate::f16::f16_to_f32(crate::f16::f32_to_f16(d)),
-            false => d,
-        };
-        // As `Rows::quantize` to int8 with a zero point of 0, then
-        // `Rows::fill`, in float32 so that the loop runs on vectors: the
-        // quotient is a float32 value, whose nearest integer (ties to
-        // even) is the same in either width, and `round_even_f32` finds
-        // it (+0 for a zero, as the integer conversion gives); NaN
-        // converts to 0.
-        for (o, &e) in o.iter_mut().zip(v) {
-            let v = e / safe;
-            let r = round_even_f32(v);
-            let q = if v.is_nan() {
-                0.0
-            } else {
-                r.clamp(-128.0, 127.0)
-            };
-            *o = q * scale;
+        *o = q * scale;
+    }
+}
+
+/// [`round_blocks`] for blocks of 32 on AVX-512: a block is two
+/// registers, its largest magnitude one reduction, its values rounded by
+/// the vector unit's own round-to-nearest-even. The same bits as
+/// [`round_block`], which takes any block holding a NaN. Compiled for
+/// the CPU's vectors, the portable loop spent most of a block's time
+/// outside the element loop (its maxima and branches): 163 us for a
+/// prompt's 128 x 1536 at one thread.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{block_scales, round_block, RoundBlocks};
+    use std::arch::x86_64::*;
+
+    /// The block length this form takes.
+    pub const BLOCK: usize = 32;
+
+    /// Whether this CPU has the features [`round_blocks`] enables (and
+    /// the environment has not asked for AVX2).
+    pub fn usable() -> bool {
+        crate::backend::cpu::simd::simd_level() == crate::backend::cpu::simd::SimdLevel::Avx512
+    }
+
+    /// # Safety
+    /// The CPU has AVX-512F and DQ ([`usable`]).
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub unsafe fn round_blocks(spec: &RoundBlocks, x: &[f32], out: &mut [f32]) {
+        for (o, v) in out.chunks_exact_mut(BLOCK).zip(x.chunks_exact(BLOCK)) {
+            // SAFETY: `v` and `o` hold BLOCK (two registers of) floats;
+            // the loads and stores are unaligned ones.
+            unsafe {
+                let (x0, x1) = (
+                    _mm512_loadu_ps(v.as_ptr()),
+                    _mm512_loadu_ps(v.as_ptr().add(16)),
+                );
+                let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x0, x0)
+                    | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x1, x1);
+                if nan != 0 {
+                    round_block(spec, v, o);
+                    continue;
+                }
+                // No NaN: the largest magnitude is the lanes' maximum in
+                // any order.
+                let amax =
+                    _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+                let (safe, scale) = block_scales(spec, amax);
+                let (safe, scale) = (_mm512_set1_ps(safe), _mm512_set1_ps(scale));
+                let zero = _mm512_setzero_ps();
+                let (lo, hi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
+                let one = |x: __m512| {
+                    let q = _mm512_div_ps(x, safe);
+                    // Ties to even; adding +0 makes a rounded -0 the +0
+                    // that `round_even_f32` gives.
+                    let r = _mm512_add_ps(
+                        _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                            q,
+                        ),
+                        zero,
+                    );
+                    let c = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+                    // A NaN quotient (0 / 0, inf / inf) converts to 0.
+                    let c = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(q, q), c);
+                    _mm512_mul_ps(c, scale)
+                };
+                _mm512_storeu_ps(o.as_mut_ptr(), one(x0));
+                _mm512_storeu_ps(o.as_mut_ptr().add(16), one(x1));
+            }
         }
     }
 }
@@ -823,6 +913,88 @@ mod tests {
         for x in [-0.3, -0.0, 0.0, 0.5, -0.5] {
             assert_eq!(round_even(x).to_bits(), 0, "{x}");
             assert_eq!(round_even_f32(x as f32).to_bits(), 0, "{x}");
+        }
+    }
+
+    /// The blocks of 32 on this CPU's vectors give the portable loop's
+    /// bits: ties, zeros of both signs, infinities, NaN, subnormal and
+    /// huge values, quotients that saturate, and scales that are zero,
+    /// NaN (floor) or overflow float16.
+    #[test]
+    fn rounded_blocks_of_32_match_the_portable_loop() {
+        let r = crate::backend::testing::random(32 * 64, 9);
+        let mut x: Vec<f32> = r.iter().map(|v| v * 5.0).collect();
+        let specials = [
+            0.0,
+            -0.0,
+            0.5,
+            -0.5,
+            1.5,
+            -2.5,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1.0e-40,
+            -1.0e-45,
+            3.0e38,
+            -3.4e38,
+            65519.0,
+            127.0,
+            -128.0,
+        ];
+        // Block b gets special value b % 16 at a few places; block 40 is
+        // all zeros, block 41 all ties of a scale of 1.
+        for b in 0..32 {
+            for at in [0, 17, 31] {
+                x[b * 32 + (at + b) % 32] = specials[b % specials.len()];
+            }
+        }
+        x[40 * 32..41 * 32].fill(0.0);
+        for (j, v) in x[41 * 32..42 * 32].iter_mut().enumerate() {
+            *v = j as f32 - 15.5;
+        }
+        x[41 * 32] = 127.0;
+        let specs = [
+            RoundBlocks {
+                divisor: 127.0,
+                floor: 1e-30,
+                round16: true,
+            },
+            RoundBlocks {
+                divisor: 127.0,
+                floor: 1e-30,
+                round16: false,
+            },
+            RoundBlocks {
+                divisor: 127.0,
+                floor: 0.0,
+                round16: true,
+            },
+            RoundBlocks {
+                divisor: 0.0,
+                floor: 0.0,
+                round16: false,
+            },
+            RoundBlocks {
+                divisor: 1e-3,
+                floor: f32::NAN,
+                round16: true,
+            },
+        ];
+        for spec in specs {
+            let mut want = vec![0f32; x.len()];
+            for (o, v) in want.chunks_exact_mut(32).zip(x.chunks_exact(32)) {
+                round_block(&spec, v, o);
+            }
+            let mut got = vec![0f32; x.len()];
+            round_blocks_into(&spec, &x, 32, &mut got);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "{spec:?} value {i} ({}): {g} against {w}",
+                    x[i]
+                );
+            }
         }
     }
 }

@@ -165,11 +165,15 @@ pub fn matmul(
                 }
             }
         };
-        // Many products (at least one per thread) or small ones: one thread
-        // per product; few large ones: the threads share each product.
+        // Small products, many (two or more per thread), or as many as the
+        // threads divide evenly: one thread per product. Otherwise the
+        // threads share each product: an attention's 3 heads on 2 threads
+        // ran as two rounds, the second on one thread.
         let threads = rayon::current_num_threads();
         if batches > 1
-            && (m * n * k < PAR_WORK * 4 || batches >= 2 * threads || batches % threads == 0)
+            && (m * n * k < PAR_WORK * 4
+                || batches >= 2 * threads
+                || batches.is_multiple_of(threads))
         {
             res.par_chunks_mut(mn)
                 .enumerate()

@@ -114,9 +114,14 @@ pub fn product_as(form: Form, a: &IntRows, w: &QMatrix, c: &mut [f32]) -> Result
         let live = NR.min(n - j0);
         let mut packed = super::try_alloc(k * NR, 0u8, "a prompt's packed weights")?;
         let mut d = super::try_alloc(nb * NR, 0f32, "a prompt's packed scales")?;
+        // Each row's scales widened together (float16 ones on the CPU's
+        // vectors; one at a time they were a tenth of the product), then
+        // placed.
+        let mut room = super::try_alloc(nb, 0f32, "a row's scales")?;
         for jj in 0..live {
-            for b in 0..nb {
-                d[b * NR + jj] = scales.get((j0 + jj) * nb + b);
+            let row = scales.row((j0 + jj) * nb..(j0 + jj + 1) * nb, &mut room);
+            for (b, &v) in row.iter().enumerate() {
+                d[b * NR + jj] = v;
             }
         }
         pack(form, codes, k, j0, live, &mut packed);

@@ -23,6 +23,10 @@ use super::util::{broadcast_strides, floats, from_floats, strides};
 /// parallel one per thread rather than one after another on all threads.
 const PAR_WORK: usize = 1 << 18;
 
+/// Rows per group where a batched product's rows are split between tasks:
+/// a multiple of every sgemm kernel's tile height.
+const ROW_GROUP: usize = 48;
+
 /// Widens the float operands `a` and `b`, checking their element counts.
 fn widen<'a>(x: &'a Buf, d: &OperandDescriptor) -> Result<std::borrow::Cow<'a, [f32]>> {
     let v = floats(x)?;
@@ -139,49 +143,47 @@ pub fn matmul(
     let mut res = Buf::try_f32_for_overwrite(batches * m * n)?;
     let mn = m * n;
     if mn > 0 {
-        let one = |(t, c): (usize, &mut [f32]), parallel: bool| -> Result<()> {
+        // Rows `r0 ..` of product `t` (as many as `c` holds) into `c`.
+        let part = |t: usize, r0: usize, c: &mut [f32], parallel: bool| -> Result<()> {
             let (oa, ob) = offsets(t);
+            let rows = c.len() / n;
+            let a = &av[oa + r0 * k..oa + (r0 + rows) * k];
             match b16 {
-                Some(h) => sgemm_f16b(
-                    m,
-                    n,
-                    k,
-                    &av[oa..oa + m * k],
-                    &h[ob..ob + k * n],
-                    c,
-                    parallel,
-                ),
+                Some(h) => sgemm_f16b(rows, n, k, a, &h[ob..ob + k * n], c, parallel),
                 None => {
-                    sgemm(
-                        m,
-                        n,
-                        k,
-                        &av[oa..oa + m * k],
-                        &bv[ob..ob + k * n],
-                        c,
-                        parallel,
-                    );
+                    sgemm(rows, n, k, a, &bv[ob..ob + k * n], c, parallel);
                     Ok(())
                 }
             }
         };
         // Small products, many (two or more per thread), or as many as the
-        // threads divide evenly: one thread per product. Otherwise the
-        // threads share each product: an attention's 3 heads on 2 threads
-        // ran as two rounds, the second on one thread.
+        // threads divide evenly: one thread per product. Otherwise each
+        // product's rows are split between tasks too, and every task runs
+        // on one thread: an attention's 3 heads on 2 threads ran as two
+        // rounds, the second on one thread, and sharing each product
+        // (a fork and a join per block of it) scaled no better. Row
+        // groups are whole multiples of [`ROW_GROUP`], so the kernels'
+        // tiles sit at the rows they have in the whole product (the same
+        // bits).
         let threads = rayon::current_num_threads();
-        if batches > 1
-            && (m * n * k < PAR_WORK * 4
-                || batches >= 2 * threads
-                || batches.is_multiple_of(threads))
-        {
+        let per_product = batches == 1
+            || m * n * k < PAR_WORK * 4
+            || batches >= 2 * threads
+            || batches.is_multiple_of(threads);
+        if batches > 1 && per_product {
             res.par_chunks_mut(mn)
                 .enumerate()
-                .try_for_each(|x| one(x, false))?;
-        } else {
-            res.chunks_mut(mn)
-                .enumerate()
-                .try_for_each(|x| one(x, true))?;
+                .try_for_each(|(t, c)| part(t, 0, c, false))?;
+        } else if batches > 1 {
+            let pieces = (2 * threads).div_ceil(batches);
+            let rows = m.div_ceil(pieces).next_multiple_of(ROW_GROUP).min(m);
+            res.par_chunks_mut(mn).enumerate().try_for_each(|(t, c)| {
+                c.par_chunks_mut(rows * n)
+                    .enumerate()
+                    .try_for_each(|(p, c)| part(t, p * rows, c, false))
+            })?;
+        } else if batches == 1 {
+            part(0, 0, &mut res, true)?;
         }
     }
     add_rows(&mut res, bias);
@@ -464,6 +466,58 @@ mod tests {
             let mut c2 = vec![0.0f32; m * n];
             sgemm(m, n, k, &a, &b, &mut c2, false);
             close(&c2, &c, 0.0);
+        }
+    }
+
+    /// A few large products on more threads than divide them (their rows
+    /// split between tasks) give the bits they give on one thread, with
+    /// a float32 or a float16 B, rows a multiple of the split or not.
+    #[test]
+    fn batched_products_split_by_rows_keep_their_bits() {
+        for (batches, m, dtb) in [
+            (3, 384, DataType::Float32),
+            (3, 384, DataType::Float16),
+            (3, 250, DataType::Float32),
+            (5, 100, DataType::Float32),
+        ] {
+            let (k, n) = (64, 128);
+            let a = data(batches * m * k, 7);
+            let bf = data(batches * k * n, 8);
+            let b = match dtb {
+                DataType::Float16 => {
+                    Buf::F16(bf.iter().map(|&v| crate::f16::f32_to_f16(v)).collect())
+                }
+                _ => Buf::F32(bf),
+            };
+            let run = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| {
+                    matmul(
+                        &Buf::F32(a.clone()),
+                        &desc(DataType::Float32, &[batches, m, k]),
+                        &b,
+                        &desc(dtb, &[batches, k, n]),
+                        &desc(DataType::Float32, &[batches, m, n]),
+                        None,
+                        None,
+                    )
+                    .unwrap()
+                })
+            };
+            let (Buf::F32(one), Buf::F32(two), Buf::F32(four)) = (run(1), run(2), run(4)) else {
+                panic!()
+            };
+            assert!(one
+                .iter()
+                .zip(&two)
+                .all(|(x, y)| x.to_bits() == y.to_bits()));
+            assert!(one
+                .iter()
+                .zip(&four)
+                .all(|(x, y)| x.to_bits() == y.to_bits()));
         }
     }
 

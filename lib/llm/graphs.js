@@ -337,16 +337,16 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
   // A cache tensor as a float32 operand: float16 ones are widened (exact).
   /** @type {(x: MLOperand) => MLOperand} */
   const widened = (x) => (cacheType === 'float32' ? x : b.cast(x, 'float32'));
-  /** @type {(name: string, shape: number[]) => MLOperand} */
-  const cacheIn = (name, shape) => widened(b.input(name, { dataType: cacheType, shape }));
   /** @type {(x: MLOperand) => MLOperand} */
   const cacheOut = (x) => (cacheType === 'float32' ? x : b.cast(x, cacheType));
   // The current block's tensors as they are stored (see the placement
   // below).
   const curKIn = Array.from({ length: L }, (_, l) => b.input(`k${l}`, { dataType: cacheType, shape: kShape }));
   const curVIn = Array.from({ length: L }, (_, l) => b.input(`v${l}`, { dataType: cacheType, shape: vShape }));
-  const pastK = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => cacheIn(`p${s}k${l}`, kShape)));
-  const pastV = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => cacheIn(`p${s}v${l}`, vShape)));
+  // The past blocks as stored, and widened where a step reads them one
+  // by one.
+  const pastKIn = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => b.input(`p${s}k${l}`, { dataType: cacheType, shape: kShape })));
+  const pastVIn = Array.from({ length: S }, (_, s) => Array.from({ length: L }, (_, l) => b.input(`p${s}v${l}`, { dataType: cacheType, shape: vShape })));
 
   // RoPE on adjacent pairs (x[2i], x[2i+1]) of each head (ggml's "normal"
   // mode, for which the GGUF converter permuted the Q/K weights).
@@ -432,24 +432,44 @@ async function buildStepGraph(context, config, weights, { T, blockSize: B, nBloc
     const qg = b.reshape(
       b.transpose(b.reshape(half16(b.mul(q, qScale)), [T, Hkv, g, hd]), { permutation: [1, 2, 0, 3] }),
       [Hkv, g * T, hd]);
-    const keys = [...pastK.map((p) => p[l]), curK];
-    const values = [...pastV.map((p) => p[l]), curV];
-    const perBlock = keys.map((kb) => b.matmul(qg, kb));
-    // One block (a short context) needs no concatenation: it would be a
-    // copy of the scores.
-    const scores = perBlock.length === 1 ? perBlock[0] : b.concat(perBlock, 2); // [Hkv, gT, W]
+    // A decoding step multiplies block by block: its one row of queries
+    // reads each block where it is, and concatenating the blocks would
+    // copy the whole cache at every step. A prompt's rows (T of them per
+    // query head) make scores and probabilities far larger than the
+    // blocks, so it concatenates the blocks as stored (float16: half the
+    // bytes) and takes one product each, where the block by block form
+    // copied the scores into one tensor and the probabilities out again,
+    // and added the blocks' products. (With one block there is nothing to
+    // concatenate.)
+    /** @type {MLOperand} */
+    let scores; // [Hkv, gT, W]
+    /** @type {(probs: MLOperand) => MLOperand} */
+    let attend; // [Hkv, gT, W] -> [Hkv, gT, hd]
+    if (S === 0) {
+      scores = b.matmul(qg, curK);
+      attend = (probs) => b.matmul(probs, curV);
+    } else if (one) {
+      const keys = [...pastKIn.map((p) => widened(p[l])), curK];
+      const values = [...pastVIn.map((p) => widened(p[l])), curV];
+      scores = b.concat(keys.map((kb) => b.matmul(qg, kb)), 2);
+      attend = (probs) => {
+        /** @type {MLOperand | null} */
+        let o = null;
+        for (const [s, vb] of values.entries()) {
+          const part = b.matmul(b.slice(probs, [0, 0, s * B], [Hkv, g * T, B]), vb); // [Hkv, gT, hd]
+          o = o ? b.add(o, part) : part;
+        }
+        return /** @type {MLOperand} */ (o);
+      };
+    } else {
+      const keys = widened(b.concat([...pastKIn.map((p) => p[l]), next[`nk${l}`]], 2)); // [Hkv, hd, W]
+      const values = widened(b.concat([...pastVIn.map((p) => p[l]), next[`nv${l}`]], 1)); // [Hkv, W, hd]
+      scores = b.matmul(qg, keys);
+      attend = (probs) => b.matmul(probs, values);
+    }
     const masked = b.add(b.reshape(scores, [Hkv, g, T, W]), mask);
     const probs = half16(b.reshape(b.softmax(masked, 3), [Hkv, g * T, W]));
-    /** @type {MLOperand | null} */
-    let o = null;
-    for (const [s, vb] of values.entries()) {
-      // (The whole of probs where there is one block: no copy.)
-      const p = values.length === 1 ? probs : b.slice(probs, [0, 0, s * B], [Hkv, g * T, B]);
-      const part = b.matmul(p, vb); // [Hkv, gT, hd]
-      o = o ? b.add(o, part) : part;
-    }
-    // values holds the current block at least, so o is set.
-    const sum = /** @type {MLOperand} */ (o);
+    const sum = attend(probs);
     const attn = b.reshape(
       b.transpose(b.reshape(sum, [Hkv, g, T, hd]), { permutation: [2, 0, 1, 3] }),
       [T, H * hd]);

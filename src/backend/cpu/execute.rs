@@ -205,10 +205,20 @@ pub(super) fn execute(
                 && matches!(slots[i], Slot::Owned(_))
                 && node.inputs.iter().filter(|&&j| j == i).count() == 1
         };
-        let in_place = matches!(
-            node.op,
-            Op::Binary(_) | Op::Softmax(_) | Op::Activation(ActivationOp::Gelu) | Op::Reshape
-        ) && node.outputs.len() == 1
+        // A fused softmax (see `fuse::fused_softmaxes`): a softmax node, or
+        // the cast that rounds its results.
+        let fused_softmax = match node.op {
+            Op::Softmax(_) | Op::Cast(_) if !cg.softmaxes.is_empty() => {
+                node.outputs.first().and_then(|o| cg.softmaxes.get(o))
+            }
+            _ => None,
+        };
+        let in_place = (fused_softmax.is_some()
+            || matches!(
+                node.op,
+                Op::Binary(_) | Op::Softmax(_) | Op::Activation(ActivationOp::Gelu) | Op::Reshape
+            ))
+            && node.outputs.len() == 1
             && converted.is_none()
             && node.inputs.iter().any(|&i| reusable(&slots, i));
         let results = if in_place {
@@ -237,6 +247,17 @@ pub(super) fn execute(
                     .ok_or_else(|| Error::operation("an operator is missing an input"))
             };
             match &node.op {
+                _ if fused_softmax.is_some() => {
+                    let Some(spec) = fused_softmax else {
+                        unreachable!("checked by the guard")
+                    };
+                    let x = next()?;
+                    let mask = match spec.mask {
+                        true => Some(next()?),
+                        false => None,
+                    };
+                    elementwise::softmax_fused(x, mask.as_deref(), spec.round16, out)
+                }
                 Op::Binary(k) => {
                     let (a, b) = (next()?, next()?);
                     elementwise::binary_owned(*k, a, in_descs[0], b, in_descs[1], out)
@@ -285,6 +306,20 @@ pub(super) fn execute(
                 _ => None,
             };
             match (&node.op, conv_packed, blocked) {
+                _ if fused_softmax.is_some() => {
+                    let (Some(spec), Some(&x)) = (fused_softmax, ins.first()) else {
+                        return Err(Error::operation("softmax: missing operands"));
+                    };
+                    let mask = match spec.mask {
+                        true => Some(
+                            *ins.get(1)
+                                .ok_or_else(|| Error::operation("softmax: missing operands"))?,
+                        ),
+                        false => None,
+                    };
+                    elementwise::softmax_fused(Cow::Borrowed(x), mask, spec.round16, &out_descs[0])
+                        .map(|b| vec![b])
+                }
                 (Op::Matmul | Op::Gemm(_), _, _) if quantized.is_some() => {
                     let Some(w) = quantized else {
                         unreachable!("checked by the guard")

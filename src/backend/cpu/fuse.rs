@@ -948,6 +948,8 @@ fn prune(mut g: Graph) -> Graph {
 
 mod rounding;
 pub(super) use rounding::{rounded_blocks, Rounds};
+mod softmax;
+pub(super) use softmax::{fused_softmaxes, Softmaxes};
 
 #[cfg(test)]
 mod tests;

@@ -77,6 +77,10 @@ struct CompiledGraph {
     /// input to int8 blocks (see `fuse::rounded_blocks`), by the node's
     /// output operand.
     rounds: fuse::Rounds,
+    /// Softmax nodes (or the casts that round their results) that add a
+    /// mask and round to float16 in the same pass (see
+    /// `fuse::fused_softmaxes`), by the node's output operand.
+    softmaxes: fuse::Softmaxes,
     /// Constant filters of conv2d nodes that run as products, packed once
     /// per group for the sgemm micro-kernel, by node index.
     conv_packed: HashMap<usize, conv::PackedFilter>,
@@ -710,6 +714,13 @@ impl Backend for CpuBackend {
             Some(g) => Arc::new(g),
             None => graph,
         };
+        // A softmax with its mask and its rounding to float16 is one pass
+        // (after the products took the casts that only widened their
+        // operands).
+        let (graph, softmaxes) = match fuse::fused_softmaxes(&graph) {
+            Some((g, s)) => (Arc::new(g), s),
+            None => (graph, HashMap::new()),
+        };
         // Gathers read large constants (embedding tables) where they lie.
         let (graph, tables) = match fuse::gathers_from_constants(&graph) {
             Some((g, t)) => (Arc::new(g), t),
@@ -797,6 +808,7 @@ impl Backend for CpuBackend {
             sums,
             tables,
             rounds,
+            softmaxes,
             conv_packed,
             nchwc,
             hot: elements >= HOT_ELEMENTS || macs >= HOT_MACS,

@@ -1064,6 +1064,68 @@ pub fn softmax_owned(x: Cow<'_, Buf>, axis: usize, out: &OperandDescriptor) -> R
     from_floats(out.data_type, v)
 }
 
+/// A softmax over the last axis of `x` (rows of `out`'s last size),
+/// `mask` added first (element `i` of x meets element `i % len` of it,
+/// whole rows) and the results rounded to float16 where `round16` asks:
+/// the add, the softmax and the two casts it stands for (see
+/// `fuse::fused_softmaxes`), their bits, in one pass that keeps each row
+/// in the first-level cache. Computed in x's buffer when it is handed
+/// over.
+pub fn softmax_fused(
+    x: Cow<'_, Buf>,
+    mask: Option<&Buf>,
+    round16: bool,
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    let bad = || Error::operation("softmax: the fused operands do not match");
+    let n = out.shape.last().copied().unwrap_or(0);
+    if x.len() != out.element_count() || n == 0 || out.data_type != DataType::Float32 {
+        return Err(bad());
+    }
+    let mask = match mask {
+        Some(Buf::F32(m))
+            if !m.is_empty() && m.len().is_multiple_of(n) && x.len().is_multiple_of(m.len()) =>
+        {
+            Some(m.as_slice())
+        }
+        Some(_) => return Err(bad()),
+        None => None,
+    };
+    let mut v = owned_floats(x)?;
+    let rows = v.len() / n;
+    // Whole rows per task, four tasks a thread where there is enough.
+    let per = if v.len() >= PAR_MIN && rayon::current_num_threads() > 1 {
+        rows.div_ceil(rayon::current_num_threads() * 4).max(1) * n
+    } else {
+        v.len()
+    };
+    let run = |(t, c): (usize, &mut [f32])| {
+        with_simd(
+            #[inline(always)]
+            || {
+                for (r, row) in c.chunks_exact_mut(n).enumerate() {
+                    if let Some(m) = mask {
+                        let at = (t * per + r * n) % m.len();
+                        for (x, &m) in row.iter_mut().zip(&m[at..at + n]) {
+                            *x += m;
+                        }
+                    }
+                    softmax_row(row);
+                    if round16 {
+                        crate::f16::round_in_place(row);
+                    }
+                }
+            },
+        );
+    };
+    if per < v.len() {
+        v.par_chunks_mut(per).enumerate().for_each(run);
+    } else {
+        run((0, &mut v));
+    }
+    Ok(Buf::F32(v))
+}
+
 /// The elements of a float buffer as an owned f32 vector: a float32 buffer
 /// handed over is reused as is.
 pub(super) fn owned_floats(x: Cow<'_, Buf>) -> Result<Vec<f32>> {

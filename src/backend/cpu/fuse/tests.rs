@@ -852,3 +852,146 @@ fn rounded_blocks_run_as_one_node_with_the_same_bits() {
         assert!(got.iter().zip(&x).any(|(g, x)| g != x && x.is_finite()));
     }
 }
+
+/// A masked softmax rounded through float16, as a language model's
+/// attention writes it, runs as one node and gives the bits of its nodes
+/// run one by one; so do a masked softmax without the rounding and a
+/// rounded one without a mask.
+#[test]
+fn masked_rounded_softmax_runs_as_one_node_with_the_same_bits() {
+    let (h, g, t, w) = (3, 2, 5, 37);
+    let len = h * g * t * w;
+    let x: Vec<f32> = random(len, 31).iter().map(|v| v * 6.0).collect();
+    // A causal mask of -1e9 above the diagonal, and one fully masked row.
+    let mut mask: Vec<f32> = (0..t * w)
+        .map(|i| if i % w > i / w + 30 { -1e9 } else { 0.0 })
+        .collect();
+    mask[2 * w..3 * w].fill(f32::NEG_INFINITY);
+    let cast = |b: &mut GraphBuilder, x: OperandId, to: &str| {
+        b.call("cast", &[op(b, x), Val::String(to.into())]).unwrap()[0]
+    };
+    let cpu_run = |graph: Arc<Graph>, inputs: Vec<Buf>, nodes: Option<usize>| {
+        let mut cpu = CpuBackend::new();
+        cpu.compile(1, graph.clone()).unwrap();
+        if let Some(n) = nodes {
+            assert_eq!(cpu.graphs[&1].softmaxes.len(), 1);
+            let ops: Vec<_> = cpu.graphs[&1]
+                .graph
+                .nodes
+                .iter()
+                .map(|n| format!("{:?}", n.op))
+                .collect();
+            assert_eq!(cpu.graphs[&1].graph.nodes.len(), n, "{ops:?}");
+        }
+        cpu.compute(1, &graph, inputs).unwrap()[0].to_f32_vec()
+    };
+    // The mask as [t, w] or [1, 1, t, w]; with it and the rounding, or
+    // one of them.
+    // x a graph input, or an intermediate (x times 1) that the fused node
+    // takes over as its output.
+    for (mask_shape, masked, round16, computed) in [
+        (vec![t, w], true, true, false),
+        (vec![t, w], true, true, true),
+        (vec![1, 1, t, w], true, true, false),
+        (vec![t, w], true, false, true),
+        (vec![t, w], false, true, true),
+    ] {
+        let mut b = GraphBuilder::new();
+        let xi = b
+            .input("x", desc(DataType::Float32, &[h, g, t, w]))
+            .unwrap();
+        let xi = match computed {
+            true => {
+                let one = constant(&mut b, DataType::Float32, &[], &[1.0]);
+                b.call("mul", &[op(&b, xi), op(&b, one)]).unwrap()[0]
+            }
+            false => xi,
+        };
+        let mi = b.input("m", desc(DataType::Float32, &mask_shape)).unwrap();
+        let a = match masked {
+            true => b.call("add", &[op(&b, xi), op(&b, mi)]).unwrap()[0],
+            false => xi,
+        };
+        let s = b.call("softmax", &[op(&b, a), Val::Number(3.0)]).unwrap()[0];
+        let y = match round16 {
+            true => {
+                let r = b
+                    .call(
+                        "reshape",
+                        &[op(&b, s), list(&[h as f64, (g * t) as f64, w as f64])],
+                    )
+                    .unwrap()[0];
+                let half = cast(&mut b, r, "float16");
+                cast(&mut b, half, "float32")
+            }
+            false => s,
+        };
+        let mut outs = vec![("y".to_string(), y)];
+        if !masked {
+            // The mask input must be read by something.
+            outs.push((
+                "m".to_string(),
+                b.call("identity", &[op(&b, mi)]).unwrap()[0],
+            ));
+        }
+        let fused = Arc::new(b.build(outs).unwrap());
+        let nodes = usize::from(!masked) + usize::from(computed) + 1;
+        let got = cpu_run(
+            fused,
+            vec![Buf::F32(x.clone()), Buf::F32(mask.clone())],
+            Some(nodes),
+        );
+
+        // The same nodes one graph each.
+        let one = |name: &str,
+                   args: &dyn Fn(&mut GraphBuilder, OperandId, OperandId) -> OperandId,
+                   v: Vec<f32>| {
+            let mut b = GraphBuilder::new();
+            let xi = b
+                .input("x", desc(DataType::Float32, &[h, g, t, w]))
+                .unwrap();
+            let mi = b.input("m", desc(DataType::Float32, &mask_shape)).unwrap();
+            let y = args(&mut b, xi, mi);
+            let keep = b.call("identity", &[op(&b, mi)]).unwrap()[0];
+            let graph = Arc::new(
+                b.build(vec![(name.to_string(), y), ("m".into(), keep)])
+                    .unwrap(),
+            );
+            cpu_run(graph, vec![Buf::F32(v), Buf::F32(mask.clone())], None)
+        };
+        let mut want = x.clone();
+        if masked {
+            want = one(
+                "a",
+                &|b, x, m| b.call("add", &[op(b, x), op(b, m)]).unwrap()[0],
+                want,
+            );
+        }
+        want = one(
+            "s",
+            &|b, x, _| b.call("softmax", &[op(b, x), Val::Number(3.0)]).unwrap()[0],
+            want,
+        );
+        if round16 {
+            want = one(
+                "r",
+                &|b, x, _| {
+                    let half = b
+                        .call("cast", &[op(b, x), Val::String("float16".into())])
+                        .unwrap()[0];
+                    b.call("cast", &[op(b, half), Val::String("float32".into())])
+                        .unwrap()[0]
+                },
+                want,
+            );
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&got),
+            bits(&want),
+            "mask {mask_shape:?} {masked} round16 {round16}"
+        );
+        // Not vacuous: the rows are probabilities, some of them rounded.
+        assert!(got.iter().any(|&p| p > 0.0 && p < 1.0));
+    }
+}

@@ -213,11 +213,22 @@ pub(super) fn execute(
             }
             _ => None,
         };
-        let in_place = (fused_softmax.is_some()
-            || matches!(
-                node.op,
-                Op::Binary(_) | Op::Softmax(_) | Op::Activation(ActivationOp::Gelu) | Op::Reshape
-            ))
+        // A fused SwiGLU (see `fuse::fused_swiglus`): a `mul` node.
+        let fused_swiglu = match node.op {
+            Op::Binary(_) if !cg.swiglus.is_empty() => {
+                node.outputs.first().and_then(|o| cg.swiglus.get(o))
+            }
+            _ => None,
+        };
+        let in_place = fused_swiglu.is_none()
+            && (fused_softmax.is_some()
+                || matches!(
+                    node.op,
+                    Op::Binary(_)
+                        | Op::Softmax(_)
+                        | Op::Activation(ActivationOp::Gelu)
+                        | Op::Reshape
+                ))
             && node.outputs.len() == 1
             && converted.is_none()
             && node.inputs.iter().any(|&i| reusable(&slots, i));
@@ -306,6 +317,12 @@ pub(super) fn execute(
                 _ => None,
             };
             match (&node.op, conv_packed, blocked) {
+                _ if fused_swiglu.is_some() => {
+                    let (Some(spec), [g, u]) = (fused_swiglu, &ins[..]) else {
+                        return Err(Error::operation("swiglu: missing operands"));
+                    };
+                    elementwise::swiglu(g, spec.gate, u, spec.up, &out_descs[0]).map(|b| vec![b])
+                }
                 _ if fused_softmax.is_some() => {
                     let (Some(spec), Some(&x)) = (fused_softmax, ins.first()) else {
                         return Err(Error::operation("softmax: missing operands"));

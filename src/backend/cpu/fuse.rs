@@ -950,6 +950,8 @@ mod rounding;
 pub(super) use rounding::{rounded_blocks, Rounds};
 mod softmax;
 pub(super) use softmax::{fused_softmaxes, Softmaxes};
+mod swiglu;
+pub(super) use swiglu::{fused_swiglus, SwiGlus};
 
 #[cfg(test)]
 mod tests;

@@ -81,6 +81,10 @@ struct CompiledGraph {
     /// mask and round to float16 in the same pass (see
     /// `fuse::fused_softmaxes`), by the node's output operand.
     softmaxes: fuse::Softmaxes,
+    /// `mul` nodes that compute a whole SwiGLU, reading its gate and up
+    /// values where they lie (see `fuse::fused_swiglus`), by the node's
+    /// output operand.
+    swiglus: fuse::SwiGlus,
     /// Constant filters of conv2d nodes that run as products, packed once
     /// per group for the sgemm micro-kernel, by node index.
     conv_packed: HashMap<usize, conv::PackedFilter>,
@@ -721,6 +725,12 @@ impl Backend for CpuBackend {
             Some((g, s)) => (Arc::new(g), s),
             None => (graph, HashMap::new()),
         };
+        // SwiGLU reads the gate and up halves where the product wrote them,
+        // in one pass.
+        let (graph, swiglus) = match fuse::fused_swiglus(&graph) {
+            Some((g, s)) => (Arc::new(g), s),
+            None => (graph, HashMap::new()),
+        };
         // Gathers read large constants (embedding tables) where they lie.
         let (graph, tables) = match fuse::gathers_from_constants(&graph) {
             Some((g, t)) => (Arc::new(g), t),
@@ -809,6 +819,7 @@ impl Backend for CpuBackend {
             tables,
             rounds,
             softmaxes,
+            swiglus,
             conv_packed,
             nchwc,
             hot: elements >= HOT_ELEMENTS || macs >= HOT_MACS,

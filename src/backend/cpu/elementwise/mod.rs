@@ -1126,6 +1126,60 @@ pub fn softmax_fused(
     Ok(Buf::F32(v))
 }
 
+/// SwiGLU, `(g * sigmoid(g)) * u`, with each output row's gate values at
+/// `gate.0 .. gate.0 + n` of a row `gate.1` wide of `g` and its up values
+/// likewise in `u` (`n` the output's last size): the slices, the sigmoid
+/// and the two products it stands for (see `fuse::fused_swiglus`), their
+/// bits, in one pass.
+pub fn swiglu(
+    g: &Buf,
+    gate: (usize, usize),
+    u: &Buf,
+    up: (usize, usize),
+    out: &OperandDescriptor,
+) -> Result<Buf> {
+    let bad = || Error::operation("swiglu: the fused operands do not match");
+    let n = out.shape.last().copied().unwrap_or(0);
+    let (Buf::F32(gv), Buf::F32(uv)) = (g, u) else {
+        return Err(bad());
+    };
+    if n == 0 || out.data_type != DataType::Float32 || gate.0 + n > gate.1 || up.0 + n > up.1 {
+        return Err(bad());
+    }
+    let rows = out.element_count() / n;
+    if gv.len() != rows * gate.1 || uv.len() != rows * up.1 {
+        return Err(bad());
+    }
+    let mut o = Buf::try_f32_for_overwrite(rows * n)?;
+    // Whole rows per task, four tasks a thread where there is enough.
+    let per = if rows * n >= PAR_MIN && rayon::current_num_threads() > 1 {
+        rows.div_ceil(rayon::current_num_threads() * 4).max(1)
+    } else {
+        rows.max(1)
+    };
+    let run = |(t, c): (usize, &mut [f32])| {
+        with_simd(
+            #[inline(always)]
+            || {
+                for (i, row) in c.chunks_exact_mut(n).enumerate() {
+                    let r = t * per + i;
+                    let gr = &gv[r * gate.1 + gate.0..][..n];
+                    let ur = &uv[r * up.1 + up.0..][..n];
+                    for ((o, &g), &u) in row.iter_mut().zip(gr).zip(ur) {
+                        *o = (g * sigmoid(g)) * u;
+                    }
+                }
+            },
+        )
+    };
+    if per < rows {
+        o.par_chunks_mut(per * n).enumerate().for_each(run);
+    } else {
+        run((0, &mut o));
+    }
+    Ok(Buf::F32(o))
+}
+
 /// The elements of a float buffer as an owned f32 vector: a float32 buffer
 /// handed over is reused as is.
 pub(super) fn owned_floats(x: Cow<'_, Buf>) -> Result<Vec<f32>> {

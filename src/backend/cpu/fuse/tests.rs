@@ -995,3 +995,100 @@ fn masked_rounded_softmax_runs_as_one_node_with_the_same_bits() {
         assert!(got.iter().any(|&p| p > 0.0 && p < 1.0));
     }
 }
+
+/// SwiGLU over the two halves of one product, as a language model's
+/// feed-forward block writes it, runs as one node reading the product
+/// where it lies, and gives the bits of its nodes run one by one; so
+/// does one over separate operands, with the products either way round.
+#[test]
+fn swiglu_over_a_products_halves_runs_as_one_node_with_the_same_bits() {
+    let n = 37;
+    for (rows, gate_first, sliced, swapped) in [
+        (5, true, true, false),
+        (1, true, true, true),
+        (4, false, true, false),
+        (3, true, false, true),
+    ] {
+        let y: Vec<f32> = random(rows * 2 * n, 41 + rows as u64)
+            .iter()
+            .map(|v| v * 8.0)
+            .collect();
+        let (go, uo) = if gate_first { (0, n) } else { (n, 0) };
+        let mut b = GraphBuilder::new();
+        let yi = b
+            .input("y", desc(DataType::Float32, &[rows, 2 * n]))
+            .unwrap();
+        let half = |b: &mut GraphBuilder, at: usize| {
+            let starts = list(&[0.0, at as f64]);
+            let sizes = list(&[rows as f64, n as f64]);
+            b.call("slice", &[op(b, yi), starts, sizes]).unwrap()[0]
+        };
+        let (g, u) = match sliced {
+            true => (half(&mut b, go), half(&mut b, uo)),
+            // Separate operands: each half times 1 (the same values).
+            false => {
+                let one = constant(&mut b, DataType::Float32, &[], &[1.0]);
+                let (g0, u0) = (half(&mut b, go), half(&mut b, uo));
+                (
+                    b.call("mul", &[op(&b, g0), op(&b, one)]).unwrap()[0],
+                    b.call("mul", &[op(&b, u0), op(&b, one)]).unwrap()[0],
+                )
+            }
+        };
+        let s = b.call("sigmoid", &[op(&b, g)]).unwrap()[0];
+        let (a, c) = if swapped { (s, g) } else { (g, s) };
+        let p = b.call("mul", &[op(&b, a), op(&b, c)]).unwrap()[0];
+        let (a, c) = if swapped { (u, p) } else { (p, u) };
+        let h = b.call("mul", &[op(&b, a), op(&b, c)]).unwrap()[0];
+        let fused = Arc::new(b.build(vec![("h".into(), h)]).unwrap());
+        let mut cpu = CpuBackend::new();
+        cpu.compile(1, fused.clone()).unwrap();
+        let cg = &cpu.graphs[&1];
+        assert_eq!(cg.swiglus.len(), 1);
+        // Sliced: the one node; else the two halves' slices and products.
+        assert_eq!(cg.graph.nodes.len(), if sliced { 1 } else { 5 });
+        let got = cpu.compute(1, &fused, vec![Buf::F32(y.clone())]).unwrap()[0].to_f32_vec();
+
+        // The nodes one graph each.
+        let mut run =
+            |id: u64,
+             shape: &[usize],
+             args: &[&[f32]],
+             f: &dyn Fn(&mut GraphBuilder, &[OperandId]) -> OperandId| {
+                let mut b = GraphBuilder::new();
+                let ins: Vec<OperandId> = (0..args.len())
+                    .map(|i| {
+                        b.input(&format!("i{i}"), desc(DataType::Float32, shape))
+                            .unwrap()
+                    })
+                    .collect();
+                let out = f(&mut b, &ins);
+                let graph = Arc::new(b.build(vec![("o".into(), out)]).unwrap());
+                cpu.compile(id, graph.clone()).unwrap();
+                let inputs = args.iter().map(|a| Buf::F32(a.to_vec())).collect();
+                cpu.compute(id, &graph, inputs).unwrap()[0].to_f32_vec()
+            };
+        let cut = |off: usize| -> Vec<f32> {
+            (0..rows)
+                .flat_map(|r| y[r * 2 * n + off..r * 2 * n + off + n].to_vec())
+                .collect()
+        };
+        let (gv, uv) = (cut(go), cut(uo));
+        let sv = run(2, &[rows, n], &[&gv], &|b, i| {
+            b.call("sigmoid", &[op(b, i[0])]).unwrap()[0]
+        });
+        let pv = run(3, &[rows, n], &[&gv, &sv], &|b, i| {
+            b.call("mul", &[op(b, i[0]), op(b, i[1])]).unwrap()[0]
+        });
+        let want = run(4, &[rows, n], &[&pv, &uv], &|b, i| {
+            b.call("mul", &[op(b, i[0]), op(b, i[1])]).unwrap()[0]
+        });
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&got),
+            bits(&want),
+            "rows {rows} gate first {gate_first} sliced {sliced}"
+        );
+        assert!(got.iter().any(|&v| v != 0.0));
+    }
+}

@@ -44,11 +44,9 @@ pub(super) fn block_panel(w: &QMatrix, jb: usize, blk: usize, nr: usize, dst: &m
     }
     let mut d = [0f32; 32];
     let mut m = [0f32; 32];
-    let scales = w.d.view();
-    for jj in 0..nr {
-        let b = (jb + jj) * nb + blk;
-        d[jj] = scales.get(b);
-        m[jj] = w.offset(b);
+    w.d.view().strided(jb * nb + blk, nb, &mut d[..nr]);
+    for (jj, m) in m[..nr].iter_mut().enumerate() {
+        *m = w.offset((jb + jj) * nb + blk);
     }
     form.gather(&codes[first..end], row, &d, &m, dst);
     true

@@ -220,7 +220,15 @@ pub(super) fn execute(
             }
             _ => None,
         };
+        // A fused rotation (see `fuse::fused_ropes`): an `add` node.
+        let fused_rope = match node.op {
+            Op::Binary(_) if !cg.ropes.is_empty() => {
+                node.outputs.first().and_then(|o| cg.ropes.get(o))
+            }
+            _ => None,
+        };
         let in_place = fused_swiglu.is_none()
+            && fused_rope.is_none()
             && (fused_softmax.is_some()
                 || matches!(
                     node.op,
@@ -317,6 +325,14 @@ pub(super) fn execute(
                 _ => None,
             };
             match (&node.op, conv_packed, blocked) {
+                _ if fused_rope.is_some() => {
+                    let (Some(spec), [x, c, s], [_, dc, _]) = (fused_rope, &ins[..], &in_descs[..])
+                    else {
+                        return Err(Error::operation("rope: missing operands"));
+                    };
+                    let at = (spec.offset, spec.stride);
+                    elementwise::rope(x, at, c, s, &dc.shape, &out_descs[0]).map(|b| vec![b])
+                }
                 _ if fused_swiglu.is_some() => {
                     let (Some(spec), [g, u]) = (fused_swiglu, &ins[..]) else {
                         return Err(Error::operation("swiglu: missing operands"));

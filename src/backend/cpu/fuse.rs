@@ -952,6 +952,8 @@ mod softmax;
 pub(super) use softmax::{fused_softmaxes, Softmaxes};
 mod swiglu;
 pub(super) use swiglu::{fused_swiglus, SwiGlus};
+mod rope;
+pub(super) use rope::{fused_ropes, Ropes};
 
 #[cfg(test)]
 mod tests;

@@ -85,6 +85,10 @@ struct CompiledGraph {
     /// values where they lie (see `fuse::fused_swiglus`), by the node's
     /// output operand.
     swiglus: fuse::SwiGlus,
+    /// `add` nodes that compute a whole rotation of adjacent pairs
+    /// (RoPE), reading x's rows where they lie (see `fuse::fused_ropes`),
+    /// by the node's output operand.
+    ropes: fuse::Ropes,
     /// Constant filters of conv2d nodes that run as products, packed once
     /// per group for the sgemm micro-kernel, by node index.
     conv_packed: HashMap<usize, conv::PackedFilter>,
@@ -731,6 +735,11 @@ impl Backend for CpuBackend {
             Some((g, s)) => (Arc::new(g), s),
             None => (graph, HashMap::new()),
         };
+        // RoPE reads the rows where the product wrote them, in one pass.
+        let (graph, ropes) = match fuse::fused_ropes(&graph) {
+            Some((g, r)) => (Arc::new(g), r),
+            None => (graph, HashMap::new()),
+        };
         // Gathers read large constants (embedding tables) where they lie.
         let (graph, tables) = match fuse::gathers_from_constants(&graph) {
             Some((g, t)) => (Arc::new(g), t),
@@ -820,6 +829,7 @@ impl Backend for CpuBackend {
             rounds,
             softmaxes,
             swiglus,
+            ropes,
             conv_packed,
             nchwc,
             hot: elements >= HOT_ELEMENTS || macs >= HOT_MACS,

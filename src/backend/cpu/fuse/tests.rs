@@ -1092,3 +1092,117 @@ fn swiglu_over_a_products_halves_runs_as_one_node_with_the_same_bits() {
         assert!(got.iter().any(|&v| v != 0.0));
     }
 }
+
+/// RoPE on adjacent pairs, as a language model's graph writes it over a
+/// slice of its Q/K/V product, runs as one node reading the product's
+/// rows where they lie and gives the bits of its nodes run one by one;
+/// so does one over a dense operand, with the sums and products either
+/// way round and factors shared by every row.
+#[test]
+fn rope_over_a_products_rows_runs_as_one_node_with_the_same_bits() {
+    let (heads, p) = (4, 4);
+    let w = heads * p * 2;
+    for (t, sliced, swapped, per_row) in [
+        (5, true, false, true),
+        (1, true, true, true),
+        (3, false, true, true),
+        (4, true, false, false),
+    ] {
+        let wide = w + 8;
+        let y: Vec<f32> = random(t * wide, 51 + t as u64)
+            .iter()
+            .map(|v| v * 3.0)
+            .collect();
+        let fshape = [if per_row { t } else { 1 }, 1, p, 2];
+        let flen = fshape.iter().product::<usize>();
+        let c: Vec<f32> = random(flen, 61).to_vec();
+        let s: Vec<f32> = random(flen, 62).to_vec();
+        let mut b = GraphBuilder::new();
+        let yi = b.input("y", desc(DataType::Float32, &[t, wide])).unwrap();
+        let ci = b.input("c", desc(DataType::Float32, &fshape)).unwrap();
+        let si = b.input("s", desc(DataType::Float32, &fshape)).unwrap();
+        let shape4 = list(&[t as f64, heads as f64, p as f64, 2.0]);
+        let r = match sliced {
+            true => {
+                let starts = list(&[0.0, 4.0]);
+                let sizes = list(&[t as f64, w as f64]);
+                let x = b.call("slice", &[op(&b, yi), starts, sizes]).unwrap()[0];
+                b.call("reshape", &[op(&b, x), shape4]).unwrap()[0]
+            }
+            // A dense operand: the rows times 1 (the same values).
+            false => {
+                let one = constant(&mut b, DataType::Float32, &[], &[1.0]);
+                let starts = list(&[0.0, 4.0]);
+                let sizes = list(&[t as f64, w as f64]);
+                let x = b.call("slice", &[op(&b, yi), starts, sizes]).unwrap()[0];
+                let x = b.call("reshape", &[op(&b, x), shape4]).unwrap()[0];
+                b.call("mul", &[op(&b, x), op(&b, one)]).unwrap()[0]
+            }
+        };
+        let axes = dict(&[("axes", list(&[3.0]))]);
+        let rev = b.call("reverse", &[op(&b, r), axes]).unwrap()[0];
+        let (a1, a2) = if swapped { (ci, r) } else { (r, ci) };
+        let m1 = b.call("mul", &[op(&b, a1), op(&b, a2)]).unwrap()[0];
+        let (b1, b2) = if swapped { (si, rev) } else { (rev, si) };
+        let m2 = b.call("mul", &[op(&b, b1), op(&b, b2)]).unwrap()[0];
+        let (s1, s2) = if swapped { (m2, m1) } else { (m1, m2) };
+        let out = b.call("add", &[op(&b, s1), op(&b, s2)]).unwrap()[0];
+        let fused = Arc::new(b.build(vec![("o".into(), out)]).unwrap());
+        let mut cpu = CpuBackend::new();
+        cpu.compile(1, fused.clone()).unwrap();
+        let cg = &cpu.graphs[&1];
+        assert_eq!(cg.ropes.len(), 1);
+        // Sliced: the one node; dense: the slice, reshape and product too.
+        assert_eq!(cg.graph.nodes.len(), if sliced { 1 } else { 4 });
+        let inputs = vec![
+            Buf::F32(y.clone()),
+            Buf::F32(c.clone()),
+            Buf::F32(s.clone()),
+        ];
+        let got = cpu.compute(1, &fused, inputs).unwrap()[0].to_f32_vec();
+
+        // The nodes one graph each.
+        let x4: Vec<f32> = (0..t)
+            .flat_map(|r| y[r * wide + 4..r * wide + 4 + w].to_vec())
+            .collect();
+        let shape = [t, heads, p, 2];
+        let mut id = 1;
+        let mut run =
+            |ins: &[(&[usize], &[f32])],
+             f: &dyn Fn(&mut GraphBuilder, &[OperandId]) -> OperandId| {
+                id += 1;
+                let mut b = GraphBuilder::new();
+                let ids: Vec<OperandId> = ins
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (sh, _))| {
+                        b.input(&format!("i{i}"), desc(DataType::Float32, sh))
+                            .unwrap()
+                    })
+                    .collect();
+                let o = f(&mut b, &ids);
+                let graph = Arc::new(b.build(vec![("o".into(), o)]).unwrap());
+                cpu.compile(id, graph.clone()).unwrap();
+                let bufs = ins.iter().map(|(_, v)| Buf::F32(v.to_vec())).collect();
+                cpu.compute(id, &graph, bufs).unwrap()[0].to_f32_vec()
+            };
+        let rv = run(&[(&shape, &x4)], &|b, i| {
+            b.call("reverse", &[op(b, i[0]), dict(&[("axes", list(&[3.0]))])])
+                .unwrap()[0]
+        });
+        let mul = |b: &mut GraphBuilder, i: &[OperandId]| {
+            b.call("mul", &[op(b, i[0]), op(b, i[1])]).unwrap()[0]
+        };
+        let p1 = run(&[(&shape, &x4), (&fshape, &c)], &mul);
+        let p2 = run(&[(&shape, &rv), (&fshape, &s)], &mul);
+        let want = run(&[(&shape, &p1), (&shape, &p2)], &|b, i| {
+            b.call("add", &[op(b, i[0]), op(b, i[1])]).unwrap()[0]
+        });
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&got),
+            bits(&want),
+            "t {t} sliced {sliced} swapped {swapped}"
+        );
+    }
+}

@@ -946,6 +946,37 @@ fn prune(mut g: Graph) -> Graph {
     g
 }
 
+/// The graph with each node that `matched` recognises (as the last node
+/// of a pattern it computes whole) reading the inputs `matched` names,
+/// and what each such node computes, by its output operand; the nodes
+/// only the patterns read are pruned. `None` when no node matched. An
+/// entry whose node was pruned (a pattern inside another that matched
+/// too) is dropped.
+fn rewired<S>(
+    graph: &Graph,
+    matched: impl Fn(&Graph, &crate::graph::Node) -> Option<(S, Vec<OperandId>)>,
+) -> Option<(Graph, HashMap<OperandId, S>)> {
+    let mut g = graph.clone();
+    let mut found = HashMap::new();
+    for (n, node) in graph.nodes.iter().enumerate() {
+        if let (Some((spec, inputs)), Some(&y)) = (matched(graph, node), node.outputs.first()) {
+            g.nodes[n].inputs = inputs;
+            found.insert(y, spec);
+        }
+    }
+    if found.is_empty() {
+        return None;
+    }
+    let g = prune(g);
+    let made: std::collections::HashSet<OperandId> = g
+        .nodes
+        .iter()
+        .flat_map(|n| n.outputs.iter().copied())
+        .collect();
+    found.retain(|o, _| made.contains(o));
+    Some((g, found))
+}
+
 mod rounding;
 pub(super) use rounding::{rounded_blocks, Rounds};
 mod softmax;

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use super::{producer, prune};
+use super::{producer, rewired};
 use crate::graph::ops::elementwise::BinaryKind;
 use crate::graph::ops::movement::MovementOp;
 use crate::graph::ops::shape::SliceParams;
@@ -42,15 +42,7 @@ pub(in crate::backend::cpu) type Ropes = HashMap<OperandId, Rope>;
 /// The graph with each rotation of the module comment's form as one
 /// node; `None` when there is none.
 pub(in crate::backend::cpu) fn fused_ropes(graph: &Graph) -> Option<(Graph, Ropes)> {
-    let mut g = graph.clone();
-    let mut found = HashMap::new();
-    for (n, node) in graph.nodes.iter().enumerate() {
-        if let (Some((spec, inputs)), Some(&y)) = (matched(graph, node), node.outputs.first()) {
-            g.nodes[n].inputs = inputs;
-            found.insert(y, spec);
-        }
-    }
-    (!found.is_empty()).then(|| (prune(g), found))
+    rewired(graph, matched)
 }
 
 /// The rotation that `node` (an `add`) ends, and the inputs it then reads.

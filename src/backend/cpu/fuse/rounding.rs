@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 
-use super::{constant, producer, prune, QK};
+use super::{constant, producer, rewired, QK};
 use crate::backend::cpu::quantize::RoundBlocks;
 use crate::graph::ops::elementwise::{BinaryKind, UnaryKind};
 use crate::graph::ops::quantize::QuantizeOp;
@@ -35,15 +35,9 @@ pub(in crate::backend::cpu) type Rounds = HashMap<OperandId, RoundBlocks>;
 /// The graph with each rounding of the module comment's form as one
 /// node; `None` when there is none.
 pub(in crate::backend::cpu) fn rounded_blocks(graph: &Graph) -> Option<(Graph, Rounds)> {
-    let mut g = graph.clone();
-    let mut rounds = HashMap::new();
-    for (n, node) in graph.nodes.iter().enumerate() {
-        if let (Some((spec, x)), Some(&y)) = (matched(graph, node), node.outputs.first()) {
-            g.nodes[n].inputs = vec![x];
-            rounds.insert(y, spec);
-        }
-    }
-    (!rounds.is_empty()).then(|| (prune(g), rounds))
+    rewired(graph, |g, node| {
+        matched(g, node).map(|(spec, x)| (spec, vec![x]))
+    })
 }
 
 /// The rounding that `node` (a `dequantizeLinear`) ends, and its x.

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 
-use super::{producer, prune};
+use super::{producer, rewired};
 use crate::graph::ops::elementwise::{BinaryKind, SoftmaxParams};
 use crate::graph::{Graph, Node, Op, OperandId};
 use crate::types::DataType;
@@ -44,27 +44,7 @@ pub(in crate::backend::cpu) type Softmaxes = HashMap<OperandId, FusedSoftmax>;
 /// The graph with each softmax of the module comment's forms as one node;
 /// `None` when there is none.
 pub(in crate::backend::cpu) fn fused_softmaxes(graph: &Graph) -> Option<(Graph, Softmaxes)> {
-    let mut g = graph.clone();
-    let mut found = HashMap::new();
-    for (n, node) in graph.nodes.iter().enumerate() {
-        if let (Some((spec, inputs)), Some(&y)) = (matched(graph, node), node.outputs.first()) {
-            g.nodes[n].inputs = inputs;
-            found.insert(y, spec);
-        }
-    }
-    if found.is_empty() {
-        return None;
-    }
-    // A softmax whose rounding was fused too is gone (unless something
-    // else reads it): so is its entry.
-    let g = prune(g);
-    let made: std::collections::HashSet<OperandId> = g
-        .nodes
-        .iter()
-        .flat_map(|n| n.outputs.iter().copied())
-        .collect();
-    found.retain(|o, _| made.contains(o));
-    Some((g, found))
+    rewired(graph, matched)
 }
 
 /// The fused softmax that `node` ends, and the inputs it then reads.

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 
-use super::{producer, prune};
+use super::{producer, rewired};
 use crate::graph::ops::elementwise::{BinaryKind, UnaryKind};
 use crate::graph::ops::shape::SliceParams;
 use crate::graph::{Graph, Node, Op, OperandId};
@@ -41,15 +41,7 @@ pub(in crate::backend::cpu) type SwiGlus = HashMap<OperandId, SwiGlu>;
 /// The graph with each SwiGLU of the module comment's form as one node;
 /// `None` when there is none.
 pub(in crate::backend::cpu) fn fused_swiglus(graph: &Graph) -> Option<(Graph, SwiGlus)> {
-    let mut g = graph.clone();
-    let mut found = HashMap::new();
-    for (n, node) in graph.nodes.iter().enumerate() {
-        if let (Some((spec, inputs)), Some(&y)) = (matched(graph, node), node.outputs.first()) {
-            g.nodes[n].inputs = inputs;
-            found.insert(y, spec);
-        }
-    }
-    (!found.is_empty()).then(|| (prune(g), found))
+    rewired(graph, matched)
 }
 
 /// The SwiGLU that `node` ends, and the inputs it then reads.

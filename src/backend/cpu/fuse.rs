@@ -977,6 +977,36 @@ fn rewired<S>(
     Some((g, found))
 }
 
+/// Where a float32 operand's rows (its last axis, `n` wide) lie when a
+/// slice took whole rows of another but part of their last axis: that
+/// operand, the offset of x's rows in its rows, and their width. `None`
+/// where `x` is no such slice. The fused nodes (SwiGLU, RoPE) then read
+/// the rows where they lie instead of a copy.
+fn row_slice(g: &Graph, x: OperandId, n: usize) -> Option<(OperandId, usize, usize)> {
+    let s = producer(g, x)?;
+    let (
+        Op::Slice(crate::graph::ops::shape::SliceParams {
+            starts,
+            sizes,
+            strides,
+        }),
+        [from],
+    ) = (&s.op, &s.inputs[..])
+    else {
+        return None;
+    };
+    let df = &g.operands[*from];
+    let rank = df.rank();
+    let whole_rows = rank >= 1
+        && df.data_type == DataType::Float32
+        && strides.iter().all(|&s| s == 1)
+        && starts[..rank - 1].iter().all(|&s| s == 0)
+        && sizes[..rank - 1] == df.shape[..rank - 1]
+        && sizes[rank - 1] == n
+        && starts[rank - 1] + n <= df.shape[rank - 1];
+    whole_rows.then(|| (*from, starts[rank - 1], df.shape[rank - 1]))
+}
+
 mod rounding;
 pub(super) use rounding::{rounded_blocks, Rounds};
 mod softmax;

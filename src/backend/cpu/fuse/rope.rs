@@ -20,10 +20,9 @@
 
 use std::collections::HashMap;
 
-use super::{producer, rewired};
+use super::{producer, rewired, row_slice};
 use crate::graph::ops::elementwise::BinaryKind;
 use crate::graph::ops::movement::MovementOp;
-use crate::graph::ops::shape::SliceParams;
 use crate::graph::{Graph, Node, Op, OperandId};
 use crate::types::DataType;
 
@@ -125,41 +124,15 @@ fn source(g: &Graph, x: OperandId, t: usize, w: usize) -> (OperandId, Rope) {
     if g.operands[*flat].shape != [t, w] || g.operands[*flat].data_type != DataType::Float32 {
         return dense(x);
     }
-    let sliced = producer(g, *flat).and_then(|s| {
-        let (
-            Op::Slice(SliceParams {
-                starts,
-                sizes,
-                strides,
-            }),
-            [from],
-        ) = (&s.op, &s.inputs[..])
-        else {
-            return None;
-        };
-        let df = &g.operands[*from];
-        let whole_rows = df.data_type == DataType::Float32
-            && df.shape.len() == 2
-            && df.shape[0] == t
-            && strides.iter().all(|&s| s == 1)
-            && starts[0] == 0
-            && sizes[..] == [t, w]
-            && starts[1] + w <= df.shape[1];
-        whole_rows.then(|| {
-            (
-                *from,
-                Rope {
-                    offset: starts[1],
-                    stride: df.shape[1],
-                },
-            )
-        })
-    });
-    sliced.unwrap_or((
-        *flat,
-        Rope {
-            offset: 0,
-            stride: w,
-        },
-    ))
+    // A slice of whole rows of the Q/K/V product (`fuse::row_slice`).
+    match row_slice(g, *flat, w) {
+        Some((from, offset, stride)) => (from, Rope { offset, stride }),
+        None => (
+            *flat,
+            Rope {
+                offset: 0,
+                stride: w,
+            },
+        ),
+    }
 }

@@ -18,9 +18,8 @@
 
 use std::collections::HashMap;
 
-use super::{producer, rewired};
+use super::{producer, rewired, row_slice};
 use crate::graph::ops::elementwise::{BinaryKind, UnaryKind};
-use crate::graph::ops::shape::SliceParams;
 use crate::graph::{Graph, Node, Op, OperandId};
 use crate::types::DataType;
 
@@ -96,32 +95,12 @@ fn matched(g: &Graph, node: &Node) -> Option<(SwiGlu, Vec<OperandId>)> {
     ))
 }
 
-/// Where the values of `x` (rows `n` wide) lie: in a float32 operand that
-/// a slice of whole rows but part of the last axis took x from, at
-/// `(offset, row width)`, or in x itself.
+/// Where the values of `x` (rows `n` wide) lie: in the operand a slice
+/// of whole rows took them from (`fuse::row_slice`), at `(offset, row
+/// width)`, or in x itself.
 fn source(g: &Graph, x: OperandId, n: usize) -> (OperandId, (usize, usize)) {
-    let sliced = producer(g, x).and_then(|s| {
-        let (
-            Op::Slice(SliceParams {
-                starts,
-                sizes,
-                strides,
-            }),
-            [from],
-        ) = (&s.op, &s.inputs[..])
-        else {
-            return None;
-        };
-        let df = &g.operands[*from];
-        let rank = df.rank();
-        let whole_rows = rank >= 1
-            && df.data_type == DataType::Float32
-            && strides.iter().all(|&s| s == 1)
-            && starts[..rank - 1].iter().all(|&s| s == 0)
-            && sizes[..rank - 1] == df.shape[..rank - 1]
-            && sizes[rank - 1] == n
-            && starts[rank - 1] + n <= df.shape[rank - 1];
-        whole_rows.then(|| (*from, (starts[rank - 1], df.shape[rank - 1])))
-    });
-    sliced.unwrap_or((x, (0, n)))
+    match row_slice(g, x, n) {
+        Some((from, offset, width)) => (from, (offset, width)),
+        None => (x, (0, n)),
+    }
 }

@@ -414,13 +414,38 @@ fn sgemm_bench() {
                 .collect()
         })
         .unwrap_or_else(|| vec![(1024, 1024, 1024), (64, 3136, 576), (256, 256, 256)]);
+    // `SGEMM_THREADS=1,2,8` measures other thread counts (1 and 2 unless
+    // set); each figure is also given as a fraction of the FMA peak of
+    // the kernel's instruction set at that count (as the benchmark
+    // measures it), so that runs on other machines compare.
+    let counts: Vec<usize> = std::env::var("SGEMM_THREADS")
+        .ok()
+        .map(|s| {
+            s.split(',')
+                .filter_map(|t| t.trim().parse().ok())
+                .filter(|&t| t > 0)
+                .collect()
+        })
+        .filter(|v: &Vec<usize>| !v.is_empty())
+        .unwrap_or_else(|| vec![1, 2]);
+    let peaks: Vec<f64> = counts
+        .iter()
+        .map(|&t| {
+            measure_peak(best_kernel().name, t, std::time::Duration::from_millis(250))
+                .map_or(f64::NAN, |p| p.gflops)
+        })
+        .collect();
+    for (t, p) in counts.iter().zip(&peaks) {
+        println!("peak {}: {t} threads {p:.1} GFLOP/s", best_kernel().name);
+    }
+    println!("{}", best_kernel().blocking_report());
     for &(m, n, k) in &shapes {
         let a = data(m * k, 1);
         let b = data(k * n, 2);
         let pb = PackedB::new(&b, k, n, false).unwrap();
         let mut c = vec![0.0f32; m * n];
         let flops = 2.0 * (m * n * k) as f64;
-        for threads in [1, 2] {
+        for (&threads, &peak) in counts.iter().zip(&peaks) {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
@@ -447,11 +472,13 @@ fn sgemm_bench() {
                 times.sort_by(f64::total_cmp);
                 let med = times[times.len() / 2];
                 println!(
-                    "{m}x{n}x{k} threads={threads} packed={packed}: min {:.3} ms ({:.1} GFLOP/s), median {:.3} ms ({:.1} GFLOP/s), cpu/wall {:.2}",
+                    "{m}x{n}x{k} threads={threads} packed={packed}: min {:.3} ms ({:.1} GFLOP/s, {:.0}% of peak), median {:.3} ms ({:.1} GFLOP/s, {:.0}%), cpu/wall {:.2}",
                     best * 1e3,
                     flops / best / 1e9,
+                    100.0 * flops / best / 1e9 / peak,
                     med * 1e3,
                     flops / med / 1e9,
+                    100.0 * flops / med / 1e9 / peak,
                     cpu / wall
                 );
             }

@@ -122,7 +122,10 @@ impl Task<'_> {
         // sweeps all the columns, so that C is written as `mr` sequential
         // streams rather than as every row of the block at once (which
         // overwhelms the write-combining and prefetch hardware). Deep ones
-        // keep a B panel in L1 across all row panels.
+        // keep a B panel in L1 across all row panels. (Keeping the A panel
+        // in L1 instead, over groups of B panels that L2 holds, as BLIS
+        // orders its loops, measured the same in turns on an AVX-512 Xeon:
+        // 1024^3 at one thread 167-175 GFLOP/s either way.)
         let shallow = kc <= SHALLOW_KC;
         let (outer, inner) = if shallow {
             (row_panels, q1 - q0)

@@ -45,6 +45,17 @@ fn tile_len(mr: usize, left: usize) -> usize {
 /// Xeon with AVX-512, one thread, fastest of 10 runs: the 3x3 from 512
 /// channels at stride 2 to 7x7 3457 against 2826 us, the 3x3 at 7x7
 /// 2334 against 2128.
+///
+/// Such a layer is still slower among others than alone: twelve 3x3
+/// convolutions from 512 channels at 7x7 in one graph (113 MB of
+/// filters) took 2.2-2.8 ms each, one alone (its filter left in L3 by
+/// the run before) 1.6-1.9 ms. Tried and not kept, each measured in
+/// turns with the build before: the tiles of a chunk passing together
+/// over 16 KiB spans of the panel (each tile's sums stored and resumed
+/// between spans, the same bits), with the next span asked for during
+/// the current one, each tile its share (5-10% faster in the twelve,
+/// 5-10% slower alone, the same in ResNet-50 within its noise); huge
+/// pages for the packed filters (`MADV_COLLAPSE`: no change).
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 const PF_ROWS: usize = 32;
 

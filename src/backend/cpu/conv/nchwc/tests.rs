@@ -230,6 +230,11 @@ fn direct_matches_the_nchw_kernels() {
         ((1, 3, 15, 15), (32, 3, 3), [0, 1, 0, 1], 2, 1),
         ((2, 5, 7, 9), (8, 3, 3), [1, 1, 1, 1], 1, 1),
         ((1, 4, 6, 6), (24, 1, 1), [0; 4], 1, 1),
+        // Plain input into panels of 8 blocks (AVX-512's and the portable
+        // form's), then of 4 and 1, or 1: tiles of 6 pixels by 4 vectors.
+        ((1, 3, 23, 21), (104, 7, 7), [3, 3, 3, 3], 2, 1),
+        ((1, 3, 17, 19), (72, 3, 3), [0, 1, 0, 1], 2, 1),
+        ((2, 3, 9, 9), (64, 3, 3), [1, 1, 1, 1], 1, 1),
         // Filters larger than half of L2 (up to 4 MiB of it): chunks as
         // large as L2 holds, the panels split among threads.
         ((1, 256, 9, 9), (264, 3, 3), [1, 1, 1, 1], 2, 1),

@@ -276,13 +276,13 @@ pub(super) fn concat(inputs: &[&[f32]], n: usize) -> Result<Vec<f32>> {
     }
     let mut out = Buf::try_f32_for_overwrite(total)?;
     // The runs of the output in order: each image's part of each input.
-    let runs: Vec<&[f32]> = (0..n)
-        .flat_map(|b| {
+    let runs = || {
+        (0..n).flat_map(|b| {
             inputs
                 .iter()
                 .map(move |x| &x[b * x.len() / n..(b + 1) * x.len() / n])
         })
-        .collect();
+    };
     // Pieces of the output copied by the threads side by side: a
     // SqueezeNet concat of two 64 x 55 x 55 expands is 1.5 MB, which one
     // thread copied in 90-140 us at either thread count (SqueezeNet's
@@ -291,7 +291,7 @@ pub(super) fn concat(inputs: &[&[f32]], n: usize) -> Result<Vec<f32>> {
     let copy = |(i, dst): (usize, &mut [f32])| {
         let (mut at, mut skip) = (i * CONCAT_PIECE, 0);
         let mut rest = dst;
-        for run in &runs {
+        for run in runs() {
             if skip + run.len() <= at {
                 skip += run.len();
                 continue;

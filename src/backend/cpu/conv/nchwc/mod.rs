@@ -464,7 +464,6 @@ fn plain_panel_blocks(isa: Isa) -> usize {
         Isa::Avx512 => 8,
         #[cfg(test)]
         Isa::Portable => 8,
-        #[allow(unreachable_patterns)]
         _ => panel_blocks(isa),
     }
 }

@@ -201,6 +201,10 @@ impl Reduce for Max {
     }
 }
 
+/// Output positions of a row whose 3x3 windows [`window_rows`] reduces
+/// together.
+const GROUP: usize = 4;
+
 /// [`window`]'s loops, output row by output row, reducing with `red`.
 fn window_rows(p: &Pool2dParams, x: &[f32], out: &mut [f32], red: impl Reduce) {
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
@@ -223,11 +227,36 @@ fn window_rows(p: &Pool2dParams, x: &[f32], out: &mut [f32], red: impl Reduce) {
         with_simd(
             #[inline(always)]
             || {
-                for ((ox, d), &(x0, x1)) in dst.chunks_exact_mut(L).enumerate().zip(&cols) {
+                // 3x3 windows inside the input (most of them in the
+                // common pools): fixed trip counts, unrolled.
+                let inner = (y0, y1) == (0, 3) && (kh, kw) == (3, 3);
+                let mut ox = 0;
+                while ox < ow {
+                    // GROUP such windows side by side: each output's taps
+                    // are one chain of dependent steps (9 maxima of 4
+                    // cycles each), so outputs taken one at a time wait
+                    // on that latency; taken together the chains overlap.
+                    // Each output still takes its taps in the same order.
+                    if inner && ox + GROUP <= ow && cols[ox..ox + GROUP].iter().all(|&c| c == (0, 3)) {
+                        let mut acc = [red.init(); GROUP];
+                        let base = (oy * sh - pt) * w + ox * sw - pl;
+                        for ky in 0..3 {
+                            for kx in 0..3 {
+                                for (j, a) in acc.iter_mut().enumerate() {
+                                    red.step(a, &plane[base + j * sw + ky * dh * w + kx * dw]);
+                                }
+                            }
+                        }
+                        for (a, d) in acc.into_iter().zip(dst[ox * L..].chunks_exact_mut(L)) {
+                            red.finish(a, 9, d);
+                        }
+                        ox += GROUP;
+                        continue;
+                    }
+                    let (x0, x1) = cols[ox];
+                    let d = &mut dst[ox * L..][..L];
                     let mut acc = red.init();
-                    if (y0, y1, x0, x1) == (0, 3, 0, 3) && (kh, kw) == (3, 3) {
-                        // A 3x3 window inside the input (most of them in
-                        // the common pools): fixed trip counts, unrolled.
+                    if inner && (x0, x1) == (0, 3) {
                         let base = (oy * sh - pt) * w + ox * sw - pl;
                         for ky in 0..3 {
                             for kx in 0..3 {
@@ -235,6 +264,7 @@ fn window_rows(p: &Pool2dParams, x: &[f32], out: &mut [f32], red: impl Reduce) {
                             }
                         }
                         red.finish(acc, 9, d);
+                        ox += 1;
                         continue;
                     }
                     for ky in y0..y1 {
@@ -244,6 +274,7 @@ fn window_rows(p: &Pool2dParams, x: &[f32], out: &mut [f32], red: impl Reduce) {
                         }
                     }
                     red.finish(acc, (y1 - y0) * (x1 - x0), d);
+                    ox += 1;
                 }
             },
         )

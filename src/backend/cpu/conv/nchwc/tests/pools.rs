@@ -23,7 +23,9 @@ type Case = (
 /// The shapes and windows the tests run: SqueezeNet's (3x3, stride 2,
 /// ceil), ResNet's stem (3x3, stride 2, padded), a window that can lie
 /// wholly in the padding (ceil with a large stride), dilation, uneven
-/// padding and strides, a 2x2 and a window of the whole height.
+/// padding and strides, a 2x2 and a window of the whole height; rows
+/// of 3x3 windows inside the input that the kernel takes four at a time
+/// (21 of them with one left over, and dilated ones behind padding).
 fn cases() -> Vec<Case> {
     vec![
         ((1, 16, 15, 15), [3, 3], [0; 4], [2, 2], [1, 1], true),
@@ -32,6 +34,8 @@ fn cases() -> Vec<Case> {
         ((1, 24, 11, 10), [3, 2], [2, 0, 1, 2], [1, 2], [2, 3], false),
         ((1, 8, 8, 8), [2, 2], [0; 4], [2, 2], [1, 1], false),
         ((1, 16, 6, 5), [6, 1], [0, 0, 1, 1], [1, 1], [1, 1], false),
+        ((1, 8, 9, 23), [3, 3], [0; 4], [1, 1], [1, 1], false),
+        ((2, 16, 10, 31), [3, 3], [1, 2, 2, 1], [1, 1], [2, 2], false),
     ]
 }
 

@@ -129,6 +129,9 @@ pub(super) fn execute(
     // Multi-output nodes get their descriptors cloned into this buffer;
     // single-output nodes borrow theirs.
     let mut multi: Vec<OperandDescriptor> = Vec::new();
+    // The outputs of concatenations that their inputs' convolutions write
+    // in place (by operand), until the concat node.
+    let mut concats: HashMap<usize, Vec<f32>> = HashMap::new();
     for (n, node) in g.nodes.iter().enumerate() {
         let plan = cg.nchwc.as_ref();
         // An add that the convolution before it has done: only its
@@ -137,6 +140,22 @@ pub(super) fn execute(
             free_dead(cg, n, &mut slots, &mut live);
             continue;
         }
+        // A concatenation whose parts are written: its output is whole
+        // (counted in `live` since its first part).
+        if plan.is_some_and(|pl| pl.is_elided(n)) {
+            let v = node
+                .outputs
+                .first()
+                .and_then(|o| concats.remove(o).map(|v| (*o, v)));
+            let Some((o, v)) = v else {
+                return Err(Error::operation("a concatenation's parts were not written"));
+            };
+            slots[o] = Slot::Owned(Buf::F32(v));
+            free_dead(cg, n, &mut slots, &mut live);
+            continue;
+        }
+        // A convolution that writes into a concatenation's output.
+        let into = plan.and_then(|pl| pl.concat_part(n));
         let sum = plan.and_then(|pl| pl.sum(n));
         // A depthwise chain that this node starts: it writes the chain's
         // output (see `nchwc::Chain`).
@@ -152,9 +171,11 @@ pub(super) fn execute(
                 &multi
             }
         };
-        let needed: usize = match chain {
-            Some(ch) => cg.operand_bytes(ch.out),
-            None => node.outputs.iter().map(|&o| cg.operand_bytes(o)).sum(),
+        let needed: usize = match (chain, into) {
+            (Some(ch), _) => cg.operand_bytes(ch.out),
+            (None, Some(to)) if concats.contains_key(&to.out) => 0,
+            (None, Some(to)) => cg.operand_bytes(to.out),
+            (None, None) => node.outputs.iter().map(|&o| cg.operand_bytes(o)).sum(),
         };
         if let Some(budget) = budget {
             if live.saturating_add(needed) > budget {
@@ -395,6 +416,24 @@ pub(super) fn execute(
                     };
                     pl.run_chain(g, ch, ins[0], |i| slots[i].get(), residual)
                         .map(|b| vec![b])
+                }
+                (Op::Conv2d(p), _, Some(c)) if into.is_some() => {
+                    let Some(to) = into else {
+                        unreachable!("checked by the guard")
+                    };
+                    let v = match concats.entry(to.out) {
+                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(Buf::try_f32_for_overwrite(to.total)?)
+                        }
+                    };
+                    let part = v
+                        .get_mut(to.at..to.at + out_descs[0].element_count())
+                        .ok_or_else(|| {
+                            Error::operation("a concatenation's part is out of range")
+                        })?;
+                    // Nothing to store: the part is written.
+                    nchwc::conv_into(c, p, &ins, None, &out_descs[0], part).map(|()| Vec::new())
                 }
                 (Op::Conv2d(p), _, Some(c)) => {
                     let residual = match sum {

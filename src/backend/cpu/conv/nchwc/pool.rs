@@ -237,7 +237,10 @@ fn window_rows(p: &Pool2dParams, x: &[f32], out: &mut [f32], red: impl Reduce) {
                     // cycles each), so outputs taken one at a time wait
                     // on that latency; taken together the chains overlap.
                     // Each output still takes its taps in the same order.
-                    if inner && ox + GROUP <= ow && cols[ox..ox + GROUP].iter().all(|&c| c == (0, 3)) {
+                    if inner
+                        && ox + GROUP <= ow
+                        && cols[ox..ox + GROUP].iter().all(|&c| c == (0, 3))
+                    {
                         let mut acc = [red.init(); GROUP];
                         let base = (oy * sh - pt) * w + ox * sw - pl;
                         for ky in 0..3 {

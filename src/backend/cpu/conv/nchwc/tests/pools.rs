@@ -147,11 +147,13 @@ fn blocked_concat_is_the_blocked_form_of_the_concatenation() {
     assert!(pool::concat(&[&[0.0; 5]], 2).is_err());
 }
 
-/// A small SqueezeNet-like network: a convolution, a max pool (ceil
-/// rounding), a fire module (a 1x1 squeeze, then 1x1 and 3x3 expands
-/// concatenated), an average pool with padding and a 1x1 convolution.
-fn fire_graph() -> (Graph, (usize, usize, usize, usize)) {
-    let (n, c, h) = (1, 8, 17);
+/// A small SqueezeNet-like network of batch `n`: a convolution, a max
+/// pool (ceil rounding), a fire module (a 1x1 squeeze to `sqc` channels,
+/// then 1x1 and 3x3 expands concatenated: the 3x3 runs by Winograd from
+/// 16 channels, directly from 8), an average pool with padding and a 1x1
+/// convolution.
+fn fire_graph(n: usize, sqc: usize) -> (Graph, (usize, usize, usize, usize)) {
+    let (c, h) = (8, 17);
     let mut g = Builder::new(&[n, c, h, h]);
     let y = g.conv(0, params((n, c, h, h), (16, 3, 3), [1; 4], 1, 1, 1));
     let mp = pool(
@@ -165,9 +167,9 @@ fn fire_graph() -> (Graph, (usize, usize, usize, usize)) {
     );
     let s = mp.out_h;
     let y = g.push(Op::Pool2d(mp), vec![y], &[n, 16, s, s]);
-    let sq = g.conv(y, params((n, 16, s, s), (8, 1, 1), [0; 4], 1, 1, 1));
-    let e1 = g.conv(sq, params((n, 8, s, s), (16, 1, 1), [0; 4], 1, 1, 1));
-    let e3 = g.conv(sq, params((n, 8, s, s), (24, 3, 3), [1; 4], 1, 1, 1));
+    let sq = g.conv(y, params((n, 16, s, s), (sqc, 1, 1), [0; 4], 1, 1, 1));
+    let e1 = g.conv(sq, params((n, sqc, s, s), (16, 1, 1), [0; 4], 1, 1, 1));
+    let e3 = g.conv(sq, params((n, sqc, s, s), (24, 3, 3), [1; 4], 1, 1, 1));
     let cat = g.push(
         Op::Concat(ConcatParams { axis: 1 }),
         vec![e1, e3],
@@ -191,14 +193,22 @@ fn fire_graph() -> (Graph, (usize, usize, usize, usize)) {
 /// layout change between its first convolution and its output), with
 /// the bits of the same plan running those nodes on converted copies;
 /// in NCHW, nhwc (the same bits as NCHW) and float16, on every form of
-/// the kernels.
+/// the kernels, at batch 1 and 2, with direct and Winograd expands. At
+/// batch 1 in float32 the expands write into the concatenation's output
+/// and the concat node runs no more.
 #[test]
 fn pools_and_concats_keep_networks_blocked() {
+    for (n, sqc) in [(1, 8), (1, 16), (2, 16)] {
+        pools_and_concats_keep_network_blocked(n, sqc);
+    }
+}
+
+fn pools_and_concats_keep_network_blocked(n: usize, sqc: usize) {
     use crate::backend::Backend;
     if !available() {
         return;
     }
-    let (nchw, x) = fire_graph();
+    let (nchw, x) = fire_graph(n, sqc);
     let xs = random(x.0 * x.1 * x.2 * x.3, 77);
     let out = &nchw.operands[nchw.outputs[0].1].shape;
     let od = (out[0], out[1], out[2], out[3]);
@@ -241,11 +251,34 @@ fn pools_and_concats_keep_networks_blocked() {
                 ["conv", "pool", "conv", "conv", "conv", "concat", "pool", "conv"],
                 "{name} {isa:?}"
             );
+            let forms: Vec<&str> = [3, 4]
+                .iter()
+                .map(|&m| match pl.conv(m) {
+                    Some(Conv::Direct { .. }) => "direct",
+                    Some(Conv::Winograd { .. }) => "winograd",
+                    _ => "other",
+                })
+                .collect();
+            let e3 = if sqc >= 16 { "winograd" } else { "direct" };
+            assert_eq!(forms, ["direct", e3], "{name} {isa:?}");
+            let in_place = n == 1 && name != "float16";
+            assert_eq!(pl.is_elided(5), in_place, "{name} {isa:?} batch {n}");
+            let parts: Vec<_> = [3, 4]
+                .iter()
+                .map(|&m| pl.concat_part(m).map(|t| t.at))
+                .collect();
+            let s = g.operands[g.nodes[3].outputs[0]].element_count();
+            let want = match in_place {
+                true => [Some(0), Some(s)],
+                false => [None, None],
+            };
+            assert_eq!(parts, want, "{name} {isa:?} batch {n}");
             // Every intermediate stays blocked.
             let produced = g.nodes.iter().map(|node| node.outputs[0]);
             assert!(produced.clone().all(|o| pl.is_blocked(o)), "{name} {isa:?}");
             let g2 = cpu.graphs[&2].nchwc.as_ref().expect("a plan");
             assert!((0..g.nodes.len()).all(|m| !g2.is_pool(m) && !g2.is_concat(m)));
+            assert!((0..g.nodes.len()).all(|m| !g2.is_elided(m) && g2.concat_part(m).is_none()));
             let run = |cpu: &mut crate::backend::cpu::CpuBackend, id| {
                 cpu.compute(id, &g, vec![input.clone()])
                     .unwrap()

@@ -437,11 +437,12 @@ pub(super) fn execute(
                 }
                 (Op::Conv2d(p), _, Some(c)) => {
                     let residual = match sum {
-                        Some(s) => Some(
+                        Some(s) => Some((
                             slots[s.residual]
                                 .get()
                                 .ok_or_else(|| Error::operation("an operand is missing"))?,
-                        ),
+                            s.after,
+                        )),
                         None => None,
                     };
                     nchwc::conv(c, p, &ins, residual, &out_descs[0]).map(|b| vec![b])

@@ -74,6 +74,37 @@ fn fused_apart_plain(cpu: &mut crate::backend::cpu::CpuBackend, graph: &Graph, x
     assert_near(&fused, &plain);
 }
 
+/// Bounds that leave every value as it is, and bounds that cut some of
+/// the tests' values on both sides, applied after a residual.
+const NO_BOUNDS: (f32, f32) = (f32::NEG_INFINITY, f32::INFINITY);
+const AFTER: (f32, f32) = (-0.25, 0.5);
+
+/// A convolution's results with a residual `r` added (`sum`), and then
+/// clamped to [`AFTER`] (`clamped`), against its results `got` without:
+/// the sums as the add node computes them and the clamp operator's
+/// results of those, bit for bit.
+fn check_sums(sum: &[f32], clamped: &[f32], got: &[f32], r: &[f32], what: &str) {
+    let (lo, hi) = AFTER;
+    let (mut below, mut above) = (false, false);
+    for (k, ((&a, &c), &b)) in sum.iter().zip(clamped).zip(got).enumerate() {
+        let s = b + r[k];
+        assert_eq!(a.to_bits(), s.to_bits(), "{what} sum at {k}");
+        let want = if s < lo {
+            lo
+        } else if s > hi {
+            hi
+        } else {
+            s
+        };
+        (below, above) = (below || s < lo, above || s > hi);
+        assert_eq!(c.to_bits(), want.to_bits(), "{what} clamped sum at {k}");
+    }
+    assert!(
+        below && above,
+        "{what}: the bounds after the sum cut nothing"
+    );
+}
+
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
@@ -323,15 +354,19 @@ fn direct_case(i: usize, (x, o, pad, s, d): DirectCase) {
             // the add node would compute it (bit for bit).
             let r = random(got.len(), i as u64 + 120);
             let rb = Buf::F32(block(&r, dims(out)));
-            let with = conv(&c, &p, &ins, Some(&rb), out).unwrap().to_f32_vec();
-            let with = unblock(&with, dims(out));
-            for (k, (a, b)) in with.iter().zip(&got).enumerate() {
-                assert_eq!(
-                    a.to_bits(),
-                    (b + r[k]).to_bits(),
-                    "case {i} {isa:?} sum at {k}"
-                );
-            }
+            let with = |after| {
+                let v = conv(&c, &p, &ins, Some((&rb, after)), out)
+                    .unwrap()
+                    .to_f32_vec();
+                unblock(&v, dims(out))
+            };
+            check_sums(
+                &with(NO_BOUNDS),
+                &with(AFTER),
+                &got,
+                &r,
+                &format!("case {i} {isa:?}"),
+            );
             // Two orders of the same k + 1 terms differ by at most
             // (k + 1) * eps times the sum of their magnitudes (the
             // same convolution of the absolute values).
@@ -554,59 +589,113 @@ fn a_chain_runs_blocked_and_matches_the_plain_graph() {
 /// conv -> 1x1 conv -> add of the two (the output): the 1x1
 /// convolution does the add in its epilogue; the result is bit for
 /// bit that of the two nodes run blocked, and agrees with the plain
-/// graph.
+/// graph. Then with a relu after the add, with a clamp after a 3x3
+/// (Winograd) one, and with a relu after an add that is an output too
+/// (the relu then stays a node of its own).
 #[test]
 fn a_residual_add_runs_in_the_convolution_before_it() {
     use crate::backend::Backend;
     if !available() {
         return;
     }
-    let p1 = params((1, 16, 9, 9), (16, 3, 3), [1, 1, 1, 1], 1, 1, 1);
-    let p2 = params((1, 16, 9, 9), (16, 1, 1), [0; 4], 1, 1, 1);
-    let conv = |p: &Conv2dParams, inputs, out| node(Op::Conv2d(p.clone()), inputs, out);
-    let a = [1, 16, 9, 9];
-    let graph = Arc::new(Graph {
-        operands: vec![
+    let relu = Op::Unary(UnaryKind::Relu);
+    let clamp = Op::Clamp(ClampParams { min: 0.0, max: 6.0 });
+    let cases = [
+        (1, None, false),
+        (1, Some(relu.clone()), false),
+        (3, Some(clamp), false),
+        (1, Some(relu), true),
+    ];
+    for (i, (k, act, both)) in cases.into_iter().enumerate() {
+        let p1 = params((1, 16, 9, 9), (16, 3, 3), [1, 1, 1, 1], 1, 1, 1);
+        let pad = [k / 2; 4];
+        let p2 = params((1, 16, 9, 9), (16, k, k), pad, 1, 1, 1);
+        let conv = |p: &Conv2dParams, inputs, out| node(Op::Conv2d(p.clone()), inputs, out);
+        let a = [1, 16, 9, 9];
+        let mut operands = vec![
             f32d(&a),
             f32d(&[16, 16, 3, 3]),
             f32d(&[16]),
-            f32d(&[16, 16, 1, 1]),
+            f32d(&[16, 16, k, k]),
             f32d(&a),
             f32d(&a),
             f32d(&a),
-        ],
-        sources: vec![
+        ];
+        let mut sources = vec![
             Source::Input("x".into()),
             Source::Constant(bytes(&random(16 * 16 * 9, 2))),
             Source::Constant(bytes(&random(16, 3))),
-            Source::Constant(bytes(&random(16 * 16, 4))),
+            Source::Constant(bytes(&random(16 * 16 * k * k, 4))),
             Source::Node { node: 0, index: 0 },
             Source::Node { node: 1, index: 0 },
             Source::Node { node: 2, index: 0 },
-        ],
-        nodes: vec![
+        ];
+        let mut nodes = vec![
             conv(&p1, vec![0, 1, 2], 4),
             conv(&p2, vec![4, 3, 2], 5),
             node(Op::Binary(BinaryKind::Add), vec![5, 4], 6),
-        ],
-        inputs: vec![("x".into(), 0)],
-        outputs: vec![("y".into(), 6)],
-    });
-    let mut cpu = crate::backend::cpu::CpuBackend::new();
-    for id in 1..=3 {
-        cpu.compile(id, graph.clone()).unwrap();
+        ];
+        let mut outputs = vec![("y".to_string(), 6)];
+        if let Some(op) = act.clone() {
+            operands.push(f32d(&a));
+            sources.push(Source::Node { node: 3, index: 0 });
+            nodes.push(node(op, vec![6], 7));
+            outputs = match both {
+                true => vec![("y".into(), 7), ("s".into(), 6)],
+                false => vec![("y".into(), 7)],
+            };
+        }
+        let graph = Arc::new(Graph {
+            operands,
+            sources,
+            nodes,
+            inputs: vec![("x".into(), 0)],
+            outputs,
+        });
+        let mut cpu = crate::backend::cpu::CpuBackend::new();
+        for id in 1..=3 {
+            cpu.compile(id, graph.clone()).unwrap();
+        }
+        let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
+        let s = plan.sum(1).expect("the second convolution does the add");
+        let form_ok = match k {
+            1 => matches!(plan.conv(1), Some(Conv::Direct { .. })),
+            _ => matches!(plan.conv(1), Some(Conv::Winograd { .. })),
+        };
+        assert!(form_ok, "case {i}");
+        let folded = act.is_some() && !both;
+        let want = match (&act, folded) {
+            (Some(Op::Clamp(_)), true) => (7, (0.0, 6.0)),
+            (Some(_), true) => (7, (0.0, f32::INFINITY)),
+            _ => (6, NO_BOUNDS),
+        };
+        assert_eq!(
+            (s.residual, s.out, s.after),
+            (4, want.0, want.1),
+            "case {i}"
+        );
+        assert!(plan.is_fused(2) && plan.sum(0).is_none(), "case {i}");
+        assert_eq!(plan.is_fused(3), folded, "case {i}");
+        // Graph 2: blocked, the add (and the activation) nodes of their
+        // own; graph 3: plain.
+        let g2 = cpu.graphs.get_mut(&2).unwrap().nchwc.as_mut().unwrap();
+        g2.sums.clear();
+        g2.fused.iter_mut().for_each(|f| *f = false);
+        cpu.graphs.get_mut(&3).unwrap().nchwc = None;
+        let x = random(16 * 81, 1);
+        let mut run = |id| run_graph(&mut cpu, id, &graph, &x);
+        let (fused, apart, plain) = (run(1), run(2), run(3));
+        assert_eq!(fused.len(), apart.len());
+        for ((f, a), p) in fused.iter().zip(&apart).zip(&plain) {
+            assert!(same_bits(f, a), "case {i}");
+            assert_near(f, p);
+        }
+        // The activation cut something (the test would not see it
+        // otherwise).
+        if act.is_some() {
+            assert!(fused[0].contains(&0.0), "case {i}");
+        }
     }
-    let plan = cpu.graphs[&1].nchwc.as_ref().expect("a plan");
-    let s = plan.sum(1).expect("the 1x1 convolution does the add");
-    assert_eq!((s.residual, s.out), (4, 6));
-    assert!(plan.is_fused(2) && plan.sum(0).is_none());
-    // Graph 2: blocked, the add a node of its own; graph 3: plain.
-    let g2 = cpu.graphs.get_mut(&2).unwrap().nchwc.as_mut().unwrap();
-    g2.sums.clear();
-    g2.fused.iter_mut().for_each(|f| *f = false);
-    cpu.graphs.get_mut(&3).unwrap().nchwc = None;
-    let x = random(16 * 81, 1);
-    fused_apart_plain(&mut cpu, &graph, &x);
 }
 
 /// conv -> global average, max and l2 pooling: the pools read the
@@ -797,17 +886,19 @@ fn winograd_case(i: usize, (x, o, pad): WinogradCase) {
             }
             let r = random(got.len(), i as u64 + 120);
             let rb = Buf::F32(block(&r, dims(&out)));
-            let with = unblock(
-                &conv(&c, &p, &ins, Some(&rb), &out).unwrap().to_f32_vec(),
-                dims(&out),
+            let with = |after| {
+                let v = conv(&c, &p, &ins, Some((&rb, after)), &out)
+                    .unwrap()
+                    .to_f32_vec();
+                unblock(&v, dims(&out))
+            };
+            check_sums(
+                &with(NO_BOUNDS),
+                &with(AFTER),
+                &got,
+                &r,
+                &format!("case {i} {isa:?}"),
             );
-            for (k, (a, b)) in with.iter().zip(&got).enumerate() {
-                assert_eq!(
-                    a.to_bits(),
-                    (b + r[k]).to_bits(),
-                    "case {i} {isa:?} sum at {k}"
-                );
-            }
             match &first {
                 None => first = Some(got),
                 Some(f0) => assert!(

@@ -216,7 +216,7 @@ unsafe fn output_tile<N: Vf>(
     bias: N,
     (lo, hi): (N, N),
     out: *mut f32,
-    sum: *const f32,
+    (sum, (alo, ahi)): (*const f32, (N, N)),
     ow: usize,
     (rows, cols): (usize, usize),
 ) {
@@ -244,6 +244,7 @@ unsafe fn output_tile<N: Vf>(
                 let mut z = N::min(hi, N::max(lo, N::add(yc, bias)));
                 if !sum.is_null() {
                     z = N::add(z, N::load(sum.add(at)));
+                    z = N::min(ahi, N::max(alo, z));
                 }
                 z.store(out.add(at));
             }
@@ -271,7 +272,7 @@ pub(super) unsafe fn winograd<V: Vf, N: Vf>(
     x: &[f32],
     bias: Option<&[f32]>,
     (lo, hi): (f32, f32),
-    sum: Option<&[f32]>,
+    (sum, after): (Option<&[f32]>, (f32, f32)),
     res: &mut [f32],
 ) {
     let (ic, oc) = (p.in_channels, p.out_channels);
@@ -354,7 +355,7 @@ pub(super) unsafe fn winograd<V: Vf, N: Vf>(
                             xs as *const f32,
                             (us as *const f32, mine),
                             (bs, ss),
-                            (lo, hi),
+                            (lo, hi, after),
                             (vs.as_mut_ptr(), ms.as_mut_ptr()),
                             o.0,
                         )
@@ -388,7 +389,7 @@ unsafe fn run_group<V: Vf, N: Vf>(
     x: *const f32,
     (u, panels): (*const f32, &[Panel]),
     (bias, sum): (Option<usize>, Option<usize>),
-    (lo, hi): (f32, f32),
+    (lo, hi, after): (f32, f32, (f32, f32)),
     (vs, ms): (*mut f32, *mut f32),
     out: *mut f32,
 ) {
@@ -443,6 +444,7 @@ unsafe fn run_group<V: Vf, N: Vf>(
         }
         // Output transform, with the epilogue.
         let (lo, hi) = (N::splat(lo), N::splat(hi));
+        let after = (N::splat(after.0), N::splat(after.1));
         let opl = tl.oh * tl.ow * L;
         let (Some(first), Some(end)) = (panels.first(), panels.last()) else {
             return;
@@ -463,7 +465,7 @@ unsafe fn run_group<V: Vf, N: Vf>(
                     bv,
                     (lo, hi),
                     out.add(at),
-                    sp,
+                    (sp, after),
                     tl.ow,
                     fit,
                 );

@@ -432,8 +432,14 @@ pub(super) fn execute(
                         .ok_or_else(|| {
                             Error::operation("a concatenation's part is out of range")
                         })?;
-                    // Nothing to store: the part is written.
-                    nchwc::conv_into(c, p, &ins, None, &out_descs[0], part).map(|()| Vec::new())
+                    // Nothing to store: the part is written (and rounded
+                    // as this node's own result would be).
+                    nchwc::conv_into(c, p, &ins, None, &out_descs[0], part).map(|()| {
+                        if half {
+                            round_to_half(part);
+                        }
+                        Vec::new()
+                    })
                 }
                 (Op::Conv2d(p), _, Some(c)) => {
                     let residual = match sum {

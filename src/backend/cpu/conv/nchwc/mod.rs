@@ -741,10 +741,11 @@ fn activations_after_sums(
 }
 
 /// The blocked concatenations whose every input a convolution writes in
-/// place (see [`ConcatPart`]): of one image, float32 (a float16 node's result
-/// is rounded after it), each input produced by a convolution that
-/// writes only it (no residual add, no chain) and read by nothing else.
-/// The producers by node, and the concatenations.
+/// place (see [`ConcatPart`]): of one image, each input produced by a
+/// convolution that writes only it (no residual add, no chain) and read
+/// by nothing else (a float16 one rounds its part to float16 as it
+/// would its own output). The producers by node, and the
+/// concatenations.
 fn concats_in_place(
     graph: &Graph,
     concats: &[bool],
@@ -758,7 +759,7 @@ fn concats_in_place(
     for (ni, node) in graph.nodes.iter().enumerate() {
         let [out] = node.outputs[..] else { continue };
         let d = &graph.operands[out];
-        if !concats[ni] || half[out] || d.shape.first() != Some(&1) {
+        if !concats[ni] || d.shape.first() != Some(&1) {
             continue;
         }
         let total = d.element_count();
@@ -771,6 +772,7 @@ fn concats_in_place(
                 && !chains.contains_key(&m)
                 && !fused[m]
                 && graph.nodes[m].outputs[..] == [i]
+                && half[i] == half[out]
                 && readers[i] == 1
                 && !into.contains_key(&m);
             if !writes_it {

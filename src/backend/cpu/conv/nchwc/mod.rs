@@ -1002,9 +1002,16 @@ pub(in crate::backend::cpu) fn conv_into(
                         res,
                     ),
                     #[cfg(target_arch = "aarch64")]
-                    Isa::Neon => {
-                        winograd::winograd::<Neon8, Neon8>(u, panels, p, x, bias, bounds, sum, res)
-                    }
+                    Isa::Neon => winograd::winograd::<Neon8, Neon8>(
+                        u,
+                        panels,
+                        p,
+                        x,
+                        bias,
+                        bounds,
+                        (sum, after),
+                        res,
+                    ),
                     #[cfg(test)]
                     Isa::Portable => winograd::winograd::<Lanes<16>, Lanes<8>>(
                         u,

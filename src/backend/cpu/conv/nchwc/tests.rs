@@ -1251,3 +1251,35 @@ fn float16_depthwise_chains_give_the_bits_of_their_nodes() {
         }
     }
 }
+
+/// The tiles after a panel's first ask for the next panel's lines, each
+/// tile the run after the one before, until the panel is covered; the
+/// first tile, and any tile of the last panel, ask for none.
+#[test]
+fn tiles_after_the_first_ask_for_the_next_panel() {
+    let rows = 72;
+    let next = Panel {
+        ob0: 4,
+        nb: 4,
+        off: 1000,
+    };
+    let w = std::ptr::null::<f32>().wrapping_add(1 << 20);
+    let at = |k| direct::next_from(k, Some(&next), rows, w);
+    assert!(
+        at(0).is_null(),
+        "the first tile reads its own panel from memory"
+    );
+    // A panel of 4 blocks is 72 rows of 32 floats; a tile asks for one
+    // line of 16 floats per row it steps through, so two tiles cover it.
+    assert_eq!(at(1), w.wrapping_add(1000));
+    assert_eq!(at(2), w.wrapping_add(1000 + 72 * 16));
+    assert!(at(3).is_null(), "the panel is covered after two tiles");
+    assert!(direct::next_from(1, None, rows, w).is_null());
+    // A narrow next panel (2 blocks: 16 floats a row) takes one tile.
+    let narrow = Panel { nb: 2, ..next };
+    assert_eq!(
+        direct::next_from(1, Some(&narrow), rows, w),
+        w.wrapping_add(1000)
+    );
+    assert!(direct::next_from(2, Some(&narrow), rows, w).is_null());
+}

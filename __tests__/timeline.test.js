@@ -57,6 +57,65 @@ describe('tensor.destroy()', () => {
   });
 });
 
+describe('readTensor(tensor, view)', () => {
+  // The CPU backend lends a read into a view the tensor's own buffer,
+  // which the JS thread copies from: the writes and dispatches queued
+  // after the read must replace that buffer, never change it.
+  const N = 1 << 16; // past the size from which buffers are pooled
+  const filled = (seed) => Float32Array.from({ length: N }, (_, i) => ((i * 7 + seed) % 251) - 125);
+
+  test('sees the tensor as the queue left it, though writes follow at once', async () => {
+    const context = await ml.createContext();
+    const t = await context.createTensor({ ...f32([N]), readable: true, writable: true });
+    const views = [0, 1, 2].map(() => new Float32Array(N));
+    const reads = [];
+    for (let k = 0; k < 3; k++) {
+      context.writeTensor(t, filled(k));
+      reads.push(context.readTensor(t, views[k]));
+    }
+    context.writeTensor(t, filled(9));
+    expect(await Promise.all(reads)).toEqual([undefined, undefined, undefined]);
+    for (let k = 0; k < 3; k++) expect(views[k]).toEqual(filled(k));
+    expect(new Float32Array(await context.readTensor(t))).toEqual(filled(9));
+  });
+
+  test("sees a dispatch's result, though the next dispatch into the same tensor follows at once", async () => {
+    const context = await ml.createContext();
+    const b = new MLGraphBuilder(context);
+    const x = b.input('x', f32([N]));
+    const graph = await b.build({ y: b.add(x, x) });
+    const input = await context.createTensor({ ...f32([N]), writable: true });
+    const output = await context.createTensor({ ...f32([N]), readable: true });
+    const rounds = 8;
+    const views = Array.from({ length: rounds }, () => new Float32Array(N));
+    const whole = [];
+    const reads = [];
+    for (let k = 0; k < rounds; k++) {
+      context.writeTensor(input, filled(k));
+      context.dispatch(graph, { x: input }, { y: output });
+      reads.push(context.readTensor(output, views[k]));
+      if (k % 2) whole.push(context.readTensor(output));
+    }
+    await Promise.all(reads);
+    const buffers = await Promise.all(whole);
+    for (let k = 0; k < rounds; k++) expect(views[k]).toEqual(filled(k).map((v) => 2 * v));
+    buffers.forEach((ab, i) => expect(new Float32Array(ab)).toEqual(filled(2 * i + 1).map((v) => 2 * v)));
+  });
+
+  test('a view of a shared buffer at an offset gets the bytes, and a destroy after the read rejects it', async () => {
+    const context = await ml.createContext();
+    const t = await context.createTensor({ ...f32([N]), readable: true, writable: true });
+    context.writeTensor(t, filled(3));
+    const sab = new SharedArrayBuffer(4 * N + 64);
+    const view = new Int8Array(sab, 64, 4 * N);
+    await context.readTensor(t, view);
+    expect(new Float32Array(sab, 64, N)).toEqual(filled(3));
+    const pending = context.readTensor(t, new Float32Array(N));
+    t.destroy();
+    expect((await rejection(pending)).name).toBe('InvalidStateError');
+  });
+});
+
 describe('graph.destroy()', () => {
   test('later dispatch throws and compute rejects with InvalidStateError', async () => {
     const context = await ml.createContext();

@@ -38,7 +38,9 @@ pub enum Payload {
         accelerated: bool,
         max_tensor_byte_length: usize,
     },
-    Tensor(Buf),
+    /// A read's contents: a copy made for the reader, or the tensor's own
+    /// buffer shared with it (see [`Command::ReadTensor`]'s `shared`).
+    Tensor(Arc<Buf>),
     /// A `compute()`'s results, and its inputs handed back when asked
     /// (the caller's transferred buffers return as these, with no copy).
     Outputs {
@@ -152,6 +154,10 @@ pub enum Command {
         respond: Responder,
         /// When the request was made.
         sent: std::time::Instant,
+        /// The reader copies the contents out at once (into the caller's
+        /// view), so the backend may share the tensor's buffer rather
+        /// than copy it ([`Backend::read_tensor_shared_async`]).
+        shared: bool,
     },
     DestroyTensor {
         id: TensorId,
@@ -360,11 +366,11 @@ struct PendingRead {
 
 impl PendingRead {
     /// Settles with what the backend read (its failures are UnknownErrors).
-    fn finish(self, result: Result<Buf>) {
+    fn finish(self, result: Result<Arc<Buf>>) {
         self.settle(result.map_err(|e| Error::unknown(format!("readTensor: {}", e.message))));
     }
 
-    fn settle(mut self, result: Result<Buf>) {
+    fn settle(mut self, result: Result<Arc<Buf>>) {
         if let Some((sink, r, sent)) = self.to.take() {
             sink.read_waited(sent.elapsed());
             respond(&*sink, r, result.map(Payload::Tensor));
@@ -447,6 +453,7 @@ impl Worker {
                 id,
                 respond: r,
                 sent,
+                shared,
             } => {
                 let pending = PendingRead {
                     to: Some((self.sink.clone(), r, sent)),
@@ -458,7 +465,16 @@ impl Worker {
                     // this thread goes on with the next commands.
                     None => {
                         let _ = guarded("readTensor", || {
-                            b.read_tensor_async(id, Box::new(move |r| pending.finish(r)));
+                            match shared {
+                                true => b.read_tensor_shared_async(
+                                    id,
+                                    Box::new(move |r| pending.finish(r)),
+                                ),
+                                false => b.read_tensor_async(
+                                    id,
+                                    Box::new(move |r| pending.finish(r.map(Arc::new))),
+                                ),
+                            }
                             Ok(())
                         });
                     }

@@ -26,6 +26,10 @@ pub type GraphId = u64;
 /// Receives the result of [`Backend::read_tensor_async`], on any thread.
 pub type ReadDone = Box<dyn FnOnce(Result<Buf>) + Send>;
 
+/// Receives the result of [`Backend::read_tensor_shared_async`], on any
+/// thread.
+pub type SharedReadDone = Box<dyn FnOnce(Result<Arc<Buf>>) + Send>;
+
 /// The operations a timeline runs, in submission order.
 pub trait Backend {
     /// `"cpu"` or `"gpu"`.
@@ -63,6 +67,14 @@ pub trait Backend {
     /// it; the default reads at once.
     fn read_tensor_async(&mut self, id: TensorId, done: ReadDone) {
         done(self.read_tensor(id))
+    }
+    /// [`Backend::read_tensor_async`] for a reader that copies the
+    /// contents once more anyway (`readTensor(tensor, view)` into the
+    /// caller's view): a backend whose tensors live in host memory hands
+    /// over the tensor's own buffer, which it never changes in place, so
+    /// the contents are copied once instead of twice. The default copies.
+    fn read_tensor_shared_async(&mut self, id: TensorId, done: SharedReadDone) {
+        self.read_tensor_async(id, Box::new(move |r| done(r.map(Arc::new))))
     }
     /// Compiles a graph once: constants are converted and uploaded here.
     fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()>;

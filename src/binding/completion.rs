@@ -176,6 +176,9 @@ fn resolve_value(
             Ok(inst.value)
         }
         (PendingKind::Read { data_type, .. }, Payload::Tensor(buf)) => {
+            // A read for a new ArrayBuffer is a copy made for it (see
+            // `Command::ReadTensor`), which this holds alone.
+            let buf = Arc::try_unwrap(buf).unwrap_or_else(|b| b.pooled_clone());
             views::arraybuffer_from_buf(env, buf, data_type).map_err(n)
         }
         (
@@ -185,9 +188,12 @@ fn resolve_value(
             Payload::Tensor(buf),
         ) => {
             let r = views::copy_into_view(env, &view, &buf, data_type);
-            // The memory goes back to the pool for the next read of
-            // this size.
-            buf.recycle();
+            // A copy made for this read goes back to the pool for the
+            // next read of this size; the tensor's own buffer, shared,
+            // stays the tensor's.
+            if let Ok(buf) = Arc::try_unwrap(buf) {
+                buf.recycle();
+            }
             view.delete(env);
             r?;
             raw::undefined(env).map_err(n)

@@ -478,6 +478,7 @@ impl MLContext {
                     id: t.info.id,
                     respond: Responder::Js(req),
                     sent: std::time::Instant::now(),
+                    shared: false,
                 },
             );
             Ok(p)
@@ -647,6 +648,9 @@ impl MLContext {
                 }
             };
             let id = t.info.id;
+            // Into a view: the JS thread copies the contents once, from
+            // the tensor's own buffer where the backend shares it.
+            let into = matches!(kind, PendingKind::ReadInto { .. });
             let (req, p) = map_err(shared::register(e, &self.shared, kind))?;
             let waiting = completion::expect_soon(&self.shared.inbox);
             self.shared.send_or_reject(
@@ -656,6 +660,7 @@ impl MLContext {
                     id,
                     respond: Responder::Js(req),
                     sent: std::time::Instant::now(),
+                    shared: into,
                 },
             );
             if waiting {

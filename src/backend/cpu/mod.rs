@@ -48,7 +48,17 @@ pub(crate) type Constants = HashMap<usize, Arc<Buf>>;
 
 struct CpuTensor {
     desc: OperandDescriptor,
-    data: Buf,
+    /// Shared with a `readTensor(tensor, view)` in flight, which copies
+    /// it on the JS thread: never changed in place, only replaced.
+    data: Arc<Buf>,
+}
+
+/// Gives a tensor's replaced buffer back to the pool, unless a read
+/// still holds it (that read's end frees it).
+fn recycle_shared(data: Arc<Buf>) {
+    if let Ok(b) = Arc::try_unwrap(data) {
+        b.recycle();
+    }
 }
 
 struct CompiledGraph {
@@ -310,7 +320,13 @@ impl CpuBackend {
         let data = data()?;
         self.tensor_bytes += bytes;
         let desc = desc.clone();
-        self.tensors.insert(id, CpuTensor { desc, data });
+        self.tensors.insert(
+            id,
+            CpuTensor {
+                desc,
+                data: Arc::new(data),
+            },
+        );
         Ok(())
     }
 
@@ -659,7 +675,7 @@ impl Backend for CpuBackend {
     fn destroy_tensor(&mut self, id: TensorId) {
         if let Some(t) = self.tensors.remove(&id) {
             self.tensor_bytes -= held_bytes(&t.desc);
-            t.data.recycle();
+            recycle_shared(t.data);
         }
     }
 
@@ -671,7 +687,7 @@ impl Backend for CpuBackend {
         if data.len() != t.desc.element_count() {
             return Err(Error::type_error("the data does not fit the tensor"));
         }
-        std::mem::replace(&mut t.data, data).recycle();
+        recycle_shared(std::mem::replace(&mut t.data, Arc::new(data)));
         Ok(())
     }
 
@@ -680,6 +696,15 @@ impl Backend for CpuBackend {
             .get(&id)
             .map(|t| t.data.pooled_clone())
             .ok_or_else(|| Error::invalid_state("the tensor is destroyed"))
+    }
+
+    fn read_tensor_shared_async(&mut self, id: TensorId, done: crate::backend::SharedReadDone) {
+        done(
+            self.tensors
+                .get(&id)
+                .map(|t| Arc::clone(&t.data))
+                .ok_or_else(|| Error::invalid_state("the tensor is destroyed")),
+        )
     }
 
     fn compile(&mut self, id: GraphId, graph: Arc<Graph>) -> Result<()> {
@@ -891,7 +916,7 @@ impl Backend for CpuBackend {
             .map(|id| {
                 self.tensors
                     .get(id)
-                    .map(|t| &t.data)
+                    .map(|t| &*t.data)
                     .ok_or_else(|| Error::invalid_state("an input tensor is destroyed"))
             })
             .collect::<Result<_>>()?;
@@ -899,7 +924,7 @@ impl Backend for CpuBackend {
         let results = self.run_hot(cg.hot, || execute(cg, &ins, budget))?;
         for (id, r) in outputs.iter().zip(results) {
             if let Some(t) = self.tensors.get_mut(id) {
-                std::mem::replace(&mut t.data, r).recycle();
+                recycle_shared(std::mem::replace(&mut t.data, Arc::new(r)));
             }
         }
         Ok(())

@@ -54,7 +54,7 @@ struct CpuTensor {
 }
 
 /// Gives a tensor's replaced buffer back to the pool, unless a read
-/// still holds it (that read's end frees it).
+/// still holds it (the read gives it back when it is done with it).
 fn recycle_shared(data: Arc<Buf>) {
     if let Ok(b) = Arc::try_unwrap(data) {
         b.recycle();

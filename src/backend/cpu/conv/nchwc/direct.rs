@@ -245,7 +245,7 @@ struct Ends {
 const NEXT_STEP: usize = 16;
 
 /// Where tile `k` (from 0) of a panel's tiles in a task starts asking
-/// for the next panel `nx` (`rows` rows of `floats` each), or null. A
+/// for the next panel `nx` (`rows` rows, as its own panel has), or null. A
 /// deep layer's panel comes from memory on its first tile, which then
 /// waits on it at the memory's pace (ResNet-50's 3x3 convolutions from
 /// 512 channels at 7x7: 9.4 MB of filter for 49 pixels); the tiles after

@@ -114,6 +114,57 @@ fn windowed_pooling_gives_the_bits_of_the_nchw_kernel() {
     assert!(pool::window(&odd, &[0.0; 128]).is_err());
 }
 
+/// Max pools of input without NaN, whose windows tie between zeros of
+/// both signs (in one row and across rows, the other values negative),
+/// and of the same input with one NaN, one infinity or one huge value:
+/// the bits of the NCHW kernel (the first of equal values, the first
+/// NaN). Every case above, a tall window, and SqueezeNet's first pool,
+/// which the kernel splits into tasks over two threads.
+#[test]
+fn max_pools_keep_the_first_of_tied_zeros() {
+    let mut all = cases();
+    all.push(((1, 64, 111, 111), [3, 3], [0; 4], [2, 2], [1, 1], true));
+    all.push(((1, 8, 40, 12), [9, 2], [4, 4, 0, 1], [1, 1], [1, 1], false));
+    let pool2 = crate::backend::cpu::pool(2).unwrap();
+    for (i, &(x, win, pad, s, d, ceil)) in all.iter().enumerate() {
+        let p = pool(PoolKind::Max, x, win, pad, s, d, ceil);
+        let len = x.0 * x.1 * x.2 * x.3;
+        let mut v: Vec<f32> = random(len, i as u64 + 70)
+            .iter()
+            .map(|e| -e.abs())
+            .collect();
+        for (j, e) in v.iter_mut().enumerate() {
+            match j % 7 {
+                0 | 3 => *e = 0.0,
+                1 | 5 => *e = -0.0,
+                _ => {}
+            }
+        }
+        let od = OperandDescriptor {
+            data_type: DataType::Float32,
+            shape: vec![x.0, x.1, p.out_h, p.out_w],
+        };
+        for special in [
+            None,
+            Some(f32::NAN),
+            Some(f32::NEG_INFINITY),
+            Some(f32::MAX),
+        ] {
+            let mut v = v.clone();
+            if let Some(e) = special {
+                // Near the middle of a plane.
+                v[len / 2 + x.3 / 2] = e;
+            }
+            let want = crate::backend::cpu::conv::pool2d(&p, &Buf::F32(v.clone()), &od)
+                .unwrap()
+                .to_f32_vec();
+            let got = pool2.install(|| pool::window(&p, &block(&v, x))).unwrap();
+            let got = unblock(&got, (x.0, x.1, p.out_h, p.out_w));
+            assert!(same_bits(&got, &want), "case {i} {special:?}");
+        }
+    }
+}
+
 /// Concatenation of blocked operands is each batch element's parts one
 /// after another: the blocked form of the NCHW concatenation. At 37x41
 /// the output (145,632 floats) is copied in three pieces by the threads,

@@ -7,7 +7,7 @@
 use super::layouts::{in_half, in_nhwc, nhwc_of};
 use super::*;
 use crate::backend::cpu::conv::tests::pool_params as pool;
-use crate::graph::ops::conv::PoolKind;
+use crate::graph::ops::conv::{Pool2dParams, PoolKind};
 use crate::graph::ops::shape::ConcatParams;
 
 /// Input, window, padding, strides, dilations, ceil rounding.
@@ -37,6 +37,24 @@ fn cases() -> Vec<Case> {
         ((1, 8, 9, 23), [3, 3], [0; 4], [1, 1], [1, 1], false),
         ((2, 16, 10, 31), [3, 3], [1, 2, 2, 1], [1, 1], [2, 2], false),
     ]
+}
+
+/// Pooling `p` of NCHW `v` (of shape `x`) by the blocked kernel, back in
+/// NCHW, and by the NCHW kernel.
+fn blocked_and_nchw(
+    p: &Pool2dParams,
+    x: (usize, usize, usize, usize),
+    v: &[f32],
+) -> (Vec<f32>, Vec<f32>) {
+    let od = OperandDescriptor {
+        data_type: DataType::Float32,
+        shape: vec![x.0, x.1, p.out_h, p.out_w],
+    };
+    let want = crate::backend::cpu::conv::pool2d(p, &Buf::F32(v.to_vec()), &od)
+        .unwrap()
+        .to_f32_vec();
+    let got = pool::window(p, &block(v, x)).unwrap();
+    (unblock(&got, (x.0, x.1, p.out_h, p.out_w)), want)
 }
 
 /// The kernel against the NCHW kernel, every kind and case, on input
@@ -69,15 +87,7 @@ fn windowed_pooling_gives_the_bits_of_the_nchw_kernel() {
                     _ => {}
                 }
             }
-            let od = OperandDescriptor {
-                data_type: DataType::Float32,
-                shape: vec![x.0, x.1, p.out_h, p.out_w],
-            };
-            let want = crate::backend::cpu::conv::pool2d(&p, &Buf::F32(v.clone()), &od)
-                .unwrap()
-                .to_f32_vec();
-            let got = pool::window(&p, &block(&v, x)).unwrap();
-            let got = unblock(&got, (x.0, x.1, p.out_h, p.out_w));
+            let (got, want) = blocked_and_nchw(&p, x, &v);
             // Max selects, so it keeps a NaN's payload; sums compute with it.
             let same = match kind {
                 PoolKind::Max => same_bits(&got, &want),
@@ -140,10 +150,6 @@ fn max_pools_keep_the_first_of_tied_zeros() {
                 _ => {}
             }
         }
-        let od = OperandDescriptor {
-            data_type: DataType::Float32,
-            shape: vec![x.0, x.1, p.out_h, p.out_w],
-        };
         for special in [
             None,
             Some(f32::NAN),
@@ -155,11 +161,7 @@ fn max_pools_keep_the_first_of_tied_zeros() {
                 // Near the middle of a plane.
                 v[len / 2 + x.3 / 2] = e;
             }
-            let want = crate::backend::cpu::conv::pool2d(&p, &Buf::F32(v.clone()), &od)
-                .unwrap()
-                .to_f32_vec();
-            let got = pool2.install(|| pool::window(&p, &block(&v, x))).unwrap();
-            let got = unblock(&got, (x.0, x.1, p.out_h, p.out_w));
+            let (got, want) = pool2.install(|| blocked_and_nchw(&p, x, &v));
             assert!(same_bits(&got, &want), "case {i} {special:?}");
         }
     }

@@ -87,12 +87,10 @@ function parseOurs(stderr) {
 // onnxruntime's trace: per node, the fastest of its kernel times.
 async function ortNodes({ workload, threads, runs }) {
   const ort = require('onnxruntime-node');
-  const { OnnxEmitter } = require('./onnx');
-  const emitter = new OnnxEmitter(workload.title);
-  workload.build(emitter, makeRandom(WEIGHT_SEED));
+  const { onnxModel } = require('./run');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'webnn-bench-'));
   try {
-    const session = await ort.InferenceSession.create(emitter.encode(), {
+    const session = await ort.InferenceSession.create(onnxModel(workload), {
       ...ortSessionOptions(threads),
       enableProfiling: true,
       profileFilePrefix: path.join(dir, 'ort'),

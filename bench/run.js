@@ -525,6 +525,9 @@ async function main(opts) {
   return rows.some((r) => r.failed) || minilmFailed || llmFailed ? 1 : 0;
 }
 
+// The ONNX model of a workload, for bench/nodes.js.
+module.exports = { onnxModel };
+
 if (require.main === module) {
   let opts;
   try {

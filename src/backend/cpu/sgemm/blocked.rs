@@ -1,6 +1,7 @@
 //! The blocked product: its loops over B blocks, the tasks of one
 //! block, and each task's tiles.
 
+use super::blocking::MAX_KG;
 use super::*;
 
 /// C's storage shared by the tasks of one block.
@@ -37,14 +38,32 @@ pub(super) enum ASrc<'a> {
     Packed(&'a PackedA),
 }
 
-/// One task: rows `r0..r1`, the B panels `q0..q1` of the current block
-/// (columns `j0 + q * nr`, clipped at `j0 + cols`), depth `p0..p0 + kc`.
+/// One KC block of a task's group: depth `p0..p0 + kc`, and its packed B
+/// block (empty where B is read in place).
+#[derive(Clone, Copy)]
+pub(super) struct KBlock<'a> {
+    pub(super) p0: usize,
+    pub(super) kc: usize,
+    pub(super) bblock: &'a [f32],
+}
+
+impl KBlock<'_> {
+    const NONE: KBlock<'static> = KBlock {
+        p0: 0,
+        kc: 0,
+        bblock: &[],
+    };
+}
+
+/// One task: rows `r0..r1`, the B panels `q0..q1` of the current blocks
+/// (columns `j0 + q * nr`, clipped at `j0 + cols`), over the KC blocks
+/// `blocks` (consecutive, at most [`MAX_KG`]; see [`Kernel::grouping`]).
 pub(super) struct Task<'a> {
     pub(super) kern: &'static Kernel,
     pub(super) a: ASrc<'a>,
-    pub(super) bblock: &'a [f32],
-    /// B read in place (the kernel has a rows form): then `bblock` is
-    /// empty.
+    pub(super) blocks: &'a [KBlock<'a>],
+    /// B read in place (the kernel has a rows form): then the blocks'
+    /// `bblock`s are empty.
     pub(super) brows: Option<RowsB<'a>>,
     pub(super) c: CPtr,
     pub(super) ldc: usize,
@@ -52,10 +71,8 @@ pub(super) struct Task<'a> {
     pub(super) panels: (usize, usize),
     pub(super) j0: usize,
     pub(super) cols: usize,
-    pub(super) p0: usize,
-    pub(super) kc: usize,
-    pub(super) accumulate: bool,
-    /// Applied to each finished tile by the tasks of the last KC block.
+    /// Applied to each finished tile after the last of `blocks`, when it
+    /// is the product's last KC block.
     pub(super) fuse: Option<&'a Fuse<'a>>,
 }
 
@@ -70,47 +87,62 @@ impl Task<'_> {
     /// `j0 + cols` columns.
     pub(super) unsafe fn run(&self) {
         let k = self.kern;
-        let (mr, kc) = (k.mr, self.kc);
+        let mr = k.mr;
         let (r0, r1) = self.rows;
         let (q0, q1) = self.panels;
-        if r0 >= r1 || q0 >= q1 {
+        let g = self.blocks.len().min(MAX_KG);
+        if r0 >= r1 || q0 >= q1 || g == 0 {
             return;
         }
         let row_panels = (r1 - r0).div_ceil(mr);
         match self.a {
             ASrc::Packed(pa) => {
-                // Row blocks start on whole panels (see gemm_blocked).
-                let start = pa.block_start(self.p0) + (r0 / mr) * kc * mr;
-                let apack = &pa.data.as_slice()[start..start + row_panels * kc * mr];
+                let mut apacks: [&[f32]; MAX_KG] = [&[]; MAX_KG];
+                for (ap, blk) in apacks.iter_mut().zip(&self.blocks[..g]) {
+                    // Row blocks start on whole panels (see gemm_blocked).
+                    let start = pa.block_start(blk.p0) + (r0 / mr) * blk.kc * mr;
+                    *ap = &pa.data.as_slice()[start..start + row_panels * blk.kc * mr];
+                }
                 // SAFETY: `run`'s contract is `tiles`' (C, features, fuse);
-                // `apack` holds the `row_panels` panels `tiles` reads
-                // (sliced with bounds checks just above).
-                unsafe { self.tiles(apack) }
+                // `apacks` hold the `row_panels` panels of each block that
+                // `tiles` reads (sliced with bounds checks just above).
+                unsafe { self.tiles(&apacks[..g]) }
             }
             ASrc::Plain(a) => A_PACK.with(|buf| {
                 let mut buf = buf.borrow_mut();
-                buf.ensure(row_panels * kc * mr);
-                let apack = buf.as_mut_slice();
-                for (ip, dst) in apack.chunks_mut(kc * mr).take(row_panels).enumerate() {
-                    let i = r0 + ip * mr;
-                    pack_a_panel(a, i, mr.min(r1 - i), self.p0, kc, mr, dst);
+                // Every block but a product's last is a whole KC deep.
+                let stride = row_panels * k.kc * mr;
+                buf.ensure(g * stride);
+                for (bi, blk) in self.blocks[..g].iter().enumerate() {
+                    let dst = &mut buf.as_mut_slice()[bi * stride..];
+                    for (ip, dst) in dst.chunks_mut(blk.kc * mr).take(row_panels).enumerate() {
+                        let i = r0 + ip * mr;
+                        pack_a_panel(a, i, mr.min(r1 - i), blk.p0, blk.kc, mr, dst);
+                    }
                 }
-                // SAFETY: as in the packed arm; `ensure` sized `apack` to
-                // the `row_panels` panels just packed.
-                unsafe { self.tiles(apack) }
+                let all = buf.as_slice();
+                let mut apacks: [&[f32]; MAX_KG] = [&[]; MAX_KG];
+                for (bi, (ap, blk)) in apacks.iter_mut().zip(&self.blocks[..g]).enumerate() {
+                    *ap = &all[bi * stride..bi * stride + row_panels * blk.kc * mr];
+                }
+                // SAFETY: as in the packed arm; `ensure` sized the buffer
+                // to the `row_panels` panels of every block just packed.
+                unsafe { self.tiles(&apacks[..g]) }
             }),
         }
     }
 
-    /// The tiles of this task, from its packed A panels (`apack`: one
-    /// `kc * mr` panel per `mr` rows of the task, sliced with bounds
-    /// checks, so only C needs the contract).
+    /// The tiles of this task, from its packed A panels (`apacks`, one
+    /// per block of the group: one `kc * mr` panel per `mr` rows of the
+    /// task, sliced with bounds checks, so only C needs the contract).
+    /// Each tile takes every block of the group in turn, so it stays in
+    /// L1 between them.
     ///
     /// # Safety
     /// As for [`Task::run`].
-    pub(super) unsafe fn tiles(&self, apack: &[f32]) {
+    pub(super) unsafe fn tiles(&self, apacks: &[&[f32]]) {
         let k = self.kern;
-        let (mr, nr, kc) = (k.mr, k.nr, self.kc);
+        let mr = k.mr;
         let (r0, r1) = self.rows;
         let (q0, q1) = self.panels;
         let row_panels = (r1 - r0).div_ceil(mr);
@@ -126,139 +158,158 @@ impl Task<'_> {
         // in L1 instead, over groups of B panels that L2 holds, as BLIS
         // orders its loops, measured the same in turns on an AVX-512 Xeon:
         // 1024^3 at one thread 167-175 GFLOP/s either way.)
-        let shallow = kc <= SHALLOW_KC;
+        let shallow = self.blocks[0].kc <= SHALLOW_KC;
         let (outer, inner) = if shallow {
             (row_panels, q1 - q0)
         } else {
             (q1 - q0, row_panels)
         };
+        let last = self.blocks.len() - 1;
         for (x, y) in (0..outer).flat_map(|x| (0..inner).map(move |y| (x, y))) {
             let (ip, q) = if shallow { (x, q0 + y) } else { (y, q0 + x) };
-            let jl = q * nr;
-            let ncols = nr.min(self.cols - jl);
-            let i = r0 + ip * mr;
-            let nrows = mr.min(r1 - i);
-            let ap = &apack[ip * kc * mr..(ip + 1) * kc * mr];
-            // A kernel for this edge tile's rows, when there is one.
-            let edge_kernel = match nrows < mr && ncols == nr {
-                true => k.edges.iter().find(|e| e.rows == nrows),
-                false => None,
-            };
-            // SAFETY: i < r1 <= rows.1 and j0 + jl < j0 + cols <= ldc, so
-            // the offset is inside the rows of C the caller vouched for
-            // (the same allocation).
-            let cp = unsafe { self.c.0.add(i * self.ldc + self.j0 + jl) };
-            // B read in place: a whole panel of columns is inside every
-            // row; an edge panel is packed here (zeros beyond the edge).
-            let panel: Option<&[f32]> = match (self.brows, k.rows) {
-                (Some(rb), Some(rows_fn)) if ncols == nr => {
-                    let col = self.j0 + jl;
-                    let whole = nrows == mr;
-                    let direct = whole || edge_kernel.is_some();
-                    let tf = self.fuse.filter(|_| direct).map(|f| f.tile(i, col));
-                    let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
-                    let (dst, ldc, acc) = if direct {
-                        (cp, self.ldc, self.accumulate)
-                    } else {
-                        (scratch.as_mut_ptr(), nr, false)
-                    };
-                    let rows_fn = edge_kernel.map_or(rows_fn, |e| e.rows_fn);
-                    // SAFETY: `kern` (and so its rows form and edge forms)
-                    // runs on this CPU (caller's contract). A: `ap` is one
-                    // bounds-checked panel of kc * mr floats, and an edge
-                    // kernel reads the first `rows` of each column of it.
-                    // B: `RowsB::new` checked offs[p] + n <= data.len() for
-                    // every row, the kc offsets are a checked subslice, and
-                    // col + nr = j0 + jl + nr <= j0 + cols <= n (ncols ==
-                    // nr). C: when `direct`, `dst` is this task's tile of
-                    // nrows (= mr, or the edge kernel's rows) by nr, inside
-                    // C as `cp` is, written by no other task; otherwise the
-                    // scratch tile, mr * nr <= MAX_TILE floats, nr apart.
-                    // `tp`, set only when direct, points to `tf`, alive
-                    // over the call; its row bias has rows.1 >= i + nrows
-                    // values from row i and its column bias n >= col + nr
-                    // from column col (`Fuse::check`).
-                    unsafe {
-                        rows_fn(
-                            kc,
-                            ap.as_ptr(),
-                            rb.data.as_ptr(),
-                            rb.offs[self.p0..self.p0 + kc].as_ptr(),
-                            col,
-                            dst,
-                            ldc,
-                            acc,
-                            tp,
-                        )
-                    };
-                    if direct {
-                        continue;
-                    }
-                    None
-                }
-                (Some(rb), _) => {
-                    edge.resize(kc * nr, 0.0);
-                    rb.pack(self.p0, kc, self.j0 + jl, ncols, nr, &mut edge);
-                    Some(&edge)
-                }
-                (None, _) => Some(&self.bblock[q * kc * nr..(q + 1) * kc * nr]),
-            };
-            if let Some(bp) = panel {
-                if (nrows == mr || edge_kernel.is_some()) && ncols == nr {
-                    let tf = self.fuse.map(|f| f.tile(i, self.j0 + jl));
-                    let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
-                    let func = edge_kernel.map_or(k.func, |e| e.func);
-                    // SAFETY: as for the rows form above, with B the
-                    // bounds-checked packed panel `bp` of kc * nr floats;
-                    // C is this task's whole tile (nrows == mr, or the
-                    // edge kernel's nrows) of nr columns (ncols == nr).
-                    unsafe {
-                        (func)(
-                            kc,
-                            ap.as_ptr(),
-                            bp.as_ptr(),
-                            cp,
-                            self.ldc,
-                            self.accumulate,
-                            tp,
-                        )
-                    };
-                    continue;
-                }
-                // An edge tile: computed whole in scratch.
-                // SAFETY: the kernel runs on this CPU (caller's contract);
-                // `ap` and `bp` are the checked kc * mr and kc * nr panels;
-                // the local scratch holds MAX_TILE >= mr * nr floats, which
-                // the kernel writes as mr rows of nr; no fuse.
+            for (bi, (blk, apack)) in self.blocks.iter().zip(apacks).enumerate() {
+                let ap = &apack[ip * blk.kc * mr..(ip + 1) * blk.kc * mr];
+                let fuse = self.fuse.filter(|_| bi == last);
+                // SAFETY: as for `run` (the tile at `ip`, `q` is this
+                // task's); `ap` is a checked panel of this block.
+                unsafe { self.tile(blk, fuse, ap, ip, q, &mut scratch, &mut edge) };
+            }
+        }
+    }
+
+    /// One tile (row panel `ip`, column panel `q`) over one KC block:
+    /// written when the block is the product's first, else added to.
+    ///
+    /// # Safety
+    /// As for [`Task::run`]; `ip` and `q` must be panels of this task.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile(
+        &self,
+        blk: &KBlock,
+        fuse: Option<&Fuse>,
+        ap: &[f32],
+        ip: usize,
+        q: usize,
+        scratch: &mut [f32; MAX_TILE],
+        edge: &mut Vec<f32>,
+    ) {
+        let k = self.kern;
+        let (mr, nr, kc) = (k.mr, k.nr, blk.kc);
+        let (r0, r1) = self.rows;
+        let accumulate = blk.p0 > 0;
+        let jl = q * nr;
+        let ncols = nr.min(self.cols - jl);
+        let i = r0 + ip * mr;
+        let nrows = mr.min(r1 - i);
+        // A kernel for this edge tile's rows, when there is one.
+        let edge_kernel = match nrows < mr && ncols == nr {
+            true => k.edges.iter().find(|e| e.rows == nrows),
+            false => None,
+        };
+        // SAFETY: i < r1 <= rows.1 and j0 + jl < j0 + cols <= ldc, so
+        // the offset is inside the rows of C the caller vouched for
+        // (the same allocation).
+        let cp = unsafe { self.c.0.add(i * self.ldc + self.j0 + jl) };
+        // B read in place: a whole panel of columns is inside every
+        // row; an edge panel is packed here (zeros beyond the edge).
+        let panel: Option<&[f32]> = match (self.brows, k.rows) {
+            (Some(rb), Some(rows_fn)) if ncols == nr => {
+                let col = self.j0 + jl;
+                let whole = nrows == mr;
+                let direct = whole || edge_kernel.is_some();
+                let tf = fuse.filter(|_| direct).map(|f| f.tile(i, col));
+                let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+                let (dst, ldc, acc) = if direct {
+                    (cp, self.ldc, accumulate)
+                } else {
+                    (scratch.as_mut_ptr(), nr, false)
+                };
+                let rows_fn = edge_kernel.map_or(rows_fn, |e| e.rows_fn);
+                // SAFETY: `kern` (and so its rows form and edge forms)
+                // runs on this CPU (caller's contract). A: `ap` is one
+                // bounds-checked panel of kc * mr floats, and an edge
+                // kernel reads the first `rows` of each column of it.
+                // B: `RowsB::new` checked offs[p] + n <= data.len() for
+                // every row, the kc offsets are a checked subslice, and
+                // col + nr = j0 + jl + nr <= j0 + cols <= n (ncols ==
+                // nr). C: when `direct`, `dst` is this task's tile of
+                // nrows (= mr, or the edge kernel's rows) by nr, inside
+                // C as `cp` is, written by no other task; otherwise the
+                // scratch tile, mr * nr <= MAX_TILE floats, nr apart.
+                // `tp`, set only when direct, points to `tf`, alive
+                // over the call; its row bias has rows.1 >= i + nrows
+                // values from row i and its column bias n >= col + nr
+                // from column col (`Fuse::check`).
                 unsafe {
-                    (k.func)(
+                    rows_fn(
                         kc,
                         ap.as_ptr(),
-                        bp.as_ptr(),
-                        scratch.as_mut_ptr(),
-                        nr,
-                        false,
-                        std::ptr::null(),
+                        rb.data.as_ptr(),
+                        rb.offs[blk.p0..blk.p0 + kc].as_ptr(),
+                        col,
+                        dst,
+                        ldc,
+                        acc,
+                        tp,
                     )
                 };
+                if direct {
+                    return;
+                }
+                None
             }
-            // The valid part of an edge tile (in scratch) is stored and the
-            // fused bias and bounds applied in scalar form.
-            for r in 0..nrows {
-                // SAFETY: row i + r < r1 of C, columns j0 + jl.. + ncols <=
-                // j0 + cols <= ldc: inside C (caller's contract), and in
-                // this task's tile, which no other thread touches; the
-                // slice ends with this iteration, before any kernel call.
-                let dst = unsafe { std::slice::from_raw_parts_mut(cp.add(r * self.ldc), ncols) };
-                let src = &scratch[r * nr..r * nr + ncols];
-                if self.accumulate {
-                    dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
-                } else {
-                    dst.copy_from_slice(src);
-                }
-                if let Some(f) = self.fuse {
-                    f.apply(i + r, self.j0 + jl, dst);
-                }
+            (Some(rb), _) => {
+                edge.resize(kc * nr, 0.0);
+                rb.pack(blk.p0, kc, self.j0 + jl, ncols, nr, edge);
+                Some(edge.as_slice())
+            }
+            (None, _) => Some(&blk.bblock[q * kc * nr..(q + 1) * kc * nr]),
+        };
+        if let Some(bp) = panel {
+            if (nrows == mr || edge_kernel.is_some()) && ncols == nr {
+                let tf = fuse.map(|f| f.tile(i, self.j0 + jl));
+                let tp = tf.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+                let func = edge_kernel.map_or(k.func, |e| e.func);
+                // SAFETY: as for the rows form above, with B the
+                // bounds-checked packed panel `bp` of kc * nr floats;
+                // C is this task's whole tile (nrows == mr, or the
+                // edge kernel's nrows) of nr columns (ncols == nr).
+                unsafe { (func)(kc, ap.as_ptr(), bp.as_ptr(), cp, self.ldc, accumulate, tp) };
+                return;
+            }
+            // An edge tile: computed whole in scratch.
+            // SAFETY: the kernel runs on this CPU (caller's contract);
+            // `ap` and `bp` are the checked kc * mr and kc * nr panels;
+            // the local scratch holds MAX_TILE >= mr * nr floats, which
+            // the kernel writes as mr rows of nr; no fuse.
+            unsafe {
+                (k.func)(
+                    kc,
+                    ap.as_ptr(),
+                    bp.as_ptr(),
+                    scratch.as_mut_ptr(),
+                    nr,
+                    false,
+                    std::ptr::null(),
+                )
+            };
+        }
+        // The valid part of an edge tile (in scratch) is stored and the
+        // fused bias and bounds applied in scalar form.
+        for r in 0..nrows {
+            // SAFETY: row i + r < r1 of C, columns j0 + jl.. + ncols <=
+            // j0 + cols <= ldc: inside C (caller's contract), and in
+            // this task's tile, which no other thread touches; the
+            // slice ends with this iteration, before any kernel call.
+            let dst = unsafe { std::slice::from_raw_parts_mut(cp.add(r * self.ldc), ncols) };
+            let src = &scratch[r * nr..r * nr + ncols];
+            if accumulate {
+                dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
+            } else {
+                dst.copy_from_slice(src);
+            }
+            if let Some(f) = fuse {
+                f.apply(i + r, self.j0 + jl, dst);
             }
         }
     }
@@ -324,10 +375,11 @@ pub(super) fn gemm_blocked_a(
     }
     let mr = kern.mr;
     let row_panels = m.div_ceil(mr);
+    let (_, mc, _) = kern.grouping(k);
     // Row blocks: as few as MC allows, but a multiple of the thread count
     // so that no thread idles at the end; when there are fewer row blocks
     // than threads, the columns are split too (lcm(blocks, threads) tasks).
-    let min_blocks = row_panels.div_ceil(kern.mc / mr);
+    let min_blocks = row_panels.div_ceil(mc / mr);
     let (row_blocks, col_chunks) = if threads <= 1 {
         (min_blocks, 1)
     } else if min_blocks >= threads {
@@ -351,7 +403,9 @@ pub(super) fn gemm_blocked_a(
     });
 }
 
-/// The block loops of [`gemm_blocked`], packing B into `bbuf`.
+/// The block loops of [`gemm_blocked`], packing B into `bbuf`: the KC
+/// blocks go by groups of [`Kernel::grouping`]'s `g` (one block each
+/// where it is 1), and the tasks of a group take all its blocks.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn blocks(
     kern: &'static Kernel,
@@ -365,39 +419,66 @@ pub(super) fn blocks(
     bbuf: &mut AlignedBuf,
 ) {
     let (mr, nr) = (kern.mr, kern.nr);
+    let (g, _, nc) = kern.grouping(k);
     let row_panels = m.div_ceil(mr);
     let mut j0 = 0;
     while j0 < n {
-        let cols = kern.nc.min(n - j0);
+        let cols = nc.min(n - j0);
         let col_panels = cols.div_ceil(nr);
         let chunks = col_chunks.min(col_panels);
+        // Where each block of a group starts in `bbuf` (every block but
+        // a product's last is a whole KC deep).
+        let stride = col_panels * kern.kc * nr;
         let mut p0 = 0;
         while p0 < k {
-            let kc = kern.kc.min(k - p0);
-            let bblock: &[f32] = match b {
-                BSrc::Packed(pb) => pb.block(p0, kc, j0),
-                BSrc::Plain(bm) => {
-                    bbuf.ensure(col_panels * kc * nr);
-                    pack_b_block(bm, p0, kc, j0, cols, nr, bbuf.as_mut_slice(), threads > 1);
-                    bbuf.as_slice()
-                }
-                BSrc::Gen(gen) => {
-                    bbuf.ensure(col_panels * kc * nr);
-                    pack_gen_block(gen, p0, kc, j0, cols, nr, bbuf.as_mut_slice(), threads > 1);
-                    bbuf.as_slice()
-                }
-                // Read in place by the tasks.
-                BSrc::Rows(_) if kern.rows.is_some() => &[],
-                BSrc::Rows(rb) => {
-                    bbuf.ensure(col_panels * kc * nr);
-                    rb.pack(p0, kc, j0, cols, nr, bbuf.as_mut_slice());
-                    bbuf.as_slice()
-                }
+            let mut group = [KBlock::NONE; MAX_KG];
+            let mut ng = 0;
+            let mut end = p0;
+            while ng < g && end < k {
+                let kc = kern.kc.min(k - end);
+                group[ng] = KBlock {
+                    p0: end,
+                    kc,
+                    bblock: &[],
+                };
+                ng += 1;
+                end += kc;
+            }
+            // Pack the group's B blocks, where B needs packing.
+            let packs = match b {
+                BSrc::Packed(_) => false,
+                BSrc::Rows(_) => kern.rows.is_none(),
+                BSrc::Plain(_) | BSrc::Gen(_) => true,
             };
+            if packs {
+                bbuf.ensure(ng * stride);
+                for (bi, blk) in group[..ng].iter().enumerate() {
+                    let dst = &mut bbuf.as_mut_slice()[bi * stride..];
+                    match b {
+                        BSrc::Plain(bm) => {
+                            pack_b_block(bm, blk.p0, blk.kc, j0, cols, nr, dst, threads > 1)
+                        }
+                        BSrc::Gen(gen) => {
+                            pack_gen_block(gen, blk.p0, blk.kc, j0, cols, nr, dst, threads > 1)
+                        }
+                        BSrc::Rows(rb) => rb.pack(blk.p0, blk.kc, j0, cols, nr, dst),
+                        BSrc::Packed(_) => {}
+                    }
+                }
+            }
+            for (bi, blk) in group[..ng].iter_mut().enumerate() {
+                blk.bblock = match b {
+                    BSrc::Packed(pb) => pb.block(blk.p0, blk.kc, j0),
+                    // Read in place by the tasks.
+                    BSrc::Rows(_) if !packs => &[],
+                    _ => &bbuf.as_slice()[bi * stride..],
+                };
+            }
             let brows = match b {
                 BSrc::Rows(rb) if kern.rows.is_some() => Some(rb),
                 _ => None,
             };
+            let blocks = &group[..ng];
             let task = |t: usize| {
                 let (rb, ch) = (t / chunks, t % chunks);
                 // Whole MR panels per block, so tiles sit at the same rows
@@ -410,7 +491,7 @@ pub(super) fn blocks(
                 let t = Task {
                     kern,
                     a,
-                    bblock,
+                    blocks,
                     brows,
                     c: cptr,
                     ldc: n,
@@ -418,18 +499,15 @@ pub(super) fn blocks(
                     panels,
                     j0,
                     cols,
-                    p0,
-                    kc,
-                    accumulate: p0 > 0,
-                    fuse: fuse.filter(|_| p0 + kc == k),
+                    fuse: fuse.filter(|_| end == k),
                 };
                 // SAFETY: `cptr` is the start of C's m * n floats (sliced
                 // in `gemm_blocked_a`, borrowed until this returns):
                 // rows.1 <= m rows of ldc = n, and j0 + cols <= n. The
-                // tasks of one block take distinct (row block, column
+                // tasks of one group take distinct (row block, column
                 // chunk) pairs, whose row ranges (whole panels, rising
                 // with rb) and panel ranges (rising with ch) do not
-                // overlap, and blocks run one after another, so no two
+                // overlap, and groups run one after another, so no two
                 // running tasks share a tile. `kern` and `fuse` come from
                 // `gemm_blocked_a`'s caller, as its contract says.
                 unsafe { t.run() }
@@ -440,7 +518,7 @@ pub(super) fn blocks(
             } else {
                 (0..tasks).for_each(task);
             }
-            p0 += kc;
+            p0 = end;
         }
         j0 += cols;
     }

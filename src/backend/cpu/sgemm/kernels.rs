@@ -77,6 +77,11 @@ pub struct Kernel {
     /// ([`Kernel::blocked_for`]); `kc`, `mc` and `nc` above are the
     /// blocking for [`Caches::FALLBACK`].
     pub(super) l1_share: (usize, usize),
+    /// The most KC blocks one task takes at once (see `blocked.rs`): a
+    /// C tile then stays in L1 while the kernel sums each of the group's
+    /// blocks into it, instead of going back to memory between blocks.
+    /// 1 (no grouping) unless [`Kernel::blocked_for`] finds room in L2.
+    pub(super) kg: usize,
     pub(super) func: KernelFn,
     /// The same kernel reading B rows in place, where there is one.
     pub(super) rows: Option<RowsKernelFn>,
@@ -412,6 +417,7 @@ pub(super) static PORTABLE: Kernel = Kernel {
     mc: 128,
     nc: 4096,
     l1_share: (1, 4),
+    kg: 1,
     func: kernel_portable,
     rows: None,
     edges: &[],
@@ -437,6 +443,7 @@ pub(super) static AVX2: Kernel = Kernel {
     mc: 168,
     nc: 4096,
     l1_share: (3, 4),
+    kg: 1,
     func: kernel_avx2,
     rows: Some(kernel_avx2_rows),
     edges: &[
@@ -492,6 +499,7 @@ pub(super) static AVX512: Kernel = Kernel {
     mc: 192,
     nc: 4096,
     l1_share: (1, 1),
+    kg: 1,
     func: kernel_avx512,
     rows: Some(kernel_avx512_rows),
     // Rows that are a multiple of 4 (sequence lengths, batches) leave

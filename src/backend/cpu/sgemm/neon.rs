@@ -138,6 +138,7 @@ pub(super) static NEON: Kernel = Kernel {
     mc: 144,
     nc: 4096,
     l1_share: (1, 4),
+    kg: 1,
     func: kernel_neon,
     rows: Some(kernel_neon_rows),
     // Rows that are a multiple of 4 (sequence lengths, batches) leave

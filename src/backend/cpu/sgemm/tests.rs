@@ -1,3 +1,4 @@
+use super::blocking::MAX_KG;
 use super::*;
 
 /// Equal bit for bit, any NaN matching any NaN.
@@ -607,6 +608,131 @@ fn edge_paths(
                 "{} {m}x{n}x{k} plain B",
                 kern.name
             );
+        }
+    }
+}
+
+/// `kern` with small blocks (several KC blocks and row blocks in the
+/// tests' shapes) and the KC blocks grouped `kg` at a time, from a static
+/// table (the product needs `&'static Kernel`); `kc` 0 keeps `kern`'s.
+fn grouped(kern: &'static Kernel, kc: usize, kg: usize) -> &'static Kernel {
+    static TABLE: std::sync::Mutex<Vec<&'static Kernel>> = std::sync::Mutex::new(Vec::new());
+    let kc = if kc == 0 { kern.kc } else { kc };
+    let mut table = TABLE.lock().unwrap();
+    let same = |k: &&&Kernel| k.name == kern.name && k.kc == kc && k.kg == kg;
+    if let Some(&k) = table.iter().find(same) {
+        return k;
+    }
+    let k: &'static Kernel = Box::leak(Box::new(Kernel {
+        kc,
+        mc: kern.mr * 6,
+        nc: kern.nr * 4,
+        kg,
+        ..*kern
+    }));
+    table.push(k);
+    k
+}
+
+/// Grouping KC blocks changes only where a C tile waits between blocks,
+/// never the order of the sums: every B source, with A plain or packed,
+/// fused or not, on one and two threads, gives the bits of one block at
+/// a time.
+#[test]
+fn grouped_blocks_give_the_bits_of_one_block_at_a_time() {
+    for kern in available_kernels() {
+        let (mr, nr) = (kern.mr, kern.nr);
+        for (m, n, k) in [
+            (37, 70, 300),
+            (mr * 13 + 4, nr * 9 + 3, 64 * 7 + 13),
+            (mr * 2, nr, 128),
+            (5, nr * 2, 65),
+        ] {
+            let a = data(m * k, 7 + m as u64);
+            let b = data(k * n, 8 + n as u64);
+            let rbias = data(m, 9);
+            let am = Mat::new(&a, m, k, false).unwrap();
+            let bm = Mat::new(&b, k, n, false).unwrap();
+            let offs: Vec<usize> = (0..k).map(|p| p * n).collect();
+            let rb = RowsB::new(&b, &offs, n).unwrap();
+            let gen = |p0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]| {
+                for (q, panel) in dst.chunks_mut(kc * nr).enumerate() {
+                    let j = j0 + q * nr;
+                    pack_b_panel(bm, p0, kc, j, nr.min(j0 + cols - j), nr, panel);
+                }
+            };
+            let fuse = Fuse {
+                row_bias: Some(&rbias),
+                col_bias: None,
+                bounds: Some((-1.5, 1.5)),
+            };
+            let run = |kn: &'static Kernel, src: usize, fused: bool, threads: usize| {
+                let pb = PackedB::with_kernel(kn, &b, k, n, false).unwrap();
+                let bsrc = match src {
+                    0 => BSrc::Plain(bm),
+                    1 => BSrc::Packed(&pb),
+                    2 => BSrc::Gen(&gen),
+                    _ => BSrc::Rows(rb),
+                };
+                let mut c = vec![3.0f32; m * n];
+                let f = fused.then_some(&fuse);
+                gemm_blocked_a(kn, m, n, k, ASrc::Plain(am), bsrc, &mut c, threads, f);
+                c
+            };
+            let one = grouped(kern, 64, 1);
+            for kg in [2, 3, MAX_KG] {
+                let many = grouped(kern, 64, kg);
+                assert!(many.grouping(k).0 > 1 || k <= 64, "{} kg {kg}", kern.name);
+                for src in 0..4 {
+                    for fused in [false, true] {
+                        for threads in [1, 2] {
+                            let want = run(one, src, fused, 1);
+                            let got = run(many, src, fused, threads);
+                            let what = format!(
+                                "{} {m}x{n}x{k} kg {kg} src {src} fused {fused} threads {threads}",
+                                kern.name
+                            );
+                            assert!(same_bits(&got, &want), "{what}");
+                        }
+                    }
+                }
+            }
+            check(
+                &run(one, 0, false, 1),
+                &naive(m, n, k, &a, false, &b, false),
+                k,
+                "one",
+            );
+        }
+    }
+    // A packed in advance (in the best kernel's blocks).
+    let best = best_kernel();
+    let (m, n, k) = (best.mr * 20 + 7, best.nr * 3 + 1, best.kc * 2 + 100);
+    let a = data(m * k, 11);
+    let b = data(k * n, 12);
+    let pa = PackedA::new(&a, m, k).unwrap();
+    let bm = Mat::new(&b, k, n, false).unwrap();
+    let am = Mat::new(&a, m, k, false).unwrap();
+    let mut want = vec![0.0f32; m * n];
+    let one = grouped(best, 0, 1);
+    gemm_blocked_a(
+        one,
+        m,
+        n,
+        k,
+        ASrc::Plain(am),
+        BSrc::Plain(bm),
+        &mut want,
+        1,
+        None,
+    );
+    for kg in [2, 3] {
+        for threads in [1, 2] {
+            let mut got = vec![0.0f32; m * n];
+            let many = grouped(best, 0, kg);
+            let src = ASrc::Packed(&pa);
+            gemm_blocked_a(many, m, n, k, src, BSrc::Plain(bm), &mut got, threads, None);
+            assert!(same_bits(&got, &want), "packed A kg {kg} threads {threads}");
         }
     }
 }

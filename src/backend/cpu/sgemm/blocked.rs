@@ -375,7 +375,7 @@ pub(super) fn gemm_blocked_a(
     }
     let mr = kern.mr;
     let row_panels = m.div_ceil(mr);
-    let (_, mc, _) = kern.grouping(k);
+    let (_, mc, _) = kern.grouping(m, n, k, threads);
     // Row blocks: as few as MC allows, but a multiple of the thread count
     // so that no thread idles at the end; when there are fewer row blocks
     // than threads, the columns are split too (lcm(blocks, threads) tasks).
@@ -419,7 +419,7 @@ pub(super) fn blocks(
     bbuf: &mut AlignedBuf,
 ) {
     let (mr, nr) = (kern.mr, kern.nr);
-    let (g, _, nc) = kern.grouping(k);
+    let (g, _, nc) = kern.grouping(m, n, k, threads);
     let row_panels = m.div_ceil(mr);
     let mut j0 = 0;
     while j0 < n {

@@ -286,7 +286,7 @@ impl Kernel {
 }
 
 /// The sizes `WEBNN_CPU_BLOCKING` gives, if it is set and reads as a
-/// list of `kc`, `mc` and `nc` (see [`Kernel::with_blocking`]): for
+/// list of `kc`, `mc`, `nc` and `kg` (see [`Kernel::with_blocking`]): for
 /// measuring other blockings on a machine without rebuilding.
 pub(super) fn blocking_override(kern: &Kernel) -> Option<Kernel> {
     let spec = std::env::var("WEBNN_CPU_BLOCKING").ok()?;

@@ -20,8 +20,12 @@
 //! left (`kernels::Edge`), which writes them in place. The micro-kernel (and with it MR, NR and the block sizes)
 //! is chosen once per process: AVX-512, else AVX2+FMA, else portable code.
 //!
+//! Where L2 has room, a task takes several KC blocks at once (`kg`, see
+//! `Kernel::grouping`): each tile sums them in turn while it sits in L1,
+//! rather than every block sweeping all of C.
+//!
 //! Every element of C is summed in the same order (K ascending, in KC
-//! blocks) whatever the number of threads, so results do not depend on the
+//! blocks) whatever the number of threads or the grouping, so results do not depend on the
 //! pool size. [`PackedB`] packs a constant right-hand side once (at graph
 //! build) in exactly the layout the B-packing step produces.
 //!

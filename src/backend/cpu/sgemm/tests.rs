@@ -440,6 +440,7 @@ fn sgemm_bench() {
         println!("peak {}: {t} threads {p:.1} GFLOP/s", best_kernel().name);
     }
     println!("{}", best_kernel().blocking_report());
+    kernel_alone(peaks.get(counts.iter().position(|&t| t == 1).unwrap_or(usize::MAX)));
     for &(m, n, k) in &shapes {
         let a = data(m * k, 1);
         let b = data(k * n, 2);
@@ -487,6 +488,49 @@ fn sgemm_bench() {
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load after: {}", load.trim());
+}
+
+/// The micro-kernel alone on one thread, its A and B panels (one KC
+/// block) and C tile in L1, called again and again: the ceiling of the
+/// blocked product on this machine, before any packing, blocking or
+/// memory traffic. Printed beside the FMA peak, which a loop without
+/// loads reaches and a kernel, which must load its operands, may not.
+fn kernel_alone(peak: Option<&f64>) {
+    let kern = best_kernel();
+    let (mr, nr, kc) = (kern.mr, kern.nr, kern.kc);
+    let mut a = AlignedBuf::try_zeroed(kc * mr).unwrap();
+    a.as_mut_slice().copy_from_slice(&data(kc * mr, 1));
+    let mut b = AlignedBuf::try_zeroed(kc * nr).unwrap();
+    b.as_mut_slice().copy_from_slice(&data(kc * nr, 2));
+    let mut c = vec![0.0f32; mr * nr];
+    let calls = 20_000;
+    let mut best = 0.0f64;
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        for _ in 0..calls {
+            // SAFETY: the kernel is this CPU's best (its features are
+            // present); `a` holds kc * mr floats and `b` kc * nr; `c` is
+            // an mr x nr tile, nr apart, referenced by nothing else; no
+            // fuse.
+            unsafe {
+                (kern.func)(
+                    kc,
+                    a.as_slice().as_ptr(),
+                    b.as_slice().as_ptr(),
+                    c.as_mut_ptr(),
+                    nr,
+                    true,
+                    std::ptr::null(),
+                )
+            };
+        }
+        let gflops = 2.0 * (kc * mr * nr * calls) as f64 / t.elapsed().as_secs_f64() / 1e9;
+        best = best.max(gflops);
+    }
+    let of_peak = peak.map_or(String::new(), |p| {
+        format!(", {:.0}% of peak", 100.0 * best / p)
+    });
+    println!("kernel alone, panels in L1, 1 thread: {best:.1} GFLOP/s{of_peak}");
 }
 
 /// The edge kernels give the bits of the path they replace (the full

@@ -754,7 +754,10 @@ fn grouped_blocks_give_the_bits_of_one_block_at_a_time() {
     }
     // A packed in advance (in the best kernel's blocks).
     let best = best_kernel();
-    let (m, n, k) = (best.mr * 20 + 7, best.nr * 3 + 1, best.kc * 2 + 100);
+    let (m, k) = (best.mr * 20 + 7, best.kc * 2 + 100);
+    // Columns enough that half of C outgrows the A block's room (mc = mr
+    // here), whatever the kernel's nr and kc, so that the product groups.
+    let n = (best.nr * 3 + 1).max(4 * best.mr * best.kc / m + 1);
     let a = data(m * k, 11);
     let b = data(k * n, 12);
     let pa = PackedA::new(&a, m, k).unwrap();

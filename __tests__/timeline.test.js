@@ -116,6 +116,52 @@ describe('readTensor(tensor, view)', () => {
   });
 });
 
+describe('large copies', () => {
+  // From 1 MiB the JS thread shares a write's copy, and a read's into a
+  // view, with an idle thread of the context's pool, and the worker
+  // copies a read for a new buffer on all of them. The bytes must be
+  // whole and must be copied by the time the call returns.
+  const N = 3 * (1 << 18) + 5; // 3 MiB and a tail that is not a whole piece
+  const filled = (seed) => Float32Array.from({ length: N }, (_, i) => ((i * 13 + seed) % 509) - 254);
+  // The first element that differs, or -1 (jest's deep equality takes
+  // seconds over arrays this long).
+  const firstDifference = (got, want) => {
+    const g = new Uint32Array(got.buffer.slice(got.byteOffset, got.byteOffset + got.byteLength));
+    const w = new Uint32Array(want.buffer, want.byteOffset, want.length);
+    if (g.length !== w.length) return Math.min(g.length, w.length);
+    return g.findIndex((v, i) => v !== w[i]);
+  };
+
+  test.each([[{}], [{ numThreads: 1 }], [{ numThreads: 2 }]])('with %j, every path gives the bytes', async (options) => {
+    const context = await ml.createContext(options);
+    const b = new MLGraphBuilder(context);
+    const x = b.input('x', f32([N]));
+    const graph = await b.build({ y: b.add(x, x) });
+    const input = await context.createTensor({ ...f32([N]), readable: true, writable: true });
+    const output = await context.createTensor({ ...f32([N]), readable: true });
+    for (let k = 0; k < 3; k++) {
+      // A source at an odd byte offset, changed as soon as the write returns.
+      const bytes = new Uint8Array(4 * N + 3);
+      const source = new Uint8Array(bytes.buffer, 1, 4 * N);
+      source.set(new Uint8Array(filled(k).buffer));
+      context.writeTensor(input, source);
+      source.fill(0xff);
+      context.dispatch(graph, { x: input }, { y: output });
+      const sab = new SharedArrayBuffer(4 * N + 8);
+      const into = new Uint8Array(sab, 5, 4 * N);
+      await context.readTensor(output, into);
+      const doubled = filled(k).map((v) => 2 * v);
+      expect(firstDifference(into, doubled)).toBe(-1);
+      expect(firstDifference(new Uint8Array(await context.readTensor(output)), doubled)).toBe(-1);
+      expect(firstDifference(new Uint8Array(await context.readTensor(input)), filled(k))).toBe(-1);
+    }
+    const { outputs } = await context.compute(graph, { x: filled(7) }, { y: new Float32Array(N) });
+    expect(outputs.y.length).toBe(N);
+    expect(firstDifference(outputs.y, filled(7).map((v) => 2 * v))).toBe(-1);
+    context.destroy();
+  });
+});
+
 describe('graph.destroy()', () => {
   test('later dispatch throws and compute rejects with InvalidStateError', async () => {
     const context = await ml.createContext();

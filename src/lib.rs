@@ -4,7 +4,8 @@
 //! - [`binding`]: the only code that touches napi;
 //! - [`timeline`]: one worker thread per context, running commands in order;
 //! - [`graph`]: the graph IR and the pure per-operator validation;
-//! - [`backend`]: the CPU and GPU (wgpu) implementations of one trait.
+//! - [`backend`]: the CPU and GPU (wgpu) implementations of one trait;
+//! - [`copy`]: large copies on the JS thread, shared with an idle pool thread.
 
 // Proving that wgpu's context types are `Send` walks deeper than the default
 // limit of 128; newer compilers warn that this will become an error.
@@ -12,6 +13,7 @@
 
 pub mod backend;
 pub mod binding;
+pub mod copy;
 pub mod error;
 pub mod f16;
 pub mod graph;

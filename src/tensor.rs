@@ -6,6 +6,7 @@
 //! packing happens only at the JS boundary ([`Buf::from_bytes`],
 //! [`Buf::to_bytes`]).
 
+use crate::copy::CopyHelp;
 use crate::error::{Error, Result};
 use crate::f16::f16_to_f32;
 use crate::types::DataType;
@@ -247,6 +248,12 @@ impl Buf {
     /// (little-endian, int4/uint4 packed low nibble first). `bytes` may be
     /// unaligned.
     pub fn from_bytes(dt: DataType, bytes: &[u8], n: usize) -> Result<Buf> {
+        Buf::from_bytes_helped(dt, bytes, n, &CopyHelp::None)
+    }
+
+    /// [`Buf::from_bytes`] with a large copy shared with `help`'s threads
+    /// (see [`crate::copy`]).
+    pub fn from_bytes_helped(dt: DataType, bytes: &[u8], n: usize, help: &CopyHelp) -> Result<Buf> {
         // Checked: the copies below trust this bound, and a wrapped
         // product would pass a short `bytes`.
         Buf::check_bytes(dt, bytes, n)?;
@@ -265,13 +272,19 @@ impl Buf {
                 // SAFETY: after `try_reserve_exact(n)` the capacity holds at
                 // least n elements, len = n * size_of::<$t>() bytes, and
                 // `bytes` has at least that many (`need`, checked above
-                // without overflow); it is a shared borrow, so it does not
-                // overlap the vector's own memory; a byte copy needs no
+                // without overflow); it is a shared borrow for the whole
+                // call, so it neither overlaps the vector's own memory nor
+                // changes before the copy returns; a byte copy needs no
                 // alignment of the source; every bit pattern is a valid $t
                 // (a plain integer or float), so the first n elements are
                 // initialised before `set_len(n)`.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr().cast::<u8>(), len);
+                    crate::copy::copy_nonoverlapping(
+                        bytes.as_ptr(),
+                        v.as_mut_ptr().cast::<u8>(),
+                        len,
+                        help,
+                    );
                     v.set_len(n);
                 }
                 Buf::$variant(v)
@@ -315,6 +328,11 @@ impl Buf {
             (DataType::Uint4, Buf::U8(v)) => pack_nibbles(v.iter().copied()).into(),
             _ => self.raw_bytes().into(),
         }
+    }
+
+    /// The in-memory bytes of the elements, to write (see [`Buf::raw_bytes`]).
+    pub fn raw_bytes_mut(&mut self) -> &mut [u8] {
+        with_buf!(self, v => bytemuck::cast_slice_mut(v.as_mut_slice()))
     }
 
     /// The in-memory bytes of the elements (equal to the external layout for

@@ -187,7 +187,7 @@ fn resolve_value(
             },
             Payload::Tensor(buf),
         ) => {
-            let r = views::copy_into_view(env, &view, &buf, data_type);
+            let r = views::copy_into_view(env, &view, &buf, data_type, &ctx.copy_help);
             // A copy made for this read goes back to the pool for the
             // next read of this size; the tensor's own buffer, shared,
             // stays the tensor's.

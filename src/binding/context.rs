@@ -19,6 +19,7 @@ use super::shared::{self, CtxShared, MLContext, PendingKind, TensorInfo};
 use super::tensor::{MLExportReturn, MLGraph, MLTensor};
 use super::views::{self, ComputeArg, OutView};
 use crate::backend::Backend;
+use crate::copy::CopyHelp;
 use crate::error::{Error, Result};
 use crate::graph::args::{descriptor, Ctx, Val};
 use crate::graph::Graph;
@@ -285,7 +286,7 @@ fn views_back(
 }
 
 /// Copies the input views into element buffers.
-fn input_bufs(graph: &Graph, inputs: &[ComputeArg]) -> Result<Vec<Buf>> {
+fn input_bufs(graph: &Graph, inputs: &[ComputeArg], help: &CopyHelp) -> Result<Vec<Buf>> {
     inputs
         .iter()
         .zip(&graph.inputs)
@@ -296,7 +297,7 @@ fn input_bufs(graph: &Graph, inputs: &[ComputeArg]) -> Result<Vec<Buf>> {
             // code (getters) ran, and no JS has run since (see the
             // callers), so each info still describes its view's memory.
             let bytes = unsafe { view_bytes(&a.info) };
-            Buf::from_bytes(d.data_type, bytes, d.element_count())
+            Buf::from_bytes_helped(d.data_type, bytes, d.element_count(), help)
         })
         .collect()
 }
@@ -606,7 +607,12 @@ impl MLContext {
             // and data arguments; the options are read after this copy),
             // so it still describes live, unchanged memory; the bytes are
             // copied at once.
-            let buf = Buf::from_bytes(d.data_type, unsafe { src.bytes() }, d.element_count())?;
+            let buf = Buf::from_bytes_helped(
+                d.data_type,
+                unsafe { src.bytes() },
+                d.element_count(),
+                &self.shared.copy_help,
+            )?;
             let label = label_of(e, options, "writeTensor")?;
             self.shared.send(Command::WriteTensor {
                 id: t.info.id,
@@ -698,7 +704,7 @@ impl MLContext {
             views::check_transferable(e, &all)?;
             // Copied before the buffers are detached; the worker hands
             // these very buffers back for the caller's new input views.
-            let bufs = input_bufs(&g.graph, &ins)?;
+            let bufs = input_bufs(&g.graph, &ins, &self.shared.copy_help)?;
             let in_views = views_back(&g.graph, &ins, &g.graph.inputs);
             let out_views = views_back(&g.graph, &outs, &g.graph.outputs);
             // Everything that can fail before the buffers are detached does:
@@ -764,7 +770,7 @@ impl MLContext {
                     "computeSync: a tensor is on its way back from WebGPU; use compute()",
                 ));
             }
-            let bufs = input_bufs(&g.graph, &ins)?;
+            let bufs = input_bufs(&g.graph, &ins, &self.shared.copy_help)?;
             let (tx, rx) = crossbeam_channel::bounded(1);
             self.shared.send(Command::Compute {
                 id: g.id,
@@ -846,9 +852,15 @@ fn check_source(
     Ok(unsafe { src.bytes() }.to_vec())
 }
 
-/// What starts a context: the backend's factory, the label, and the pool
-/// whose thread runs the timeline (a CPU context with `numThreads`).
-type ContextPlan = (BackendFactory, String, Option<Arc<rayon::ThreadPool>>);
+/// What starts a context: the backend's factory, the label, the pool
+/// whose thread runs the timeline (a CPU context with `numThreads`), and
+/// the threads that may share the JS thread's large copies.
+type ContextPlan = (
+    BackendFactory,
+    String,
+    Option<Arc<rayon::ThreadPool>>,
+    CopyHelp,
+);
 
 /// Reads `MLContextOptions` and picks the backend.
 fn context_factory(opts: &Val) -> Result<ContextPlan> {
@@ -908,6 +920,7 @@ fn context_factory(opts: &Val) -> Result<ContextPlan> {
             Box::new(move || crate::backend::gpu::create(&power)),
             label,
             None,
+            CopyHelp::None,
         ),
         // `accelerated: true` without a device type asks for the GPU where
         // one exists, and settles for the CPU otherwise (then with threads
@@ -917,9 +930,10 @@ fn context_factory(opts: &Val) -> Result<ContextPlan> {
             Box::new(move || crate::backend::gpu::create(&power).or_else(|_| cpu())),
             label,
             None,
+            CopyHelp::None,
         ),
         _ => match threads {
-            None => (Box::new(cpu), label, None),
+            None => (Box::new(cpu), label, None, CopyHelp::Global),
             // The timeline runs on a thread of the kernels' pool.
             Some(n) => {
                 let pool = crate::backend::cpu::pool(n)?;
@@ -930,7 +944,8 @@ fn context_factory(opts: &Val) -> Result<ContextPlan> {
                             .with_memory_limit(memory_limit),
                     ))
                 });
-                (factory, label, Some(pool))
+                let help = CopyHelp::Pool(Arc::downgrade(&pool));
+                (factory, label, Some(pool), help)
             }
         },
     })
@@ -945,8 +960,8 @@ pub fn create_context(env: Env, options: Option<JsRaw>) -> napi::Result<JsRaw> {
             Some(o) => to_val(e, o.0)?,
             None => Val::Undefined,
         };
-        let (factory, label, host) = context_factory(&opts)?;
-        start_context(e, factory, label, host, None)
+        let (factory, label, host, help) = context_factory(&opts)?;
+        start_context(e, factory, label, host, None, help)
     })
 }
 
@@ -974,7 +989,14 @@ pub fn create_webgpu_context(env: Env, adapter: JsRaw) -> napi::Result<JsRaw> {
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = chose;
             Ok(backend)
         });
-        start_context(e, factory, text("label")?, None, Some(choice))
+        start_context(
+            e,
+            factory,
+            text("label")?,
+            None,
+            Some(choice),
+            CopyHelp::None,
+        )
     })
 }
 
@@ -985,6 +1007,7 @@ fn start_context(
     label: String,
     host: Option<Arc<rayon::ThreadPool>>,
     webgpu: Option<Arc<std::sync::Mutex<String>>>,
+    copy_help: CopyHelp,
 ) -> Result<napi_value> {
     let id = NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed);
     let (tsfn, inbox, sink) = map_err(completion::create_sink(e, id))?;
@@ -1004,6 +1027,7 @@ fn start_context(
         label,
         webgpu,
         returning: Rc::new(Cell::new(0)),
+        copy_help,
     });
     completion::register_context(e, &shared);
     let (req, p) = map_err(shared::register(e, &shared, PendingKind::Context))?;

@@ -49,6 +49,9 @@ pub struct CtxShared {
     /// Tensors on their way back from WebGPU whose contents the worker
     /// still waits for (see `MLExportReturn`).
     pub(super) returning: Rc<Cell<usize>>,
+    /// The threads that may take part in the large copies this context's
+    /// calls make on the JS thread (see [`crate::copy`]).
+    pub(super) copy_help: crate::copy::CopyHelp,
 }
 
 impl CtxShared {

@@ -82,7 +82,13 @@ pub fn view(env: napi_env, v: napi_value, what: &str) -> Result<ViewInfo> {
 }
 
 /// Copies the tensor bytes into a view kept alive by `view`.
-pub fn copy_into_view(env: napi_env, view: &StrongRef, buf: &Buf, dt: DataType) -> Result<()> {
+pub fn copy_into_view(
+    env: napi_env,
+    view: &StrongRef,
+    buf: &Buf,
+    dt: DataType,
+    help: &crate::copy::CopyHelp,
+) -> Result<()> {
     let v = view.get(env).map_err(super::errors::from_napi)?;
     let info = match raw::view_info(env, v) {
         Ok(Some(i)) => i,
@@ -116,8 +122,9 @@ pub fn copy_into_view(env: napi_env, view: &StrongRef, buf: &Buf, dt: DataType) 
         // Rust memory (the buffer or a copy of it), so the two do not
         // overlap. (On a SharedArrayBuffer another thread may access the
         // same bytes meanwhile; JS allows such unsynchronised access to
-        // tear, and Rust holds no reference into that memory.)
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), info.data, bytes.len()) };
+        // tear, and Rust holds no reference into that memory.) The copy
+        // returns only when it is whole, before any JS runs.
+        unsafe { crate::copy::copy_nonoverlapping(bytes.as_ptr(), info.data, bytes.len(), help) };
     }
     Ok(())
 }

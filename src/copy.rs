@@ -6,17 +6,29 @@
 //! the caller's view copies on the JS thread too. A copy is bound by one
 //! core's bandwidth, not the machine's: 4 MB took 0.29 ms on one core of a
 //! Sapphire Rapids and 0.14 ms split over two. So the JS thread offers the
-//! pieces of a large copy to the pool and copies pieces itself from the
-//! first one on. It never waits for the pool to become free: a busy pool
-//! takes no piece, and the JS thread copies them all. It waits only for
-//! the pieces a helper has started, each a fraction of a millisecond.
+//! pieces of a large copy to the pool and to the context's worker, and
+//! copies pieces itself from the first one on. The worker takes pieces
+//! while it spins for its next command (it would hold its core anyway;
+//! see [`HelpDesk`]). The JS thread never waits for a helper to become
+//! free: a busy pool and a sleeping worker take no piece, and it copies
+//! them all. It waits only for the pieces a helper has started, each a
+//! fraction of a millisecond.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Which threads may help the JS thread copy for a context.
 #[derive(Clone, Default)]
-pub enum CopyHelp {
+pub struct CopyHelp {
+    pub pool: HelperPool,
+    /// Where the context's worker looks for a copy to help with while it
+    /// waits for a command.
+    pub desk: Option<Arc<HelpDesk>>,
+}
+
+/// The pool whose idle threads may help.
+#[derive(Clone, Default)]
+pub enum HelperPool {
     /// None: the JS thread copies alone (GPU contexts, whose pool is not
     /// ours to use, and tests).
     #[default]
@@ -39,6 +51,46 @@ const HELP_BYTES: usize = 1 << 20;
 /// one costs nothing beside copying it.
 const PIECE: usize = 128 * 1024;
 
+/// The copy that the JS thread offers to its context's worker.
+///
+/// The worker spins for a while after each command, waiting for the next
+/// one (`timeline::next_command`); a write's copy is what it waits for
+/// then. Taking pieces of it instead of spinning uses the core it holds.
+#[derive(Default)]
+pub struct HelpDesk {
+    /// Whether a copy is posted: the worker's cheap check at every turn.
+    posted: AtomicBool,
+    job: Mutex<Option<Arc<Job>>>,
+}
+
+impl HelpDesk {
+    /// Takes pieces of the posted copy until none is left; false when
+    /// nothing was posted.
+    pub fn help(&self) -> bool {
+        if !self.posted.load(Ordering::Acquire) {
+            return false;
+        }
+        let job = self.job.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match job {
+            Some(job) => {
+                job.work();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn post(&self, job: &Arc<Job>) {
+        *self.job.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(job));
+        self.posted.store(true, Ordering::Release);
+    }
+
+    fn clear(&self) {
+        self.posted.store(false, Ordering::Relaxed);
+        *self.job.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
 /// One copy, in pieces taken in order by whichever thread comes first.
 struct Job {
     /// The source and destination as addresses, so that a helper job that
@@ -57,8 +109,9 @@ impl Job {
     /// Copies pieces until none is left to take.
     ///
     /// A helper may run this long after the copy is over (its pool was
-    /// busy): every piece was taken by then, so it takes none and touches
-    /// no memory.
+    /// busy, or the worker took the job from the desk just before it was
+    /// cleared): every piece was taken by then, so it takes none and
+    /// touches no memory.
     fn work(&self) {
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
@@ -87,26 +140,27 @@ impl Job {
 }
 
 /// [`std::ptr::copy_nonoverlapping`] of `len` bytes, with a thread of
-/// `help`'s pool taking some of the pieces when one is free.
+/// `help`'s pool and its worker taking some of the pieces when they are
+/// free.
 ///
 /// # Safety
 /// As `std::ptr::copy_nonoverlapping`: `src` valid for reads and `dst` for
 /// writes of `len` bytes, not overlapping, and neither changed by anyone
 /// else until this returns (it returns only when the whole copy is made).
 pub unsafe fn copy_nonoverlapping(src: *const u8, dst: *mut u8, len: usize, help: &CopyHelp) {
-    let pool = match help {
-        CopyHelp::Pool(p) if len >= HELP_BYTES => p.upgrade(),
+    let pool = match &help.pool {
+        HelperPool::Pool(p) if len >= HELP_BYTES => p.upgrade(),
         _ => None,
     };
-    let helper_threads = match (help, &pool) {
-        (CopyHelp::Global, _) => rayon::current_num_threads(),
-        // The timeline's own thread never takes pool jobs while it waits
-        // for commands.
-        (CopyHelp::Pool(_), Some(p)) => p.current_num_threads() - 1,
-        // No help, or the context's pool is gone with its backend.
+    let pool_threads = match (&help.pool, &pool) {
+        (HelperPool::Global, _) => rayon::current_num_threads(),
+        // The worker's own thread never takes pool jobs while it waits
+        // for commands (it takes the desk's instead).
+        (HelperPool::Pool(_), Some(p)) => p.current_num_threads() - 1,
+        // No pool, or the context's pool is gone with its backend.
         _ => 0,
     };
-    if len < HELP_BYTES || helper_threads == 0 {
+    if len < HELP_BYTES || (pool_threads == 0 && help.desk.is_none()) {
         // SAFETY: the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
         return;
@@ -119,12 +173,20 @@ pub unsafe fn copy_nonoverlapping(src: *const u8, dst: *mut u8, len: usize, help
         next: AtomicUsize::new(0),
         done: AtomicUsize::new(0),
     });
-    let helper = Arc::clone(&job);
-    match &pool {
-        Some(p) => p.spawn(move || helper.work()),
-        None => rayon::spawn(move || helper.work()),
+    if let Some(desk) = &help.desk {
+        desk.post(&job);
+    }
+    if pool_threads > 0 {
+        let helper = Arc::clone(&job);
+        match &pool {
+            Some(p) => p.spawn(move || helper.work()),
+            None => rayon::spawn(move || helper.work()),
+        }
     }
     job.work();
+    if let Some(desk) = &help.desk {
+        desk.clear();
+    }
     // Every piece is taken; wait for the ones a helper is still copying.
     let mut waits = 0u32;
     while job.done.load(Ordering::Acquire) < job.pieces {
@@ -142,8 +204,13 @@ pub unsafe fn copy_nonoverlapping(src: *const u8, dst: *mut u8, len: usize, help
 mod tests {
     use super::*;
 
+    fn with_pool(pool: HelperPool) -> CopyHelp {
+        CopyHelp { pool, desk: None }
+    }
+
     /// Every form of help gives the same bytes, at sizes around the
-    /// threshold and the pieces' edges, and a helper that comes late (its
+    /// threshold and the pieces' edges; the desk is served by a thread
+    /// that polls it as the worker does; and a helper that comes late (its
     /// pool busy until the copy is over) touches nothing.
     #[test]
     fn helped_copies_are_whole() {
@@ -156,12 +223,33 @@ mod tests {
             )
         };
         let (one, pool) = (pool(1), pool(3));
+        let desk = Arc::new(HelpDesk::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = {
+            let (desk, stop) = (desk.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut helped = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    helped += usize::from(desk.help());
+                    std::hint::spin_loop();
+                }
+                helped
+            })
+        };
         let helps = [
-            CopyHelp::None,
-            CopyHelp::Global,
-            CopyHelp::Pool(Arc::downgrade(&pool)),
-            CopyHelp::Pool(Arc::downgrade(&one)),
-            CopyHelp::Pool(Weak::new()),
+            CopyHelp::default(),
+            with_pool(HelperPool::Global),
+            with_pool(HelperPool::Pool(Arc::downgrade(&pool))),
+            with_pool(HelperPool::Pool(Arc::downgrade(&one))),
+            with_pool(HelperPool::Pool(Weak::new())),
+            CopyHelp {
+                pool: HelperPool::None,
+                desk: Some(desk.clone()),
+            },
+            CopyHelp {
+                pool: HelperPool::Pool(Arc::downgrade(&pool)),
+                desk: Some(desk.clone()),
+            },
         ];
         for len in [
             0,
@@ -182,6 +270,10 @@ mod tests {
                 assert_eq!(&dst[len + 1..], &[0xa5, 0xa5], "len {len}");
             }
         }
+        // The desk is empty after every copy.
+        assert!(!desk.help());
+        stop.store(true, Ordering::Relaxed);
+        worker.join().unwrap();
         // Keep every thread of the pool busy, so that the helper job runs
         // only after the copy has returned and its buffers are gone.
         let threads = pool.current_num_threads();
@@ -197,15 +289,9 @@ mod tests {
         let len = 2 * HELP_BYTES;
         let src = vec![3u8; len];
         let mut dst = vec![0u8; len];
+        let help = with_pool(HelperPool::Pool(Arc::downgrade(&pool)));
         // SAFETY: two live vectors of `len` bytes each.
-        unsafe {
-            copy_nonoverlapping(
-                src.as_ptr(),
-                dst.as_mut_ptr(),
-                len,
-                &CopyHelp::Pool(Arc::downgrade(&pool)),
-            )
-        };
+        unsafe { copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), len, &help) };
         assert!(dst.iter().all(|&b| b == 3));
         drop((src, dst));
         // The late helper runs on the freed pool and must not fault.

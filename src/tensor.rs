@@ -248,7 +248,7 @@ impl Buf {
     /// (little-endian, int4/uint4 packed low nibble first). `bytes` may be
     /// unaligned.
     pub fn from_bytes(dt: DataType, bytes: &[u8], n: usize) -> Result<Buf> {
-        Buf::from_bytes_helped(dt, bytes, n, &CopyHelp::None)
+        Buf::from_bytes_helped(dt, bytes, n, &CopyHelp::default())
     }
 
     /// [`Buf::from_bytes`] with a large copy shared with `help`'s threads

@@ -74,6 +74,12 @@ pub trait CompletionSink: Send + Sync + 'static {
     fn whereabouts(&self) -> Option<&Whereabouts> {
         None
     }
+
+    /// Where the JS thread offers its large copies, if it does: the
+    /// worker takes pieces of them while it waits for a command.
+    fn help_desk(&self) -> Option<&crate::copy::HelpDesk> {
+        None
+    }
 }
 
 /// Where the JS thread and a context's worker last ran.
@@ -583,14 +589,25 @@ impl Worker {
 const SPIN: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// The next command, or `None` once every sender is gone.
-fn next_command(receiver: &Receiver<Command>, js: Option<&Whereabouts>) -> Option<Command> {
-    let start = std::time::Instant::now();
+fn next_command(
+    receiver: &Receiver<Command>,
+    js: Option<&Whereabouts>,
+    desk: Option<&crate::copy::HelpDesk>,
+) -> Option<Command> {
+    let mut start = std::time::Instant::now();
     let mut polls = 0u32;
     loop {
         match receiver.try_recv() {
             Ok(c) => return Some(c),
             Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
             Err(crossbeam_channel::TryRecvError::Empty) if start.elapsed() < SPIN => {
+                // The JS thread's copy (a write's) is what the next
+                // command waits for: help with it rather than spin, and
+                // wait the whole time again once it is done.
+                if desk.is_some_and(crate::copy::HelpDesk::help) {
+                    start = std::time::Instant::now();
+                    continue;
+                }
                 polls = polls.wrapping_add(1);
                 if polls.is_multiple_of(64)
                     || (polls.is_multiple_of(8) && js.is_some_and(Whereabouts::worker_shares_cpu))
@@ -639,7 +656,7 @@ fn run(
     };
     // Ends when every sender is gone (the context was destroyed or
     // collected) or when the backend can no longer work.
-    while let Some(command) = next_command(&receiver, sink.whereabouts()) {
+    while let Some(command) = next_command(&receiver, sink.whereabouts(), sink.help_desk()) {
         worker.execute(command);
         if let Some(reason) = worker.backend.lost_reason() {
             sink.complete(Completion {

@@ -437,6 +437,10 @@ impl CompletionSink for JsSink {
     fn whereabouts(&self) -> Option<&crate::timeline::Whereabouts> {
         Some(&self.inbox.whereabouts)
     }
+
+    fn help_desk(&self) -> Option<&crate::copy::HelpDesk> {
+        Some(&self.inbox.desk)
+    }
 }
 
 impl Drop for JsSink {

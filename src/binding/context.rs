@@ -19,7 +19,7 @@ use super::shared::{self, CtxShared, MLContext, PendingKind, TensorInfo};
 use super::tensor::{MLExportReturn, MLGraph, MLTensor};
 use super::views::{self, ComputeArg, OutView};
 use crate::backend::Backend;
-use crate::copy::CopyHelp;
+use crate::copy::{CopyHelp, HelperPool};
 use crate::error::{Error, Result};
 use crate::graph::args::{descriptor, Ctx, Val};
 use crate::graph::Graph;
@@ -859,7 +859,7 @@ type ContextPlan = (
     BackendFactory,
     String,
     Option<Arc<rayon::ThreadPool>>,
-    CopyHelp,
+    HelperPool,
 );
 
 /// Reads `MLContextOptions` and picks the backend.
@@ -920,7 +920,7 @@ fn context_factory(opts: &Val) -> Result<ContextPlan> {
             Box::new(move || crate::backend::gpu::create(&power)),
             label,
             None,
-            CopyHelp::None,
+            HelperPool::None,
         ),
         // `accelerated: true` without a device type asks for the GPU where
         // one exists, and settles for the CPU otherwise (then with threads
@@ -930,10 +930,10 @@ fn context_factory(opts: &Val) -> Result<ContextPlan> {
             Box::new(move || crate::backend::gpu::create(&power).or_else(|_| cpu())),
             label,
             None,
-            CopyHelp::None,
+            HelperPool::None,
         ),
         _ => match threads {
-            None => (Box::new(cpu), label, None, CopyHelp::Global),
+            None => (Box::new(cpu), label, None, HelperPool::Global),
             // The timeline runs on a thread of the kernels' pool.
             Some(n) => {
                 let pool = crate::backend::cpu::pool(n)?;
@@ -944,7 +944,7 @@ fn context_factory(opts: &Val) -> Result<ContextPlan> {
                             .with_memory_limit(memory_limit),
                     ))
                 });
-                let help = CopyHelp::Pool(Arc::downgrade(&pool));
+                let help = HelperPool::Pool(Arc::downgrade(&pool));
                 (factory, label, Some(pool), help)
             }
         },
@@ -995,7 +995,7 @@ pub fn create_webgpu_context(env: Env, adapter: JsRaw) -> napi::Result<JsRaw> {
             text("label")?,
             None,
             Some(choice),
-            CopyHelp::None,
+            HelperPool::None,
         )
     })
 }
@@ -1007,10 +1007,14 @@ fn start_context(
     label: String,
     host: Option<Arc<rayon::ThreadPool>>,
     webgpu: Option<Arc<std::sync::Mutex<String>>>,
-    copy_help: CopyHelp,
+    helpers: HelperPool,
 ) -> Result<napi_value> {
     let id = NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed);
     let (tsfn, inbox, sink) = map_err(completion::create_sink(e, id))?;
+    let copy_help = CopyHelp {
+        pool: helpers,
+        desk: Some(inbox.desk.clone()),
+    };
     let shared = Rc::new(CtxShared {
         id,
         timeline: RefCell::new(None),

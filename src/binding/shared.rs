@@ -351,6 +351,9 @@ pub struct Inbox {
     pub(super) last_read_wait: AtomicU64,
     /// Where the JS thread and the worker last ran (see `settle_soon`).
     pub(super) whereabouts: crate::timeline::Whereabouts,
+    /// The JS thread's large copy that the worker may help with while it
+    /// waits for a command (see [`crate::copy`]).
+    pub(super) desk: Arc<crate::copy::HelpDesk>,
 }
 
 impl Inbox {

@@ -95,6 +95,7 @@ tests=(
   elementwise::tests::binary_broadcast_matches_naive_small
   elementwise::tests::every_width_gives_the_same_bits
   binding::completion::tests::
+  copy::tests::miri_sized_helped_copy
 )
 
 start=$SECONDS
@@ -117,7 +118,8 @@ if [ "$mode" = smoke ]; then
     elementwise::tests::binary_broadcast_matches_naive_small \
     nchwc::relayout::tests::the_16x8_tables_transpose \
     sgemm::tests::short_buffers_are_errors \
-    binding::completion::tests::
+    binding::completion::tests:: \
+    copy::tests::miri_sized_helped_copy
   echo "== miri: smoke done in $((SECONDS - start)) s" >&2
   exit 0
 fi
@@ -140,6 +142,7 @@ if [ "$mode" = full ]; then
   threaded=(
     sgemm::tests::miri::every_kernel_splits_across_threads_small
     binding::completion::tests::a_completion_racing_the_inline_wait_is_delivered_once
+    copy::tests::miri_sized_helped_copy
   )
   run "portable, seeds 0..4" env MIRIFLAGS="$MIRIFLAGS -Zmiri-many-seeds=0..4" \
     cargo +nightly miri test --lib -- "${threaded[@]}"

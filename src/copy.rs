@@ -301,4 +301,68 @@ mod tests {
         });
         wait.recv().unwrap();
     }
+
+    /// Sized for Miri (scripts/miri.sh): one copy just over the threshold
+    /// with the desk served by another thread and a pool that helps, and
+    /// one whose pool helper runs after the copy is over and its buffers
+    /// are freed; Miri checks every access of the pieces' threads.
+    #[test]
+    fn miri_sized_helped_copy() {
+        let pool = Arc::new(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap(),
+        );
+        let desk = Arc::new(HelpDesk::default());
+        let served = {
+            let desk = desk.clone();
+            std::thread::spawn(move || {
+                // Until it has helped once, or a while has passed.
+                for _ in 0..100_000 {
+                    if desk.help() {
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
+            })
+        };
+        let len = HELP_BYTES + 3;
+        let src = vec![7u8; len];
+        let mut dst = vec![0u8; len];
+        let help = CopyHelp {
+            pool: HelperPool::Pool(Arc::downgrade(&pool)),
+            desk: Some(desk.clone()),
+        };
+        // SAFETY: two live vectors of `len` bytes each.
+        unsafe { copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), len, &help) };
+        assert!(dst == src);
+        served.join().unwrap();
+        // A pool whose threads are held until the copy is over.
+        let (hold, held) = std::sync::mpsc::channel::<()>();
+        let held = Arc::new(Mutex::new(held));
+        let (started, start) = std::sync::mpsc::channel::<()>();
+        for _ in 0..2 {
+            let (held, started) = (held.clone(), started.clone());
+            pool.spawn(move || {
+                let _ = started.send(());
+                let _ = held.lock().unwrap().recv();
+            });
+        }
+        start.recv().unwrap();
+        start.recv().unwrap();
+        let (src, mut dst) = (vec![9u8; len], vec![0u8; len]);
+        let help = with_pool(HelperPool::Pool(Arc::downgrade(&pool)));
+        // SAFETY: two live vectors of `len` bytes each.
+        unsafe { copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), len, &help) };
+        assert!(dst == src);
+        drop((src, dst));
+        hold.send(()).unwrap();
+        hold.send(()).unwrap();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        pool.spawn(move || {
+            let _ = go.send(());
+        });
+        wait.recv().unwrap();
+    }
 }

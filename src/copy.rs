@@ -44,7 +44,7 @@ pub enum HelperPool {
 
 /// Copies smaller than this are made by the JS thread alone: they take
 /// less than waking a pool thread costs (tens of microseconds at most).
-const HELP_BYTES: usize = 1 << 20;
+pub const HELP_BYTES: usize = 1 << 20;
 
 /// The pieces the threads take in turn: small enough that the JS thread
 /// never waits long for a helper's last piece, large enough that taking

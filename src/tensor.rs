@@ -130,6 +130,49 @@ impl Buf {
         }
     }
 
+    /// A copy of this buffer, in recycled memory when some is free, made
+    /// with the help of `help`'s threads when it is large (see
+    /// [`crate::copy`]); an OperationError when fresh memory cannot be
+    /// had.
+    pub fn helped_clone(&self, help: &CopyHelp) -> Result<Buf> {
+        let n = self.len();
+        let mut out = match pool::take(self, n) {
+            Some(b) => b,
+            None => {
+                let mut b = Buf::empty_like(self);
+                with_buf!(&mut b, v => *v = try_zeroed(n)?);
+                b
+            }
+        };
+        let (src, dst) = (self.raw_bytes(), out.raw_bytes_mut());
+        // `take` and `try_zeroed` give the variant of `self` with its
+        // length, so the byte lengths agree.
+        if src.len() != dst.len() {
+            return Err(Error::unknown("a recycled buffer of the wrong size"));
+        }
+        // SAFETY: `src` and `dst` are `src.len()` bytes each (checked
+        // above), of two different buffers (`out` is ours alone), both
+        // borrowed until the copy returns.
+        unsafe {
+            crate::copy::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), src.len(), help)
+        };
+        Ok(out)
+    }
+
+    /// An empty buffer of the same variant.
+    fn empty_like(&self) -> Buf {
+        match self {
+            Buf::F32(_) => Buf::F32(Vec::new()),
+            Buf::F16(_) => Buf::F16(Vec::new()),
+            Buf::I32(_) => Buf::I32(Vec::new()),
+            Buf::U32(_) => Buf::U32(Vec::new()),
+            Buf::I64(_) => Buf::I64(Vec::new()),
+            Buf::U64(_) => Buf::U64(Vec::new()),
+            Buf::I8(_) => Buf::I8(Vec::new()),
+            Buf::U8(_) => Buf::U8(Vec::new()),
+        }
+    }
+
     /// A vector of `n` floats for a kernel that writes every element:
     /// recycled memory when the pool has a float32 buffer of that length
     /// (its old contents, which the caller overwrites), else fresh zeros.
@@ -570,6 +613,34 @@ fn pack_nibbles(v: impl ExactSizeIterator<Item = u8>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A helped clone equals its source in every variant, in fresh memory
+    /// and in recycled memory (whose old contents it overwrites).
+    #[test]
+    fn helped_clones_equal_their_source() {
+        let n = (crate::copy::HELP_BYTES / 2) + 3;
+        let help = crate::copy::CopyHelp {
+            pool: crate::copy::HelperPool::Global,
+            desk: None,
+        };
+        let bufs = [
+            Buf::F32((0..n).map(|i| i as f32 - 0.5).collect()),
+            Buf::F16((0..n).map(|i| i as u16).collect()),
+            Buf::I32((0..n).map(|i| i as i32 - 9).collect()),
+            Buf::U32((0..n).map(|i| i as u32 * 3).collect()),
+            Buf::I64((0..n).map(|i| -(i as i64)).collect()),
+            Buf::U64((0..n).map(|i| i as u64 + 1).collect()),
+            Buf::I8((0..n).map(|i| i as i8).collect()),
+            Buf::U8((0..n).map(|i| (i * 5) as u8).collect()),
+        ];
+        for b in &bufs {
+            for _ in 0..2 {
+                let c = b.helped_clone(&help).unwrap();
+                assert!(&c == b);
+                c.recycle();
+            }
+        }
+    }
 
     #[test]
     fn the_fallible_float16_conversions_match_the_others() {

@@ -176,9 +176,21 @@ fn resolve_value(
             Ok(inst.value)
         }
         (PendingKind::Read { data_type, .. }, Payload::Tensor(buf)) => {
-            // A read for a new ArrayBuffer is a copy made for it (see
-            // `Command::ReadTensor`), which this holds alone.
-            let buf = Arc::try_unwrap(buf).unwrap_or_else(|b| b.pooled_clone());
+            // A copy made for this read (see `Command::ReadTensor`), which
+            // this holds alone, or the tensor's own buffer, which a large
+            // read copies here with the context's threads' help.
+            let buf = match Arc::try_unwrap(buf) {
+                Ok(b) => b,
+                Err(shared) => {
+                    let copy = shared.helped_clone(&ctx.copy_help)?;
+                    // The tensor's buffer goes back to the pool if the
+                    // tensor has moved on from it meanwhile.
+                    if let Ok(old) = Arc::try_unwrap(shared) {
+                        old.recycle();
+                    }
+                    copy
+                }
+            };
             views::arraybuffer_from_buf(env, buf, data_type).map_err(n)
         }
         (

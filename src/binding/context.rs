@@ -654,9 +654,12 @@ impl MLContext {
                 }
             };
             let id = t.info.id;
-            // Into a view: the JS thread copies the contents once, from
-            // the tensor's own buffer where the backend shares it.
-            let into = matches!(kind, PendingKind::ReadInto { .. });
+            // Into a view, or a large result for a new buffer: the JS
+            // thread copies the contents once, from the tensor's own buffer
+            // where the backend shares it, and a large copy with the help
+            // of the context's threads (see `crate::copy`).
+            let shared = matches!(kind, PendingKind::ReadInto { .. })
+                || t.info.desc.byte_length() >= crate::copy::HELP_BYTES;
             let (req, p) = map_err(shared::register(e, &self.shared, kind))?;
             let waiting = completion::expect_soon(&self.shared.inbox);
             self.shared.send_or_reject(
@@ -666,7 +669,7 @@ impl MLContext {
                     id,
                     respond: Responder::Js(req),
                     sent: std::time::Instant::now(),
-                    shared: into,
+                    shared,
                 },
             );
             if waiting {

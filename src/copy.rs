@@ -1,5 +1,5 @@
 //! Large copies that the JS thread must make before it returns, shared with
-//! an idle thread of the context's pool.
+//! the context's threads that are idle at that moment.
 //!
 //! `writeTensor` copies the caller's bytes at once (the spec's rule: the
 //! caller may change them as soon as the call returns), and a read into

@@ -135,42 +135,19 @@ impl Buf {
     /// [`crate::copy`]); an OperationError when fresh memory cannot be
     /// had.
     pub fn helped_clone(&self, help: &CopyHelp) -> Result<Buf> {
-        let n = self.len();
-        let mut out = match pool::take(self, n) {
-            Some(b) => b,
-            None => {
-                let mut b = Buf::empty_like(self);
-                with_buf!(&mut b, v => *v = try_zeroed(n)?);
-                b
-            }
+        // The elements' own bytes, read back as the plain type of this
+        // variant (int4 and uint4 are unpacked bytes here, not nibbles).
+        let plain = match self {
+            Buf::F32(_) => DataType::Float32,
+            Buf::F16(_) => DataType::Float16,
+            Buf::I32(_) => DataType::Int32,
+            Buf::U32(_) => DataType::Uint32,
+            Buf::I64(_) => DataType::Int64,
+            Buf::U64(_) => DataType::Uint64,
+            Buf::I8(_) => DataType::Int8,
+            Buf::U8(_) => DataType::Uint8,
         };
-        let (src, dst) = (self.raw_bytes(), out.raw_bytes_mut());
-        // `take` and `try_zeroed` give the variant of `self` with its
-        // length, so the byte lengths agree.
-        if src.len() != dst.len() {
-            return Err(Error::unknown("a recycled buffer of the wrong size"));
-        }
-        // SAFETY: `src` and `dst` are `src.len()` bytes each (checked
-        // above), of two different buffers (`out` is ours alone), both
-        // borrowed until the copy returns.
-        unsafe {
-            crate::copy::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), src.len(), help)
-        };
-        Ok(out)
-    }
-
-    /// An empty buffer of the same variant.
-    fn empty_like(&self) -> Buf {
-        match self {
-            Buf::F32(_) => Buf::F32(Vec::new()),
-            Buf::F16(_) => Buf::F16(Vec::new()),
-            Buf::I32(_) => Buf::I32(Vec::new()),
-            Buf::U32(_) => Buf::U32(Vec::new()),
-            Buf::I64(_) => Buf::I64(Vec::new()),
-            Buf::U64(_) => Buf::U64(Vec::new()),
-            Buf::I8(_) => Buf::I8(Vec::new()),
-            Buf::U8(_) => Buf::U8(Vec::new()),
-        }
+        Buf::from_bytes_helped(plain, self.raw_bytes(), self.len(), help)
     }
 
     /// A vector of `n` floats for a kernel that writes every element:

@@ -61,42 +61,6 @@ fn recycle_shared(data: Arc<Buf>) {
     }
 }
 
-/// A copy of a tensor's buffer for a read into a new ArrayBuffer, in
-/// recycled memory when some is free. A large one is copied by the pool's
-/// threads together: a copy is bound by one core's bandwidth (4 MB took
-/// 0.29 ms on one core of a Sapphire Rapids and 0.14 ms on two), and the
-/// JS thread waits for it.
-fn copy_for_read(
-    pool: &Option<Arc<rayon::ThreadPool>>,
-    dt: crate::types::DataType,
-    data: &Buf,
-) -> Result<Buf> {
-    /// Below this a copy takes a few microseconds, less than waking the
-    /// pool's other threads.
-    const PARALLEL_BYTES: usize = 1 << 20;
-    /// The pieces the threads take: whole pages, few enough that taking
-    /// one costs nothing beside copying it.
-    const PIECE: usize = 256 * 1024;
-    let threads = pool
-        .as_ref()
-        .map_or_else(rayon::current_num_threads, |p| p.current_num_threads());
-    if data.raw_bytes().len() < PARALLEL_BYTES || threads < 2 {
-        return Ok(data.pooled_clone());
-    }
-    let mut out = match Buf::recycled(data, data.len()) {
-        Some(b) => b,
-        None => Buf::zeros(dt, data.len())?,
-    };
-    let (src, dst) = (data.raw_bytes(), out.raw_bytes_mut());
-    on_pool(pool, || {
-        use rayon::prelude::*;
-        dst.par_chunks_mut(PIECE)
-            .zip(src.par_chunks(PIECE))
-            .for_each(|(d, s)| d.copy_from_slice(s));
-    });
-    Ok(out)
-}
-
 struct CompiledGraph {
     graph: Arc<Graph>,
     /// Converted constants, by operand id.
@@ -732,7 +696,17 @@ impl Backend for CpuBackend {
             .tensors
             .get(&id)
             .ok_or_else(|| Error::invalid_state("the tensor is destroyed"))?;
-        copy_for_read(&self.pool, t.desc.data_type, &t.data)
+        // Large reads come here from `exportToGPU` (`readTensor` lends
+        // them to the JS thread instead): the pool's threads copy them
+        // together, the worker's among them.
+        let help = crate::copy::CopyHelp {
+            pool: match &self.pool {
+                Some(p) => crate::copy::HelperPool::Pool(Arc::downgrade(p)),
+                None => crate::copy::HelperPool::Global,
+            },
+            desk: None,
+        };
+        t.data.helped_clone(&help)
     }
 
     fn read_tensor_shared_async(&mut self, id: TensorId, done: crate::backend::SharedReadDone) {
@@ -992,26 +966,27 @@ mod tests {
     use crate::graph::Node;
     use crate::types::DataType;
 
-    /// A read's copy is the tensor's bytes, whether one thread or the
-    /// pool's threads make it, in recycled memory or fresh, for every
-    /// element width and for sizes around the threshold.
+    /// A read's copy is the tensor's bytes, whether one thread makes it
+    /// or the pool's threads together, for sizes around the threshold
+    /// from which they share it, on the context's own pool and on rayon's.
     #[test]
     fn reads_copy_the_tensor_whole() {
-        let p = Some(pool(2).unwrap());
-        for n in [3, (1 << 20) / 4 - 1, (1 << 20) / 4, 3 * (1 << 18) + 5] {
-            let f: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
-            let h: Vec<u16> = (0..n).map(|i| (i * 31) as u16).collect();
-            for (dt, data) in [
-                (DataType::Float32, Buf::F32(f)),
-                (DataType::Float16, Buf::F16(h)),
-            ] {
-                for pool in [&None, &p] {
-                    // Fresh, then in the memory the first gave back.
-                    for _ in 0..2 {
-                        let copy = copy_for_read(pool, dt, &data).unwrap();
-                        assert!(copy == data, "{n} elements");
-                        copy.recycle();
-                    }
+        let p = pool(2).unwrap();
+        for own in [false, true] {
+            let mut b = CpuBackend::with_pool(own.then(|| p.clone()));
+            for (id, n) in [3, (1 << 20) / 4 - 1, (1 << 20) / 4, 3 * (1 << 18) + 5]
+                .into_iter()
+                .enumerate()
+            {
+                let id = id as TensorId;
+                let data = Buf::F32((0..n).map(|i| i as f32 * 0.5 - 7.0).collect());
+                b.create_tensor(id, &f32_desc(&[n])).unwrap();
+                b.write_tensor(id, data.clone()).unwrap();
+                // Twice: fresh memory, then what the first read gave back.
+                for _ in 0..2 {
+                    let copy = b.read_tensor(id).unwrap();
+                    assert!(copy == data, "{n} elements");
+                    copy.recycle();
                 }
             }
         }

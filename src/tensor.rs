@@ -104,6 +104,15 @@ impl Buf {
         pool::give(self)
     }
 
+    /// Hands a shared buffer to the recycling pool if this was the last
+    /// hold on it; a holder left (a tensor, a read in flight) keeps it,
+    /// and recycles it in turn when it lets go.
+    pub fn recycle_shared(data: std::sync::Arc<Buf>) {
+        if let Ok(b) = std::sync::Arc::try_unwrap(data) {
+            b.recycle();
+        }
+    }
+
     /// A recycled buffer of the same variant as `kind` with `n` elements
     /// (old contents), when the pool has one.
     pub fn recycled(kind: &Buf, n: usize) -> Option<Buf> {

@@ -43,6 +43,7 @@ use super::shared::{
 use super::tensor::{MLGraph, MLTensor};
 use super::views;
 use crate::error::{Error, Result};
+use crate::tensor::Buf;
 use crate::timeline::{Completion, CompletionSink, Payload, CONTEXT_LOST};
 
 thread_local! {
@@ -185,9 +186,7 @@ fn resolve_value(
                     let copy = shared.helped_clone(&ctx.copy_help)?;
                     // The tensor's buffer goes back to the pool if the
                     // tensor has moved on from it meanwhile.
-                    if let Ok(old) = Arc::try_unwrap(shared) {
-                        old.recycle();
-                    }
+                    Buf::recycle_shared(shared);
                     copy
                 }
             };
@@ -203,9 +202,7 @@ fn resolve_value(
             // A copy made for this read goes back to the pool for the
             // next read of this size; the tensor's own buffer, shared,
             // stays the tensor's.
-            if let Ok(buf) = Arc::try_unwrap(buf) {
-                buf.recycle();
-            }
+            Buf::recycle_shared(buf);
             view.delete(env);
             r?;
             raw::undefined(env).map_err(n)

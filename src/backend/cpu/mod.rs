@@ -53,14 +53,6 @@ struct CpuTensor {
     data: Arc<Buf>,
 }
 
-/// Gives a tensor's replaced buffer back to the pool, unless a read
-/// still holds it (the read gives it back when it is done with it).
-fn recycle_shared(data: Arc<Buf>) {
-    if let Ok(b) = Arc::try_unwrap(data) {
-        b.recycle();
-    }
-}
-
 struct CompiledGraph {
     graph: Arc<Graph>,
     /// Converted constants, by operand id.
@@ -675,7 +667,7 @@ impl Backend for CpuBackend {
     fn destroy_tensor(&mut self, id: TensorId) {
         if let Some(t) = self.tensors.remove(&id) {
             self.tensor_bytes -= held_bytes(&t.desc);
-            recycle_shared(t.data);
+            Buf::recycle_shared(t.data);
         }
     }
 
@@ -687,7 +679,7 @@ impl Backend for CpuBackend {
         if data.len() != t.desc.element_count() {
             return Err(Error::type_error("the data does not fit the tensor"));
         }
-        recycle_shared(std::mem::replace(&mut t.data, Arc::new(data)));
+        Buf::recycle_shared(std::mem::replace(&mut t.data, Arc::new(data)));
         Ok(())
     }
 
@@ -935,7 +927,7 @@ impl Backend for CpuBackend {
         let results = self.run_hot(cg.hot, || execute(cg, &ins, budget))?;
         for (id, r) in outputs.iter().zip(results) {
             if let Some(t) = self.tensors.get_mut(id) {
-                recycle_shared(std::mem::replace(&mut t.data, Arc::new(r)));
+                Buf::recycle_shared(std::mem::replace(&mut t.data, Arc::new(r)));
             }
         }
         Ok(())

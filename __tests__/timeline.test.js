@@ -116,6 +116,55 @@ describe('readTensor(tensor, view)', () => {
   });
 });
 
+describe('small reads and writes', () => {
+  // A small read copies the tensor's own buffer on the JS thread, and a
+  // small write reuses the buffer that an earlier write or dispatch let go
+  // of: neither may see a later write or dispatch, nor a source changed
+  // after writeTensor() returned. Sizes: below the smallest recycled
+  // buffer, two small ones, and one whose read is copied on the worker.
+  const cases = [
+    ['float32', Float32Array, 200],
+    ['float32', Float32Array, 1000],
+    ['uint8', Uint8Array, 3001],
+    ['float32', Float32Array, 6000],
+  ];
+  // The first byte that differs, or -1.
+  const firstByteDifference = (got, want) => {
+    const g = new Uint8Array(got);
+    const w = new Uint8Array(want.buffer, want.byteOffset, want.byteLength);
+    if (g.length !== w.length) return Math.min(g.length, w.length);
+    return g.findIndex((v, i) => v !== w[i]);
+  };
+  test.each(cases)('%s x %i', async (dataType, Type, n) => {
+    const context = await ml.createContext();
+    const b = new MLGraphBuilder(context);
+    const desc = { dataType, shape: [n] };
+    const x = b.input('x', desc);
+    const graph = await b.build({ y: b.add(x, x) });
+    const input = await context.createTensor({ ...desc, readable: true, writable: true });
+    const output = await context.createTensor({ ...desc, readable: true });
+    const filled = (k) => Type.from({ length: n }, (_, i) => (i * 7 + k * 13) % 100);
+    const rounds = 12;
+    const ins = [];
+    const outs = [];
+    for (let k = 0; k < rounds; k++) {
+      const source = filled(k);
+      context.writeTensor(input, source);
+      source.fill(99); // after the write returned: not seen
+      ins.push(context.readTensor(input));
+      context.dispatch(graph, { x: input }, { y: output });
+      outs.push(context.readTensor(output));
+      if (k % 3 === 0) await ins[k];
+    }
+    const got = await Promise.all([...ins, ...outs]);
+    for (let k = 0; k < rounds; k++) {
+      const want = filled(k);
+      expect(firstByteDifference(got[k], want)).toBe(-1);
+      expect(firstByteDifference(got[rounds + k], want.map((v) => 2 * v))).toBe(-1);
+    }
+  });
+});
+
 describe('large copies', () => {
   // From 1 MiB the JS thread shares a write's copy, and a read's into a
   // view, with an idle thread of the context's pool, and the worker

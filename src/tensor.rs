@@ -109,7 +109,7 @@ impl Buf {
     /// and recycles it in turn when it lets go.
     pub fn recycle_shared(data: std::sync::Arc<Buf>) {
         if let Ok(b) = std::sync::Arc::try_unwrap(data) {
-            b.recycle();
+            pool::give_contents(b);
         }
     }
 
@@ -476,8 +476,14 @@ pub(crate) mod pool {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
 
-    /// Buffers smaller than this are left to the allocator.
+    /// Buffers smaller than this are left to the allocator, but for
+    /// tensors' contents (see [`SMALL`]).
     const MIN_BYTES: usize = 64 * 1024;
+    /// Tensors' contents smaller than this are left to the allocator even
+    /// so: its per-thread caches serve them without a lock.
+    const SMALL_MIN_BYTES: usize = 1024;
+    /// The most small buffers [`SMALL`] keeps.
+    const SMALL_COUNT: usize = 16;
     /// The most memory the pool ever keeps idle, and the least it is
     /// allowed to (see [`keep_room_for`]).
     const MAX_BYTES: usize = 128 * 1024 * 1024;
@@ -514,12 +520,34 @@ pub(crate) mod pool {
         bytes: 0,
     });
 
+    /// Tensors' contents of [SMALL_MIN_BYTES, MIN_BYTES) that a tensor let
+    /// go of, for the next `writeTensor()` (or input) of that size. Such a
+    /// buffer is allocated on the JS thread and freed on the worker when
+    /// the next write replaces it, and the worker's dispatch outputs the
+    /// other way round, so the two threads contend for the allocator's
+    /// lock on every small write (a futex wait at times): a quarter of a
+    /// 4 KB write's cost here. Only writes take from this list, and only
+    /// released contents feed it, so a graph's many small intermediates
+    /// never pass through its lock.
+    static SMALL: Mutex<Vec<Buf>> = Mutex::new(Vec::new());
+
     /// Bytes a buffer occupies (its room, not its length).
     fn room_bytes(b: &Buf) -> usize {
         fn bytes<T>(v: &Vec<T>) -> usize {
             v.capacity() * std::mem::size_of::<T>()
         }
         with_buf!(b, v => bytes(v))
+    }
+
+    fn elem<T>(_: &Vec<T>) -> usize {
+        std::mem::size_of::<T>()
+    }
+
+    /// Whether `b` is of the variant of `kind` with room for `n` elements
+    /// and at most half as much again.
+    fn fits(b: &Buf, kind: &Buf, n: usize) -> bool {
+        let room = with_buf!(b, v => v.capacity());
+        std::mem::discriminant(b) == std::mem::discriminant(kind) && room >= n && room * 2 <= n * 3
     }
 
     /// Takes the most recently given buffer of the same variant as `kind`
@@ -530,9 +558,6 @@ pub(crate) mod pool {
         // elements: a request smaller than 2/3 of MIN_BYTES cannot be met,
         // and is answered without the lock and the scan (a decoding step
         // asks thousands of times for a few hundred elements).
-        fn elem<T>(_: &Vec<T>) -> usize {
-            std::mem::size_of::<T>()
-        }
         if n.saturating_mul(with_buf!(kind, v => elem(v)))
             .saturating_mul(3)
             < MIN_BYTES * 2
@@ -540,12 +565,7 @@ pub(crate) mod pool {
             return None;
         }
         let mut p = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        let i = p.bufs.iter().rposition(|b| {
-            let room = with_buf!(b, v => v.capacity());
-            std::mem::discriminant(b) == std::mem::discriminant(kind)
-                && room >= n
-                && room * 2 <= n * 3
-        })?;
+        let i = p.bufs.iter().rposition(|b| fits(b, kind, n))?;
         let b = p.bufs.remove(i);
         p.bytes -= room_bytes(&b);
         Some(b)
@@ -561,11 +581,42 @@ pub(crate) mod pool {
         Some(b)
     }
 
-    /// A recycled, emptied buffer with room for `n` elements.
+    /// A recycled, emptied buffer with room for `n` elements: from
+    /// [`SMALL`] for a small request, else see [`take_any`].
     pub(super) fn take_room(kind: &Buf, n: usize) -> Option<Buf> {
-        let mut b = take_any(kind, n)?;
+        let bytes = n.saturating_mul(with_buf!(kind, v => elem(v)));
+        let mut b = if bytes < MIN_BYTES {
+            if bytes < SMALL_MIN_BYTES {
+                return None;
+            }
+            let mut small = SMALL.lock().unwrap_or_else(|e| e.into_inner());
+            let i = small.iter().rposition(|b| fits(b, kind, n))?;
+            small.remove(i)
+        } else {
+            take_any(kind, n)?
+        };
         with_buf!(&mut b, v => v.clear());
         Some(b)
+    }
+
+    /// Gives back a tensor's contents: a small buffer to [`SMALL`], any
+    /// other as [`give`] does.
+    pub(super) fn give_contents(b: Buf) {
+        let bytes = room_bytes(&b);
+        if !(SMALL_MIN_BYTES..MIN_BYTES).contains(&bytes) {
+            return give(b);
+        }
+        let mut small = SMALL.lock().unwrap_or_else(|e| e.into_inner());
+        if small.len() == SMALL_COUNT {
+            // Oldest first out: recent sizes are the likely ones.
+            let old = small.remove(0);
+            // Freed outside the lock.
+            small.push(b);
+            drop(small);
+            drop(old);
+        } else {
+            small.push(b);
+        }
     }
 
     pub(super) fn give(b: Buf) {
@@ -583,6 +634,36 @@ pub(crate) mod pool {
         if bytes <= limit {
             p.bytes += bytes;
             p.bufs.push(b);
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// A small tensor's contents come back for the next write of that
+        /// type and size, and only then; the list keeps at most
+        /// SMALL_COUNT buffers, and nothing below SMALL_MIN_BYTES. Uses
+        /// uint64, whose small writes no other test makes, as other tests
+        /// share the list.
+        #[test]
+        fn small_contents_serve_the_next_small_write() {
+            let n = 700; // 5,600 bytes
+            let b = Buf::U64(vec![7; n]);
+            let at = b.raw_bytes().as_ptr();
+            give_contents(b);
+            assert!(take_room(&Buf::U64(Vec::new()), 2 * n).is_none(), "too small");
+            assert!(take_room(&Buf::I64(Vec::new()), n).is_none(), "another type");
+            let again = take_room(&Buf::U64(Vec::new()), n - 10).expect("reused");
+            assert_eq!(again.raw_bytes().as_ptr(), at);
+            assert!(again.is_empty());
+            assert!(take_room(&Buf::U64(Vec::new()), n).is_none(), "taken once");
+            give_contents(Buf::U64(vec![1; 100])); // 800 bytes: freed
+            assert!(take_room(&Buf::U64(Vec::new()), 100).is_none());
+            for k in 0..SMALL_COUNT + 4 {
+                give_contents(Buf::U64(vec![0; 300 + k]));
+            }
+            assert!(SMALL.lock().unwrap().len() <= SMALL_COUNT);
         }
     }
 }

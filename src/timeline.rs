@@ -161,8 +161,10 @@ pub enum Command {
         /// When the request was made.
         sent: std::time::Instant,
         /// The reader copies the contents out at once (into the caller's
-        /// view), so the backend may share the tensor's buffer rather
-        /// than copy it ([`Backend::read_tensor_shared_async`]).
+        /// view, or a new ArrayBuffer of a size that
+        /// `views::read_shares` picks), so the backend may share the
+        /// tensor's buffer rather than copy it
+        /// ([`Backend::read_tensor_shared_async`]).
         shared: bool,
     },
     DestroyTensor {

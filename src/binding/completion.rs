@@ -178,19 +178,8 @@ fn resolve_value(
         }
         (PendingKind::Read { data_type, .. }, Payload::Tensor(buf)) => {
             // A copy made for this read (see `Command::ReadTensor`), which
-            // this holds alone, or the tensor's own buffer, which a large
-            // read copies here with the context's threads' help.
-            let buf = match Arc::try_unwrap(buf) {
-                Ok(b) => b,
-                Err(shared) => {
-                    let copy = shared.helped_clone(&ctx.copy_help)?;
-                    // The tensor's buffer goes back to the pool if the
-                    // tensor has moved on from it meanwhile.
-                    Buf::recycle_shared(shared);
-                    copy
-                }
-            };
-            views::arraybuffer_from_buf(env, buf, data_type).map_err(n)
+            // this holds alone, or the tensor's own buffer.
+            views::arraybuffer_from_shared(env, buf, data_type, &ctx.copy_help)
         }
         (
             PendingKind::ReadInto {
@@ -598,7 +587,7 @@ mod tests {
     /// Empties the due list; returns the contexts it named (the one of
     /// [`microtask_queued`] left out).
     fn due_contexts() -> Vec<u64> {
-        let due = DUE.with(|d| std::mem::take(&mut *d.borrow_mut()));
+    let due = DUE.with(|d| std::mem::take(&mut *d.borrow_mut()));
         due.into_iter()
             .map(|(id, _)| id)
             .filter(|&id| id != u64::MAX)

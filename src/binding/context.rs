@@ -654,12 +654,13 @@ impl MLContext {
                 }
             };
             let id = t.info.id;
-            // Into a view, or a large result for a new buffer: the JS
-            // thread copies the contents once, from the tensor's own buffer
-            // where the backend shares it, and a large copy with the help
-            // of the context's threads (see `crate::copy`).
+            // Into a view, or a result for a new buffer that is small or
+            // large (`views::read_shares`): the JS thread copies the
+            // contents once, from the tensor's own buffer where the backend
+            // shares it, and a large copy with the help of the context's
+            // threads (see `crate::copy`).
             let shared = matches!(kind, PendingKind::ReadInto { .. })
-                || t.info.desc.byte_length() >= crate::copy::HELP_BYTES;
+                || views::read_shares(t.info.desc.byte_length());
             let (req, p) = map_err(shared::register(e, &self.shared, kind))?;
             let waiting = completion::expect_soon(&self.shared.inbox);
             self.shared.send_or_reject(

@@ -149,6 +149,49 @@ unsafe extern "C" fn free_buf(
 /// than handed over (see [`arraybuffer_from_buf`]).
 const COPY_BELOW: usize = 16 * 1024;
 
+/// Whether `readTensor()` of `byte_length` bytes for a new ArrayBuffer
+/// borrows the tensor's own buffer ([`arraybuffer_from_shared`]) rather
+/// than taking a copy made on the worker. A small result is copied once,
+/// straight into the memory V8 allocates; a copy on the worker first
+/// would cost an allocation there and its free on this thread, and the
+/// two threads then contend for the allocator's lock (a third of a
+/// 1,000-element read's round trip). A large one is copied with the
+/// context's threads' help. In between, the worker's copy is handed to
+/// JS as it is, with no second copy.
+pub fn read_shares(byte_length: usize) -> bool {
+    byte_length <= COPY_BELOW || byte_length >= crate::copy::HELP_BYTES
+}
+
+/// An ArrayBuffer of exactly the bytes of `buf`, a result for
+/// `readTensor()` that the tensor may still hold ([`read_shares`]). A
+/// buffer held here alone goes to [`arraybuffer_from_buf`]; a tensor's
+/// own is copied, with `help` where it is large, and goes back to the
+/// pool if the tensor has moved on from it meanwhile.
+pub fn arraybuffer_from_shared(
+    env: napi_env,
+    buf: std::sync::Arc<Buf>,
+    dt: DataType,
+    help: &crate::copy::CopyHelp,
+) -> Result<napi_value> {
+    let n = super::errors::from_napi;
+    let copy_here = !matches!(dt, DataType::Int4 | DataType::Uint4)
+        && buf.raw_bytes().len() <= COPY_BELOW;
+    let v = match std::sync::Arc::try_unwrap(buf) {
+        Ok(b) => return arraybuffer_from_buf(env, b, dt).map_err(n),
+        Err(shared) if copy_here => {
+            let v = raw::arraybuffer_copy(env, shared.raw_bytes()).map_err(n);
+            Buf::recycle_shared(shared);
+            v?
+        }
+        Err(shared) => {
+            let copy = shared.helped_clone(help);
+            Buf::recycle_shared(shared);
+            arraybuffer_from_buf(env, copy?, dt).map_err(n)?
+        }
+    };
+    Ok(v)
+}
+
 /// An ArrayBuffer of exactly the tensor's bytes. The buffer's own memory is
 /// handed to JS without a copy where its layout is the external one.
 pub fn arraybuffer_from_buf(env: napi_env, buf: Buf, dt: DataType) -> napi::Result<napi_value> {

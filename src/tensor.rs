@@ -652,8 +652,14 @@ pub(crate) mod pool {
             let b = Buf::U64(vec![7; n]);
             let at = b.raw_bytes().as_ptr();
             give_contents(b);
-            assert!(take_room(&Buf::U64(Vec::new()), 2 * n).is_none(), "too small");
-            assert!(take_room(&Buf::I64(Vec::new()), n).is_none(), "another type");
+            assert!(
+                take_room(&Buf::U64(Vec::new()), 2 * n).is_none(),
+                "too small"
+            );
+            assert!(
+                take_room(&Buf::I64(Vec::new()), n).is_none(),
+                "another type"
+            );
             let again = take_room(&Buf::U64(Vec::new()), n - 10).expect("reused");
             assert_eq!(again.raw_bytes().as_ptr(), at);
             assert!(again.is_empty());

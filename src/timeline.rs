@@ -511,14 +511,19 @@ impl Worker {
                 outputs,
                 label,
             } => {
-                let me = describe("dispatch", &label);
+                // Named only when something went wrong (a dispatch runs
+                // thousands of times a second).
+                let me = || describe("dispatch", &label);
                 let upstream = inputs.iter().find_map(|t| self.errored.get(t)).cloned();
                 let state = match upstream {
-                    Some(e) => Some(Errored { via: Some(me), ..e }),
+                    Some(e) => Some(Errored {
+                        via: Some(me()),
+                        ..e
+                    }),
                     None => match guarded("dispatch", || b.dispatch(graph, &inputs, &outputs)) {
                         Ok(()) => None,
                         Err(e) => Some(Errored {
-                            origin: me,
+                            origin: me(),
                             cause: e.message,
                             via: None,
                         }),

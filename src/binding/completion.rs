@@ -587,7 +587,7 @@ mod tests {
     /// Empties the due list; returns the contexts it named (the one of
     /// [`microtask_queued`] left out).
     fn due_contexts() -> Vec<u64> {
-    let due = DUE.with(|d| std::mem::take(&mut *d.borrow_mut()));
+        let due = DUE.with(|d| std::mem::take(&mut *d.borrow_mut()));
         due.into_iter()
             .map(|(id, _)| id)
             .filter(|&id| id != u64::MAX)

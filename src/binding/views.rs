@@ -174,8 +174,8 @@ pub fn arraybuffer_from_shared(
     help: &crate::copy::CopyHelp,
 ) -> Result<napi_value> {
     let n = super::errors::from_napi;
-    let copy_here = !matches!(dt, DataType::Int4 | DataType::Uint4)
-        && buf.raw_bytes().len() <= COPY_BELOW;
+    let copy_here =
+        !matches!(dt, DataType::Int4 | DataType::Uint4) && buf.raw_bytes().len() <= COPY_BELOW;
     let v = match std::sync::Arc::try_unwrap(buf) {
         Ok(b) => return arraybuffer_from_buf(env, b, dt).map_err(n),
         Err(shared) if copy_here => {

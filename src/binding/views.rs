@@ -154,7 +154,7 @@ const COPY_BELOW: usize = 16 * 1024;
 /// than taking a copy made on the worker. A small result is copied once,
 /// straight into the memory V8 allocates; a copy on the worker first
 /// would cost an allocation there and its free on this thread, and the
-/// two threads then contend for the allocator's lock (a third of a
+/// two threads then contend for the allocator's lock (a quarter of a
 /// 1,000-element read's round trip). A large one is copied with the
 /// context's threads' help. In between, the worker's copy is handed to
 /// JS as it is, with no second copy.

@@ -97,6 +97,55 @@ describe.each(devices)('computeSync on %s: buffers changed by a getter of output
   });
 });
 
+describe('records are their own enumerable string keys', () => {
+  // dispatch() and compute() read a record's keys as Object.keys does,
+  // with the Object.keys taken at load: symbols, non-enumerable and
+  // inherited keys are not entries, an extra enumerable key is, and a
+  // caller's replacement of Object.keys changes nothing.
+  test('in dispatch() and compute()', async () => {
+    const ctx = await ml.createContext();
+    const b = new MLGraphBuilder(ctx);
+    const desc = { dataType: 'float32', shape: [2] };
+    const graph = await b.build({ y: b.add(b.input('x', desc), b.input('w', desc)) });
+    const [x, w, y] = await Promise.all([
+      ctx.createTensor({ ...desc, writable: true }),
+      ctx.createTensor({ ...desc, writable: true }),
+      ctx.createTensor({ ...desc, readable: true }),
+    ]);
+    ctx.writeTensor(x, new Float32Array([1, 2]));
+    ctx.writeTensor(w, new Float32Array([10, 20]));
+    const inputs = Object.create({ inherited: x });
+    inputs[Symbol('s')] = x;
+    Object.defineProperty(inputs, 'hidden', { value: w, enumerable: false });
+    inputs.w = w;
+    inputs.x = x;
+    const keys = Object.keys;
+    try {
+      Object.keys = () => ['x'];
+      ctx.dispatch(graph, inputs, { y });
+    } finally {
+      Object.keys = keys;
+    }
+    expect([...new Float32Array(await ctx.readTensor(y))]).toEqual([11, 22]);
+    const extra = { x, w, more: y };
+    let error;
+    try {
+      ctx.dispatch(graph, extra, { y });
+    } catch (e) {
+      error = e;
+    }
+    expect(error && error.name).toBe('TypeError');
+    expect(error.message).toMatch(/3 entries/);
+    const views = Object.create({ extra: new Float32Array(2) });
+    views.x = new Float32Array([3, 4]);
+    views.w = new Float32Array([5, 6]);
+    views[Symbol('s')] = new Float32Array(2);
+    const r = await ctx.compute(graph, views, { y: new Float32Array(2) });
+    expect([...r.outputs.y]).toEqual([8, 10]);
+    ctx.destroy();
+  });
+});
+
 describe('arrays longer than any argument can be', () => {
   // Each call must fail with TypeError at once: no per-element work for a
   // sparse array, no reservation for its length.

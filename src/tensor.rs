@@ -526,9 +526,10 @@ pub(crate) mod pool {
     /// the next write replaces it, and the worker's dispatch outputs the
     /// other way round, so the two threads contend for the allocator's
     /// lock on every small write (a futex wait at times): a quarter of a
-    /// 4 KB write's cost here. Only writes take from this list, and only
-    /// released contents feed it, so a graph's many small intermediates
-    /// never pass through its lock.
+    /// 4 KB write's cost here. Only `Buf::from_bytes` takes from this
+    /// list (writes, inputs, and the few kernels and GPU readbacks that
+    /// make a buffer from bytes), and only released contents feed it, so
+    /// a graph's many small intermediates never pass through its lock.
     static SMALL: Mutex<Vec<Buf>> = Mutex::new(Vec::new());
 
     /// Bytes a buffer occupies (its room, not its length).
@@ -582,16 +583,19 @@ pub(crate) mod pool {
     }
 
     /// A recycled, emptied buffer with room for `n` elements: from
-    /// [`SMALL`] for a small request, else see [`take_any`].
+    /// [`SMALL`] for a small request, else (or failing that) see
+    /// [`take_any`].
     pub(super) fn take_room(kind: &Buf, n: usize) -> Option<Buf> {
         let bytes = n.saturating_mul(with_buf!(kind, v => elem(v)));
-        let mut b = if bytes < MIN_BYTES {
-            if bytes < SMALL_MIN_BYTES {
-                return None;
-            }
+        let small = || {
             let mut small = SMALL.lock().unwrap_or_else(|e| e.into_inner());
             let i = small.iter().rposition(|b| fits(b, kind, n))?;
-            small.remove(i)
+            Some(small.remove(i))
+        };
+        let mut b = if bytes < SMALL_MIN_BYTES {
+            return None;
+        } else if bytes < MIN_BYTES {
+            small().or_else(|| take_any(kind, n))?
         } else {
             take_any(kind, n)?
         };
@@ -607,16 +611,11 @@ pub(crate) mod pool {
             return give(b);
         }
         let mut small = SMALL.lock().unwrap_or_else(|e| e.into_inner());
-        if small.len() == SMALL_COUNT {
-            // Oldest first out: recent sizes are the likely ones.
-            let old = small.remove(0);
-            // Freed outside the lock.
-            small.push(b);
-            drop(small);
-            drop(old);
-        } else {
-            small.push(b);
-        }
+        // Oldest first out: recent sizes are the likely ones.
+        let old = (small.len() == SMALL_COUNT).then(|| small.remove(0));
+        small.push(b);
+        drop(small);
+        drop(old); // Freed outside the lock.
     }
 
     pub(super) fn give(b: Buf) {

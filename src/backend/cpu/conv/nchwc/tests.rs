@@ -245,6 +245,9 @@ fn direct_matches_the_nchw_kernels() {
         ((2, 16, 9, 7), (24, 1, 1), [0; 4], 3, 1),
         // Rows of 7 and 5 pixels: tiles across the rows' ends.
         ((1, 16, 14, 14), (16, 3, 3), [1, 1, 1, 1], 2, 1),
+        // Rows of 14 pixels at stride 2 into 4 blocks: tiles inside a
+        // row, whose pixels are two apart at compile time (`STRIDE2`).
+        ((1, 16, 28, 28), (32, 3, 3), [1, 1, 1, 1], 2, 1),
         ((1, 8, 5, 5), (24, 3, 3), [1, 1, 1, 1], 1, 2),
         ((1, 64, 20, 20), (64, 3, 3), [1, 1, 1, 1], 1, 1),
         ((1, 16, 5, 30), (8, 3, 3), [1, 1, 1, 1], 1, 1),

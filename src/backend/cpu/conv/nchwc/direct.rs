@@ -715,31 +715,19 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
         let (p0, p1) = (c * chunk, ((c + 1) * chunk).min(pixels));
         let first = gi * panels.len() / groups;
         let mine = &panels[first..(gi + 1) * panels.len() / groups];
-        // In the flat form each tile's input is copied into one run
-        // (`pack_tiles`) before the panels pass over it: read where they
-        // lie, a tile's pixels are a few lines in each of `icb` planes a
-        // plane apart, which the prefetchers do not follow (1x1 from 1024
-        // channels to 2048 and back at 7x7, one thread: 4.16 against 3.87
-        // ms). The copy is made again only where a panel's tiles are of
-        // another size.
-        let pack = flat && !plain && mine.len() >= PACK_PANELS;
-        let mut packed: Option<(usize, Vec<f32>)> = None;
+        // The tiles read their input where it lies, in the flat form too.
+        // (Copying each task's pixels into one run per tile first, blocks
+        // `m` pixels apart, was measured faster for 1x1 from 1024 channels
+        // to 2048 and back at 7x7 when it was written, before the tiles
+        // brought the next panel into L2; measured again in turns in one
+        // process on an Intel Xeon with AVX-512, the copy made ResNet-50
+        // 1-2% slower at one thread and at two, that chain of 1x1 at 7x7
+        // and at 14x14 no faster, and alone every 1x1 of ResNet-50 as fast
+        // or slower, by up to 12% at 56x56.)
         let rows = g.icb * g.taps.len() * g.cl;
         for (i, pn) in mine.iter().enumerate() {
             let (wide, nv, mr) = form::<V, N>(pn);
             let nx = panels.get(first + i + 1).filter(|_| big);
-            if pack && packed.as_ref().is_none_or(|(m, _)| *m != mr) {
-                let buf = match packed.take() {
-                    Some((_, buf)) => Some(buf),
-                    None => crate::tensor::Buf::try_f32_for_overwrite((p1 - p0) * ic).ok(),
-                };
-                // Without the memory the tiles read the input in place.
-                packed = buf.map(|mut buf| {
-                    let image = &xp[b * ic * pixels..(b + 1) * ic * pixels];
-                    pack_tiles(image, icb, pixels, (p0, p1), mr, &mut buf);
-                    (mr, buf)
-                });
-            }
             let mut q = p0;
             let mut offs = [0usize; MAX_TILE];
             let mut k = 0;
@@ -757,18 +745,10 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
                         *off = (y * sh * wp + xx * sw - first) * lanes;
                     }
                 }
-                // The tile's input: where it lies in the image (its first
-                // tap of pixel (oy, ox)), or its run of the copy, whose
-                // blocks are `m` pixels apart (`pack_tiles` with this `mr`;
-                // only in the flat form, one row, so never crossing).
-                let (xq, gp) = match &packed {
-                    Some((_, pk)) => (pk[(q - p0) * ic..].as_ptr(), Geometry { ibs: m * L, ..*g }),
-                    None => {
-                        let at = b * ic * hp * wp + (oy * sh * wp + ox * sw) * lanes;
-                        (xp[at..].as_ptr(), Geometry { ..*g })
-                    }
-                };
-                // SAFETY: `run_tile`'s contract. Input, in place: `xq` is
+                // The tile's input where it lies in the image: its first
+                // tap of pixel (oy, ox).
+                let xq = xp[b * ic * hp * wp + (oy * sh * wp + ox * sw) * lanes..].as_ptr();
+                // SAFETY: `run_tile`'s contract. Input: `xq` is
                 // the first tap of pixel (oy, ox) of image `b` in `xp`
                 // (`hp * wp` pixels of `lanes` floats per block or plane,
                 // `ic * hp * wp` floats per image); the tile reads the
@@ -778,11 +758,7 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
                 // the tile's `m` pixels; all inside the padded plane by
                 // `taps_fit` (rows `(oh - 1) * sh + (kh - 1) * dh < hp`,
                 // columns likewise; in the flat form one row of `ow <=
-                // wp` pixels). `offs` lives until the call returns. Input,
-                // copied: the tile's `icb` runs of `m` pixels of 8 floats
-                // from `(q - p0) * ic` in `pk` (`(p1 - p0) * ic` floats),
-                // block `ib` of pixel `r` at `ib * m * 8 + r * 8`, as `gp`
-                // (1x1, unit pixel step, blocks `m * 8` apart) reads them.
+                // wp` pixels). `offs` lives until the call returns.
                 // Filter: `w + pn.off` is the panel (`w.len()` checked).
                 // Output: pixels `q .. q + m` (`m <= p1 - q`) of blocks
                 // `pn.ob0 .. pn.ob0 + pn.nb` of image `b`, inside `res`
@@ -806,7 +782,7 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
                         },
                         next: next_from(k, nx, rows, ws as *const f32),
                     };
-                    run_tile::<V, N>(wide, m, nv, &gp, xq, wq, ends, oq);
+                    run_tile::<V, N>(wide, m, nv, g, xq, wq, ends, oq);
                     if let Some(bounds) = after {
                         clamp_cells(oq, g.obs, pn.nb, m, bounds);
                     }
@@ -814,9 +790,6 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
                 q += m;
                 k += 1;
             }
-        }
-        if let Some((_, buf)) = packed {
-            crate::tensor::Buf::F32(buf).recycle();
         }
     });
     for v in [padded, picked].into_iter().flatten() {
@@ -842,37 +815,6 @@ unsafe fn clamp_cells(out: *mut f32, obs: usize, nb: usize, m: usize, (lo, hi): 
             let y = if lo > *v { lo } else { *v };
             *v = if hi < y { hi } else { y };
         }
-    }
-}
-
-/// Panels of a task from which [`direct`] copies its tiles' input into
-/// runs: the copy is one pass over the task's input, which each panel
-/// then reads in order.
-const PACK_PANELS: usize = 4;
-
-/// Pixels `p0..p1` of a blocked image (`icb` blocks of `plane` pixels
-/// of 8 floats) into `dst`, tile by tile as [`tile_len`] cuts them for
-/// tiles of at most `mr`: each tile's `m` pixels of block 0, then of
-/// block 1, and so on, so that a tile's input is one run of `icb * m *
-/// 8` floats. `dst` holds `(p1 - p0) * icb * 8` floats.
-fn pack_tiles(
-    image: &[f32],
-    icb: usize,
-    plane: usize,
-    (p0, p1): (usize, usize),
-    mr: usize,
-    dst: &mut [f32],
-) {
-    let mut q = p0;
-    let mut at = 0;
-    while q < p1 {
-        let m = tile_len(mr, p1 - q);
-        for ib in 0..icb {
-            let from = (ib * plane + q) * L;
-            dst[at..at + m * L].copy_from_slice(&image[from..from + m * L]);
-            at += m * L;
-        }
-        q += m;
     }
 }
 

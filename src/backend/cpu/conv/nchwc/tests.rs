@@ -254,9 +254,9 @@ fn direct_matches_the_nchw_kernels() {
         // 7 blocks (panels of 4, 2 and 1 on AVX-512), rows over 24.
         ((1, 16, 9, 31), (56, 1, 1), [0; 4], 1, 1),
         ((1, 8, 4, 29), (48, 3, 3), [1, 1, 1, 1], 1, 1),
-        // Four panels or more: 1x1 tiles read from runs copied per task
-        // (the last panel narrower, so copied again for its tiles), at
-        // unit stride, on picked pixels, and split between threads.
+        // Four panels or more: 1x1 tiles of two sizes (the last panel
+        // narrower), at unit stride, on picked pixels, and split between
+        // threads.
         ((1, 24, 7, 7), (136, 1, 1), [0; 4], 1, 1),
         ((2, 16, 14, 14), (128, 1, 1), [0; 4], 2, 1),
         ((1, 64, 14, 14), (136, 1, 1), [0; 4], 1, 1),

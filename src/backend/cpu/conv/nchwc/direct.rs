@@ -719,11 +719,13 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
         // (Copying each task's pixels into one run per tile first, blocks
         // `m` pixels apart, was measured faster for 1x1 from 1024 channels
         // to 2048 and back at 7x7 when it was written, before the tiles
-        // brought the next panel into L2; measured again in turns in one
-        // process on an Intel Xeon with AVX-512, the copy made ResNet-50
-        // 1-2% slower at one thread and at two, that chain of 1x1 at 7x7
-        // and at 14x14 no faster, and alone every 1x1 of ResNet-50 as fast
-        // or slower, by up to 12% at 56x56.)
+        // brought the next panel into L2. Measured again in turns in one
+        // process on an Intel Xeon with AVX-512, fastest of 40-50 runs,
+        // the copy made ResNet-50 0.5-2.3% slower at one thread and up to
+        // 3.7% at two; chains of 1x1 from 1024 to 2048 at 7x7 and from
+        // 512 to 1024 at 14x14 were within the noise (4% faster to 7%
+        // slower; medians within 3%); alone, every 1x1 of ResNet-50 was
+        // as fast or slower with it, by up to 12% at 56x56.)
         let rows = g.icb * g.taps.len() * g.cl;
         for (i, pn) in mine.iter().enumerate() {
             let (wide, nv, mr) = form::<V, N>(pn);

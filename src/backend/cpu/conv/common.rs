@@ -191,6 +191,89 @@ pub(super) fn pool_reduce(kind: PoolKind, taps: impl Iterator<Item = f32>) -> f3
     }
 }
 
+/// The window taps `first..end` of output position `o` along one axis
+/// that fall inside the input (`size` elements after `pad` of padding):
+/// tap `t` reads `o * stride + t * dilation - pad`.
+pub(super) fn window_taps(
+    o: usize,
+    k: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    size: usize,
+) -> (usize, usize) {
+    let base = o * stride;
+    let end = (pad + size)
+        .checked_sub(base)
+        .map_or(0, |room| room.div_ceil(dilation).min(k));
+    let first = pad.saturating_sub(base).div_ceil(dilation).min(end);
+    (first, end)
+}
+
+/// A window's reduction, `N` lanes side by side (channels, or output
+/// positions), with the results of [`pool_reduce`]: a type per kind, so
+/// that nothing is decided per tap, and accumulators that stay in
+/// registers across a window's taps.
+pub(super) trait Reduce<const N: usize>: Sync {
+    type Acc: Copy;
+    fn init(&self) -> Self::Acc;
+    fn step(&self, acc: &mut Self::Acc, px: &[f32; N]);
+    fn finish(&self, acc: Self::Acc, count: usize, out: &mut [f32]);
+}
+
+/// Average (`SQUARES` false: the sum, divided by the taps inside) or
+/// l2 (the square root of the sum of squares).
+pub(super) struct Sum<const SQUARES: bool>;
+
+impl<const N: usize, const SQUARES: bool> Reduce<N> for Sum<SQUARES> {
+    type Acc = [f64; N];
+    #[inline(always)]
+    fn init(&self) -> [f64; N] {
+        [0.0; N]
+    }
+    #[inline(always)]
+    fn step(&self, acc: &mut [f64; N], px: &[f32; N]) {
+        for (a, &v) in acc.iter_mut().zip(px) {
+            *a = sum_step(SQUARES, *a, v);
+        }
+    }
+    #[inline(always)]
+    fn finish(&self, acc: [f64; N], count: usize, out: &mut [f32]) {
+        for (o, a) in out.iter_mut().zip(acc) {
+            *o = sum_finish(SQUARES, a, count);
+        }
+    }
+}
+
+/// Max in two independent parts, each one instruction or two per tap
+/// rather than [`max_step`]'s chain of four: `max` is the larger value,
+/// the earlier of equal ones (x86's `maxps` exactly), which is
+/// `max_step`'s result when no NaN was seen; `nan` holds the first NaN
+/// once one is seen (before that, whatever was last), which is
+/// `max_step`'s result when one was.
+pub(super) struct Max;
+
+impl<const N: usize> Reduce<N> for Max {
+    type Acc = ([f32; N], [f32; N]);
+    #[inline(always)]
+    fn init(&self) -> Self::Acc {
+        ([MAX_IDENTITY; N], [0.0; N])
+    }
+    #[inline(always)]
+    fn step(&self, (max, nan): &mut Self::Acc, px: &[f32; N]) {
+        for ((m, n), &v) in max.iter_mut().zip(nan.iter_mut()).zip(px) {
+            *m = if v > *m { v } else { *m };
+            *n = if n.is_nan() { *n } else { v };
+        }
+    }
+    #[inline(always)]
+    fn finish(&self, (max, nan): Self::Acc, _: usize, out: &mut [f32]) {
+        for ((o, m), n) in out.iter_mut().zip(max).zip(nan) {
+            *o = if n.is_nan() { n } else { m };
+        }
+    }
+}
+
 /// Whether pooling `p` reduces each whole plane to one value: one window
 /// over the plane, no padding, no dilation.
 pub(super) fn is_global_pool(p: &Pool2dParams) -> bool {

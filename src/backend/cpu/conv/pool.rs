@@ -3,14 +3,14 @@
 
 use rayon::prelude::*;
 
-use crate::backend::cpu::shape::transpose_vec;
-use crate::backend::cpu::util::{floats, from_floats, try_filled};
+use crate::backend::cpu::simd::with_simd;
+use crate::backend::cpu::util::{floats, from_floats, try_filled, try_vec};
 use crate::error::{Error, Result};
 use crate::graph::ops::conv::{Pool2dParams, PoolKind};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
-use super::common::{is_global_pool, pool_reduce, TO_NCHW, TO_NHWC};
+use super::common::{is_global_pool, pool_reduce, window_taps, Max, Reduce, Sum};
 
 /// Input coordinate of output position `o` and kernel tap `k`, or `None`
 /// in the padding.
@@ -28,18 +28,174 @@ fn src_index(
         .filter(|&i| i < size)
 }
 
-/// Reduces one output position's window over one input plane.
-fn pool_window(x: &[f32], p: &Pool2dParams, y: usize, xo: usize) -> f32 {
-    let rows = (0..p.window[0])
-        .filter_map(|ky| src_index(y, ky, p.strides[0], p.dilations[0], p.padding[0], p.in_h));
-    let taps = rows.flat_map(|iy| {
-        (0..p.window[1])
-            .filter_map(move |kx| {
-                src_index(xo, kx, p.strides[1], p.dilations[1], p.padding[2], p.in_w)
-            })
-            .map(move |ix| x[iy * p.in_w + ix])
-    });
-    pool_reduce(p.kind, taps)
+/// Output positions (nchw) or channels (nhwc) reduced side by side: one
+/// AVX-512 vector of floats, two AVX2 ones.
+const V: usize = 16;
+
+/// The taps of a pool's windows inside its input, found once per call
+/// rather than per output: of every output row and column, and the range
+/// of columns whose windows lie wholly inside a row.
+struct Taps {
+    rows: Vec<(usize, usize)>,
+    cols: Vec<(usize, usize)>,
+    inside: (usize, usize),
+}
+
+impl Taps {
+    fn new(p: &Pool2dParams) -> Result<Taps> {
+        let [kh, kw] = p.window;
+        let (s, d, pad) = (p.strides, p.dilations, p.padding);
+        let mut rows = try_vec(p.out_h, "the pool2d rows' taps")?;
+        rows.extend((0..p.out_h).map(|o| window_taps(o, kh, s[0], d[0], pad[0], p.in_h)));
+        let mut cols = try_vec(p.out_w, "the pool2d columns' taps")?;
+        cols.extend((0..p.out_w).map(|o| window_taps(o, kw, s[1], d[1], pad[2], p.in_w)));
+        // Whole windows are the ones between the edges' partial ones.
+        let whole = |c: &(usize, usize)| *c == (0, kw);
+        let first = cols.iter().position(whole).unwrap_or(cols.len());
+        let end = first + cols[first..].iter().take_while(|c| whole(c)).count();
+        Ok(Taps {
+            rows,
+            cols,
+            inside: (first, end),
+        })
+    }
+}
+
+/// One output row `oy` of a pool: `dst` (`out_w` positions of `lanes`
+/// values) from `src` (the input rows of the same plane in nchw, where
+/// `lanes` is 1, or of the same image in nhwc, where it is the channel
+/// count), reduced with `red`, over the window taps `taps` finds inside
+/// the input. Each output takes
+/// its window's taps in the window's order (rows, then columns within a
+/// row), as [`pool_reduce`] does, so it has the bits of reducing its
+/// window alone; V outputs at a time (V positions of a plane, or V
+/// channels of a pixel) keep their accumulators in registers over a
+/// window.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn pool_row<R: Reduce<V> + Reduce<1>>(
+    p: &Pool2dParams,
+    red: &R,
+    src: &[f32],
+    lanes: usize,
+    oy: usize,
+    taps: &Taps,
+    dst: &mut [f32],
+) {
+    let Taps {
+        rows,
+        cols,
+        inside: (inside, inside_end),
+    } = taps;
+    let (inside, inside_end) = (*inside, *inside_end);
+    let (w, kw) = (p.in_w, p.window[1]);
+    let (sw, dw, pl) = (p.strides[1], p.dilations[1], p.padding[2]);
+    let (y0, y1) = rows[oy];
+    // Input row of window row `ky`.
+    let line = |ky: usize| {
+        let iy = oy * p.strides[0] + ky * p.dilations[0] - p.padding[0];
+        &src[iy * w * lanes..(iy + 1) * w * lanes]
+    };
+    // One output's lanes `l0..l0 + N` over its window: column `ox`'s
+    // taps `x0..x1` of each row in `y0..y1`.
+    let one = |ox: usize, l0: usize, dst: &mut [f32; 1]| {
+        let (x0, x1) = cols[ox];
+        let mut acc = <R as Reduce<1>>::init(red);
+        for ky in y0..y1 {
+            let line = line(ky);
+            for kx in x0..x1 {
+                let ix = ox * sw + kx * dw - pl;
+                red.step(&mut acc, &[line[ix * lanes + l0]]);
+            }
+        }
+        <R as Reduce<1>>::finish(red, acc, (y1 - y0) * (x1 - x0), dst);
+    };
+    if lanes == 1 {
+        // The positions whose windows lie inside the row: a range, V at
+        // a time, the taps of V positions a vector read (of every
+        // `sw`-th value: a load or two and a shuffle for small strides).
+        let mut ox = 0;
+        while ox < dst.len() {
+            // The last block of the range ends with it, taking again
+            // outputs of the one before (the same values).
+            let at = if ox >= inside && inside_end - inside >= V {
+                Some(ox.min(inside_end - V))
+            } else {
+                None
+            };
+            if let Some(ox0) = at.filter(|_| ox < inside_end) {
+                let block = &mut dst[ox0..ox0 + V];
+                match sw {
+                    1 => positions::<R, 1>(red, &line, (y0, y1), kw, ox0, dw, pl, block),
+                    2 => positions::<R, 2>(red, &line, (y0, y1), kw, ox0, dw, pl, block),
+                    _ => {
+                        for (j, d) in block.iter_mut().enumerate() {
+                            one(ox0 + j, 0, std::array::from_mut(d));
+                        }
+                    }
+                }
+                ox = ox0 + V;
+            } else {
+                one(ox, 0, std::array::from_mut(&mut dst[ox]));
+                ox += 1;
+            }
+        }
+        return;
+    }
+    // nhwc: V channels of a pixel at a time, each tap a vector read; the
+    // last V end with the pixel (taking again channels of the V before).
+    for (ox, px) in dst.chunks_exact_mut(lanes).enumerate() {
+        let (x0, x1) = cols[ox];
+        if lanes < V {
+            for (l, d) in px.iter_mut().enumerate() {
+                one(ox, l, std::array::from_mut(d));
+            }
+            continue;
+        }
+        let mut l0 = 0;
+        while l0 < lanes {
+            let l = l0.min(lanes - V);
+            let mut acc = <R as Reduce<V>>::init(red);
+            for ky in y0..y1 {
+                let line = line(ky);
+                for kx in x0..x1 {
+                    let at = (ox * sw + kx * dw - pl) * lanes + l;
+                    let tap: &[f32; V] = line[at..at + V].try_into().expect("V values");
+                    red.step(&mut acc, tap);
+                }
+            }
+            <R as Reduce<V>>::finish(red, acc, (y1 - y0) * (x1 - x0), &mut px[l..l + V]);
+            l0 = l + V;
+        }
+    }
+}
+
+/// V output positions `ox..ox + V` of one nchw row whose windows lie
+/// inside the row (every column tap `0..kw`), `S` input values apart:
+/// each tap is one read of V values `S` apart (whole vectors and a
+/// shuffle for S of 1 or 2) into accumulators held over the window.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn positions<'a, R: Reduce<V>, const S: usize>(
+    red: &R,
+    line: &impl Fn(usize) -> &'a [f32],
+    (y0, y1): (usize, usize),
+    kw: usize,
+    ox: usize,
+    dw: usize,
+    pl: usize,
+    dst: &mut [f32],
+) {
+    let mut acc = red.init();
+    for ky in y0..y1 {
+        let line = line(ky);
+        for kx in 0..kw {
+            let at = ox * S + kx * dw - pl;
+            let run = &line[at..at + (V - 1) * S + 1];
+            red.step(&mut acc, &std::array::from_fn(|j| run[j * S]));
+        }
+    }
+    red.finish(acc, (y1 - y0) * kw, dst);
 }
 
 /// maxPool2d of an integer tensor, in its own type (the spec allows any
@@ -126,18 +282,14 @@ pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf>
             "pool2d: the operands do not match the parameters",
         ));
     }
-    let xv = if p.nhwc {
-        std::borrow::Cow::Owned(transpose_vec(&xv, &[n, h, w, c], &TO_NCHW)?)
-    } else {
-        xv
-    };
-    let (in_plane, plane) = (h * w, oh * ow);
-    let mut res = try_filled(n * c * plane, 0.0f32, "the pool2d output")?;
-    // Global pooling (one window over each whole plane, as at the end of
-    // most image classifiers): each plane reduced front to back (the
-    // window's own order, so the same bits), many planes per task rather
-    // than a task and two index computations per element.
-    if is_global_pool(p) {
+    // Every element is written below (by the global reduction, or by
+    // `pool_row`, whose outputs cover each row).
+    let mut res = Buf::try_f32_for_overwrite(n * c * oh * ow)?;
+    // Global pooling in nchw (one window over each whole plane, as at the
+    // end of most image classifiers): each plane reduced front to back
+    // (the window's own order, so the same bits), many planes per task.
+    if !p.nhwc && is_global_pool(p) {
+        let in_plane = h * w;
         let per = (1usize << 14).div_ceil(in_plane).max(1);
         let run = |(i, dst): (usize, &mut [f32])| {
             let src = &xv[i * per * in_plane..];
@@ -146,24 +298,44 @@ pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf>
             }
         };
         res.par_chunks_mut(per).enumerate().for_each(run);
-    } else if plane > 0 {
-        let run = |(i, dst): (usize, &mut [f32])| {
-            let src = &xv[i * in_plane..(i + 1) * in_plane];
-            for (t, d) in dst.iter_mut().enumerate() {
-                *d = pool_window(src, p, t / ow, t % ow);
-            }
-        };
-        if res.len() * p.window[0] * p.window[1] >= 1 << 16 {
-            res.par_chunks_mut(plane).enumerate().for_each(run);
-        } else {
-            res.chunks_mut(plane).enumerate().for_each(run);
-        }
+        return from_floats(out.data_type, res);
     }
-    let res = if p.nhwc {
-        transpose_vec(&res, &[n, c, oh, ow], &TO_NHWC)?
-    } else {
-        res
+    // Otherwise by output rows, in the tensor's own layout: a row is one
+    // plane's (nchw) or one image's pixels with all their channels
+    // (nhwc, so each tap reads whole pixels).
+    let lanes = if p.nhwc { c } else { 1 };
+    let (unit_in, row_out) = (h * w * lanes, ow * lanes);
+    if res.is_empty() || row_out == 0 {
+        return from_floats(out.data_type, res);
+    }
+    let [kh, kw] = p.window;
+    let taps = Taps::new(p)?;
+    // Rows per task: some 16K taps of work each.
+    let per = ((1usize << 14) / row_out.saturating_mul(kh * kw).max(1)).max(1);
+    let run = |(t, dst): (usize, &mut [f32])| {
+        // Compiled for the CPU's widest vectors (`pool_row` inlines into
+        // this, and its loops over V lanes become vector operations).
+        with_simd(
+            #[inline(always)]
+            || {
+                for (k, dst) in dst.chunks_exact_mut(row_out).enumerate() {
+                    let r = t * per + k;
+                    let (unit, oy) = (r / oh, r % oh);
+                    let src = &xv[unit * unit_in..(unit + 1) * unit_in];
+                    match p.kind {
+                        PoolKind::Max => pool_row(p, &Max, src, lanes, oy, &taps, dst),
+                        PoolKind::Average => pool_row(p, &Sum::<false>, src, lanes, oy, &taps, dst),
+                        PoolKind::L2 => pool_row(p, &Sum::<true>, src, lanes, oy, &taps, dst),
+                    }
+                }
+            },
+        )
     };
+    if res.len().saturating_mul(kh * kw) >= 1 << 16 {
+        res.par_chunks_mut(per * row_out).enumerate().for_each(run);
+    } else {
+        res.chunks_mut(per * row_out).enumerate().for_each(run);
+    }
     from_floats(out.data_type, res)
 }
 

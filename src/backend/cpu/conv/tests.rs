@@ -665,6 +665,113 @@ fn pool2d_matches_naive() {
     }
 }
 
+/// Each output of `pool2d` has the bits of its window reduced alone, in
+/// the window's order, by `pool_reduce` (the definition every pooling
+/// path shares), in nchw and in nhwc, with NaNs among the inputs: over
+/// strides, dilations, asymmetric and window-sized padding, ceil
+/// rounding and enough rows to split into tasks.
+#[test]
+fn pool2d_rows_have_the_bits_of_each_window_alone() {
+    let cases = [
+        ((1, 64, 23, 23), [3, 3], [0, 0, 0, 0], [2, 2], [1, 1], true),
+        ((2, 3, 9, 11), [3, 3], [1, 1, 1, 1], [1, 1], [1, 1], false),
+        ((1, 5, 10, 7), [2, 3], [0, 1, 2, 0], [2, 3], [1, 1], true),
+        ((1, 4, 12, 13), [3, 2], [2, 2, 1, 3], [1, 2], [2, 3], false),
+        ((1, 3, 4, 4), [3, 3], [3, 3, 3, 3], [3, 3], [1, 1], true),
+        ((1, 300, 6, 6), [6, 6], [0, 0, 0, 0], [1, 1], [1, 1], false),
+        ((1, 2, 40, 300), [3, 3], [1, 1, 1, 1], [1, 1], [1, 1], false),
+        // Rows long enough for whole blocks of positions at strides 2 and
+        // 3, with padding, dilation and a block that overlaps the last.
+        ((1, 3, 9, 80), [3, 3], [1, 1, 1, 1], [2, 2], [1, 1], false),
+        ((1, 2, 8, 90), [3, 3], [0, 0, 0, 0], [2, 2], [2, 2], true),
+        ((1, 2, 7, 100), [2, 3], [0, 0, 2, 1], [1, 3], [1, 2], true),
+        // nhwc pixels of whole vectors of channels and a tail.
+        ((1, 37, 9, 9), [3, 3], [1, 1, 1, 1], [2, 2], [1, 1], true),
+    ];
+    for (ci, ((n, c, h, w), window, padding, strides, dilations, ceil)) in
+        cases.into_iter().enumerate()
+    {
+        // Every kind over finite values; max also over NaNs dense enough
+        // that windows hold several, of distinct payloads, so that which
+        // one it keeps tells the order of its taps.
+        let all = [PoolKind::Average, PoolKind::Max, PoolKind::L2];
+        for (nans, kind) in all
+            .map(|k| (false, k))
+            .into_iter()
+            .chain([(true, PoolKind::Max)])
+        {
+            let mut x = data(n * c * h * w, 11 + ci as u64);
+            if nans {
+                for i in (5..x.len()).step_by(5) {
+                    x[i] = f32::from_bits(0x7fc0_0000 | i as u32);
+                }
+            }
+            let p = pool_params(
+                kind,
+                (n, c, h, w),
+                window,
+                padding,
+                strides,
+                dilations,
+                ceil,
+            );
+            let (oh, ow) = (p.out_h, p.out_w);
+            let mut expect = Vec::new();
+            for plane in x.chunks_exact(h * w) {
+                for (oy, ox) in (0..oh).flat_map(|y| (0..ow).map(move |xo| (y, xo))) {
+                    let tap = |k: usize, o: usize, a: usize| {
+                        (o * p.strides[a] + k * p.dilations[a])
+                            .checked_sub(p.padding[2 * a])
+                            .filter(|&i| i < [h, w][a])
+                    };
+                    let taps = (0..window[0])
+                        .filter_map(|ky| tap(ky, oy, 0))
+                        .flat_map(|iy| {
+                            (0..window[1])
+                                .filter_map(move |kx| tap(kx, ox, 1))
+                                .map(move |ix| plane[iy * w + ix])
+                        });
+                    expect.push(common::pool_reduce(kind, taps).to_bits());
+                }
+            }
+            let same = |got: &[f32], layout: &str| {
+                assert_eq!(got.len(), expect.len());
+                for (i, (g, &e)) in got.iter().zip(&expect).enumerate() {
+                    let e = f32::from_bits(e);
+                    assert!(
+                        g.to_bits() == e.to_bits(),
+                        "{layout} {kind:?} (NaNs: {nans}) case {ci}: output {i} is {g:?}, not {e:?}"
+                    );
+                }
+            };
+            let got = pool2d(
+                &p,
+                &Buf::F32(x.clone()),
+                &desc(DataType::Float32, &[n, c, oh, ow]),
+            )
+            .unwrap()
+            .to_f32_vec();
+            same(&got, "nchw");
+            let pn = Pool2dParams {
+                nhwc: true,
+                ..p.clone()
+            };
+            let xn = transpose_vec(&x, &[n, c, h, w], &TO_NHWC).unwrap();
+            let got = pool2d(
+                &pn,
+                &Buf::F32(xn),
+                &desc(DataType::Float32, &[n, oh, ow, c]),
+            )
+            .unwrap()
+            .to_f32_vec();
+            same(
+                &transpose_vec(&got, &[n, oh, ow, c], &TO_NCHW).unwrap(),
+                "nhwc",
+            );
+        }
+    }
+}
+
 #[test]
 fn average_pool_ignores_padding() {
     // 2x2 input, 3x3 window, padding 1: the corner windows see 4

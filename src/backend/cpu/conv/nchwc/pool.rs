@@ -13,7 +13,8 @@ use rayon::prelude::*;
 
 use super::L;
 use crate::backend::cpu::conv::common::{
-    is_global_pool, max_step, sum_finish, sum_step, MAX_IDENTITY,
+    is_global_pool, max_step, sum_finish, sum_step, window_taps as taps, Max, Reduce, Sum,
+    MAX_IDENTITY,
 };
 use crate::backend::cpu::elementwise::with_simd;
 use crate::backend::cpu::util::try_filled;
@@ -94,25 +95,6 @@ pub(super) fn is_window(p: &Pool2dParams) -> bool {
         && p.out_w > 0
 }
 
-/// The window taps `first..end` of output position `o` along one axis
-/// that fall inside the input (`size` elements after `pad` of padding):
-/// tap `t` reads `o * stride + t * dilation - pad`.
-fn taps(
-    o: usize,
-    k: usize,
-    stride: usize,
-    dilation: usize,
-    pad: usize,
-    size: usize,
-) -> (usize, usize) {
-    let base = o * stride;
-    let end = (pad + size)
-        .checked_sub(base)
-        .map_or(0, |room| room.div_ceil(dilation).min(k));
-    let first = pad.saturating_sub(base).div_ceil(dilation).min(end);
-    (first, end)
-}
-
 /// Windowed pooling `p` of blocked `x` (`[n, c / 8, h, w, 8]`) into the
 /// blocked `[n, c / 8, out_h, out_w, 8]`. Each window is reduced over the
 /// taps inside the input in the NCHW kernel's order (rows, then columns
@@ -138,75 +120,12 @@ pub(super) fn window(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-/// A window's reduction, eight channels side by side, with the results
-/// of `common::pool_reduce` (a type per kind, so that nothing
-/// is decided per tap).
-trait Reduce: Sync {
-    type Acc: Copy;
-    fn init(&self) -> Self::Acc;
-    fn step(&self, acc: &mut Self::Acc, px: &[f32; L]);
-    fn finish(&self, acc: Self::Acc, count: usize, out: &mut [f32]);
-}
-
-/// Average (`SQUARES` false: the sum, divided by the taps inside) or
-/// l2 (the square root of the sum of squares).
-struct Sum<const SQUARES: bool>;
-
-impl<const SQUARES: bool> Reduce for Sum<SQUARES> {
-    type Acc = [f64; L];
-    #[inline(always)]
-    fn init(&self) -> [f64; L] {
-        [0.0; L]
-    }
-    #[inline(always)]
-    fn step(&self, acc: &mut [f64; L], px: &[f32; L]) {
-        for (a, &v) in acc.iter_mut().zip(px) {
-            *a = sum_step(SQUARES, *a, v);
-        }
-    }
-    #[inline(always)]
-    fn finish(&self, acc: [f64; L], count: usize, out: &mut [f32]) {
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = sum_finish(SQUARES, a, count);
-        }
-    }
-}
-
-/// Max in two independent parts, each one instruction or two per tap
-/// rather than `max_step`'s chain of four: `max` is the larger value,
-/// the earlier of equal ones (x86's `maxps` exactly), which is
-/// `max_step`'s result when no NaN was seen; `nan` holds the first NaN
-/// once one is seen (before that, whatever was last), which is
-/// `max_step`'s result when one was.
-struct Max;
-
-impl Reduce for Max {
-    type Acc = ([f32; L], [f32; L]);
-    #[inline(always)]
-    fn init(&self) -> Self::Acc {
-        ([MAX_IDENTITY; L], [0.0; L])
-    }
-    #[inline(always)]
-    fn step(&self, (max, nan): &mut Self::Acc, px: &[f32; L]) {
-        for ((m, n), &v) in max.iter_mut().zip(nan.iter_mut()).zip(px) {
-            *m = if v > *m { v } else { *m };
-            *n = if n.is_nan() { *n } else { v };
-        }
-    }
-    #[inline(always)]
-    fn finish(&self, (max, nan): Self::Acc, _: usize, out: &mut [f32]) {
-        for ((o, m), n) in out.iter_mut().zip(max).zip(nan) {
-            *o = if n.is_nan() { n } else { m };
-        }
-    }
-}
-
 /// Output positions of a row whose 3x3 windows [`window_rows`] reduces
 /// together.
 const GROUP: usize = 4;
 
 /// [`window`]'s loops, output row by output row, reducing with `red`.
-fn window_rows(p: &Pool2dParams, x: &[f32], out: &mut [f32], red: impl Reduce) {
+fn window_rows(p: &Pool2dParams, x: &[f32], out: &mut [f32], red: impl Reduce<L>) {
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     let [kh, kw] = p.window;
     let [sh, sw] = p.strides;

@@ -65,14 +65,12 @@ impl Taps {
 /// values) from `src` (the input rows of the same plane in nchw, where
 /// `lanes` is 1, or of the same image in nhwc, where it is the channel
 /// count), reduced with `red`, over the window taps `taps` finds inside
-/// the input. Each output takes
-/// its window's taps in the window's order (rows, then columns within a
-/// row), as [`pool_reduce`] does, so it has the bits of reducing its
-/// window alone; V outputs at a time (V positions of a plane, or V
-/// channels of a pixel) keep their accumulators in registers over a
-/// window.
+/// the input. Each output takes its window's taps in the window's order
+/// (rows, then columns within a row), as [`pool_reduce`] does, so it has
+/// the bits of reducing its window alone; V outputs at a time (V
+/// positions of a plane, or V channels of a pixel) keep their
+/// accumulators in registers over a window.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn pool_row<R: Reduce<V> + Reduce<1>>(
     p: &Pool2dParams,
     red: &R,

@@ -94,8 +94,8 @@ fn pool_row<R: Reduce<V> + Reduce<1>>(
         let iy = oy * p.strides[0] + ky * p.dilations[0] - p.padding[0];
         &src[iy * w * lanes..(iy + 1) * w * lanes]
     };
-    // One output's lanes `l0..l0 + N` over its window: column `ox`'s
-    // taps `x0..x1` of each row in `y0..y1`.
+    // One output value, lane `l0` of column `ox`, over its window: the
+    // column's taps `x0..x1` of each row in `y0..y1`.
     let one = |ox: usize, l0: usize, dst: &mut [f32; 1]| {
         let (x0, x1) = cols[ox];
         let mut acc = <R as Reduce<1>>::init(red);
@@ -116,12 +116,8 @@ fn pool_row<R: Reduce<V> + Reduce<1>>(
         while ox < dst.len() {
             // The last block of the range ends with it, taking again
             // outputs of the one before (the same values).
-            let at = if ox >= inside && inside_end - inside >= V {
-                Some(ox.min(inside_end - V))
-            } else {
-                None
-            };
-            if let Some(ox0) = at.filter(|_| ox < inside_end) {
+            if (inside..inside_end).contains(&ox) && inside_end - inside >= V {
+                let ox0 = ox.min(inside_end - V);
                 let block = &mut dst[ox0..ox0 + V];
                 match sw {
                     1 => positions::<R, 1>(red, &line, (y0, y1), kw, ox0, dw, pl, block),

@@ -32,6 +32,11 @@ fn src_index(
 /// AVX-512 vector of floats, two AVX2 ones.
 const V: usize = 16;
 
+/// Half a block: where a row's inside range or a pixel's channels are
+/// fewer than V (SqueezeNet's last pool has rows of 13), blocks of H keep
+/// them in vectors rather than one output at a time.
+const H: usize = V / 2;
+
 /// The taps of a pool's windows inside its input, found once per call
 /// rather than per output: of every output row and column, and the range
 /// of columns whose windows lie wholly inside a row.
@@ -61,17 +66,118 @@ impl Taps {
     }
 }
 
+/// One output row of a pool, as its windows read the input: `src` is the
+/// input rows of the row's plane (nchw, where `lanes` is 1) or image
+/// (nhwc, where it is the channel count); `y0..y1` the window rows inside
+/// the input, `cols` each output column's taps inside a row. Methods, not
+/// closures: a closure LLVM leaves out of line is compiled without the
+/// target features of the `with_simd` it was written in, as SSE2 code.
+struct Row<'a> {
+    src: &'a [f32],
+    lanes: usize,
+    w: usize,
+    /// Input row of window row 0, plus `pt` (so never negative), and the
+    /// rows' step.
+    iy: usize,
+    dh: usize,
+    pt: usize,
+    y0: usize,
+    y1: usize,
+    cols: &'a [(usize, usize)],
+    sw: usize,
+    dw: usize,
+    pl: usize,
+}
+
+impl<'a> Row<'a> {
+    /// The input row of window row `ky` (one inside the input).
+    #[inline(always)]
+    fn line(&self, ky: usize) -> &'a [f32] {
+        let iy = self.iy + ky * self.dh - self.pt;
+        let run = self.w * self.lanes;
+        &self.src[iy * run..(iy + 1) * run]
+    }
+
+    /// One output value, lane `l` of column `ox`, over its window: the
+    /// column's taps of each window row inside the input.
+    #[inline(always)]
+    fn one<R: Reduce<1>>(&self, red: &R, ox: usize, l: usize, dst: &mut f32) {
+        let (x0, x1) = self.cols[ox];
+        let mut acc = red.init();
+        for ky in self.y0..self.y1 {
+            let line = self.line(ky);
+            for kx in x0..x1 {
+                let ix = ox * self.sw + kx * self.dw - self.pl;
+                red.step(&mut acc, &[line[ix * self.lanes + l]]);
+            }
+        }
+        red.finish(
+            acc,
+            (self.y1 - self.y0) * (x1 - x0),
+            std::array::from_mut(dst),
+        );
+    }
+
+    /// `B` output positions `ox..ox + B` of an nchw row whose windows lie
+    /// inside the row (every column tap `0..kw`), `S` input values apart:
+    /// each tap is one read of `B` values `S` apart (whole vectors and a
+    /// shuffle for S of 1 or 2) into accumulators held over the window.
+    #[inline(always)]
+    fn positions<R: Reduce<B>, const S: usize, const B: usize>(
+        &self,
+        red: &R,
+        kw: usize,
+        ox: usize,
+        dst: &mut [f32],
+    ) {
+        let mut acc = red.init();
+        for ky in self.y0..self.y1 {
+            let line = self.line(ky);
+            for kx in 0..kw {
+                let at = ox * S + kx * self.dw - self.pl;
+                let run = &line[at..at + (B - 1) * S + 1];
+                red.step(&mut acc, &std::array::from_fn(|j| run[j * S]));
+            }
+        }
+        red.finish(acc, (self.y1 - self.y0) * kw, dst);
+    }
+
+    /// One nhwc output pixel `px` (all its channels) of column `ox`, `B`
+    /// channels at a time, each tap one read of `B` channels of an input
+    /// pixel; the last `B` end with the pixel (taking again channels of
+    /// the ones before: the same values).
+    #[inline(always)]
+    fn channels<R: Reduce<B>, const B: usize>(&self, red: &R, ox: usize, px: &mut [f32]) {
+        let (x0, x1) = self.cols[ox];
+        let lanes = self.lanes;
+        let mut l0 = 0;
+        while l0 < lanes {
+            let l = l0.min(lanes - B);
+            let mut acc = red.init();
+            for ky in self.y0..self.y1 {
+                let line = self.line(ky);
+                for kx in x0..x1 {
+                    let at = (ox * self.sw + kx * self.dw - self.pl) * lanes + l;
+                    let tap: &[f32; B] = line[at..at + B].try_into().expect("B values");
+                    red.step(&mut acc, tap);
+                }
+            }
+            red.finish(acc, (self.y1 - self.y0) * (x1 - x0), &mut px[l..l + B]);
+            l0 = l + B;
+        }
+    }
+}
+
 /// One output row `oy` of a pool: `dst` (`out_w` positions of `lanes`
-/// values) from `src` (the input rows of the same plane in nchw, where
-/// `lanes` is 1, or of the same image in nhwc, where it is the channel
-/// count), reduced with `red`, over the window taps `taps` finds inside
-/// the input. Each output takes its window's taps in the window's order
-/// (rows, then columns within a row), as [`pool_reduce`] does, so it has
-/// the bits of reducing its window alone; V outputs at a time (V
-/// positions of a plane, or V channels of a pixel) keep their
-/// accumulators in registers over a window.
+/// values) from `src` (as [`Row`] takes it), reduced with `red`, over the
+/// window taps `taps` finds inside the input. Each output takes its
+/// window's taps in the window's order (rows, then columns within a row),
+/// as [`pool_reduce`] does, so it has the bits of reducing its window
+/// alone; V outputs at a time (V positions of a plane, or V channels of a
+/// pixel; H where there are fewer than V) keep their accumulators in
+/// registers over a window.
 #[inline(always)]
-fn pool_row<R: Reduce<V> + Reduce<1>>(
+fn pool_row<R: Reduce<V> + Reduce<H> + Reduce<1>>(
     p: &Pool2dParams,
     red: &R,
     src: &[f32],
@@ -80,116 +186,66 @@ fn pool_row<R: Reduce<V> + Reduce<1>>(
     taps: &Taps,
     dst: &mut [f32],
 ) {
-    let Taps {
-        rows,
-        cols,
-        inside: (inside, inside_end),
-    } = taps;
-    let (inside, inside_end) = (*inside, *inside_end);
-    let (w, kw) = (p.in_w, p.window[1]);
-    let (sw, dw, pl) = (p.strides[1], p.dilations[1], p.padding[2]);
-    let (y0, y1) = rows[oy];
-    // Input row of window row `ky`.
-    let line = |ky: usize| {
-        let iy = oy * p.strides[0] + ky * p.dilations[0] - p.padding[0];
-        &src[iy * w * lanes..(iy + 1) * w * lanes]
+    let (inside, inside_end) = taps.inside;
+    let row = Row {
+        src,
+        lanes,
+        w: p.in_w,
+        iy: oy * p.strides[0],
+        dh: p.dilations[0],
+        pt: p.padding[0],
+        y0: taps.rows[oy].0,
+        y1: taps.rows[oy].1,
+        cols: &taps.cols,
+        sw: p.strides[1],
+        dw: p.dilations[1],
+        pl: p.padding[2],
     };
-    // One output value, lane `l0` of column `ox`, over its window: the
-    // column's taps `x0..x1` of each row in `y0..y1`.
-    let one = |ox: usize, l0: usize, dst: &mut [f32; 1]| {
-        let (x0, x1) = cols[ox];
-        let mut acc = <R as Reduce<1>>::init(red);
-        for ky in y0..y1 {
-            let line = line(ky);
-            for kx in x0..x1 {
-                let ix = ox * sw + kx * dw - pl;
-                red.step(&mut acc, &[line[ix * lanes + l0]]);
-            }
-        }
-        <R as Reduce<1>>::finish(red, acc, (y1 - y0) * (x1 - x0), dst);
-    };
-    if lanes == 1 {
-        // The positions whose windows lie inside the row: a range, V at
-        // a time, the taps of V positions a vector read (of every
-        // `sw`-th value: a load or two and a shuffle for small strides).
-        let mut ox = 0;
-        while ox < dst.len() {
-            // The last block of the range ends with it, taking again
-            // outputs of the one before (the same values).
-            if (inside..inside_end).contains(&ox) && inside_end - inside >= V {
-                let ox0 = ox.min(inside_end - V);
-                let block = &mut dst[ox0..ox0 + V];
-                match sw {
-                    1 => positions::<R, 1>(red, &line, (y0, y1), kw, ox0, dw, pl, block),
-                    2 => positions::<R, 2>(red, &line, (y0, y1), kw, ox0, dw, pl, block),
-                    _ => {
-                        for (j, d) in block.iter_mut().enumerate() {
-                            one(ox0 + j, 0, std::array::from_mut(d));
-                        }
-                    }
-                }
-                ox = ox0 + V;
+    if lanes > 1 {
+        // nhwc: V channels of a pixel at a time (H where the pixel has
+        // fewer than V), each tap a vector read.
+        for (ox, px) in dst.chunks_exact_mut(lanes).enumerate() {
+            if lanes >= V {
+                row.channels::<R, V>(red, ox, px);
+            } else if lanes >= H {
+                row.channels::<R, H>(red, ox, px);
             } else {
-                one(ox, 0, std::array::from_mut(&mut dst[ox]));
-                ox += 1;
+                for (l, d) in px.iter_mut().enumerate() {
+                    row.one(red, ox, l, d);
+                }
             }
         }
         return;
     }
-    // nhwc: V channels of a pixel at a time, each tap a vector read; the
-    // last V end with the pixel (taking again channels of the V before).
-    for (ox, px) in dst.chunks_exact_mut(lanes).enumerate() {
-        let (x0, x1) = cols[ox];
-        if lanes < V {
-            for (l, d) in px.iter_mut().enumerate() {
-                one(ox, l, std::array::from_mut(d));
-            }
+    // nchw: the positions whose windows lie inside the row are a range,
+    // taken V at a time (H where the range is shorter than V); the last
+    // block of the range ends with it, taking again outputs of the one
+    // before (the same values). The others go one at a time.
+    let span = inside_end - inside;
+    let b = if span >= V { V } else { H };
+    let kw = p.window[1];
+    let mut ox = 0;
+    while ox < dst.len() {
+        if !(inside..inside_end).contains(&ox) || span < H {
+            row.one(red, ox, 0, &mut dst[ox]);
+            ox += 1;
             continue;
         }
-        let mut l0 = 0;
-        while l0 < lanes {
-            let l = l0.min(lanes - V);
-            let mut acc = <R as Reduce<V>>::init(red);
-            for ky in y0..y1 {
-                let line = line(ky);
-                for kx in x0..x1 {
-                    let at = (ox * sw + kx * dw - pl) * lanes + l;
-                    let tap: &[f32; V] = line[at..at + V].try_into().expect("V values");
-                    red.step(&mut acc, tap);
+        let ox0 = ox.min(inside_end - b);
+        let block = &mut dst[ox0..ox0 + b];
+        match (row.sw, b) {
+            (1, V) => row.positions::<R, 1, V>(red, kw, ox0, block),
+            (2, V) => row.positions::<R, 2, V>(red, kw, ox0, block),
+            (1, H) => row.positions::<R, 1, H>(red, kw, ox0, block),
+            (2, H) => row.positions::<R, 2, H>(red, kw, ox0, block),
+            _ => {
+                for (j, d) in block.iter_mut().enumerate() {
+                    row.one(red, ox0 + j, 0, d);
                 }
             }
-            <R as Reduce<V>>::finish(red, acc, (y1 - y0) * (x1 - x0), &mut px[l..l + V]);
-            l0 = l + V;
         }
+        ox = ox0 + b;
     }
-}
-
-/// V output positions `ox..ox + V` of one nchw row whose windows lie
-/// inside the row (every column tap `0..kw`), `S` input values apart:
-/// each tap is one read of V values `S` apart (whole vectors and a
-/// shuffle for S of 1 or 2) into accumulators held over the window.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn positions<'a, R: Reduce<V>, const S: usize>(
-    red: &R,
-    line: &impl Fn(usize) -> &'a [f32],
-    (y0, y1): (usize, usize),
-    kw: usize,
-    ox: usize,
-    dw: usize,
-    pl: usize,
-    dst: &mut [f32],
-) {
-    let mut acc = red.init();
-    for ky in y0..y1 {
-        let line = line(ky);
-        for kx in 0..kw {
-            let at = ox * S + kx * dw - pl;
-            let run = &line[at..at + (V - 1) * S + 1];
-            red.step(&mut acc, &std::array::from_fn(|j| run[j * S]));
-        }
-    }
-    red.finish(acc, (y1 - y0) * kw, dst);
 }
 
 /// maxPool2d of an integer tensor, in its own type (the spec allows any

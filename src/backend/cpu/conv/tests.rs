@@ -687,6 +687,12 @@ fn pool2d_rows_have_the_bits_of_each_window_alone() {
         ((1, 2, 7, 100), [2, 3], [0, 0, 2, 1], [1, 3], [1, 2], true),
         // nhwc pixels of whole vectors of channels and a tail.
         ((1, 37, 9, 9), [3, 3], [1, 1, 1, 1], [2, 2], [1, 1], true),
+        // Half blocks: rows whose inside range is 8 to 15 positions
+        // (SqueezeNet's 27 to 13 at stride 2; 8 exactly at stride 1; 14
+        // at stride 1 with padding), nhwc pixels of 8 and of 12 channels.
+        ((1, 12, 27, 27), [3, 3], [0, 0, 0, 0], [2, 2], [1, 1], false),
+        ((1, 8, 5, 10), [3, 3], [0, 0, 0, 0], [1, 1], [1, 1], false),
+        ((1, 3, 6, 16), [2, 3], [1, 0, 1, 1], [1, 1], [1, 1], true),
     ];
     for (ci, ((n, c, h, w), window, padding, strides, dilations, ceil)) in
         cases.into_iter().enumerate()

@@ -12,10 +12,7 @@
 use rayon::prelude::*;
 
 use super::L;
-use crate::backend::cpu::conv::common::{
-    is_global_pool, max_step, sum_finish, sum_step, window_taps as taps, Max, Reduce, Sum,
-    MAX_IDENTITY,
-};
+use crate::backend::cpu::conv::common::{is_global_pool, window_taps as taps, Max, Reduce, Sum};
 use crate::backend::cpu::elementwise::with_simd;
 use crate::backend::cpu::util::try_filled;
 use crate::error::{Error, Result};
@@ -41,45 +38,43 @@ pub(super) fn global(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
             "pool2d: the operands do not match the parameters",
         ));
     }
-    let kind = p.kind;
     let mut out = try_filled(blocks * L, 0.0f32, "the global pool2d output")?;
+    match p.kind {
+        PoolKind::Max => global_planes(x, hw, &mut out, Max),
+        PoolKind::Average => global_planes(x, hw, &mut out, Sum::<false>),
+        PoolKind::L2 => global_planes(x, hw, &mut out, Sum::<true>),
+    }
+    Ok(out)
+}
+
+/// [`global`]'s loop: each block's plane (`hw` pixels of L channels)
+/// reduced front to back with `red` into its L values of `out`.
+fn global_planes(x: &[f32], hw: usize, out: &mut [f32], red: impl Reduce<L>) {
     // Blocks per task: about 16 K floats of input each.
     let per = ((1 << 14) / (hw * L)).max(1);
     let run = |(t, dst): (usize, &mut [f32])| {
-        for (i, dst) in dst.chunks_exact_mut(L).enumerate() {
-            let b = t * per + i;
-            let plane = x[b * hw * L..(b + 1) * hw * L].chunks_exact(L);
-            match kind {
-                PoolKind::Max => {
-                    let mut acc = [MAX_IDENTITY; L];
+        // Compiled for the CPU's widest vectors: the L lanes of a pixel
+        // are one vector operation (two, in f64, for the sums).
+        with_simd(
+            #[inline(always)]
+            || {
+                for (i, dst) in dst.chunks_exact_mut(L).enumerate() {
+                    let b = t * per + i;
+                    let (plane, _) = x[b * hw * L..(b + 1) * hw * L].as_chunks::<L>();
+                    let mut acc = red.init();
                     for px in plane {
-                        for (a, &v) in acc.iter_mut().zip(px) {
-                            *a = max_step(*a, v);
-                        }
+                        red.step(&mut acc, px);
                     }
-                    dst.copy_from_slice(&acc);
+                    red.finish(acc, hw, dst);
                 }
-                PoolKind::Average | PoolKind::L2 => {
-                    let squares = kind == PoolKind::L2;
-                    let mut acc = [0.0f64; L];
-                    for px in plane {
-                        for (a, &v) in acc.iter_mut().zip(px) {
-                            *a = sum_step(squares, *a, v);
-                        }
-                    }
-                    for (d, a) in dst.iter_mut().zip(acc) {
-                        *d = sum_finish(squares, a, hw);
-                    }
-                }
-            }
-        }
+            },
+        )
     };
     if x.len() >= 1 << 16 {
         out.par_chunks_mut(per * L).enumerate().for_each(run);
     } else {
         out.chunks_mut(per * L).enumerate().for_each(run);
     }
-    Ok(out)
 }
 
 /// Whether windowed pooling `p` (not a global one) runs on the blocked

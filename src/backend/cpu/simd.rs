@@ -108,6 +108,16 @@ pub(crate) fn detected_level() -> SimdLevel {
     SimdLevel::Baseline
 }
 
+/// Every level this CPU has, narrowest first: what the tests run a
+/// kernel at, to show that its width does not change its bits.
+#[cfg(test)]
+pub(crate) fn levels() -> Vec<SimdLevel> {
+    [SimdLevel::Baseline, SimdLevel::Avx2, SimdLevel::Avx512]
+        .into_iter()
+        .filter(|&l| l <= detected_level())
+        .collect()
+}
+
 /// Where [`prefetch`] asks for the lines: the first-level cache, or the
 /// second (for data a loop reaches later than its next few iterations).
 #[derive(Clone, Copy)]

@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use crate::backend::cpu::simd::with_simd;
+use crate::backend::cpu::simd::{simd_level, with_simd_at, SimdLevel};
 use crate::backend::cpu::util::{floats, from_floats, try_filled, try_vec};
 use crate::error::{Error, Result};
 use crate::graph::ops::conv::{Pool2dParams, PoolKind};
@@ -306,6 +306,21 @@ fn max_pool_ints<T: Copy + PartialOrd + Send + Sync>(
 }
 
 pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
+    // SAFETY: `simd_level` is a level this CPU has.
+    unsafe { pool2d_at(simd_level(), p, x, out) }
+}
+
+/// [`pool2d`], its float loops compiled for vectors of `level` (the tests
+/// run every level the CPU has).
+///
+/// # Safety
+/// The CPU has `level`'s features (it is at most `detected_level()`).
+pub(crate) unsafe fn pool2d_at(
+    level: SimdLevel,
+    p: &Pool2dParams,
+    x: &Buf,
+    out: &OperandDescriptor,
+) -> Result<Buf> {
     let (n, c, h, w) = (p.batch, p.channels, p.in_h, p.in_w);
     let (oh, ow) = (p.out_h, p.out_w);
     if p.kind == PoolKind::Max {
@@ -363,23 +378,29 @@ pub fn pool2d(p: &Pool2dParams, x: &Buf, out: &OperandDescriptor) -> Result<Buf>
     // Rows per task: some 16K taps of work each.
     let per = ((1usize << 14) / row_out.saturating_mul(kh * kw).max(1)).max(1);
     let run = |(t, dst): (usize, &mut [f32])| {
-        // Compiled for the CPU's widest vectors (`pool_row` inlines into
-        // this, and its loops over V lanes become vector operations).
-        with_simd(
-            #[inline(always)]
-            || {
-                for (k, dst) in dst.chunks_exact_mut(row_out).enumerate() {
-                    let r = t * per + k;
-                    let (unit, oy) = (r / oh, r % oh);
-                    let src = &xv[unit * unit_in..(unit + 1) * unit_in];
-                    match p.kind {
-                        PoolKind::Max => pool_row(p, &Max, src, lanes, oy, &taps, dst),
-                        PoolKind::Average => pool_row(p, &Sum::<false>, src, lanes, oy, &taps, dst),
-                        PoolKind::L2 => pool_row(p, &Sum::<true>, src, lanes, oy, &taps, dst),
+        // Compiled for `level`'s vectors (`pool_row` inlines into this,
+        // and its loops over V lanes become vector operations).
+        // SAFETY: the caller's promise: the CPU has `level`.
+        unsafe {
+            with_simd_at(
+                level,
+                #[inline(always)]
+                || {
+                    for (k, dst) in dst.chunks_exact_mut(row_out).enumerate() {
+                        let r = t * per + k;
+                        let (unit, oy) = (r / oh, r % oh);
+                        let src = &xv[unit * unit_in..(unit + 1) * unit_in];
+                        match p.kind {
+                            PoolKind::Max => pool_row(p, &Max, src, lanes, oy, &taps, dst),
+                            PoolKind::Average => {
+                                pool_row(p, &Sum::<false>, src, lanes, oy, &taps, dst)
+                            }
+                            PoolKind::L2 => pool_row(p, &Sum::<true>, src, lanes, oy, &taps, dst),
+                        }
                     }
-                }
-            },
-        )
+                },
+            )
+        }
     };
     if res.len().saturating_mul(kh * kw) >= 1 << 16 {
         res.par_chunks_mut(per * row_out).enumerate().for_each(run);

@@ -1,8 +1,10 @@
 use super::*;
+use crate::backend::cpu::simd::levels;
 use crate::graph::ops::conv::{ConvTranspose2dParams, TransposeFilterLayout};
 use crate::graph::ops::conv::{FilterLayout, Pool2dParams, PoolKind};
 use crate::graph::ops::elementwise::ClampParams;
 use crate::types::DataType;
+use pool::pool2d_at;
 
 /// Every conv2d filter layout.
 const FILTER_LAYOUTS: [FilterLayout; 4] = [
@@ -750,30 +752,28 @@ fn pool2d_rows_have_the_bits_of_each_window_alone() {
                     );
                 }
             };
-            let got = pool2d(
-                &p,
-                &Buf::F32(x.clone()),
-                &desc(DataType::Float32, &[n, c, oh, ow]),
-            )
-            .unwrap()
-            .to_f32_vec();
-            same(&got, "nchw");
             let pn = Pool2dParams {
                 nhwc: true,
                 ..p.clone()
             };
-            let xn = transpose_vec(&x, &[n, c, h, w], &TO_NHWC).unwrap();
-            let got = pool2d(
-                &pn,
-                &Buf::F32(xn),
-                &desc(DataType::Float32, &[n, oh, ow, c]),
-            )
-            .unwrap()
-            .to_f32_vec();
-            same(
-                &transpose_vec(&got, &[n, oh, ow, c], &TO_NCHW).unwrap(),
-                "nhwc",
-            );
+            let xn = Buf::F32(transpose_vec(&x, &[n, c, h, w], &TO_NHWC).unwrap());
+            let x = Buf::F32(x);
+            // At every vector width this CPU has: the blocks of 16 and
+            // of 8 are one vector, two or four, or scalar code.
+            for level in levels() {
+                // SAFETY: `levels` gives only levels this CPU has.
+                let got =
+                    unsafe { pool2d_at(level, &p, &x, &desc(DataType::Float32, &[n, c, oh, ow])) };
+                same(&got.unwrap().to_f32_vec(), &format!("{level:?} nchw"));
+                // SAFETY: as above.
+                let got = unsafe {
+                    pool2d_at(level, &pn, &xn, &desc(DataType::Float32, &[n, oh, ow, c]))
+                };
+                same(
+                    &transpose_vec(&got.unwrap().to_f32_vec(), &[n, oh, ow, c], &TO_NCHW).unwrap(),
+                    &format!("{level:?} nhwc"),
+                );
+            }
         }
     }
 }

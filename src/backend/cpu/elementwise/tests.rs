@@ -1,5 +1,5 @@
 use super::*;
-use crate::backend::cpu::simd::{detected_level, with_simd_at, SimdLevel};
+use crate::backend::cpu::simd::{levels, with_simd_at, SimdLevel};
 
 fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
     OperandDescriptor {
@@ -834,10 +834,7 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 /// sums, and the binary arithmetic.
 #[test]
 fn every_width_gives_the_same_bits() {
-    let levels: Vec<SimdLevel> = [SimdLevel::Baseline, SimdLevel::Avx2, SimdLevel::Avx512]
-        .into_iter()
-        .filter(|&l| l <= detected_level())
-        .collect();
+    let levels = levels();
     eprintln!("element-wise widths compared: {levels:?}");
     // Under Miri (`scripts/miri.sh`) a few whole vectors and a part of
     // one at every width, and the special values.

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::L;
 use crate::backend::cpu::conv::common::{is_global_pool, window_taps as taps, Max, Reduce, Sum};
-use crate::backend::cpu::elementwise::with_simd;
+use crate::backend::cpu::simd::{simd_level, with_simd_at, SimdLevel};
 use crate::backend::cpu::util::try_filled;
 use crate::error::{Error, Result};
 use crate::graph::ops::conv::{Pool2dParams, PoolKind};
@@ -31,6 +31,15 @@ pub(super) fn is_global(p: &Pool2dParams) -> bool {
 /// Global pooling of blocked `x` (`[n, c / 8, h, w, 8]`) into NCHW
 /// `[n, c, 1, 1]`.
 pub(super) fn global(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
+    // SAFETY: `simd_level` is a level this CPU has.
+    unsafe { global_at(simd_level(), p, x) }
+}
+
+/// [`global`], compiled for vectors of `level` (the tests run each).
+///
+/// # Safety
+/// The CPU has `level`'s features (it is at most `detected_level()`).
+pub(super) unsafe fn global_at(level: SimdLevel, p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
     let hw = p.in_h * p.in_w;
     let blocks = p.batch * p.channels / L;
     if !is_global(p) || x.len() != blocks * hw * L {
@@ -39,36 +48,52 @@ pub(super) fn global(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
         ));
     }
     let mut out = try_filled(blocks * L, 0.0f32, "the global pool2d output")?;
-    match p.kind {
-        PoolKind::Max => global_planes(x, hw, &mut out, Max),
-        PoolKind::Average => global_planes(x, hw, &mut out, Sum::<false>),
-        PoolKind::L2 => global_planes(x, hw, &mut out, Sum::<true>),
+    // SAFETY: the caller's promise: the CPU has `level`.
+    unsafe {
+        match p.kind {
+            PoolKind::Max => global_planes(level, x, hw, &mut out, Max),
+            PoolKind::Average => global_planes(level, x, hw, &mut out, Sum::<false>),
+            PoolKind::L2 => global_planes(level, x, hw, &mut out, Sum::<true>),
+        }
     }
     Ok(out)
 }
 
 /// [`global`]'s loop: each block's plane (`hw` pixels of L channels)
 /// reduced front to back with `red` into its L values of `out`.
-fn global_planes(x: &[f32], hw: usize, out: &mut [f32], red: impl Reduce<L>) {
+///
+/// # Safety
+/// The CPU has `level`'s features.
+unsafe fn global_planes(
+    level: SimdLevel,
+    x: &[f32],
+    hw: usize,
+    out: &mut [f32],
+    red: impl Reduce<L>,
+) {
     // Blocks per task: about 16 K floats of input each.
     let per = ((1 << 14) / (hw * L)).max(1);
     let run = |(t, dst): (usize, &mut [f32])| {
-        // Compiled for the CPU's widest vectors: the L lanes of a pixel
-        // are one vector operation (two, in f64, for the sums).
-        with_simd(
-            #[inline(always)]
-            || {
-                for (i, dst) in dst.chunks_exact_mut(L).enumerate() {
-                    let b = t * per + i;
-                    let (plane, _) = x[b * hw * L..(b + 1) * hw * L].as_chunks::<L>();
-                    let mut acc = red.init();
-                    for px in plane {
-                        red.step(&mut acc, px);
+        // Compiled for `level`'s vectors: the L lanes of a pixel are one
+        // vector operation (two, in f64, for the sums).
+        // SAFETY: the caller's promise: the CPU has `level`.
+        unsafe {
+            with_simd_at(
+                level,
+                #[inline(always)]
+                || {
+                    for (i, dst) in dst.chunks_exact_mut(L).enumerate() {
+                        let b = t * per + i;
+                        let (plane, _) = x[b * hw * L..(b + 1) * hw * L].as_chunks::<L>();
+                        let mut acc = red.init();
+                        for px in plane {
+                            red.step(&mut acc, px);
+                        }
+                        red.finish(acc, hw, dst);
                     }
-                    red.finish(acc, hw, dst);
-                }
-            },
-        )
+                },
+            )
+        }
     };
     if x.len() >= 1 << 16 {
         out.par_chunks_mut(per * L).enumerate().for_each(run);
@@ -98,6 +123,15 @@ pub(super) fn is_window(p: &Pool2dParams) -> bool {
 /// output row and per output column, found once for the whole call
 /// instead of tested per tap.
 pub(super) fn window(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
+    // SAFETY: `simd_level` is a level this CPU has.
+    unsafe { window_at(simd_level(), p, x) }
+}
+
+/// [`window`], compiled for vectors of `level` (the tests run each).
+///
+/// # Safety
+/// The CPU has `level`'s features (it is at most `detected_level()`).
+pub(super) unsafe fn window_at(level: SimdLevel, p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     let blocks = p.batch * p.channels / L;
     if !is_window(p) || x.len() != blocks * h * w * L {
@@ -107,10 +141,13 @@ pub(super) fn window(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
     }
     // Every element is written below (each output row by `window_rows`).
     let mut out = Buf::try_f32_for_overwrite(blocks * oh * ow * L)?;
-    match p.kind {
-        PoolKind::Max => window_rows(p, x, &mut out, Max),
-        PoolKind::Average => window_rows(p, x, &mut out, Sum::<false>),
-        PoolKind::L2 => window_rows(p, x, &mut out, Sum::<true>),
+    // SAFETY: the caller's promise: the CPU has `level`.
+    unsafe {
+        match p.kind {
+            PoolKind::Max => window_rows(level, p, x, &mut out, Max),
+            PoolKind::Average => window_rows(level, p, x, &mut out, Sum::<false>),
+            PoolKind::L2 => window_rows(level, p, x, &mut out, Sum::<true>),
+        }
     }
     Ok(out)
 }
@@ -120,7 +157,16 @@ pub(super) fn window(p: &Pool2dParams, x: &[f32]) -> Result<Vec<f32>> {
 const GROUP: usize = 4;
 
 /// [`window`]'s loops, output row by output row, reducing with `red`.
-fn window_rows(p: &Pool2dParams, x: &[f32], out: &mut [f32], red: impl Reduce<L>) {
+///
+/// # Safety
+/// The CPU has `level`'s features.
+unsafe fn window_rows(
+    level: SimdLevel,
+    p: &Pool2dParams,
+    x: &[f32],
+    out: &mut [f32],
+    red: impl Reduce<L>,
+) {
     let (h, w, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     let [kh, kw] = p.window;
     let [sh, sw] = p.strides;
@@ -136,65 +182,69 @@ fn window_rows(p: &Pool2dParams, x: &[f32], out: &mut [f32], red: impl Reduce<L>
         // The plane's pixels, 8 channels each.
         let (plane, _) = x[b * h * w * L..(b + 1) * h * w * L].as_chunks::<L>();
         let (y0, y1) = rows[oy];
-        // Compiled for the CPU's widest vectors: a tap is then one
-        // 8-lane operation or two.
-        with_simd(
-            #[inline(always)]
-            || {
-                // 3x3 windows inside the input (most of them in the
-                // common pools): fixed trip counts, unrolled.
-                let inner = (y0, y1) == (0, 3) && (kh, kw) == (3, 3);
-                let mut ox = 0;
-                while ox < ow {
-                    // GROUP such windows side by side: each output's taps
-                    // are one chain of dependent steps (9 maxima of 4
-                    // cycles each), so outputs taken one at a time wait
-                    // on that latency; taken together the chains overlap.
-                    // Each output still takes its taps in the same order.
-                    if inner
-                        && ox + GROUP <= ow
-                        && cols[ox..ox + GROUP].iter().all(|&c| c == (0, 3))
-                    {
-                        let mut acc = [red.init(); GROUP];
-                        let base = (oy * sh - pt) * w + ox * sw - pl;
-                        for ky in 0..3 {
-                            for kx in 0..3 {
-                                for (j, a) in acc.iter_mut().enumerate() {
-                                    red.step(a, &plane[base + j * sw + ky * dh * w + kx * dw]);
+        // Compiled for `level`'s vectors: a tap is then one 8-lane
+        // operation or two.
+        // SAFETY: the caller's promise: the CPU has `level`.
+        unsafe {
+            with_simd_at(
+                level,
+                #[inline(always)]
+                || {
+                    // 3x3 windows inside the input (most of them in the
+                    // common pools): fixed trip counts, unrolled.
+                    let inner = (y0, y1) == (0, 3) && (kh, kw) == (3, 3);
+                    let mut ox = 0;
+                    while ox < ow {
+                        // GROUP such windows side by side: each output's taps
+                        // are one chain of dependent steps (9 maxima of 4
+                        // cycles each), so outputs taken one at a time wait
+                        // on that latency; taken together the chains overlap.
+                        // Each output still takes its taps in the same order.
+                        if inner
+                            && ox + GROUP <= ow
+                            && cols[ox..ox + GROUP].iter().all(|&c| c == (0, 3))
+                        {
+                            let mut acc = [red.init(); GROUP];
+                            let base = (oy * sh - pt) * w + ox * sw - pl;
+                            for ky in 0..3 {
+                                for kx in 0..3 {
+                                    for (j, a) in acc.iter_mut().enumerate() {
+                                        red.step(a, &plane[base + j * sw + ky * dh * w + kx * dw]);
+                                    }
                                 }
                             }
+                            for (a, d) in acc.into_iter().zip(dst[ox * L..].chunks_exact_mut(L)) {
+                                red.finish(a, 9, d);
+                            }
+                            ox += GROUP;
+                            continue;
                         }
-                        for (a, d) in acc.into_iter().zip(dst[ox * L..].chunks_exact_mut(L)) {
-                            red.finish(a, 9, d);
+                        let (x0, x1) = cols[ox];
+                        let d = &mut dst[ox * L..][..L];
+                        let mut acc = red.init();
+                        if inner && (x0, x1) == (0, 3) {
+                            let base = (oy * sh - pt) * w + ox * sw - pl;
+                            for ky in 0..3 {
+                                for kx in 0..3 {
+                                    red.step(&mut acc, &plane[base + ky * dh * w + kx * dw]);
+                                }
+                            }
+                            red.finish(acc, 9, d);
+                            ox += 1;
+                            continue;
                         }
-                        ox += GROUP;
-                        continue;
-                    }
-                    let (x0, x1) = cols[ox];
-                    let d = &mut dst[ox * L..][..L];
-                    let mut acc = red.init();
-                    if inner && (x0, x1) == (0, 3) {
-                        let base = (oy * sh - pt) * w + ox * sw - pl;
-                        for ky in 0..3 {
-                            for kx in 0..3 {
-                                red.step(&mut acc, &plane[base + ky * dh * w + kx * dw]);
+                        for ky in y0..y1 {
+                            let line = &plane[(oy * sh + ky * dh - pt) * w..][..w];
+                            for kx in x0..x1 {
+                                red.step(&mut acc, &line[ox * sw + kx * dw - pl]);
                             }
                         }
-                        red.finish(acc, 9, d);
+                        red.finish(acc, (y1 - y0) * (x1 - x0), d);
                         ox += 1;
-                        continue;
                     }
-                    for ky in y0..y1 {
-                        let line = &plane[(oy * sh + ky * dh - pt) * w..][..w];
-                        for kx in x0..x1 {
-                            red.step(&mut acc, &line[ox * sw + kx * dw - pl]);
-                        }
-                    }
-                    red.finish(acc, (y1 - y0) * (x1 - x0), d);
-                    ox += 1;
-                }
-            },
-        )
+                },
+            )
+        }
     };
     // Rows per task: about 16 K floats of output and taps each.
     let per = ((1 << 14) / (row * kh * kw).max(1)).max(1);

@@ -7,6 +7,7 @@
 use super::layouts::{in_half, in_nhwc, nhwc_of};
 use super::*;
 use crate::backend::cpu::conv::tests::pool_params as pool;
+use crate::backend::cpu::simd::{levels, SimdLevel};
 use crate::graph::ops::conv::{Pool2dParams, PoolKind};
 use crate::graph::ops::shape::ConcatParams;
 
@@ -39,13 +40,14 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// Pooling `p` of NCHW `v` (of shape `x`) by the blocked kernel, back in
-/// NCHW, and by the NCHW kernel.
+/// Pooling `p` of NCHW `v` (of shape `x`) by the blocked kernel at every
+/// vector width this CPU has (each result back in NCHW), and by the NCHW
+/// kernel.
 fn blocked_and_nchw(
     p: &Pool2dParams,
     x: (usize, usize, usize, usize),
     v: &[f32],
-) -> (Vec<f32>, Vec<f32>) {
+) -> (Vec<(SimdLevel, Vec<f32>)>, Vec<f32>) {
     let od = OperandDescriptor {
         data_type: DataType::Float32,
         shape: vec![x.0, x.1, p.out_h, p.out_w],
@@ -53,8 +55,16 @@ fn blocked_and_nchw(
     let want = crate::backend::cpu::conv::pool2d(p, &Buf::F32(v.to_vec()), &od)
         .unwrap()
         .to_f32_vec();
-    let got = pool::window(p, &block(v, x)).unwrap();
-    (unblock(&got, (x.0, x.1, p.out_h, p.out_w)), want)
+    let blocked = block(v, x);
+    let got = levels()
+        .into_iter()
+        .map(|level| {
+            // SAFETY: `levels` gives only levels this CPU has.
+            let got = unsafe { pool::window_at(level, p, &blocked) }.unwrap();
+            (level, unblock(&got, (x.0, x.1, p.out_h, p.out_w)))
+        })
+        .collect();
+    (got, want)
 }
 
 /// The kernel against the NCHW kernel, every kind and case, on input
@@ -88,12 +98,15 @@ fn windowed_pooling_gives_the_bits_of_the_nchw_kernel() {
                 }
             }
             let (got, want) = blocked_and_nchw(&p, x, &v);
-            // Max selects, so it keeps a NaN's payload; sums compute with it.
-            let same = match kind {
-                PoolKind::Max => same_bits(&got, &want),
-                _ => same_bits_any_nan(&got, &want),
-            };
-            assert!(same, "case {i} {kind:?}");
+            for (level, got) in got {
+                // Max selects, so it keeps a NaN's payload; sums compute
+                // with it.
+                let same = match kind {
+                    PoolKind::Max => same_bits(&got, &want),
+                    _ => same_bits_any_nan(&got, &want),
+                };
+                assert!(same, "case {i} {kind:?} {level:?}");
+            }
         }
     }
     // Not whole channel blocks, a global window, a zero stride: no
@@ -122,6 +135,46 @@ fn windowed_pooling_gives_the_bits_of_the_nchw_kernel() {
     odd.strides = [0, 1];
     assert!(!pool::is_window(&odd));
     assert!(pool::window(&odd, &[0.0; 128]).is_err());
+}
+
+/// Global pooling of the blocked layout, at every vector width this CPU
+/// has, on input with NaNs of two payloads, zeros of both signs and
+/// infinities: the bits of the NCHW kernel (NaN payloads of the sums
+/// aside), planes of one pixel and of many, one batch element and two.
+#[test]
+fn global_pooling_gives_the_bits_of_the_nchw_kernel_at_every_width() {
+    let specials = [f32::NAN, f32::from_bits(0x7fc0_4321), -0.0, f32::INFINITY];
+    for (i, x) in [(1, 24, 7, 7), (2, 16, 13, 13), (1, 8, 1, 1), (1, 16, 3, 5)]
+        .into_iter()
+        .enumerate()
+    {
+        for kind in [PoolKind::Max, PoolKind::Average, PoolKind::L2] {
+            let p = pool(kind, x, [x.2, x.3], [0; 4], [1, 1], [1, 1], false);
+            assert!(pool::is_global(&p), "case {i}");
+            let len = x.0 * x.1 * x.2 * x.3;
+            let mut v = random(len, i as u64 + 90);
+            for (j, e) in v.iter_mut().enumerate().filter(|(j, _)| j % 17 == 3) {
+                *e = specials[(j / 17) % specials.len()];
+            }
+            let od = OperandDescriptor {
+                data_type: DataType::Float32,
+                shape: vec![x.0, x.1, 1, 1],
+            };
+            let want = crate::backend::cpu::conv::pool2d(&p, &Buf::F32(v.clone()), &od)
+                .unwrap()
+                .to_f32_vec();
+            let blocked = block(&v, x);
+            for level in levels() {
+                // SAFETY: `levels` gives only levels this CPU has.
+                let got = unsafe { pool::global_at(level, &p, &blocked) }.unwrap();
+                let same = match kind {
+                    PoolKind::Max => same_bits(&got, &want),
+                    _ => same_bits_any_nan(&got, &want),
+                };
+                assert!(same, "case {i} {kind:?} {level:?}");
+            }
+        }
+    }
 }
 
 /// Max pools of input without NaN, whose windows tie between zeros of
@@ -162,7 +215,9 @@ fn max_pools_keep_the_first_of_tied_zeros() {
                 v[len / 2 + x.3 / 2] = e;
             }
             let (got, want) = pool2.install(|| blocked_and_nchw(&p, x, &v));
-            assert!(same_bits(&got, &want), "case {i} {special:?}");
+            for (level, got) in got {
+                assert!(same_bits(&got, &want), "case {i} {special:?} {level:?}");
+            }
         }
     }
 }

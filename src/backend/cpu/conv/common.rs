@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use crate::backend::cpu::shape::{transpose_vec, transpose_vec_into};
-use crate::backend::cpu::util::floats;
+use crate::backend::cpu::util::{floats, try_vec};
 use crate::error::{Error, Result};
 use crate::graph::ops::conv::{Conv2dParams, FilterLayout, Pool2dParams, PoolKind};
 use crate::tensor::Buf;
@@ -208,6 +208,36 @@ pub(super) fn window_taps(
         .map_or(0, |room| room.div_ceil(dilation).min(k));
     let first = pad.saturating_sub(base).div_ceil(dilation).min(end);
     (first, end)
+}
+
+/// The taps of a pool's windows inside its input ([`window_taps`] of
+/// every output row and column), found once per call rather than per
+/// output (two divisions each), and the range of columns whose windows
+/// lie wholly inside a row.
+pub(super) struct Taps {
+    pub rows: Vec<(usize, usize)>,
+    pub cols: Vec<(usize, usize)>,
+    pub inside: (usize, usize),
+}
+
+impl Taps {
+    pub fn new(p: &Pool2dParams) -> Result<Taps> {
+        let [kh, kw] = p.window;
+        let (s, d, pad) = (p.strides, p.dilations, p.padding);
+        let mut rows = try_vec(p.out_h, "the pool2d rows' taps")?;
+        rows.extend((0..p.out_h).map(|o| window_taps(o, kh, s[0], d[0], pad[0], p.in_h)));
+        let mut cols = try_vec(p.out_w, "the pool2d columns' taps")?;
+        cols.extend((0..p.out_w).map(|o| window_taps(o, kw, s[1], d[1], pad[2], p.in_w)));
+        // Whole windows are the ones between the edges' partial ones.
+        let whole = |c: &(usize, usize)| *c == (0, kw);
+        let first = cols.iter().position(whole).unwrap_or(cols.len());
+        let end = first + cols[first..].iter().take_while(|c| whole(c)).count();
+        Ok(Taps {
+            rows,
+            cols,
+            inside: (first, end),
+        })
+    }
 }
 
 /// A window's reduction, `N` lanes side by side (channels, or output

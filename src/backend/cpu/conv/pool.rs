@@ -4,29 +4,13 @@
 use rayon::prelude::*;
 
 use crate::backend::cpu::simd::{simd_level, with_simd_at, SimdLevel};
-use crate::backend::cpu::util::{floats, from_floats, try_filled, try_vec};
+use crate::backend::cpu::util::{floats, from_floats, try_filled};
 use crate::error::{Error, Result};
 use crate::graph::ops::conv::{Pool2dParams, PoolKind};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
-use super::common::{is_global_pool, pool_reduce, window_taps, Max, Reduce, Sum};
-
-/// Input coordinate of output position `o` and kernel tap `k`, or `None`
-/// in the padding.
-#[inline(always)]
-fn src_index(
-    o: usize,
-    k: usize,
-    stride: usize,
-    dilation: usize,
-    pad: usize,
-    size: usize,
-) -> Option<usize> {
-    (o * stride + k * dilation)
-        .checked_sub(pad)
-        .filter(|&i| i < size)
-}
+use super::common::{is_global_pool, pool_reduce, Max, Reduce, Sum, Taps};
 
 /// Output positions (nchw) or channels (nhwc) reduced side by side: one
 /// AVX-512 vector of floats, two AVX2 ones.
@@ -36,35 +20,6 @@ const V: usize = 16;
 /// fewer than V (SqueezeNet's last pool has rows of 13), blocks of H keep
 /// them in vectors rather than one output at a time.
 const H: usize = V / 2;
-
-/// The taps of a pool's windows inside its input, found once per call
-/// rather than per output: of every output row and column, and the range
-/// of columns whose windows lie wholly inside a row.
-struct Taps {
-    rows: Vec<(usize, usize)>,
-    cols: Vec<(usize, usize)>,
-    inside: (usize, usize),
-}
-
-impl Taps {
-    fn new(p: &Pool2dParams) -> Result<Taps> {
-        let [kh, kw] = p.window;
-        let (s, d, pad) = (p.strides, p.dilations, p.padding);
-        let mut rows = try_vec(p.out_h, "the pool2d rows' taps")?;
-        rows.extend((0..p.out_h).map(|o| window_taps(o, kh, s[0], d[0], pad[0], p.in_h)));
-        let mut cols = try_vec(p.out_w, "the pool2d columns' taps")?;
-        cols.extend((0..p.out_w).map(|o| window_taps(o, kw, s[1], d[1], pad[2], p.in_w)));
-        // Whole windows are the ones between the edges' partial ones.
-        let whole = |c: &(usize, usize)| *c == (0, kw);
-        let first = cols.iter().position(whole).unwrap_or(cols.len());
-        let end = first + cols[first..].iter().take_while(|c| whole(c)).count();
-        Ok(Taps {
-            rows,
-            cols,
-            inside: (first, end),
-        })
-    }
-}
 
 /// One output row of a pool, as its windows read the input: `src` is the
 /// input rows of the row's plane (nchw, where `lanes` is 1) or image
@@ -272,6 +227,7 @@ fn max_pool_ints<T: Copy + PartialOrd + Send + Sync>(
         }
     };
     let mut out = try_filled(n * c * oh * ow, min, "the maxPool2d output")?;
+    let taps = Taps::new(p)?;
     out.par_iter_mut().enumerate().for_each(|(i, dst)| {
         // `i` walks the output in its own layout.
         let (b, ch, oy, ox) = if p.nhwc {
@@ -285,15 +241,11 @@ fn max_pool_ints<T: Copy + PartialOrd + Send + Sync>(
             )
         };
         let mut acc = min;
-        for ky in 0..p.window[0] {
-            let Some(iy) = src_index(oy, ky, p.strides[0], p.dilations[0], p.padding[0], h) else {
-                continue;
-            };
-            for kx in 0..p.window[1] {
-                let Some(ix) = src_index(ox, kx, p.strides[1], p.dilations[1], p.padding[2], w)
-                else {
-                    continue;
-                };
+        let ((y0, y1), (x0, x1)) = (taps.rows[oy], taps.cols[ox]);
+        for ky in y0..y1 {
+            let iy = oy * p.strides[0] + ky * p.dilations[0] - p.padding[0];
+            for kx in x0..x1 {
+                let ix = ox * p.strides[1] + kx * p.dilations[1] - p.padding[2];
                 let v = x[at(b, ch, iy, ix)];
                 if v > acc {
                     acc = v;

@@ -778,6 +778,74 @@ fn pool2d_rows_have_the_bits_of_each_window_alone() {
     }
 }
 
+/// Integer max pools (their own kernel, in the operand's type) give what
+/// the float kernel gives on the same values, in both layouts, over
+/// strides, dilation, uneven padding and ceil rounding; a window wholly
+/// in the padding gives the type's minimum where the float one gives
+/// -inf.
+#[test]
+fn integer_max_pools_give_the_float_pools_values() {
+    let cases = [
+        ((2, 3, 9, 11), [3, 3], [1, 1, 1, 1], [1, 1], [1, 1], false),
+        ((1, 4, 12, 13), [3, 2], [2, 2, 1, 3], [1, 2], [2, 3], false),
+        ((1, 5, 10, 7), [2, 3], [0, 1, 2, 0], [2, 3], [1, 1], true),
+        ((1, 3, 4, 4), [3, 3], [3, 3, 3, 3], [3, 3], [1, 1], true),
+    ];
+    for (ci, ((n, c, h, w), window, padding, strides, dilations, ceil)) in
+        cases.into_iter().enumerate()
+    {
+        let p = pool_params(
+            PoolKind::Max,
+            (n, c, h, w),
+            window,
+            padding,
+            strides,
+            dilations,
+            ceil,
+        );
+        let ints: Vec<i32> = data(n * c * h * w, 31 + ci as u64)
+            .iter()
+            .map(|v| (v * 1000.0) as i32)
+            .collect();
+        let floats: Vec<f32> = ints.iter().map(|&v| v as f32).collect();
+        for nhwc in [false, true] {
+            let p = Pool2dParams { nhwc, ..p.clone() };
+            let (xi, xf) = if nhwc {
+                let to = |v: &[f32]| transpose_vec(v, &[n, c, h, w], &TO_NHWC).unwrap();
+                (to(&floats).iter().map(|&v| v as i32).collect(), to(&floats))
+            } else {
+                (ints.clone(), floats.clone())
+            };
+            let shape = if nhwc {
+                [n, p.out_h, p.out_w, c]
+            } else {
+                [n, c, p.out_h, p.out_w]
+            };
+            let got = pool2d(&p, &Buf::I32(xi), &desc(DataType::Int32, &shape)).unwrap();
+            let want = pool2d(&p, &Buf::F32(xf), &desc(DataType::Float32, &shape))
+                .unwrap()
+                .to_f32_vec();
+            let Buf::I32(got) = got else {
+                panic!("an int32 result")
+            };
+            let want: Vec<i32> = want
+                .iter()
+                .map(|&v| {
+                    if v == f32::NEG_INFINITY {
+                        i32::MIN
+                    } else {
+                        v as i32
+                    }
+                })
+                .collect();
+            assert_eq!(got, want, "case {ci} nhwc {nhwc}");
+            if ci == 3 {
+                assert!(got.contains(&i32::MIN), "a window wholly in the padding");
+            }
+        }
+    }
+}
+
 #[test]
 fn average_pool_ignores_padding() {
     // 2x2 input, 3x3 window, padding 1: the corner windows see 4

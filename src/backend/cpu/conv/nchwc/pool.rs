@@ -12,7 +12,7 @@
 use rayon::prelude::*;
 
 use super::L;
-use crate::backend::cpu::conv::common::{is_global_pool, window_taps as taps, Max, Reduce, Sum};
+use crate::backend::cpu::conv::common::{is_global_pool, Max, Reduce, Sum, Taps};
 use crate::backend::cpu::simd::{simd_level, with_simd_at, SimdLevel};
 use crate::backend::cpu::util::try_filled;
 use crate::error::{Error, Result};
@@ -141,12 +141,13 @@ pub(super) unsafe fn window_at(level: SimdLevel, p: &Pool2dParams, x: &[f32]) ->
     }
     // Every element is written below (each output row by `window_rows`).
     let mut out = Buf::try_f32_for_overwrite(blocks * oh * ow * L)?;
+    let taps = Taps::new(p)?;
     // SAFETY: the caller's promise: the CPU has `level`.
     unsafe {
         match p.kind {
-            PoolKind::Max => window_rows(level, p, x, &mut out, Max),
-            PoolKind::Average => window_rows(level, p, x, &mut out, Sum::<false>),
-            PoolKind::L2 => window_rows(level, p, x, &mut out, Sum::<true>),
+            PoolKind::Max => window_rows(level, p, x, &taps, &mut out, Max),
+            PoolKind::Average => window_rows(level, p, x, &taps, &mut out, Sum::<false>),
+            PoolKind::L2 => window_rows(level, p, x, &taps, &mut out, Sum::<true>),
         }
     }
     Ok(out)
@@ -156,7 +157,8 @@ pub(super) unsafe fn window_at(level: SimdLevel, p: &Pool2dParams, x: &[f32]) ->
 /// together.
 const GROUP: usize = 4;
 
-/// [`window`]'s loops, output row by output row, reducing with `red`.
+/// [`window`]'s loops, output row by output row, reducing with `red`
+/// over the taps inside the input, `taps`.
 ///
 /// # Safety
 /// The CPU has `level`'s features.
@@ -164,6 +166,7 @@ unsafe fn window_rows(
     level: SimdLevel,
     p: &Pool2dParams,
     x: &[f32],
+    taps: &Taps,
     out: &mut [f32],
     red: impl Reduce<L>,
 ) {
@@ -173,10 +176,7 @@ unsafe fn window_rows(
     let [dh, dw] = p.dilations;
     let (pt, pl) = (p.padding[0], p.padding[2]);
     let row = ow * L;
-    // The taps inside the input of every output row and column, found
-    // once rather than per output position (two divisions each).
-    let rows: Vec<_> = (0..oh).map(|oy| taps(oy, kh, sh, dh, pt, h)).collect();
-    let cols: Vec<_> = (0..ow).map(|ox| taps(ox, kw, sw, dw, pl, w)).collect();
+    let Taps { rows, cols, .. } = taps;
     let run = |(r, dst): (usize, &mut [f32])| {
         let (b, oy) = (r / oh, r % oh);
         // The plane's pixels, 8 channels each.

@@ -553,15 +553,15 @@ pub fn binary(
             };
             Buf::F32(with_float_binary!(k, f => broadcast_map(x, sa, y, sb, so, f)?))
         }
-        Buf::F16(x) => {
-            let Buf::F16(y) = b else {
+        Buf::F16(_) => {
+            let Buf::F16(_) = b else {
                 return Err(mismatch());
             };
-            Buf::F16(
-                with_float_binary!(k, f => broadcast_map(x, sa, y, sb, so, |p, q| {
-                    f32_to_f16(f(f16_to_f32(p), f16_to_f32(q)))
-                })?),
-            )
+            // In f32 and rounded once: the bits of each element's own
+            // conversions (see `unary`), on whole vectors.
+            let (x, y) = (widen_halves(a)?, widen_halves(b)?);
+            let r = with_float_binary!(k, f => broadcast_map(&x, sa, &y, sb, so, f)?);
+            Buf::try_f16_from_f32(&r)?
         }
         Buf::I32(x) => ints!(x, I32, i32),
         Buf::U32(x) => ints!(x, U32, u32),
@@ -818,6 +818,11 @@ fn float_unary(k: UnaryKind) -> fn(f32) -> f32 {
     with_float_unary!(k, f => f as fn(f32) -> f32)
 }
 
+#[cfg(test)]
+fn float_binary(k: BinaryKind) -> fn(f32, f32) -> f32 {
+    with_float_binary!(k, f => f as fn(f32, f32) -> f32)
+}
+
 /// The error function in f64, accurate to a few ulps of f64 (far beyond
 /// what the f32/f16 outputs keep).
 ///
@@ -889,9 +894,15 @@ pub fn unary(k: UnaryKind, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
     }
     Ok(match x {
         Buf::F32(v) => Buf::F32(with_float_unary!(k, f => map_slice(v, f)?)),
-        Buf::F16(v) => Buf::F16(with_float_unary!(k, f => {
-            map_slice(v, |h| f32_to_f16(f(f16_to_f32(h))))?
-        })),
+        // Widened (exactly), computed in f32 and rounded once, as
+        // `f32_to_f16(f(f16_to_f32(h)))` per element would give (a NaN
+        // comes out quiet either way), but with F16C's conversions and
+        // the f32 loop on whole vectors rather than each element
+        // converted in software alone: an order of magnitude faster.
+        Buf::F16(_) => {
+            let v = widen_halves(x)?;
+            Buf::try_f16_from_f32(&with_float_unary!(k, f => map_slice(&v, f)?))?
+        }
         Buf::I32(v) => Buf::I32(int_unary(k, v)?),
         Buf::U32(v) => Buf::U32(int_unary(k, v)?),
         Buf::I64(v) => Buf::I64(int_unary(k, v)?),
@@ -908,6 +919,30 @@ fn clamp_int<T: Int>(v: &[T], min: f64, max: f64) -> Result<Vec<T>> {
     par_map(v.len(), |i| v[i].max(lo).min(hi))
 }
 
+/// A float16 operand as f32, exactly as [`f16_to_f32`] gives each value
+/// (F16C where the CPU has it): F16C quiets a signalling NaN, which the
+/// software conversion keeps signalling (as a float32 graph holds it), and
+/// some functions tell the two apart (`pow(sNaN, 0)` is NaN, `pow(qNaN,
+/// 0)` is 1), so those values get their quiet bit cleared again (F16C
+/// sets it and keeps the payload; the software conversion shifts the
+/// payload as it is). A select per value, on whole vectors.
+fn widen_halves(b: &Buf) -> Result<Vec<f32>> {
+    let mut v = b.try_to_f32_vec()?;
+    if let Buf::F16(h) = b {
+        with_simd(
+            #[inline(always)]
+            || {
+                for (o, &x) in v.iter_mut().zip(h) {
+                    // Exponent all ones, quiet bit clear, payload not zero.
+                    let signalling = (x & 0x7e00 == 0x7c00) & (x & 0x01ff != 0);
+                    *o = f32::from_bits(o.to_bits() & !((signalling as u32) << 22));
+                }
+            },
+        )
+    }
+    Ok(v)
+}
+
 /// `clamp`: bounds compared in the input's type (integers: the bounds
 /// saturated to the type's range; floats: the bounds as f32). NaN stays NaN.
 pub fn clamp(x: &Buf, min: f64, max: f64, out: &OperandDescriptor) -> Result<Buf> {
@@ -919,9 +954,11 @@ pub fn clamp(x: &Buf, min: f64, max: f64, out: &OperandDescriptor) -> Result<Buf
     let (lo, hi) = (min as f32, max as f32);
     Ok(match x {
         Buf::F32(v) => Buf::F32(par_map(v.len(), |i| clamp_f32(v[i], lo, hi))?),
-        Buf::F16(v) => Buf::F16(par_map(v.len(), |i| {
-            f32_to_f16(clamp_f32(f16_to_f32(v[i]), lo, hi))
-        })?),
+        // In f32 and rounded once (see `unary`).
+        Buf::F16(_) => {
+            let v = widen_halves(x)?;
+            Buf::try_f16_from_f32(&par_map(v.len(), |i| clamp_f32(v[i], lo, hi))?)?
+        }
         Buf::I32(v) => Buf::I32(clamp_int(v, min, max)?),
         Buf::U32(v) => Buf::U32(clamp_int(v, min, max)?),
         Buf::I64(v) => Buf::I64(clamp_int(v, min, max)?),

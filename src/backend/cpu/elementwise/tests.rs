@@ -26,6 +26,28 @@ fn bcast_index(o: &[usize], shape: &[usize]) -> usize {
     })
 }
 
+/// Every float unary operator.
+const UNARY_KINDS: [UnaryKind; 18] = [
+    UnaryKind::Abs,
+    UnaryKind::Neg,
+    UnaryKind::Exp,
+    UnaryKind::Log,
+    UnaryKind::Sqrt,
+    UnaryKind::Relu,
+    UnaryKind::Sigmoid,
+    UnaryKind::Tanh,
+    UnaryKind::Ceil,
+    UnaryKind::Cos,
+    UnaryKind::Erf,
+    UnaryKind::Floor,
+    UnaryKind::Identity,
+    UnaryKind::Reciprocal,
+    UnaryKind::RoundEven,
+    UnaryKind::Sin,
+    UnaryKind::Sign,
+    UnaryKind::Tan,
+];
+
 const KINDS: [BinaryKind; 7] = [
     BinaryKind::Add,
     BinaryKind::Sub,
@@ -842,26 +864,7 @@ fn every_width_gives_the_same_bits() {
     let y: Vec<f32> = x.iter().rev().copied().collect();
     let run = |level: SimdLevel| {
         let mut outs: Vec<Vec<f32>> = Vec::new();
-        let kinds = [
-            UnaryKind::Abs,
-            UnaryKind::Neg,
-            UnaryKind::Exp,
-            UnaryKind::Log,
-            UnaryKind::Sqrt,
-            UnaryKind::Relu,
-            UnaryKind::Sigmoid,
-            UnaryKind::Tanh,
-            UnaryKind::Ceil,
-            UnaryKind::Cos,
-            UnaryKind::Erf,
-            UnaryKind::Floor,
-            UnaryKind::Identity,
-            UnaryKind::Reciprocal,
-            UnaryKind::RoundEven,
-            UnaryKind::Sin,
-            UnaryKind::Sign,
-            UnaryKind::Tan,
-        ];
+        let kinds = UNARY_KINDS;
         for k in kinds {
             outs.push(with_float_unary!(k, f => {
                 let mut o = vec![0.0f32; x.len()];
@@ -989,26 +992,7 @@ fn float16_operators_give_each_elements_own_bits() {
             );
         }
     };
-    for k in [
-        UnaryKind::Abs,
-        UnaryKind::Neg,
-        UnaryKind::Exp,
-        UnaryKind::Log,
-        UnaryKind::Sqrt,
-        UnaryKind::Relu,
-        UnaryKind::Sigmoid,
-        UnaryKind::Tanh,
-        UnaryKind::Ceil,
-        UnaryKind::Cos,
-        UnaryKind::Erf,
-        UnaryKind::Floor,
-        UnaryKind::Identity,
-        UnaryKind::Reciprocal,
-        UnaryKind::RoundEven,
-        UnaryKind::Sin,
-        UnaryKind::Sign,
-        UnaryKind::Tan,
-    ] {
+    for k in UNARY_KINDS {
         let f = float_unary(k);
         let got = bits(unary(k, &h, &d).unwrap());
         let want: Vec<u16> = all.iter().map(|&v| one(&f, v)).collect();

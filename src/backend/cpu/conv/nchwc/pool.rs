@@ -5,9 +5,9 @@
 //! Global pooling (one window over each whole plane, as at the end of
 //! most image classifiers) writes `[n, c, 1, 1]`, the same in both
 //! layouts, as NCHW. Windowed pooling writes the blocked layout. Each
-//! window is reduced with the NCHW kernel's own steps (`max_step`, or
-//! `sum_step` and `sum_finish`: see `common::pool_reduce`) in its order,
-//! eight channels side by side: the same bits.
+//! window (or plane) is reduced with the steps the plain pools share,
+//! `common::Reduce`, whose results are `common::pool_reduce`'s, in its
+//! order, eight channels side by side: the same bits.
 
 use rayon::prelude::*;
 

@@ -20,8 +20,13 @@ use super::sgemm::clamp as clamp_f32;
 use super::util::{broadcast_strides, coalesce, floats, from_floats};
 
 mod cast;
+mod math;
 
 pub use cast::cast;
+#[cfg(test)]
+use math::erf;
+pub(super) use math::exp_f32;
+use math::{erf_f32, sigmoid, tanh_f32};
 
 /// Output elements above which element-wise loops are split across threads.
 const PAR_MIN: usize = 1 << 16;
@@ -85,50 +90,6 @@ where
 // The vector levels and `with_simd` live in `cpu/simd.rs`, which the
 // GEMM's kernels use too; re-exported for this module's many callers.
 pub(super) use super::simd::{simd_level, with_simd};
-
-/// `e^x` in f32 within about 1 ulp over the whole range (subnormal results
-/// included, overflow to +inf, NaN kept), written with plain arithmetic and
-/// bit operations so that loops over it vectorise (libm's `expf` does
-/// not).
-#[inline(always)]
-pub(super) fn exp_f32(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    // ln 2 split so that n * LN2_HI is exact for |n| < 256.
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa.
-    const SHIFT: f32 = 12_582_912.0;
-    // At or below -104 the result rounds to 0: those lanes compute e^0
-    // and give 0, so that no multiply in them underflows. (An underflow
-    // to a subnormal or 0 costs a microcode assist on many x86 cores:
-    // a softmax whose row is mostly masked at -1e9 took 370 us instead of
-    // 140 for [1, 12, 128, 128] on an AVX-512 Zen 5.) Above 89 it
-    // overflows either way.
-    let zero = x <= -104.0;
-    let x = if zero { 0.0 } else { x.clamp(-104.0, 89.0) };
-    let t = x * LOG2E + SHIFT;
-    let n = t - SHIFT;
-    let ni = (t.to_bits() as i32).wrapping_sub(SHIFT.to_bits() as i32);
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    // Taylor series of e^r for |r| <= ln2/2 to degree 7 (error < 1e-8).
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0
-                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    // 2^n as two normal factors, so results down to the subnormals round
-    // only once.
-    let n1 = ni >> 1;
-    let n2 = ni - n1;
-    let s1 = f32::from_bits(((n1 + 127) as u32) << 23);
-    let s2 = f32::from_bits(((n2 + 127) as u32) << 23);
-    if zero {
-        0.0
-    } else {
-        p * s1 * s2
-    }
-}
 
 /// `out[i] = f(x[i])` over equal-length slices (vectorisable when `f` is).
 #[inline(always)]
@@ -703,21 +664,17 @@ pub fn binary_owned(
     binary(k, &a, da, &b, db, out)
 }
 
-/// `1 / (1 + e^-x)` from [`exp_f32`], so that a loop over it runs on
-/// vectors (libm's `expf` does not: a language model's SwiGLU sigmoids
-/// were 7% of a prompt). With `e = e^-|x|`, never above 1: `1 / (1 + e)`
-/// for x >= 0 and `e / (1 + e)` below, which keeps the subnormal results
-/// down to about -103.9 where `e^-x` itself would overflow. Within about
-/// 2 ulp.
+/// Returns its argument: a place where a closure can carry
+/// `#[inline(always)]` (an attribute on a closure is stable in argument
+/// position, not in a `let`).
+///
+/// A function item bound to a variable is called through its `Fn::call`
+/// shim, which LLVM may leave out of line once the body is large; outlined,
+/// it loses `with_simd`'s target features and runs one scalar SSE2 element
+/// per call (erf of 1M values: 13 ms instead of 2.5).
 #[inline(always)]
-fn sigmoid(x: f32) -> f32 {
-    let e = exp_f32(-x.abs());
-    let r = 1.0 / (1.0 + e);
-    if x >= 0.0 {
-        r
-    } else {
-        e * r
-    }
+fn inlined<F: Fn(f32) -> f32>(f: F) -> F {
+    f
 }
 
 /// Binds `$f` to the f32 function of `$k` (monomorphised per arm, so the
@@ -735,7 +692,7 @@ macro_rules! with_float_unary {
                 $body
             }
             UnaryKind::Exp => {
-                let $f = f32::exp;
+                let $f = inlined(#[inline(always)] |x: f32| exp_f32(x));
                 $body
             }
             UnaryKind::Log => {
@@ -752,11 +709,11 @@ macro_rules! with_float_unary {
                 $body
             }
             UnaryKind::Sigmoid => {
-                let $f = sigmoid;
+                let $f = inlined(#[inline(always)] |x: f32| sigmoid(x));
                 $body
             }
             UnaryKind::Tanh => {
-                let $f = f32::tanh;
+                let $f = inlined(#[inline(always)] |x: f32| tanh_f32(x));
                 $body
             }
             UnaryKind::Ceil => {
@@ -768,7 +725,7 @@ macro_rules! with_float_unary {
                 $body
             }
             UnaryKind::Erf => {
-                let $f = |x: f32| erf(x as f64) as f32;
+                let $f = inlined(#[inline(always)] |x: f32| erf_f32(x));
                 $body
             }
             UnaryKind::Floor => {
@@ -821,41 +778,6 @@ fn float_unary(k: UnaryKind) -> fn(f32) -> f32 {
 #[cfg(test)]
 fn float_binary(k: BinaryKind) -> fn(f32, f32) -> f32 {
     with_float_binary!(k, f => f as fn(f32, f32) -> f32)
-}
-
-/// The error function in f64, accurate to a few ulps of f64 (far beyond
-/// what the f32/f16 outputs keep).
-///
-/// For |x| <= 6 it sums the series of Abramowitz & Stegun 7.1.6,
-/// `erf(x) = 2/sqrt(pi) * exp(-x^2) * sum_{n>=0} 2^n x^(2n+1) / (1*3*...*(2n+1))`,
-/// whose terms are all of one sign, so no cancellation loses precision
-/// (unlike the alternating Maclaurin series). Beyond 6, 1 - erf(|x|) is
-/// below 2.2e-17 and the result is ±1 in f64.
-pub(super) fn erf(x: f64) -> f64 {
-    if x.is_nan() {
-        return x;
-    }
-    let a = x.abs();
-    if a > 6.0 {
-        return 1.0f64.copysign(x);
-    }
-    let x2 = a * a;
-    let mut term = a;
-    let mut sum = a;
-    let mut n = 0.0f64;
-    // The term ratio 2x^2/(2n+3) falls below 1 after n ~ x^2; stop once the
-    // terms no longer change the sum (at most a few hundred steps).
-    while n < 500.0 {
-        term *= 2.0 * x2 / (2.0 * n + 3.0);
-        let next = sum + term;
-        if next == sum {
-            break;
-        }
-        sum = next;
-        n += 1.0;
-    }
-    let r = std::f64::consts::FRAC_2_SQRT_PI * (-x2).exp() * sum;
-    r.min(1.0).copysign(x)
 }
 
 fn int_unary<T: Int>(k: UnaryKind, v: &[T]) -> Result<Vec<T>> {

@@ -1,17 +1,22 @@
 //! CPU kernels: activations with parameters (elu, gelu, hardSigmoid,
 //! hardSwish, leakyRelu, linear, softplus, softsign), prelu and where.
 //!
-//! The float activations evaluate their formula in f64 and round to the
-//! output type (float16 through f32, a double rounding that can differ from
-//! a direct one only in rare halfway cases, far inside float16 tolerances).
-//! NaN inputs give NaN: clamps are written with comparisons, not
-//! `min`/`max`, which would replace NaN by the bound.
+//! The float activations run as loops that vectorise (each op's function
+//! monomorphised and inlined into `with_simd`'s copies): the piecewise
+//! linear ones (hardSigmoid, hardSwish, leakyRelu, linear, softsign)
+//! evaluate their formula in f64 and round once to f32; elu, softplus and
+//! gelu compute in f32 from the vectorisable exponential and logarithm of
+//! `elementwise::math`, within a few ulps. float16 is widened and rounded
+//! once at the end. NaN inputs give NaN: clamps are written with
+//! comparisons, not `min`/`max`, which would replace NaN by the bound.
 
 use rayon::prelude::*;
 
 use std::borrow::Cow;
 
-use super::elementwise::{broadcast_map, map_slice, par_map, with_simd};
+use super::elementwise::{
+    broadcast_map, exp_f32, exp_m1_f32, inlined, ln_1p_unit, map_slice, with_simd,
+};
 use super::util::{broadcast_strides, floats, from_floats, try_copy, try_filled};
 use crate::error::{Error, Result};
 use crate::f16::{f16_to_f32, f32_to_f16};
@@ -34,78 +39,106 @@ fn clamp_keep_nan(v: f64, lo: f64, hi: f64) -> f64 {
     }
 }
 
-/// erf as gelu evaluates it: the rational approximation of Abramowitz and
-/// Stegun, formula 7.1.26 (absolute error at most 1.5e-7), which is what the
-/// WebNN reference implementation uses for gelu. Results then agree with
-/// other implementations to within the conformance tolerance even where the
-/// approximation and the exact erf differ by tens of float32 ULPs (around
-/// x = -2, where 1 + erf is small). The `erf` operator itself stays exact
-/// (`elementwise::erf`).
-fn gelu_erf(x: f64) -> f64 {
-    if x.is_nan() {
-        return x;
-    }
-    let a = x.abs();
-    let t = 1.0 / (1.0 + 0.327_591_1 * a);
-    let poly = t
-        * (0.254_829_592
-            + t * (-0.284_496_736
-                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-    let y = 1.0 - poly * (-a * a).exp();
-    y.copysign(x)
+/// Binds `$f` to the f32 function of a one-input float activation
+/// (monomorphised per arm and inlined through `inlined`, so the loop
+/// around it vectorises) and evaluates `$body`; `$other` for prelu and
+/// where.
+macro_rules! with_float_activation {
+    ($op:expr, $f:ident => $body:expr, $other:expr) => {
+        match *$op {
+            // e^x - 1 from exp_m1, which keeps its precision near 0.
+            ActivationOp::Elu { alpha } => {
+                let $f = inlined(
+                    #[inline(always)]
+                    move |x: f32| {
+                        if x > 0.0 {
+                            x
+                        } else {
+                            (alpha * exp_m1_f32(x) as f64) as f32
+                        }
+                    },
+                );
+                $body
+            }
+            ActivationOp::Gelu => {
+                let $f = inlined(
+                    #[inline(always)]
+                    |x: f32| gelu_f32(x),
+                );
+                $body
+            }
+            ActivationOp::HardSigmoid { alpha, beta } => {
+                let $f = inlined(
+                    #[inline(always)]
+                    move |x: f32| clamp_keep_nan(alpha * x as f64 + beta, 0.0, 1.0) as f32,
+                );
+                $body
+            }
+            ActivationOp::HardSwish => {
+                let $f = inlined(
+                    #[inline(always)]
+                    |x: f32| {
+                        let x = x as f64;
+                        (x * clamp_keep_nan(x + 3.0, 0.0, 6.0) / 6.0) as f32
+                    },
+                );
+                $body
+            }
+            ActivationOp::LeakyRelu { alpha } => {
+                let $f = inlined(
+                    #[inline(always)]
+                    move |x: f32| {
+                        let x = x as f64;
+                        (if x >= 0.0 { x } else { alpha * x }) as f32
+                    },
+                );
+                $body
+            }
+            ActivationOp::Linear { alpha, beta } => {
+                let $f = inlined(
+                    #[inline(always)]
+                    move |x: f32| (alpha * x as f64 + beta) as f32,
+                );
+                $body
+            }
+            // ln(1 + e^x) = max(x, 0) + ln(1 + e^-|x|): never overflows,
+            // and keeps the small tail for very negative x. A NaN goes
+            // through e^-|x| (max would drop it).
+            ActivationOp::Softplus => {
+                let $f = inlined(
+                    #[inline(always)]
+                    |x: f32| x.max(0.0) + ln_1p_unit(exp_f32(-x.abs())),
+                );
+                $body
+            }
+            // x / (1 + |x|) is inf/inf at ±inf; the function's limit there
+            // is ±1, which is what it approaches for every large finite x.
+            ActivationOp::Softsign => {
+                let $f = inlined(
+                    #[inline(always)]
+                    |x: f32| {
+                        let x = x as f64;
+                        if x.is_infinite() {
+                            x.signum() as f32
+                        } else {
+                            (x / (1.0 + x.abs())) as f32
+                        }
+                    },
+                );
+                $body
+            }
+            ActivationOp::Prelu | ActivationOp::Where => $other,
+        }
+    };
 }
 
-/// The scalar function of a float activation, in f64.
-fn float_fn(op: &ActivationOp) -> Result<Box<dyn Fn(f64) -> f64 + Sync>> {
-    Ok(match *op {
-        ActivationOp::Elu { alpha } => Box::new(move |x| {
-            // exp_m1 keeps precision near 0 where exp(x) - 1 cancels.
-            if x > 0.0 {
-                x
-            } else {
-                alpha * x.exp_m1()
-            }
-        }),
-        ActivationOp::Gelu => {
-            Box::new(|x| 0.5 * x * (1.0 + gelu_erf(x * std::f64::consts::FRAC_1_SQRT_2)))
-        }
-        ActivationOp::HardSigmoid { alpha, beta } => {
-            Box::new(move |x| clamp_keep_nan(alpha * x + beta, 0.0, 1.0))
-        }
-        ActivationOp::HardSwish => Box::new(|x| x * clamp_keep_nan(x + 3.0, 0.0, 6.0) / 6.0),
-        ActivationOp::LeakyRelu { alpha } => {
-            Box::new(move |x| if x >= 0.0 { x } else { alpha * x })
-        }
-        ActivationOp::Linear { alpha, beta } => Box::new(move |x| alpha * x + beta),
-        // ln(1 + e^x) = max(x, 0) + ln(1 + e^-|x|): never overflows, and
-        // keeps the small tail for very negative x.
-        ActivationOp::Softplus => Box::new(|x| {
-            if x.is_nan() {
-                x
-            } else {
-                x.max(0.0) + (-x.abs()).exp().ln_1p()
-            }
-        }),
-        // x / (1 + |x|) is inf/inf at ±inf; the function's limit there is
-        // ±1, which is what it approaches for every large finite x.
-        ActivationOp::Softsign => Box::new(|x| {
-            if x.is_infinite() {
-                x.signum()
-            } else {
-                x / (1.0 + x.abs())
-            }
-        }),
-        ActivationOp::Prelu | ActivationOp::Where => {
-            return Err(Error::operation(format!(
-                "{} is not a one-input activation",
-                op.name()
-            )))
-        }
-    })
-}
-
-/// gelu in f32, vectorisable: `0.5 x (1 + erf(x / sqrt 2))` with erf as
-/// in [`gelu_erf`]. With `q = 1 - erf(|z|) = poly(t) e^(-z^2)`, the factor
+/// gelu in f32, vectorisable: `0.5 x (1 + erf(x / sqrt 2))` with erf by
+/// the rational approximation of Abramowitz and Stegun, formula 7.1.26
+/// (absolute error at most 1.5e-7), which is what the WebNN reference
+/// implementation uses for gelu: results agree with other implementations
+/// within the conformance tolerance even where it and the exact erf differ
+/// by tens of float32 ulps (near x = -2, where 1 + erf is small). The
+/// `erf` operator itself is within about an ulp (`elementwise::math`). With `q = 1 - erf(|z|) = poly(t) e^(-z^2)`, the factor
 /// `1 + erf(z)` is `q` for negative z (no cancellation in the tail) and
 /// `2 - q` otherwise. `z^2 = x^2 / 2` is split exactly into a float and a
 /// small remainder (Dekker's product), so the exponential keeps full
@@ -169,7 +202,13 @@ pub(super) fn gelu_owned(x: Cow<'_, Buf>, out: &OperandDescriptor) -> Result<Buf
         }
         (x, _) => {
             let v = floats(&x)?;
-            let r = map_slice(&v, gelu_f32)?;
+            let r = map_slice(
+                &v,
+                inlined(
+                    #[inline(always)]
+                    |x: f32| gelu_f32(x),
+                ),
+            )?;
             from_floats(out.data_type, r)
         }
     }
@@ -183,9 +222,13 @@ fn float_activation(op: &ActivationOp, x: &Buf, out: &OperandDescriptor) -> Resu
     if let ActivationOp::Gelu = op {
         return gelu_owned(Cow::Borrowed(x), out);
     }
-    let f = float_fn(op)?;
     let v = floats(x)?;
-    let r = par_map(v.len(), |i| f(v[i] as f64) as f32)?;
+    let r = with_float_activation!(op, f => map_slice(&v, f)?, {
+        return Err(Error::operation(format!(
+            "{} is not a one-input activation",
+            op.name()
+        )));
+    });
     from_floats(out.data_type, r)
 }
 
@@ -521,10 +564,11 @@ mod tests {
             let h = Buf::f16_from_f32(&xs);
             let widened = h.to_f32_vec();
             let r = run1(op.clone(), h, DataType::Float16);
-            let want: Vec<f32> = widened
-                .iter()
-                .map(|&x| float_fn(op).unwrap()(x as f64) as f32)
-                .collect();
+            let want: Vec<f32> = with_float_activation!(
+                op,
+                f => widened.iter().map(|&x| f(x)).collect(),
+                unreachable!()
+            );
             assert_eq!(r, Buf::f16_from_f32(&want), "{op:?} float16");
             // NaN stays NaN.
             let Buf::F32(r) = run1(op.clone(), Buf::F32(vec![f32::NAN]), DataType::Float32) else {
@@ -743,10 +787,12 @@ mod tests {
         .is_err());
     }
 
-    /// gelu gives the same bits at every vector width this CPU has.
+    /// Every one-input float activation gives the same bits at every
+    /// vector width this CPU has (gelu both through its in-place slice
+    /// loop and through the shared one).
     #[test]
-    fn gelu_same_bits_at_every_width() {
-        use super::super::simd::{detected_level, with_simd_at, SimdLevel};
+    fn float_activations_same_bits_at_every_width() {
+        use super::super::simd::{levels, with_simd_at, SimdLevel};
         let x: Vec<f32> = (0..5003)
             .map(|i| (i as f32 - 2500.0) * 0.0123)
             .chain([
@@ -756,13 +802,48 @@ mod tests {
                 f32::INFINITY,
                 f32::NEG_INFINITY,
                 -25.0,
+                -90.0,
                 1e-40,
+                -1e-40,
             ])
             .collect();
-        let run = |level: SimdLevel| {
+        let ops = [
+            ActivationOp::Elu { alpha: 0.7 },
+            ActivationOp::Gelu,
+            ActivationOp::HardSigmoid {
+                alpha: 0.2,
+                beta: 0.5,
+            },
+            ActivationOp::HardSwish,
+            ActivationOp::LeakyRelu { alpha: 0.1 },
+            ActivationOp::Linear {
+                alpha: 1.5,
+                beta: -0.25,
+            },
+            ActivationOp::Softplus,
+            ActivationOp::Softsign,
+        ];
+        let run = |op: &ActivationOp, level: SimdLevel| {
             let mut v = x.clone();
-            // SAFETY: `run` is called with Baseline and with the levels
-            // `l <= detected_level()` below, whose features this CPU has.
+            // SAFETY: `levels()` lists only the levels this CPU has.
+            unsafe {
+                with_simd_at(
+                    level,
+                    #[inline(always)]
+                    || {
+                        with_float_activation!(
+                            op,
+                            f => v.iter_mut().for_each(|e| *e = f(*e)),
+                            unreachable!()
+                        )
+                    },
+                )
+            };
+            v
+        };
+        let gelu_in_place = |level: SimdLevel| {
+            let mut v = x.clone();
+            // SAFETY: as above.
             unsafe {
                 with_simd_at(
                     level,
@@ -772,18 +853,24 @@ mod tests {
             };
             v
         };
-        let base = run(SimdLevel::Baseline);
-        for l in [SimdLevel::Avx2, SimdLevel::Avx512] {
-            if l <= detected_level() {
-                let got = run(l);
-                for (i, (a, b)) in got.iter().zip(&base).enumerate() {
-                    assert!(
-                        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-                        "gelu({}) at {l:?}: {a} against {b}",
-                        x[i]
-                    );
-                }
+        let same = |a: &[f32], b: &[f32], what: &str| {
+            for (i, (a, b)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "{what}({}): {a} against {b}",
+                    x[i]
+                );
             }
+        };
+        for op in &ops {
+            let base = run(op, SimdLevel::Baseline);
+            for l in levels() {
+                same(&run(op, l), &base, &format!("{op:?} at {l:?}"));
+            }
+        }
+        let base = run(&ActivationOp::Gelu, SimdLevel::Baseline);
+        for l in levels() {
+            same(&gelu_in_place(l), &base, &format!("gelu in place at {l:?}"));
         }
     }
 }

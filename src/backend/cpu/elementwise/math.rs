@@ -141,6 +141,94 @@ pub(super) fn tanh_f32(x: f32) -> f32 {
     r.copysign(x)
 }
 
+/// `ln((1 + s) / (1 - s)) = 2 atanh(s)` for |s| <= 1/3:
+/// `2 (s + s w r(w))` with `w = s^2` and `r(w) ~ (atanh(s)/s - 1) / w`
+/// (starting at 1/3), so small s keeps its relative precision.
+#[inline(always)]
+fn ln_ratio(s: f32) -> f32 {
+    const R: [f32; 6] = [
+        3.3333334e-01,
+        2.0000005e-01,
+        1.4285153e-01,
+        1.1132355e-01,
+        8.732356e-02,
+        1.03937924e-01,
+    ];
+    let w = s * s;
+    2.0 * (s + s * (w * horner(&R, w)))
+}
+
+/// The natural logarithm in f32 within 2 ulp (1.78 at worst in the tests):
+/// `x = 2^k m` with m in [sqrt(1/2), sqrt(2)) from the bits (a subnormal
+/// scaled by 2^23 first), then `k ln 2 + ln m` with `ln m` from
+/// [`ln_ratio`] of `(m - 1) / (m + 1)` (m - 1 is exact) and ln 2 split so
+/// that `k * LN2_HI` is exact. 0 gives -inf, +inf itself, and a negative
+/// number or NaN gives NaN.
+#[inline(always)]
+pub(in crate::backend::cpu) fn log_f32(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    const SQRT2_BITS: u32 = 0x3fb5_04f3;
+    let sub = x < f32::MIN_POSITIVE;
+    let xn = if sub { x * 8_388_608.0 } else { x };
+    let bits = xn.to_bits();
+    let mut k = ((bits >> 23) & 0xff) as i32 - if sub { 127 + 23 } else { 127 };
+    let mut mb = (bits & 0x007f_ffff) | 0x3f80_0000;
+    // m above sqrt 2: halve it (exact) and count one more power.
+    let high = mb > SQRT2_BITS;
+    mb = if high { mb - 0x0080_0000 } else { mb };
+    k += high as i32;
+    let f = f32::from_bits(mb) - 1.0;
+    let lm = ln_ratio(f / (2.0 + f));
+    let kf = k as f32;
+    let r = kf * LN2_HI + (kf * LN2_LO + lm);
+    if x == f32::INFINITY {
+        x
+    } else if x > 0.0 {
+        r
+    } else if x == 0.0 {
+        f32::NEG_INFINITY
+    } else {
+        f32::NAN
+    }
+}
+
+/// `ln(1 + e)` for e in [0, 1] (as softplus needs it, with `e = e^-|x|`)
+/// within 2.5 ulp (1.96 at worst in the tests): [`ln_ratio`] of
+/// `e / (2 + e)`, at most 1/3. NaN stays NaN.
+#[inline(always)]
+pub(in crate::backend::cpu) fn ln_1p_unit(e: f32) -> f32 {
+    ln_ratio(e / (2.0 + e))
+}
+
+/// `e^x - 1` in f32 within 2.5 ulp (1.81 at worst in the tests, above 1):
+/// `x + x^2 p(x)` where |x| < 0.5 (`p ~ (e^x - 1 - x) / x^2`, from 1/2),
+/// and `exp_f32(x) - 1` beyond, where the result is at least 0.39 in
+/// size, so the difference loses little.
+#[inline(always)]
+pub(in crate::backend::cpu) fn exp_m1_f32(x: f32) -> f32 {
+    const P: [f32; 8] = [
+        0.5,
+        1.6666667e-01,
+        4.1666668e-02,
+        8.333334e-03,
+        1.3888673e-03,
+        1.9841074e-04,
+        2.4939733e-05,
+        2.7682834e-06,
+    ];
+    let near = x + (x * x) * horner(&P, x);
+    let far = exp_f32(x) - 1.0;
+    // -0 + (+0) would give +0; e^-0 - 1 is -0 as x is.
+    if x == 0.0 {
+        x
+    } else if x.abs() < 0.5 {
+        near
+    } else {
+        far
+    }
+}
+
 /// `c[0] + v (c[1] + v (c[2] + ...))`, each step rounded (no fused
 /// multiply-add, so every vector width and the scalar form agree).
 #[inline(always)]
@@ -217,6 +305,72 @@ mod tests {
             }
         }
         worst
+    }
+
+    /// The largest error in ulps of `f` against `reference` over `xs`.
+    fn worst_over(
+        f: fn(f32) -> f32,
+        reference: fn(f64) -> f64,
+        xs: impl Iterator<Item = f32>,
+    ) -> (f64, f32) {
+        let mut worst = (0.0, 0.0);
+        for x in xs {
+            let want = reference(x as f64);
+            let e = (f(x) as f64 - want).abs() / ulp_at(want);
+            if e > worst.0 {
+                worst = (e, x);
+            }
+        }
+        worst
+    }
+
+    #[test]
+    fn log_f32_is_within_two_ulps() {
+        // Every 4099th positive float, subnormals included, and every
+        // 64th one in [1/2, 2), where ln x is small and the relative
+        // error hardest to keep.
+        let xs = (1..0x7f80_0000u32)
+            .step_by(4099)
+            .chain((0x3f00_0000..0x4000_0000).step_by(64))
+            .map(f32::from_bits)
+            .filter(|&x| x != 1.0);
+        let (e, x) = worst_over(log_f32, f64::ln, xs);
+        assert!(e <= 2.0, "log_f32 is {e} ulp off at {x:e}");
+        assert_eq!(log_f32(1.0).to_bits(), 0);
+        assert_eq!(log_f32(0.0), f32::NEG_INFINITY);
+        assert_eq!(log_f32(-0.0), f32::NEG_INFINITY);
+        assert_eq!(log_f32(f32::INFINITY), f32::INFINITY);
+        for x in [-1.0, -f32::from_bits(1), f32::NEG_INFINITY, f32::NAN] {
+            assert!(log_f32(x).is_nan(), "ln({x})");
+        }
+    }
+
+    #[test]
+    fn ln_1p_unit_is_within_two_and_a_half_ulps() {
+        // Every 16th float in (0, 1], subnormals included.
+        let xs = (1..=0x3f80_0000u32).step_by(16).map(f32::from_bits);
+        let (e, x) = worst_over(ln_1p_unit, f64::ln_1p, xs);
+        assert!(e <= 2.5, "ln_1p_unit is {e} ulp off at {x:e}");
+        assert_eq!(ln_1p_unit(0.0).to_bits(), 0);
+        assert!(ln_1p_unit(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn exp_m1_f32_is_within_two_and_a_half_ulps() {
+        // Every 1024th float of either sign up to 88 in size (e^88 is
+        // near the top of f32), and a dense grid across the switch at 1/2.
+        let xs = (1..0x42b0_0000u32)
+            .step_by(1024)
+            .flat_map(|b| [f32::from_bits(b), -f32::from_bits(b)])
+            .chain((0..200_000).map(|i| -1.0 + i as f32 * 1e-5));
+        let (e, x) = worst_over(exp_m1_f32, f64::exp_m1, xs);
+        assert!(e <= 2.5, "exp_m1_f32 is {e} ulp off at {x:e}");
+        assert_eq!(exp_m1_f32(0.0).to_bits(), 0);
+        assert_eq!(exp_m1_f32(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(exp_m1_f32(f32::NEG_INFINITY), -1.0);
+        assert_eq!(exp_m1_f32(-200.0), -1.0);
+        assert_eq!(exp_m1_f32(f32::INFINITY), f32::INFINITY);
+        assert!(exp_m1_f32(f32::NAN).is_nan());
     }
 
     fn check_specials(f: fn(f32) -> f32) {

@@ -91,6 +91,28 @@ where
 // GEMM's kernels use too; re-exported for this module's many callers.
 pub(super) use super::simd::{simd_level, with_simd};
 
+/// `x[i] = f(x[i])` in place, vectorisable, in chunks across the pool
+/// for large inputs.
+fn map_in_place<F: Fn(f32) -> f32 + Sync>(x: &mut [f32], f: F) {
+    let threads = rayon::current_num_threads();
+    let run = |c: &mut [f32]| {
+        with_simd(
+            #[inline(always)]
+            || {
+                for v in c.iter_mut() {
+                    *v = f(*v);
+                }
+            },
+        )
+    };
+    if x.len() >= PAR_MIN && threads > 1 {
+        let chunk = x.len().div_ceil(threads * 4).next_multiple_of(16);
+        x.par_chunks_mut(chunk).for_each(run);
+    } else {
+        run(x);
+    }
+}
+
 /// `out[i] = f(x[i])` over equal-length slices (vectorisable when `f` is).
 #[inline(always)]
 fn map1<T: Copy, U: Copy, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: &F) {
@@ -473,6 +495,71 @@ fn mismatch() -> Error {
     Error::operation("an element-wise kernel got operands of different types")
 }
 
+/// `pow` by a one-element exponent that an exact IEEE operation gives:
+/// `x * x` for 2 (pow's value, rounded once), `sqrt` for 0.5 (but -0 and
+/// -inf, whose square roots are -0 and NaN, have pow +0 and +inf) and
+/// `1 / x` for -1. Converters write a layer normalisation's variance as
+/// `pow(d, 2)`, which went through libm's `powf` per element (10 ms for
+/// 1M values against about 1 for a multiply).
+#[derive(Clone, Copy)]
+enum PowBy {
+    Square,
+    Sqrt,
+    Reciprocal,
+}
+
+impl PowBy {
+    /// The form for `x ** y` where `y` broadcasts one value over an `x` of
+    /// the output's shape; None for any other exponent or shape.
+    fn of(x: &Buf, y: &Buf, out: &OperandDescriptor) -> Option<PowBy> {
+        if x.len() != out.element_count() {
+            return None;
+        }
+        let e = match y {
+            Buf::F32(v) if v.len() == 1 => v[0],
+            Buf::F16(v) if v.len() == 1 => f16_to_f32(v[0]),
+            _ => return None,
+        };
+        if e == 2.0 {
+            Some(PowBy::Square)
+        } else if e == 0.5 {
+            Some(PowBy::Sqrt)
+        } else if e == -1.0 {
+            Some(PowBy::Reciprocal)
+        } else {
+            None
+        }
+    }
+}
+
+/// Binds `$f` to the f32 function of a [`PowBy`] and evaluates `$body`.
+macro_rules! with_pow_by {
+    ($p:expr, $f:ident => $body:expr) => {
+        match $p {
+            PowBy::Square => {
+                let $f = |x: f32| x * x;
+                $body
+            }
+            PowBy::Sqrt => {
+                let $f = |x: f32| {
+                    if x == 0.0 {
+                        0.0
+                    } else if x == f32::NEG_INFINITY {
+                        f32::INFINITY
+                    } else {
+                        x.sqrt()
+                    }
+                };
+                $body
+            }
+            PowBy::Reciprocal => {
+                let $f = |x: f32| 1.0 / x;
+                $body
+            }
+        }
+    };
+}
+
 /// Element-wise `add`, `sub`, `mul`, `div`, `max`, `min`, `pow` with
 /// bidirectional broadcasting, for every numeric type.
 pub fn binary(
@@ -499,6 +586,19 @@ pub fn binary(
         ));
     }
     let (sa, sb, so) = (&da.shape[..], &db.shape[..], &out.shape[..]);
+    if let Some(p) = (k == BinaryKind::Pow)
+        .then(|| PowBy::of(a, b, out))
+        .flatten()
+    {
+        match a {
+            Buf::F32(x) => return Ok(Buf::F32(with_pow_by!(p, f => map_slice(x, f)?))),
+            Buf::F16(_) => {
+                let r = with_pow_by!(p, f => map_slice(&widen_halves(a)?, f)?);
+                return Buf::try_f16_from_f32(&r);
+            }
+            _ => {}
+        }
+    }
     macro_rules! ints {
         ($x:ident, $variant:ident, $t:ty) => {{
             let Buf::$variant(y) = b else {
@@ -644,6 +744,16 @@ pub fn binary_owned(
         && fits(&da.shape)
         && fits(&db.shape);
     if shapes_ok && matches!(&*a, Buf::F32(_)) && matches!(&*b, Buf::F32(_)) {
+        let by = (k == BinaryKind::Pow)
+            .then(|| PowBy::of(&a, &b, out))
+            .flatten();
+        if let (Some(p), true) = (by, usable(&a, da)) {
+            let Cow::Owned(Buf::F32(mut x)) = a else {
+                unreachable!()
+            };
+            with_pow_by!(p, f => map_in_place(&mut x, f));
+            return Ok(Buf::F32(x));
+        }
         if usable(&a, da) {
             let (Cow::Owned(Buf::F32(mut x)), Buf::F32(y)) = (a, &*b) else {
                 unreachable!()

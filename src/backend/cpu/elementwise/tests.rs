@@ -1036,3 +1036,99 @@ fn float16_operators_give_each_elements_own_bits() {
         .collect();
     same(&got, &want, "clamp");
 }
+
+/// `pow` by a one-element 2, 0.5 or -1 (the exact forms of `PowBy`) gives
+/// the correctly rounded power: as float32 (a new output and in place in
+/// an owned operand) against the f64 value rounded once (exact for the
+/// square; for the root and the quotient a double rounding that is
+/// innocuous with 53 bits over 24), and as float16 for every half. Signed
+/// zeros, infinities and negative bases follow pow, not sqrt.
+#[test]
+fn pow_by_two_half_and_minus_one_is_the_rounded_power() {
+    let reference = |x: f32, e: f32| -> f32 {
+        let w = x as f64;
+        if e == 2.0 {
+            (w * w) as f32
+        } else if e == 0.5 {
+            if x == 0.0 {
+                0.0
+            } else if x == f32::NEG_INFINITY {
+                f32::INFINITY
+            } else {
+                w.sqrt() as f32
+            }
+        } else {
+            (1.0 / w) as f32
+        }
+    };
+    let xs: Vec<f32> = (0..0x7f80_0000u32)
+        .step_by(4099)
+        .flat_map(|b| [f32::from_bits(b), -f32::from_bits(b)])
+        .chain([
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -1.0,
+            f32::MAX,
+            f32::from_bits(1),
+        ])
+        .collect();
+    let n = xs.len();
+    let same = |got: &[f32], e: f32, how: &str| {
+        for (&x, &g) in xs.iter().zip(got) {
+            let want = reference(x, e);
+            assert!(
+                g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                "pow({x:e}, {e}) {how}: {g:e}, want {want:e}"
+            );
+            // And libm's powf agrees to within an ulp.
+            let p = x.powf(e);
+            assert!(
+                (p.is_nan() && g.is_nan()) || p == g || (p - g).abs() <= (p.abs() * 1.2e-7),
+                "pow({x:e}, {e}) {how}: {g:e}, powf {p:e}"
+            );
+        }
+    };
+    let d = desc(DataType::Float32, &[n]);
+    let scalar = desc(DataType::Float32, &[]);
+    for e in [2.0f32, 0.5, -1.0] {
+        let b = Buf::F32(vec![e]);
+        let Buf::F32(got) =
+            binary(BinaryKind::Pow, &Buf::F32(xs.clone()), &d, &b, &scalar, &d).unwrap()
+        else {
+            panic!()
+        };
+        same(&got, e, "into a new output");
+        let owned = Cow::Owned(Buf::F32(xs.clone()));
+        let Buf::F32(got) =
+            binary_owned(BinaryKind::Pow, owned, &d, Cow::Borrowed(&b), &scalar, &d).unwrap()
+        else {
+            panic!()
+        };
+        same(&got, e, "in place");
+        // Every float16 value, by a float16 exponent.
+        let halves: Vec<u16> = (0..=u16::MAX).collect();
+        let dh = desc(DataType::Float16, &[halves.len()]);
+        let Buf::F16(got) = binary(
+            BinaryKind::Pow,
+            &Buf::F16(halves.clone()),
+            &dh,
+            &Buf::F16(vec![f32_to_f16(e)]),
+            &desc(DataType::Float16, &[1]),
+            &dh,
+        )
+        .unwrap() else {
+            panic!()
+        };
+        for (&h, &g) in halves.iter().zip(&got) {
+            let want = f32_to_f16(reference(f16_to_f32(h), e));
+            let nan = |v: u16| v & 0x7c00 == 0x7c00 && v & 0x3ff != 0;
+            assert!(
+                g == want || (nan(g) && nan(want)),
+                "pow({h:#x}, {e}) float16: {g:#x}, want {want:#x}"
+            );
+        }
+    }
+}

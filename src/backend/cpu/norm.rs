@@ -5,6 +5,8 @@
 //! normalization compute the mean and the (population) variance of each
 //! group on the fly, accumulating in f64.
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -12,7 +14,7 @@ use crate::graph::ops::norm::NormOp;
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
-use super::elementwise::with_simd;
+use super::elementwise::{try_build_vec, with_simd};
 use super::shape::transpose_vec;
 use super::util::{floats, from_floats};
 use super::util::{try_copy, try_filled, try_vec};
@@ -199,12 +201,43 @@ pub fn run(
                 let b = bias.as_ref().map_or(0.0, |b| b[k] as f64);
                 (mean[k] as f64, a, b)
             }));
-            let mut res = try_vec(x.len(), "the output of batchNormalization")?;
-            res.extend(x.iter().enumerate().map(|(i, &v)| {
-                let (m, a, b) = coef[(i / inner.max(1)) % c.max(1)];
-                ((v as f64 - m) * a + b) as f32
-            }));
-            res
+            let norm = |v: f32, (m, a, b): (f64, f64, f64)| ((v as f64 - m) * a + b) as f32;
+            // A chunk is walked in runs of one coefficient (a channel's
+            // plane, `inner` long) or, with the channels innermost, runs
+            // of consecutive channels: loops that vectorise, with no
+            // division per element.
+            let fill = |s: usize, o: &mut [MaybeUninit<f32>]| {
+                let mut i = s;
+                let mut rest = o;
+                while !rest.is_empty() {
+                    let n = if inner > 1 {
+                        let n = (inner - i % inner).min(rest.len());
+                        let k = coef[(i / inner) % c];
+                        for (d, &v) in rest[..n].iter_mut().zip(&x[i..i + n]) {
+                            d.write(norm(v, k));
+                        }
+                        n
+                    } else {
+                        let k0 = i % c;
+                        let n = (c - k0).min(rest.len());
+                        let runs = rest[..n].iter_mut().zip(&x[i..i + n]);
+                        for ((d, &v), &k) in runs.zip(&coef[k0..k0 + n]) {
+                            d.write(norm(v, k));
+                        }
+                        n
+                    };
+                    i += n;
+                    rest = &mut rest[n..];
+                }
+            };
+            if x.is_empty() {
+                Vec::new()
+            } else {
+                // SAFETY: `fill` writes every element of each chunk: the
+                // runs it takes are non-empty (inner > 0 and c > 0, as x
+                // is not empty) and cover the chunk to its end.
+                unsafe { try_build_vec(x.len(), fill)? }
+            }
         }
         NormOp::Instance {
             nhwc,

@@ -107,9 +107,14 @@ pub fn cast(x: &Buf, to: DataType, out: &OperandDescriptor) -> Result<Buf> {
         }
         _ => {}
     }
-    if let Some(r) = cast_as(x, to)? {
-        return Ok(r);
+    match cast_as(x, to)? {
+        Some(r) => Ok(r),
+        None => cast_general(x, to),
     }
+}
+
+/// Any pair by [`cast_from`]: every source value read as an f32 or i128.
+fn cast_general(x: &Buf, to: DataType) -> Result<Buf> {
     match x {
         Buf::F32(v) => cast_from(v, Num::F, to),
         Buf::F16(v) => cast_from(v, |h| Num::F(f16_to_f32(h)), to),
@@ -238,17 +243,7 @@ mod tests {
         for (x, name) in sources.iter().zip(names) {
             for &to in &targets {
                 let fast = cast_as(x, to).unwrap().expect("a pair cast_as takes");
-                let general = match x {
-                    Buf::F32(v) => cast_from(v, Num::F, to),
-                    Buf::I32(v) => cast_from(v, |i| Num::I(i as i128), to),
-                    Buf::U32(v) => cast_from(v, |i| Num::I(i as i128), to),
-                    Buf::I64(v) => cast_from(v, |i| Num::I(i as i128), to),
-                    Buf::U64(v) => cast_from(v, |i| Num::I(i as i128), to),
-                    Buf::I8(v) => cast_from(v, |i| Num::I(i as i128), to),
-                    Buf::U8(v) => cast_from(v, |i| Num::I(i as i128), to),
-                    Buf::F16(_) => unreachable!(),
-                }
-                .unwrap();
+                let general = cast_general(x, to).unwrap();
                 // Float32 results compared by bits (NaN stays NaN).
                 match (&fast, &general) {
                     (Buf::F32(a), Buf::F32(b)) => {

@@ -25,7 +25,7 @@ mod math;
 pub use cast::cast;
 #[cfg(test)]
 use math::erf;
-use math::{erf_f32, log_f32, sigmoid, tanh_f32};
+use math::{cos_f32, erf_f32, log_f32, sigmoid, sin_f32, tan_f32, tanh_f32, TRIG_MAX};
 pub(super) use math::{exp_f32, exp_m1_f32, ln_1p_unit};
 
 /// Output elements above which element-wise loops are split across threads.
@@ -843,7 +843,10 @@ macro_rules! with_float_unary {
                 $body
             }
             UnaryKind::Cos => {
-                let $f = f32::cos;
+                let $f = inlined(
+                    #[inline(always)]
+                    |x: f32| cos_f32(x),
+                );
                 $body
             }
             UnaryKind::Erf => {
@@ -870,7 +873,10 @@ macro_rules! with_float_unary {
                 $body
             }
             UnaryKind::Sin => {
-                let $f = f32::sin;
+                let $f = inlined(
+                    #[inline(always)]
+                    |x: f32| sin_f32(x),
+                );
                 $body
             }
             // 1 if > 0, -1 if < 0, else 0: the spec's "0 otherwise" takes
@@ -888,7 +894,10 @@ macro_rules! with_float_unary {
                 $body
             }
             UnaryKind::Tan => {
-                let $f = f32::tan;
+                let $f = inlined(
+                    #[inline(always)]
+                    |x: f32| tan_f32(x),
+                );
                 $body
             }
         }
@@ -930,6 +939,39 @@ fn int_unary<T: Int>(k: UnaryKind, v: &[T]) -> Result<Vec<T>> {
     par_map(v.len(), |i| f(v[i]))
 }
 
+/// sin, cos and tan of the finite values beyond [`TRIG_MAX`], which the
+/// vectorised forms do not reduce exactly: libm's, one by one (a pass
+/// that finds none in most tensors). float16 never needs it: its largest
+/// value is 65504.
+fn trig_beyond_reduction(k: UnaryKind, x: &[f32], r: &mut [f32]) {
+    let f: fn(f32) -> f32 = match k {
+        UnaryKind::Sin => f32::sin,
+        UnaryKind::Cos => f32::cos,
+        UnaryKind::Tan => f32::tan,
+        _ => return,
+    };
+    // Beyond the bound and finite: `abs` of an infinity is not below
+    // infinity, and a NaN compares false.
+    let beyond = |v: f32| v.abs() > TRIG_MAX && v.abs() < f32::INFINITY;
+    // Blocks searched by a reduction without an early exit (it
+    // vectorises; a search that stops at the first hit does not), and
+    // fixed only where one holds such a value.
+    with_simd(
+        #[inline(always)]
+        || {
+            for (rc, xc) in r.chunks_mut(256).zip(x.chunks(256)) {
+                if xc.iter().fold(false, |a, &v| a | beyond(v)) {
+                    for (o, &v) in rc.iter_mut().zip(xc) {
+                        if beyond(v) {
+                            *o = f(v);
+                        }
+                    }
+                }
+            }
+        },
+    );
+}
+
 /// Element-wise unary operators. `abs`, `neg`, `relu`, `sign` also take
 /// integers (wrapping) and `identity` every type; the others are
 /// float-only.
@@ -940,7 +982,11 @@ pub fn unary(k: UnaryKind, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
         ));
     }
     Ok(match x {
-        Buf::F32(v) => Buf::F32(with_float_unary!(k, f => map_slice(v, f)?)),
+        Buf::F32(v) => {
+            let mut r = with_float_unary!(k, f => map_slice(v, f)?);
+            trig_beyond_reduction(k, v, &mut r);
+            Buf::F32(r)
+        }
         // Widened (exactly), computed in f32 and rounded once, as
         // `f32_to_f16(f(f16_to_f32(h)))` per element would give (a NaN
         // comes out quiet either way), but with F16C's conversions and

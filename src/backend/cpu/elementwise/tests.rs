@@ -1132,3 +1132,55 @@ fn pow_by_two_half_and_minus_one_is_the_rounded_power() {
         }
     }
 }
+
+/// sin, cos and tan of float32 values past the vectorised reduction are
+/// libm's (the pass after the loop), and those below it are within an ulp
+/// of f64's, in one tensor; infinities and NaN give NaN.
+#[test]
+fn trig_of_large_values_is_libms() {
+    let xs = vec![
+        1.5f32,
+        -0.0,
+        1.0e6,
+        1.0000001e6,
+        -3.0e6,
+        1.0e7,
+        123_456_790.0,
+        -1.0e30,
+        f32::MAX,
+        f32::MIN,
+        f32::INFINITY,
+        f32::NAN,
+    ];
+    let d = desc(DataType::Float32, &[xs.len()]);
+    for (k, libm, f64f) in [
+        (
+            UnaryKind::Sin,
+            f32::sin as fn(f32) -> f32,
+            f64::sin as fn(f64) -> f64,
+        ),
+        (UnaryKind::Cos, f32::cos, f64::cos),
+        (UnaryKind::Tan, f32::tan, f64::tan),
+    ] {
+        let Buf::F32(r) = unary(k, &Buf::F32(xs.clone()), &d).unwrap() else {
+            panic!()
+        };
+        for (&x, &y) in xs.iter().zip(&r) {
+            if !x.is_finite() {
+                assert!(y.is_nan(), "{k:?}({x})");
+            } else if x.abs() > 1.0e6 {
+                assert_eq!(y.to_bits(), libm(x).to_bits(), "{k:?}({x:e})");
+            } else {
+                let want = f64f(x as f64);
+                let ulp = {
+                    let w = (want as f32).abs();
+                    (f32::from_bits(w.to_bits() + 1) - w) as f64
+                };
+                assert!(
+                    (y as f64 - want).abs() <= ulp,
+                    "{k:?}({x:e}) = {y:e}, want {want:e}"
+                );
+            }
+        }
+    }
+}

@@ -515,9 +515,10 @@ impl PowBy {
         if x.len() != out.element_count() {
             return None;
         }
-        let e = match y {
-            Buf::F32(v) if v.len() == 1 => v[0],
-            Buf::F16(v) if v.len() == 1 => f16_to_f32(v[0]),
+        // Operands of two types are left to `binary`, which refuses them.
+        let e = match (x, y) {
+            (Buf::F32(_), Buf::F32(v)) if v.len() == 1 => v[0],
+            (Buf::F16(_), Buf::F16(v)) if v.len() == 1 => f16_to_f32(v[0]),
             _ => return None,
         };
         if e == 2.0 {

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use std::borrow::Cow;
 
 use super::elementwise::{
-    broadcast_map, exp_f32, exp_m1_f32, inlined, ln_1p_unit, map_slice, with_simd,
+    broadcast_map, exp_f32, exp_m1_f32, inlined, ln_1p_unit, map_in_place, map_slice,
 };
 use super::util::{broadcast_strides, floats, from_floats, try_copy, try_filled};
 use crate::error::{Error, Result};
@@ -169,16 +169,6 @@ fn gelu_f32(x: f32) -> f32 {
     }
 }
 
-/// gelu of every element of `v`, in place; a plain indexed loop that
-/// inlines into [`with_simd`]'s AVX2 copy.
-#[inline(always)]
-#[allow(clippy::needless_range_loop)]
-fn gelu_slice(v: &mut [f32]) {
-    for i in 0..v.len() {
-        v[i] = gelu_f32(v[i]);
-    }
-}
-
 /// gelu over the elements of `x` (a float buffer), in its own buffer when
 /// it is handed over as float32.
 pub(super) fn gelu_owned(x: Cow<'_, Buf>, out: &OperandDescriptor) -> Result<Buf> {
@@ -187,17 +177,13 @@ pub(super) fn gelu_owned(x: Cow<'_, Buf>, out: &OperandDescriptor) -> Result<Buf
     }
     match (x, out.data_type) {
         (Cow::Owned(Buf::F32(mut v)), DataType::Float32) => {
-            let per = if v.len() >= PAR_MIN && rayon::current_num_threads() > 1 {
-                v.len().div_ceil(rayon::current_num_threads() * 4)
-            } else {
-                v.len().max(1)
-            };
-            v.par_chunks_mut(per).for_each(|c| {
-                with_simd(
+            map_in_place(
+                &mut v,
+                inlined(
                     #[inline(always)]
-                    || gelu_slice(c),
-                )
-            });
+                    |x: f32| gelu_f32(x),
+                ),
+            );
             Ok(Buf::F32(v))
         }
         (x, _) => {
@@ -792,6 +778,7 @@ mod tests {
     /// loop and through the shared one).
     #[test]
     fn float_activations_same_bits_at_every_width() {
+        use super::super::elementwise::apply_in_place;
         use super::super::simd::{levels, with_simd_at, SimdLevel};
         let x: Vec<f32> = (0..5003)
             .map(|i| (i as f32 - 2500.0) * 0.0123)
@@ -848,7 +835,7 @@ mod tests {
                 with_simd_at(
                     level,
                     #[inline(always)]
-                    || gelu_slice(&mut v),
+                    || apply_in_place(&mut v, &inlined(|x: f32| gelu_f32(x))),
                 )
             };
             v

@@ -93,16 +93,12 @@ pub(super) use super::simd::{simd_level, with_simd};
 
 /// `x[i] = f(x[i])` in place, vectorisable, in chunks across the pool
 /// for large inputs.
-fn map_in_place<F: Fn(f32) -> f32 + Sync>(x: &mut [f32], f: F) {
+pub(super) fn map_in_place<F: Fn(f32) -> f32 + Sync>(x: &mut [f32], f: F) {
     let threads = rayon::current_num_threads();
     let run = |c: &mut [f32]| {
         with_simd(
             #[inline(always)]
-            || {
-                for v in c.iter_mut() {
-                    *v = f(*v);
-                }
-            },
+            || apply_in_place(c, &f),
         )
     };
     if x.len() >= PAR_MIN && threads > 1 {
@@ -110,6 +106,15 @@ fn map_in_place<F: Fn(f32) -> f32 + Sync>(x: &mut [f32], f: F) {
         x.par_chunks_mut(chunk).for_each(run);
     } else {
         run(x);
+    }
+}
+
+/// The loop of [`map_in_place`] over one chunk (its own function so that
+/// the tests can run it at each vector level).
+#[inline(always)]
+pub(super) fn apply_in_place<F: Fn(f32) -> f32>(c: &mut [f32], f: &F) {
+    for v in c.iter_mut() {
+        *v = f(*v);
     }
 }
 

@@ -17,6 +17,7 @@ use std::borrow::Cow;
 use super::elementwise::{
     broadcast_map, exp_f32, exp_m1_f32, inlined, ln_1p_unit, map_in_place, map_slice,
 };
+use super::simd::with_simd;
 use super::util::{broadcast_strides, floats, from_floats, try_copy, try_filled};
 use crate::error::{Error, Result};
 use crate::f16::{f16_to_f32, f32_to_f16};
@@ -303,7 +304,7 @@ fn prelu(
 /// broadcast to `out` (numpy rules). Each output row walks the three
 /// inputs with their broadcast strides (0 on broadcast dimensions).
 #[allow(clippy::too_many_arguments)]
-fn select<T: Copy + Send + Sync + Default>(
+fn select<T: Pick + Send + Sync + Default>(
     c: &[u8],
     sc: &[usize],
     t: &[T],
@@ -320,44 +321,130 @@ fn select<T: Copy + Send + Sync + Default>(
         return Ok(vec![if c[0] != 0 { t[0] } else { f[0] }]);
     }
     let rank = out.len();
-    let (tc, tt, tf) = (
-        broadcast_strides(sc, out),
-        broadcast_strides(st, out),
-        broadcast_strides(sf, out),
-    );
+    let mut rows = Rows {
+        c,
+        t,
+        f,
+        tc: broadcast_strides(sc, out),
+        tt: broadcast_strides(st, out),
+        tf: broadcast_strides(sf, out),
+        out,
+        // When the false operand has the output's shape (a decoding
+        // step's cache block, its new row placed where the condition
+        // says), the output starts as a copy of it and each row writes
+        // only what the condition selects: no fill first.
+        whole_f: sf == out,
+        chosen: Vec::new(),
+    };
     let inner = out[rank - 1];
-    // When the false operand has the output's shape (a decoding step's
-    // cache block, its new row placed where the condition says), the
-    // output starts as a copy of it and each row writes only what the
-    // condition selects: no fill first, no choice per element.
-    let whole_f = sf == out;
     // A condition that is one row for every output row of several (a [B]
-    // mask over [.., B]): the positions it selects, found once. Their list
-    // is at most a row long, and asked for fallibly: without the memory,
-    // each row reads the condition instead.
-    let mut chosen: Vec<usize> = Vec::new();
-    let same_row = tc[rank - 1] == 1
-        && tc[..rank - 1].iter().all(|&s| s == 0)
+    // mask over [.., B]) and selects few of its positions: those
+    // positions, found once. Their list is at most a row long, and asked
+    // for fallibly: without the memory, each row reads the condition.
+    let same_row = rows.tc[rank - 1] == 1
+        && rows.tc[..rank - 1].iter().all(|&s| s == 0)
         && total / inner.max(1) > 1
         && {
             let picked = c[..inner].iter().filter(|&&v| v != 0).count();
-            chosen.try_reserve_exact(picked).is_ok()
+            picked * 4 <= inner && rows.chosen.try_reserve_exact(picked).is_ok()
         };
     if same_row {
-        chosen.extend((0..inner).filter(|&j| c[j] != 0));
+        rows.chosen.extend((0..inner).filter(|&j| c[j] != 0));
     }
-    let row = |r: usize, dst: &mut [T]| {
+    let mut res = match rows.whole_f {
+        true => try_copy(f, "the output of where")?,
+        false => try_filled(total, T::default(), "the output of where")?,
+    };
+    // Rows of a few elements go to the pool (and to the vector loops) in
+    // groups, so that neither is paid per row.
+    let per_task = (SELECT_GROUP / inner).max(1);
+    let group = inner * per_task;
+    let run = |(g, dst): (usize, &mut [T])| {
+        let first = g * per_task;
+        with_simd(
+            #[inline(always)]
+            || {
+                for (k, row) in dst.chunks_mut(inner).enumerate() {
+                    rows.row(first + k, row);
+                }
+            },
+        )
+    };
+    if total >= PAR_MIN {
+        res.par_chunks_mut(group).enumerate().for_each(run);
+    } else {
+        res.chunks_mut(group).enumerate().for_each(run);
+    }
+    Ok(res)
+}
+
+/// A choice between two values by a condition byte, as bit operations
+/// on a mask. Written as `if c != 0 { a } else { b }`, the compiler
+/// turns the two loads and the choice into one load from a chosen
+/// address, which no loop vectorises; the mask keeps both loads.
+trait Pick: Copy {
+    fn pick(c: u8, a: Self, b: Self) -> Self;
+}
+
+macro_rules! pick_by_mask {
+    ($($t:ty),*) => {$(
+        impl Pick for $t {
+            #[inline(always)]
+            fn pick(c: u8, a: Self, b: Self) -> Self {
+                let m = (<$t>::from(c != 0)).wrapping_neg();
+                (a & m) | (b & !m)
+            }
+        }
+    )*};
+}
+pick_by_mask!(u8, u16, u32, u64, i8, i32, i64);
+
+impl Pick for f32 {
+    #[inline(always)]
+    fn pick(c: u8, a: Self, b: Self) -> Self {
+        f32::from_bits(u32::pick(c, a.to_bits(), b.to_bits()))
+    }
+}
+
+/// How many elements one task of `where` takes at least (whole rows).
+const SELECT_GROUP: usize = 1 << 14;
+
+/// The operands of `where` with their strides in the output's frame,
+/// read one output row at a time.
+struct Rows<'a, T> {
+    c: &'a [u8],
+    t: &'a [T],
+    f: &'a [T],
+    tc: Vec<usize>,
+    tt: Vec<usize>,
+    tf: Vec<usize>,
+    out: &'a [usize],
+    /// The output started as a copy of the false operand.
+    whole_f: bool,
+    /// The positions a condition row shared by every output row selects.
+    chosen: Vec<usize>,
+}
+
+impl<T: Pick> Rows<'_, T> {
+    /// Writes output row `r` into `dst`. Inlined into the caller's
+    /// `with_simd`, so that the selects below are vector blends: each
+    /// loop reads both of its operands and combines them by a mask
+    /// ([`Pick`]), with no branch and no conditional store.
+    #[inline(always)]
+    fn row(&self, r: usize, dst: &mut [T]) {
+        let (c, t, f, out) = (self.c, self.t, self.f, self.out);
+        let rank = out.len();
         // Offsets of the row's first element in each input.
         let (mut oc, mut ot, mut of) = (0, 0, 0);
         let mut rest = r;
         for d in (0..rank - 1).rev() {
             let i = rest % out[d];
             rest /= out[d];
-            oc += i * tc[d];
-            ot += i * tt[d];
-            of += i * tf[d];
+            oc += i * self.tc[d];
+            ot += i * self.tt[d];
+            of += i * self.tf[d];
         }
-        let (ic, it, iff) = (tc[rank - 1], tt[rank - 1], tf[rank - 1]);
+        let (ic, it, iff) = (self.tc[rank - 1], self.tt[rank - 1], self.tf[rank - 1]);
         let n = dst.len();
         // The row of one operand: copied when it runs along the row,
         // repeated when it is broadcast along it.
@@ -365,63 +452,72 @@ fn select<T: Copy + Send + Sync + Default>(
             0 => dst.fill(src[o]),
             _ => dst.copy_from_slice(&src[o..o + n]),
         };
-        // The false operand's row, unless the output started as a copy
-        // of the false operand: then only the selected elements change.
-        let take_f = |dst: &mut [T]| {
-            if !whole_f {
-                take(f, of, iff, dst)
-            }
-        };
-        match (ic, it <= 1 && iff <= 1) {
+        match (ic, it, iff) {
             // One condition for the whole row (a row or a block selected
             // at a time, as a decoding step places its value row): the
             // row is one operand's.
-            (0, true) => match c[oc] != 0 {
-                true => take(t, ot, it, dst),
-                false => take_f(dst),
+            (0, 0 | 1, 0 | 1) => match (c[oc] != 0, self.whole_f) {
+                (true, _) => take(t, ot, it, dst),
+                (false, true) => {}
+                (false, false) => take(f, of, iff, dst),
             },
-            // A condition per element over contiguous (or repeated)
-            // operands: the false operand's row, then the selected
-            // elements of the true one; no strides multiplied per element.
-            (1, true) if same_row => {
-                take_f(dst);
-                for &j in &chosen {
+            // A few positions of one shared condition row: the false
+            // operand's row, then the selected elements of the true one.
+            (1, 0 | 1, 0 | 1) if !self.chosen.is_empty() => {
+                if !self.whole_f {
+                    take(f, of, iff, dst);
+                }
+                for &j in &self.chosen {
                     dst[j] = t[ot + j * it];
                 }
             }
-            (1, true) => {
-                take_f(dst);
-                for (j, (v, &cj)) in dst.iter_mut().zip(&c[oc..oc + n]).enumerate() {
-                    if cj != 0 {
-                        *v = t[ot + j * it];
+            // A condition per element over contiguous (or repeated)
+            // operands: a blend of two rows.
+            (1, 1, 1) => {
+                let (c, t) = (&c[oc..oc + n], &t[ot..ot + n]);
+                if self.whole_f {
+                    for ((v, &cj), &a) in dst.iter_mut().zip(c).zip(t) {
+                        *v = T::pick(cj, a, *v);
                     }
+                } else {
+                    let f = &f[of..of + n];
+                    for (((v, &cj), &a), &b) in dst.iter_mut().zip(c).zip(t).zip(f) {
+                        *v = T::pick(cj, a, b);
+                    }
+                }
+            }
+            (1, 0, 1) => {
+                let (c, a) = (&c[oc..oc + n], t[ot]);
+                if self.whole_f {
+                    for (v, &cj) in dst.iter_mut().zip(c) {
+                        *v = T::pick(cj, a, *v);
+                    }
+                } else {
+                    let f = &f[of..of + n];
+                    for ((v, &cj), &b) in dst.iter_mut().zip(c).zip(f) {
+                        *v = T::pick(cj, a, b);
+                    }
+                }
+            }
+            (1, 1, 0) => {
+                let (c, t, b) = (&c[oc..oc + n], &t[ot..ot + n], f[of]);
+                for ((v, &cj), &a) in dst.iter_mut().zip(c).zip(t) {
+                    *v = T::pick(cj, a, b);
+                }
+            }
+            (1, 0, 0) => {
+                let (c, a, b) = (&c[oc..oc + n], t[ot], f[of]);
+                for (v, &cj) in dst.iter_mut().zip(c) {
+                    *v = T::pick(cj, a, b);
                 }
             }
             _ => {
                 for (j, v) in dst.iter_mut().enumerate() {
-                    *v = if c[oc + j * ic] != 0 {
-                        t[ot + j * it]
-                    } else {
-                        f[of + j * iff]
-                    };
+                    *v = T::pick(c[oc + j * ic], t[ot + j * it], f[of + j * iff]);
                 }
             }
         }
-    };
-    let mut res = match whole_f {
-        true => try_copy(f, "the output of where")?,
-        false => try_filled(total, T::default(), "the output of where")?,
-    };
-    if total >= PAR_MIN {
-        res.par_chunks_mut(inner)
-            .enumerate()
-            .for_each(|(r, dst)| row(r, dst));
-    } else {
-        res.chunks_mut(inner)
-            .enumerate()
-            .for_each(|(r, dst)| row(r, dst));
     }
-    Ok(res)
 }
 
 /// `where(condition, trueValue, falseValue)` for every data type.
@@ -690,6 +786,80 @@ mod tests {
                         }
                     }
                     assert_eq!(r, vec![Buf::F32(want)], "{sc:?} {st:?} {sf:?}");
+                }
+            }
+        }
+    }
+
+    /// Outputs large enough for several tasks of several rows each, with
+    /// a sparse and a dense condition (the shared-row list and the
+    /// blends): every bit of each value chosen (NaN payloads and -0
+    /// among them), as a naive walk chooses it.
+    #[test]
+    fn where_at_scale_keeps_every_bit() {
+        let out = [3usize, 50, 700];
+        let shape = |mask: usize| -> Vec<usize> {
+            (0..3)
+                .map(|d| if mask >> d & 1 == 1 { out[d] } else { 1 })
+                .collect()
+        };
+        let at = |s: &[usize], o: [usize; 3]| -> usize {
+            (0..3).fold(0, |idx, d| idx * s[d] + if s[d] == 1 { 0 } else { o[d] })
+        };
+        let bits = |i: usize, salt: u32| match i % 5 {
+            0 => f32::NAN.to_bits() | (i as u32 & 0xffff) | salt,
+            1 => (-0.0f32).to_bits(),
+            _ => (i as u32).wrapping_mul(2654435761) ^ salt,
+        };
+        for dense in [false, true] {
+            for cm in 0..8 {
+                for (tm, fm) in [(7, 7), (4, 7), (7, 4), (0, 7), (7, 0), (0, 0), (4, 4)] {
+                    let (sc, st, sf) = (shape(cm), shape(tm), shape(fm));
+                    let n = |s: &[usize]| s.iter().product::<usize>();
+                    let c: Vec<u8> = (0..n(&sc))
+                        .map(|i| match dense {
+                            true => (i % 3 != 0) as u8 * (i as u8 | 1),
+                            false => (i % 11 == 4) as u8 * 128,
+                        })
+                        .collect();
+                    let t: Vec<f32> = (0..n(&st)).map(|i| f32::from_bits(bits(i, 1))).collect();
+                    let f: Vec<f32> = (0..n(&sf)).map(|i| f32::from_bits(bits(i, 2))).collect();
+                    let r = run(
+                        &ActivationOp::Where,
+                        &[
+                            &Buf::U8(c.clone()),
+                            &Buf::F32(t.clone()),
+                            &Buf::F32(f.clone()),
+                        ],
+                        &[
+                            &desc(DataType::Uint8, &sc),
+                            &desc(DataType::Float32, &st),
+                            &desc(DataType::Float32, &sf),
+                        ],
+                        &[desc(DataType::Float32, &out)],
+                    )
+                    .unwrap();
+                    let Buf::F32(r) = &r[0] else {
+                        panic!("not float32")
+                    };
+                    let mut k = 0;
+                    for i in 0..out[0] {
+                        for j in 0..out[1] {
+                            for l in 0..out[2] {
+                                let o = [i, j, l];
+                                let want = match c[at(&sc, o)] != 0 {
+                                    true => t[at(&st, o)],
+                                    false => f[at(&sf, o)],
+                                };
+                                assert_eq!(
+                                    r[k].to_bits(),
+                                    want.to_bits(),
+                                    "{sc:?} {st:?} {sf:?} dense {dense} at {o:?}"
+                                );
+                                k += 1;
+                            }
+                        }
+                    }
                 }
             }
         }

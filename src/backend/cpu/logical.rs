@@ -6,39 +6,74 @@
 //! except notEqual, which is true. float16 compares exactly in f32 (the
 //! widening is exact). Logical operators treat any non-zero byte as true.
 
-use super::elementwise::{broadcast_map, par_map};
+use super::elementwise::{broadcast_map, map_slice};
 use crate::error::{Error, Result};
-use crate::f16::f16_to_f32;
 use crate::graph::ops::broadcasts_to;
 use crate::graph::ops::logical::LogicalOp;
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
-/// The comparison of `op` on one element type.
-fn compare<T: PartialOrd + Copy>(op: LogicalOp) -> Result<fn(T, T) -> u8> {
-    Ok(match op {
-        LogicalOp::Equal => |x, y| (x == y) as u8,
-        LogicalOp::NotEqual => |x, y| (x != y) as u8,
-        LogicalOp::Greater => |x, y| (x > y) as u8,
-        LogicalOp::GreaterOrEqual => |x, y| (x >= y) as u8,
-        LogicalOp::Lesser => |x, y| (x < y) as u8,
-        LogicalOp::LesserOrEqual => |x, y| (x <= y) as u8,
-        _ => {
-            return Err(Error::operation(format!(
-                "{} is not a comparison",
-                op.name()
-            )))
+/// Binds `$f` to the comparison of `$op` (a closure of its own per
+/// operator, so that `broadcast_map` inlines it and vectorises the loop;
+/// a `fn` pointer chosen at run time is one call per element) and
+/// evaluates `$body`; an operator that is not a comparison is an error.
+macro_rules! with_compare {
+    ($op:expr, $f:ident => $body:expr) => {
+        match $op {
+            LogicalOp::Equal => {
+                let $f = |x, y| (x == y) as u8;
+                $body
+            }
+            LogicalOp::NotEqual => {
+                let $f = |x, y| (x != y) as u8;
+                $body
+            }
+            LogicalOp::Greater => {
+                let $f = |x, y| (x > y) as u8;
+                $body
+            }
+            LogicalOp::GreaterOrEqual => {
+                let $f = |x, y| (x >= y) as u8;
+                $body
+            }
+            LogicalOp::Lesser => {
+                let $f = |x, y| (x < y) as u8;
+                $body
+            }
+            LogicalOp::LesserOrEqual => {
+                let $f = |x, y| (x <= y) as u8;
+                $body
+            }
+            op => {
+                return Err(Error::operation(format!(
+                    "{} is not a comparison",
+                    op.name()
+                )))
+            }
         }
-    })
+    };
 }
 
-fn logical_binary(op: LogicalOp) -> Result<fn(u8, u8) -> u8> {
-    Ok(match op {
-        LogicalOp::LogicalAnd => |x, y| (x != 0 && y != 0) as u8,
-        LogicalOp::LogicalOr => |x, y| (x != 0 || y != 0) as u8,
-        LogicalOp::LogicalXor => |x, y| ((x != 0) != (y != 0)) as u8,
-        _ => return not_logical(op),
-    })
+/// Binds `$f` to the logical operator `$op` on bytes (as
+/// [`with_compare`] binds a comparison) and evaluates `$body`.
+macro_rules! with_logical {
+    ($op:expr, $f:ident => $body:expr) => {
+        match $op {
+            LogicalOp::LogicalAnd => {
+                let $f = |x: u8, y: u8| (x != 0 && y != 0) as u8;
+                $body
+            }
+            LogicalOp::LogicalOr => {
+                let $f = |x: u8, y: u8| (x != 0 || y != 0) as u8;
+                $body
+            }
+            LogicalOp::LogicalXor => {
+                let $f = |x: u8, y: u8| ((x != 0) != (y != 0)) as u8;
+                $body
+            }
+            op => return not_logical(op),
+        }
+    };
 }
 
 /// An operator routed to the wrong kernel (never from a validated graph).
@@ -88,31 +123,28 @@ fn binary(
         let (Buf::U8(x), Buf::U8(y)) = (a, b) else {
             return Err(mismatch());
         };
-        return Ok(Buf::U8(broadcast_map(
-            x,
-            sa,
-            y,
-            sb,
-            so,
-            logical_binary(op)?,
-        )?));
+        return Ok(Buf::U8(
+            with_logical!(op, f => broadcast_map(x, sa, y, sb, so, f)?),
+        ));
     }
     macro_rules! cmp {
         ($x:ident, $variant:ident) => {{
             let Buf::$variant(y) = b else {
                 return Err(mismatch());
             };
-            broadcast_map($x, sa, y, sb, so, compare(op)?)?
+            with_compare!(op, f => broadcast_map($x, sa, y, sb, so, f)?)
         }};
     }
     Ok(Buf::U8(match a {
         Buf::F32(x) => cmp!(x, F32),
-        Buf::F16(x) => {
-            let Buf::F16(y) = b else {
+        // float16 compares in f32: both operands widened first (F16C
+        // where the CPU has it; exact), then the float32 loops.
+        Buf::F16(_) => {
+            let Buf::F16(_) = b else {
                 return Err(mismatch());
             };
-            let f = compare::<f32>(op)?;
-            broadcast_map(x, sa, y, sb, so, |p, q| f(f16_to_f32(p), f16_to_f32(q)))?
+            let (x, y) = (a.try_to_f32_vec()?, b.try_to_f32_vec()?);
+            with_compare!(op, f => broadcast_map(&x, sa, &y, sb, so, |p: f32, q: f32| f(p, q))?)
         }
         Buf::I32(x) => cmp!(x, I32),
         Buf::U32(x) => cmp!(x, U32),
@@ -128,27 +160,24 @@ fn unary(op: LogicalOp, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
     if x.len() != out.element_count() {
         return Err(Error::operation("the output size differs from the input"));
     }
-    let test: fn(f32) -> bool = match op {
-        LogicalOp::LogicalNot => {
-            let Buf::U8(v) = x else {
-                return Err(Error::operation("logicalNot needs a uint8 tensor"));
-            };
-            return Ok(Buf::U8(par_map(v.len(), |i| (v[i] == 0) as u8)?));
+    // float16 is tested on its bits (exponent all ones; then a payload
+    // for NaN, none for an infinity), as its widening to f32 would keep.
+    Ok(Buf::U8(match (op, x) {
+        (LogicalOp::LogicalNot, Buf::U8(v)) => map_slice(v, |b| (b == 0) as u8)?,
+        (LogicalOp::LogicalNot, _) => {
+            return Err(Error::operation("logicalNot needs a uint8 tensor"))
         }
-        LogicalOp::IsNaN => f32::is_nan,
-        LogicalOp::IsInfinite => f32::is_infinite,
-        _ => return not_logical(op),
-    };
-    Ok(Buf::U8(match x {
-        Buf::F32(v) => par_map(v.len(), |i| test(v[i]) as u8)?,
-        // float16 NaN and infinities widen to f32 NaN and infinities.
-        Buf::F16(v) => par_map(v.len(), |i| test(f16_to_f32(v[i])) as u8)?,
-        _ => {
+        (LogicalOp::IsNaN, Buf::F16(v)) => map_slice(v, |h| (h & 0x7fff > 0x7c00) as u8)?,
+        (LogicalOp::IsInfinite, Buf::F16(v)) => map_slice(v, |h| (h & 0x7fff == 0x7c00) as u8)?,
+        (LogicalOp::IsNaN, Buf::F32(v)) => map_slice(v, |x| x.is_nan() as u8)?,
+        (LogicalOp::IsInfinite, Buf::F32(v)) => map_slice(v, |x| x.is_infinite() as u8)?,
+        (LogicalOp::IsNaN | LogicalOp::IsInfinite, _) => {
             return Err(Error::operation(format!(
                 "{} needs a float tensor",
                 op.name()
             )))
         }
+        _ => return not_logical(op),
     }))
 }
 
@@ -354,5 +383,54 @@ mod tests {
             &[desc(DataType::Uint8, &[1])]
         )
         .is_err());
+    }
+
+    /// Every float16 value: isNaN and isInfinite on its bits, and each
+    /// comparison against a few values (zeros, a subnormal, NaN), as the
+    /// exact f32 widening of each value gives them.
+    #[test]
+    fn float16_tests_and_comparisons_are_those_of_f32() {
+        use crate::f16::f16_to_f32;
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        let n = all.len();
+        let widened: Vec<f32> = all.iter().map(|&h| f16_to_f32(h)).collect();
+        let (dh, o) = (desc(DataType::Float16, &[n]), desc(DataType::Uint8, &[n]));
+        for (op, test) in [
+            (LogicalOp::IsNaN, f32::is_nan as fn(f32) -> bool),
+            (LogicalOp::IsInfinite, f32::is_infinite),
+        ] {
+            let r = run(
+                &op,
+                &[&Buf::F16(all.clone())],
+                &[&dh],
+                std::slice::from_ref(&o),
+            );
+            let want: Vec<u8> = widened.iter().map(|&x| test(x) as u8).collect();
+            assert_eq!(r.unwrap(), vec![Buf::U8(want)], "{op:?}");
+        }
+        use LogicalOp::*;
+        type Reference = (LogicalOp, fn(f32, f32) -> bool);
+        let refs: [Reference; 6] = [
+            (Equal, |x, y| x == y),
+            (NotEqual, |x, y| x != y),
+            (Greater, |x, y| x > y),
+            (GreaterOrEqual, |x, y| x >= y),
+            (Lesser, |x, y| x < y),
+            (LesserOrEqual, |x, y| x <= y),
+        ];
+        for y in [0x0000u16, 0x8000, 0x0001, 0x3c00, 0xfc00, 0x7e00] {
+            for (op, f) in refs {
+                let got = run2(
+                    op,
+                    Buf::F16(all.clone()),
+                    &[n],
+                    Buf::F16(vec![y]),
+                    &[],
+                    DataType::Float16,
+                );
+                let want: Vec<u8> = widened.iter().map(|&x| f(x, f16_to_f32(y)) as u8).collect();
+                assert_eq!(got, want, "{op:?} against {y:#06x}");
+            }
+        }
     }
 }

@@ -942,7 +942,7 @@ fn int_unary<T: Int>(k: UnaryKind, v: &[T]) -> Result<Vec<T>> {
             )))
         }
     };
-    par_map(v.len(), |i| f(v[i]))
+    map_slice(v, f)
 }
 
 /// sin, cos and tan of the finite values beyond [`TRIG_MAX`], which the
@@ -1015,7 +1015,7 @@ fn clamp_int<T: Int>(v: &[T], min: f64, max: f64) -> Result<Vec<T>> {
     // The bounds are converted to the input's type by saturation, then
     // compared exactly in that type.
     let (lo, hi) = (T::sat_from_f64(min), T::sat_from_f64(max));
-    par_map(v.len(), |i| v[i].max(lo).min(hi))
+    map_slice(v, |x| x.max(lo).min(hi))
 }
 
 /// A float16 operand as f32, exactly as [`f16_to_f32`] gives each value
@@ -1052,11 +1052,11 @@ pub fn clamp(x: &Buf, min: f64, max: f64, out: &OperandDescriptor) -> Result<Buf
     }
     let (lo, hi) = (min as f32, max as f32);
     Ok(match x {
-        Buf::F32(v) => Buf::F32(par_map(v.len(), |i| clamp_f32(v[i], lo, hi))?),
+        Buf::F32(v) => Buf::F32(map_slice(v, |x| clamp_f32(x, lo, hi))?),
         // In f32 and rounded once (see `unary`).
         Buf::F16(_) => {
             let v = widen_halves(x)?;
-            Buf::try_f16_from_f32(&par_map(v.len(), |i| clamp_f32(v[i], lo, hi))?)?
+            Buf::try_f16_from_f32(&map_slice(&v, |x| clamp_f32(x, lo, hi))?)?
         }
         Buf::I32(v) => Buf::I32(clamp_int(v, min, max)?),
         Buf::U32(v) => Buf::U32(clamp_int(v, min, max)?),

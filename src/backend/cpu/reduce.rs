@@ -9,7 +9,12 @@ use crate::graph::ops::reduce::{ReduceKind, ReduceOp};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
+use super::elementwise::exp_f32;
 use super::util::{floats, from_floats, try_filled, try_vec};
+use rayon::prelude::*;
+
+/// Outputs (or inputs) at least this large are split across the pool.
+const PAR_MIN: usize = 1 << 16;
 
 /// Runs one operator of this family; returns one buffer per output.
 pub fn run(
@@ -59,7 +64,10 @@ fn segments(shape: &[usize], axes: &[usize]) -> Vec<(usize, bool)> {
 /// Walks the input in memory order, one run of the last segment at a time:
 /// `visit(in_start, out_start)`. When the last segment is kept, the run maps
 /// element by element to `out[out_start..]`; when it is reduced, the whole
-/// run reduces into `out[out_start]`.
+/// run reduces into `out[out_start]`. Inlined, so that a caller inside
+/// `with_simd` has its `visit` compiled for the vectors it chose (an
+/// outlined walk is baseline code, its loops 4 lanes wide).
+#[inline(always)]
 fn walk(segs: &[(usize, bool)], mut visit: impl FnMut(usize, usize)) {
     let (head, last) = segs.split_at(segs.len() - 1);
     let (last_n, last_reduced) = last[0];
@@ -118,27 +126,6 @@ fn fold<T: Copy, A: Copy>(
     Ok(acc)
 }
 
-/// max/min that propagate NaN (a NaN among the values gives NaN).
-fn max_nan(a: f64, v: f64) -> f64 {
-    if a.is_nan() || v.is_nan() {
-        f64::NAN
-    } else if v > a {
-        v
-    } else {
-        a
-    }
-}
-
-fn min_nan(a: f64, v: f64) -> f64 {
-    if a.is_nan() || v.is_nan() {
-        f64::NAN
-    } else if v < a {
-        v
-    } else {
-        a
-    }
-}
-
 /// The sums of `g(v)` in f64 for each output. Where the reduced axes
 /// end the shape (a norm's mean over a row), each run is summed in
 /// [`LANES`] partial sums, vectorised, then added in a fixed order: an
@@ -159,7 +146,13 @@ fn sums(
     let mut acc = try_filled(out_len, 0.0f64, "the accumulators of a reduction")?;
     super::simd::with_simd(
         #[inline(always)]
-        || walk(segs, |i, o| acc[o] += lane_sums(&x[i..i + n], g)),
+        || {
+            walk(
+                segs,
+                #[inline(always)]
+                |i, o| acc[o] += lane_sums(&x[i..i + n], g),
+            )
+        },
     );
     Ok(acc)
 }
@@ -212,25 +205,149 @@ fn reduce_floats(
             .map(|s| s / count)
             .collect(),
         Product => fold(segs, x, out_len, 1.0, |a, v, _| a * v as f64)?,
-        Max => fold(segs, x, out_len, f64::NEG_INFINITY, |a, v, _| {
-            max_nan(a, v as f64)
-        })?,
-        Min => fold(segs, x, out_len, f64::INFINITY, |a, v, _| {
-            min_nan(a, v as f64)
-        })?,
+        Max => extremes(segs, x, out_len, true)?,
+        Min => extremes(segs, x, out_len, false)?,
         LogSumExp => {
             // log(sum(exp(x))) = m + log(sum(exp(x - m))) with m the maximum,
-            // so that large values do not overflow exp.
-            let m = fold(segs, x, out_len, f64::NEG_INFINITY, |a, v, _| {
-                max_nan(a, v as f64)
-            })?;
-            let s = fold(segs, x, out_len, 0.0, |a, v, o| a + (v as f64 - m[o]).exp())?;
+            // so that large values do not overflow exp. Each x - m is
+            // rounded once to f32 and exponentiated in f32 (within about
+            // an ulp, vectorised); the sum is in f64.
+            let m = extremes(segs, x, out_len, true)?;
+            let (n, reduced) = segs[segs.len() - 1];
+            let s = if reduced && n >= LANES {
+                let mut acc = try_filled(out_len, 0.0f64, "the accumulators of a reduction")?;
+                super::simd::with_simd(
+                    #[inline(always)]
+                    || {
+                        walk(
+                            segs,
+                            #[inline(always)]
+                            |i, o| {
+                                let mo = m[o];
+                                acc[o] += lane_sums(
+                                    &x[i..i + n],
+                                    #[inline(always)]
+                                    |v| lse_term(v as f32, mo),
+                                )
+                            },
+                        )
+                    },
+                );
+                acc
+            } else {
+                fold(segs, x, out_len, 0.0, |a, v, o| a + lse_term(v, m[o]))?
+            };
             m.iter()
                 .zip(s)
                 .map(|(&m, s)| if m.is_finite() { m + s.ln() } else { m })
                 .collect()
         }
     })
+}
+
+/// A term of reduceLogSumExp's sum: `exp(v - m)`, the difference rounded
+/// once to f32.
+#[inline(always)]
+fn lse_term(v: f32, m: f64) -> f64 {
+    exp_f32(v - m as f32) as f64
+}
+
+/// reduceMax (`max`) or reduceMin in f32 (exact), widened to f64: NaN
+/// among the values gives NaN. A run along reduced axes is folded in
+/// [`LANES`] lanes, vectorised; kept innermost axes fold element-wise.
+fn extremes(segs: &[(usize, bool)], x: &[f32], out_len: usize, max: bool) -> Result<Vec<f64>> {
+    let init = if max {
+        f32::NEG_INFINITY
+    } else {
+        f32::INFINITY
+    };
+    let (n, reduced) = segs[segs.len() - 1];
+    let mut acc = try_filled(out_len, init, "the accumulators of a reduction")?;
+    super::simd::with_simd(
+        #[inline(always)]
+        || match (reduced, max) {
+            (true, true) => walk(
+                segs,
+                #[inline(always)]
+                |i, o| acc[o] = pick(acc[o], lanes_best(&x[i..i + n], first_max), first_max),
+            ),
+            (true, false) => walk(
+                segs,
+                #[inline(always)]
+                |i, o| acc[o] = pick(acc[o], lanes_best(&x[i..i + n], first_min), first_min),
+            ),
+            (false, true) => walk(
+                segs,
+                #[inline(always)]
+                |i, o| {
+                    for (a, &v) in acc[o..o + n].iter_mut().zip(&x[i..i + n]) {
+                        *a = pick(*a, v, first_max);
+                    }
+                },
+            ),
+            (false, false) => walk(
+                segs,
+                #[inline(always)]
+                |i, o| {
+                    for (a, &v) in acc[o..o + n].iter_mut().zip(&x[i..i + n]) {
+                        *a = pick(*a, v, first_min);
+                    }
+                },
+            ),
+        },
+    );
+    let mut out = try_vec(out_len, "the accumulators of a reduction")?;
+    // One NaN for every NaN result, whichever value brought it.
+    out.extend(
+        acc.into_iter()
+            .map(|a| if a.is_nan() { f64::NAN } else { a as f64 }),
+    );
+    Ok(out)
+}
+
+/// `v` replaces `a` when it is better, or NaN: once NaN, a fold stays NaN.
+#[inline(always)]
+fn pick(a: f32, v: f32, better: impl Fn(f32, f32) -> bool) -> f32 {
+    if better(v, a) | v.is_nan() {
+        v
+    } else {
+        a
+    }
+}
+
+#[inline(always)]
+fn first_max(v: f32, a: f32) -> bool {
+    v > a
+}
+
+#[inline(always)]
+fn first_min(v: f32, a: f32) -> bool {
+    v < a
+}
+
+/// The best of `run` by [`pick`], in [`LANES`] lanes (lane `j` takes the
+/// values at `j` modulo `LANES`) combined in order, then the values past
+/// the last whole group. The extreme of a set, and whether it holds NaN,
+/// do not depend on the order: the same value as one running fold.
+#[inline(always)]
+fn lanes_best(run: &[f32], better: impl Fn(f32, f32) -> bool + Copy) -> f32 {
+    let init = if better(0.0, 1.0) {
+        f32::INFINITY
+    } else {
+        f32::NEG_INFINITY
+    };
+    let mut lanes = [init; LANES];
+    let mut groups = run.chunks_exact(LANES);
+    for c in &mut groups {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = pick(*l, v, better);
+        }
+    }
+    let mut a = lanes.iter().fold(init, |a, &l| pick(a, l, better));
+    for &v in groups.remainder() {
+        a = pick(a, v, better);
+    }
+    a
 }
 
 /// Integer element types: wrapping arithmetic that never panics.
@@ -356,7 +473,7 @@ fn split_at_axis(shape: &[usize], axis: usize) -> Result<(usize, usize, usize)> 
 
 /// Index of the first minimum (or maximum) along the middle dimension.
 /// Ties keep the first index; a NaN never replaces the current best.
-fn arg_best<T: Copy + PartialOrd>(
+fn arg_best<T: Copy + PartialOrd + Send + Sync>(
     x: &[T],
     outer: usize,
     n: usize,
@@ -364,6 +481,25 @@ fn arg_best<T: Copy + PartialOrd>(
     max: bool,
 ) -> Result<Vec<i64>> {
     let mut out = try_filled(outer * inner, 0i64, "the output of argMin/argMax")?;
+    if inner == 1 {
+        // Along the last axis (a sampler's argMax over the vocabulary):
+        // each row on its own, in vector passes.
+        let rows = |(o, i): (&mut [i64], &[T])| {
+            super::simd::with_simd(
+                #[inline(always)]
+                || match max {
+                    true => o[0] = first_best(i, |v, b| v > b) as i64,
+                    false => o[0] = first_best(i, |v, b| v < b) as i64,
+                },
+            )
+        };
+        if x.len() >= PAR_MIN && outer > 1 {
+            out.par_chunks_mut(1).zip(x.par_chunks(n)).for_each(rows);
+        } else {
+            out.chunks_mut(1).zip(x.chunks(n)).for_each(rows);
+        }
+        return Ok(out);
+    }
     let mut best: Vec<T> = try_vec(inner, "the running extremes of argMin/argMax")?;
     for o in 0..outer {
         let base = o * n * inner;
@@ -382,6 +518,44 @@ fn arg_best<T: Copy + PartialOrd>(
         }
     }
     Ok(out)
+}
+
+/// The index in `row` (not empty) that a running scan keeping the first
+/// strictly `better` value gives: 0 when `row[0]` is NaN (nothing is
+/// better than NaN), else the first position of the best value that is
+/// not NaN. Two passes that vectorise: the best value, in [`LANES`]
+/// lanes that start at `row[0]` (NaN is never better, so it never
+/// enters), then its first position, found a block at a time.
+#[inline(always)]
+fn first_best<T: Copy + PartialOrd>(row: &[T], better: impl Fn(T, T) -> bool + Copy) -> usize {
+    let first = row[0];
+    #[allow(clippy::eq_op)]
+    if first != first {
+        return 0;
+    }
+    let mut lanes = [first; LANES];
+    let mut groups = row.chunks_exact(LANES);
+    for c in &mut groups {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = if better(v, *l) { v } else { *l };
+        }
+    }
+    let mut b = first;
+    for &v in lanes.iter().chain(groups.remainder()) {
+        if better(v, b) {
+            b = v;
+        }
+    }
+    // A block holds `b` when an element equals it (the reduction has no
+    // early exit, so it vectorises); then the element within it.
+    let mut at = 0;
+    for blk in row.chunks(256) {
+        if blk.iter().fold(false, |f, &v| f | (v == b)) {
+            return at + blk.iter().position(|&v| v == b).unwrap_or(0);
+        }
+        at += blk.len();
+    }
+    0
 }
 
 fn arg_min_max(
@@ -423,24 +597,50 @@ fn arg_min_max(
 
 /// A running sum along the middle dimension, one row of `inner` at a time.
 /// `add` accumulates, `store` converts the running sum to the element.
-fn scan<T: Copy, A: Copy, U: Copy + Default>(
+/// Each outer block is its own scan: large inputs split them across the
+/// pool. Along the last axis (`inner` 1) a block is one plain loop.
+fn scan<T, A, U>(
     x: &[T],
     (outer, n, inner): (usize, usize, usize),
     exclusive: bool,
     reversed: bool,
     zero: A,
-    add: impl Fn(A, T) -> A,
-    store: impl Fn(A) -> U,
-) -> Result<Vec<U>> {
+    add: impl Fn(A, T) -> A + Sync,
+    store: impl Fn(A) -> U + Sync,
+) -> Result<Vec<U>>
+where
+    T: Copy + Sync,
+    A: Copy + Send + Sync,
+    U: Copy + Default + Send + Sync,
+{
     let mut out = try_filled(x.len(), U::default(), "the output of cumulativeSum")?;
-    let mut sums = try_filled(inner, zero, "the running sums of cumulativeSum")?;
-    for o in 0..outer {
-        sums.iter_mut().for_each(|s| *s = zero);
+    let block = n * inner;
+    if block == 0 {
+        return Ok(out);
+    }
+    let one = |(dst, src): (&mut [U], &[T])| -> Result<()> {
+        if inner == 1 {
+            let mut s = zero;
+            let mut step = |d: &mut U, &v: &T| {
+                if exclusive {
+                    *d = store(s);
+                    s = add(s, v);
+                } else {
+                    s = add(s, v);
+                    *d = store(s);
+                }
+            };
+            match reversed {
+                false => dst.iter_mut().zip(src).for_each(|(d, v)| step(d, v)),
+                true => dst.iter_mut().zip(src).rev().for_each(|(d, v)| step(d, v)),
+            }
+            return Ok(());
+        }
+        let mut sums = try_filled(inner, zero, "the running sums of cumulativeSum")?;
         for step in 0..n {
             let k = if reversed { n - 1 - step } else { step };
-            let start = (o * n + k) * inner;
-            let row = &x[start..start + inner];
-            let dst = &mut out[start..start + inner];
+            let row = &src[k * inner..(k + 1) * inner];
+            let dst = &mut dst[k * inner..(k + 1) * inner];
             for ((s, d), &v) in sums.iter_mut().zip(dst).zip(row) {
                 if exclusive {
                     *d = store(*s);
@@ -451,6 +651,16 @@ fn scan<T: Copy, A: Copy, U: Copy + Default>(
                 }
             }
         }
+        Ok(())
+    };
+    if x.len() >= PAR_MIN && outer > 1 {
+        out.par_chunks_mut(block)
+            .zip(x.par_chunks(block))
+            .try_for_each(one)?;
+    } else {
+        out.chunks_mut(block)
+            .zip(x.chunks(block))
+            .try_for_each(one)?;
     }
     Ok(out)
 }
@@ -718,6 +928,60 @@ mod tests {
         .is_err());
     }
 
+    /// reduceMax and reduceMin in every layout (runs in lanes, kept
+    /// innermost axes, short runs) give exactly the extreme, and NaN
+    /// wherever a NaN is among the values, wherever it sits in a run.
+    #[test]
+    fn max_and_min_are_exact_and_nan_wins() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[3, 37], &[1]),
+            (&[37, 3], &[0]),
+            (&[2, 100, 5], &[1]),
+            (&[4, 70], &[0, 1]),
+            (&[5, 3], &[1]),
+        ];
+        for &(shape, axes) in cases {
+            let n: usize = shape.iter().product();
+            let groups = naive_groups(shape, axes);
+            for nan_at in [None, Some(0), Some(17 % n), Some(n - 1), Some(n / 2)] {
+                let mut x: Vec<f32> = (0..n)
+                    .map(|i| ((i * 2654435761) % 1000) as f32 - 500.0)
+                    .collect();
+                x[n / 3] = -0.0;
+                if let Some(k) = nan_at {
+                    x[k] = f32::from_bits(0x7fc0_1234);
+                }
+                for (kind, max) in [(ReduceKind::Max, true), (ReduceKind::Min, false)] {
+                    let got = reduce(
+                        kind,
+                        &Buf::F32(x.clone()),
+                        shape,
+                        axes,
+                        DataType::Float32,
+                        groups.len(),
+                    )
+                    .unwrap();
+                    for (o, g) in groups.iter().enumerate() {
+                        let vals: Vec<f32> = g.iter().map(|&i| x[i]).collect();
+                        let have = got.get_f64(o);
+                        if vals.iter().any(|v| v.is_nan()) {
+                            assert!(have.is_nan(), "{kind:?} {shape:?} {axes:?} out {o}");
+                            continue;
+                        }
+                        let want = vals.iter().fold(vals[0], |a, &v| {
+                            if (max && v > a) || (!max && v < a) {
+                                v
+                            } else {
+                                a
+                            }
+                        });
+                        assert_eq!(have, want as f64, "{kind:?} {shape:?} {axes:?} out {o}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn log_sum_exp_is_stable() {
         let r = reduce(
@@ -731,6 +995,31 @@ mod tests {
         .unwrap();
         let want = 1000.0 + 2f64.ln();
         assert!((r.get_f64(0) - want).abs() < 1e-3);
+        // Long rows (the vectorised terms) and a reduced leading axis
+        // (element-wise terms): within 2 ulp of the f64 value.
+        for (shape, axes) in [([3usize, 1000], [1usize]), ([1000, 3], [0])] {
+            let x: Vec<f32> = (0..3000)
+                .map(|i| ((i * 2654435761usize) % 4001) as f32 / 100.0 - 20.0)
+                .collect();
+            let r = reduce(
+                ReduceKind::LogSumExp,
+                &Buf::F32(x.clone()),
+                &shape,
+                &axes,
+                DataType::Float32,
+                3,
+            )
+            .unwrap();
+            for (o, g) in naive_groups(&shape, &axes).iter().enumerate() {
+                let want = g.iter().map(|&i| (x[i] as f64).exp()).sum::<f64>().ln();
+                let ulp = (want as f32).abs() * f32::EPSILON;
+                let have = r.get_f64(o);
+                assert!(
+                    (have - want).abs() <= 2.0 * ulp as f64,
+                    "{shape:?} out {o}: {have} vs {want}"
+                );
+            }
+        }
         let r = reduce(
             ReduceKind::LogSumExp,
             &Buf::F32(vec![f32::NEG_INFINITY; 2]),
@@ -808,6 +1097,43 @@ mod tests {
         )
         .unwrap();
         assert_eq!(got, Buf::I32(vec![3]));
+    }
+
+    /// Along the last axis, rows long enough for the vector passes and
+    /// enough of them for the pool: the index a running scan gives, with
+    /// NaN first in a row, NaN inside it, both zeros tied for the best,
+    /// and the best in the rest after the last whole group.
+    #[test]
+    fn arg_min_max_of_long_rows_is_the_scans() {
+        let (rows, n) = (70, 1000);
+        let mut x: Vec<f32> = (0..rows * n)
+            .map(|i| ((i * 2654435761usize) % 97) as f32 - 48.0)
+            .collect();
+        let row = |r: usize| r * n;
+        x[row(1)] = f32::NAN;
+        x[row(2) + 500] = f32::NAN;
+        for j in 0..n {
+            x[row(3) + j] = if j % 2 == 0 { -0.0 } else { 0.0 } - (j % 5 != 3) as u8 as f32;
+        }
+        x[row(4) + n - 1] = 1e9;
+        x[row(5) + n - 2] = -1e9;
+        x[row(6)..row(7)].fill(f32::NAN);
+        let shape = [rows, n];
+        let wide: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        for max in [false, true] {
+            let want = naive_arg(&wide, &shape, 1, max);
+            let got = arg_min_max(&Buf::F32(x.clone()), &shape, 1, max, DataType::Int64).unwrap();
+            assert_eq!(got, Buf::I64(want.clone()), "max {max}");
+            let ints: Vec<i32> = x.iter().map(|&v| v as i32).collect();
+            let want = naive_arg(
+                &ints.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+                &shape,
+                1,
+                max,
+            );
+            let got = arg_min_max(&Buf::I32(ints), &shape, 1, max, DataType::Int64).unwrap();
+            assert_eq!(got, Buf::I64(want), "int32 max {max}");
+        }
     }
 
     #[test]

@@ -740,15 +740,6 @@ mod tests {
             full[drop.min(full.len())..].to_vec()
         };
         let count = |s: &[usize]| s.iter().product::<usize>();
-        // The index into an operand of `s` (aligned right) of output (i, j, k).
-        let at = |s: &[usize], o: [usize; 3]| -> usize {
-            let pad = 3 - s.len();
-            let mut idx = 0;
-            for (d, &n) in s.iter().enumerate() {
-                idx = idx * n + if n == 1 { 0 } else { o[d + pad] };
-            }
-            idx
-        };
         for cm in 0..8 {
             for tm in 0..8 {
                 for fm in 0..8 {
@@ -758,34 +749,62 @@ mod tests {
                         .collect();
                     let t: Vec<f32> = (0..count(&st)).map(|i| i as f32 + 0.5).collect();
                     let f: Vec<f32> = (0..count(&sf)).map(|i| -(i as f32) - 1.0).collect();
-                    let r = run(
-                        &ActivationOp::Where,
-                        &[
-                            &Buf::U8(c.clone()),
-                            &Buf::F32(t.clone()),
-                            &Buf::F32(f.clone()),
-                        ],
-                        &[
-                            &desc(DataType::Uint8, &sc),
-                            &desc(DataType::Float32, &st),
-                            &desc(DataType::Float32, &sf),
-                        ],
-                        &[desc(DataType::Float32, &out)],
-                    )
-                    .unwrap();
-                    let mut want = Vec::new();
-                    for i in 0..out[0] {
-                        for j in 0..out[1] {
-                            for k in 0..out[2] {
-                                let o = [i, j, k];
-                                want.push(match c[at(&sc, o)] != 0 {
-                                    true => t[at(&st, o)],
-                                    false => f[at(&sf, o)],
-                                });
-                            }
-                        }
-                    }
-                    assert_eq!(r, vec![Buf::F32(want)], "{sc:?} {st:?} {sf:?}");
+                    check_where(out, (&c, &sc), (&t, &st), (&f, &sf), "");
+                }
+            }
+        }
+    }
+
+    /// Runs `where` on float32 operands and checks every bit of its
+    /// output against the naive selection (operand shapes aligned right).
+    fn check_where(
+        out: [usize; 3],
+        (c, sc): (&[u8], &[usize]),
+        (t, st): (&[f32], &[usize]),
+        (f, sf): (&[f32], &[usize]),
+        what: &str,
+    ) {
+        let at = |s: &[usize], o: [usize; 3]| -> usize {
+            let pad = 3 - s.len();
+            let pick = |d: usize, n: usize| if n == 1 { 0 } else { o[d + pad] };
+            s.iter()
+                .enumerate()
+                .fold(0, |a, (d, &n)| a * n + pick(d, n))
+        };
+        let r = run(
+            &ActivationOp::Where,
+            &[
+                &Buf::U8(c.to_vec()),
+                &Buf::F32(t.to_vec()),
+                &Buf::F32(f.to_vec()),
+            ],
+            &[
+                &desc(DataType::Uint8, sc),
+                &desc(DataType::Float32, st),
+                &desc(DataType::Float32, sf),
+            ],
+            &[desc(DataType::Float32, &out)],
+        )
+        .unwrap();
+        let Buf::F32(r) = &r[0] else {
+            panic!("not float32")
+        };
+        assert_eq!(r.len(), out.iter().product::<usize>());
+        let mut k = 0;
+        for i in 0..out[0] {
+            for j in 0..out[1] {
+                for l in 0..out[2] {
+                    let o = [i, j, l];
+                    let want = match c[at(sc, o)] != 0 {
+                        true => t[at(st, o)],
+                        false => f[at(sf, o)],
+                    };
+                    assert_eq!(
+                        r[k].to_bits(),
+                        want.to_bits(),
+                        "{what} {sc:?} {st:?} {sf:?} at {o:?}"
+                    );
+                    k += 1;
                 }
             }
         }
@@ -802,9 +821,6 @@ mod tests {
             (0..3)
                 .map(|d| if mask >> d & 1 == 1 { out[d] } else { 1 })
                 .collect()
-        };
-        let at = |s: &[usize], o: [usize; 3]| -> usize {
-            (0..3).fold(0, |idx, d| idx * s[d] + if s[d] == 1 { 0 } else { o[d] })
         };
         let bits = |i: usize, salt: u32| match i % 5 {
             0 => f32::NAN.to_bits() | (i as u32 & 0xffff) | salt,
@@ -824,42 +840,8 @@ mod tests {
                         .collect();
                     let t: Vec<f32> = (0..n(&st)).map(|i| f32::from_bits(bits(i, 1))).collect();
                     let f: Vec<f32> = (0..n(&sf)).map(|i| f32::from_bits(bits(i, 2))).collect();
-                    let r = run(
-                        &ActivationOp::Where,
-                        &[
-                            &Buf::U8(c.clone()),
-                            &Buf::F32(t.clone()),
-                            &Buf::F32(f.clone()),
-                        ],
-                        &[
-                            &desc(DataType::Uint8, &sc),
-                            &desc(DataType::Float32, &st),
-                            &desc(DataType::Float32, &sf),
-                        ],
-                        &[desc(DataType::Float32, &out)],
-                    )
-                    .unwrap();
-                    let Buf::F32(r) = &r[0] else {
-                        panic!("not float32")
-                    };
-                    let mut k = 0;
-                    for i in 0..out[0] {
-                        for j in 0..out[1] {
-                            for l in 0..out[2] {
-                                let o = [i, j, l];
-                                let want = match c[at(&sc, o)] != 0 {
-                                    true => t[at(&st, o)],
-                                    false => f[at(&sf, o)],
-                                };
-                                assert_eq!(
-                                    r[k].to_bits(),
-                                    want.to_bits(),
-                                    "{sc:?} {st:?} {sf:?} dense {dense} at {o:?}"
-                                );
-                                k += 1;
-                            }
-                        }
-                    }
+                    let what = format!("dense {dense}");
+                    check_where(out, (&c, &sc), (&t, &st), (&f, &sf), &what);
                 }
             }
         }

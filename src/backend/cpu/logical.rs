@@ -229,22 +229,25 @@ mod tests {
         v
     }
 
+    /// A comparison with the f32 operator it must agree with.
+    type Reference = (LogicalOp, fn(f32, f32) -> bool);
+
+    const COMPARISONS: [Reference; 6] = [
+        (LogicalOp::Equal, |x, y| x == y),
+        (LogicalOp::NotEqual, |x, y| x != y),
+        (LogicalOp::Greater, |x, y| x > y),
+        (LogicalOp::GreaterOrEqual, |x, y| x >= y),
+        (LogicalOp::Lesser, |x, y| x < y),
+        (LogicalOp::LesserOrEqual, |x, y| x <= y),
+    ];
+
     #[test]
     fn comparisons_match_naive_reference() {
         use LogicalOp::*;
         // [2, 3] against [3] (broadcast), odd sizes, float32 with NaN.
         let a = vec![1.0f32, f32::NAN, -0.0, 2.5, 3.0, f32::INFINITY];
         let b = vec![1.0f32, 2.0, 0.0];
-        type Reference = (LogicalOp, fn(f32, f32) -> bool);
-        let refs: [Reference; 6] = [
-            (Equal, |x, y| x == y),
-            (NotEqual, |x, y| x != y),
-            (Greater, |x, y| x > y),
-            (GreaterOrEqual, |x, y| x >= y),
-            (Lesser, |x, y| x < y),
-            (LesserOrEqual, |x, y| x <= y),
-        ];
-        for (op, f) in refs {
+        for (op, f) in COMPARISONS {
             let want: Vec<u8> = (0..6).map(|i| f(a[i], b[i % 3]) as u8).collect();
             let got = run2(
                 op,
@@ -408,18 +411,8 @@ mod tests {
             let want: Vec<u8> = widened.iter().map(|&x| test(x) as u8).collect();
             assert_eq!(r.unwrap(), vec![Buf::U8(want)], "{op:?}");
         }
-        use LogicalOp::*;
-        type Reference = (LogicalOp, fn(f32, f32) -> bool);
-        let refs: [Reference; 6] = [
-            (Equal, |x, y| x == y),
-            (NotEqual, |x, y| x != y),
-            (Greater, |x, y| x > y),
-            (GreaterOrEqual, |x, y| x >= y),
-            (Lesser, |x, y| x < y),
-            (LesserOrEqual, |x, y| x <= y),
-        ];
         for y in [0x0000u16, 0x8000, 0x0001, 0x3c00, 0xfc00, 0x7e00] {
-            for (op, f) in refs {
+            for (op, f) in COMPARISONS {
                 let got = run2(
                     op,
                     Buf::F16(all.clone()),

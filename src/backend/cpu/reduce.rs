@@ -126,7 +126,7 @@ fn fold<T: Copy, A: Copy>(
     Ok(acc)
 }
 
-/// The sums of `g(v)` in f64 for each output. Where the reduced axes
+/// The sums of `g(v, o)` in f64 for each output `o`. Where the reduced axes
 /// end the shape (a norm's mean over a row), each run is summed in
 /// [`LANES`] partial sums, vectorised, then added in a fixed order: an
 /// f64 chain of one add per value was latency-bound (a 128 x 576 mean,
@@ -137,11 +137,11 @@ fn sums(
     segs: &[(usize, bool)],
     x: &[f32],
     out_len: usize,
-    g: impl Fn(f64) -> f64 + Copy,
+    g: impl Fn(f64, usize) -> f64 + Copy,
 ) -> Result<Vec<f64>> {
     let (n, reduced) = segs[segs.len() - 1];
     if !reduced || n < LANES {
-        return fold(segs, x, out_len, 0.0, |a, v, _| a + g(v as f64));
+        return fold(segs, x, out_len, 0.0, |a, v, o| a + g(v as f64, o));
     }
     let mut acc = try_filled(out_len, 0.0f64, "the accumulators of a reduction")?;
     super::simd::with_simd(
@@ -150,7 +150,13 @@ fn sums(
             walk(
                 segs,
                 #[inline(always)]
-                |i, o| acc[o] += lane_sums(&x[i..i + n], g),
+                |i, o| {
+                    acc[o] += lane_sums(
+                        &x[i..i + n],
+                        #[inline(always)]
+                        |v| g(v, o),
+                    )
+                },
             )
         },
     );
@@ -189,18 +195,18 @@ fn reduce_floats(
     use ReduceKind::*;
     let count = (x.len() / out_len.max(1)) as f64;
     Ok(match kind {
-        L1 => sums(segs, x, out_len, |v| v.abs())?,
-        L2 => sums(segs, x, out_len, |v| v * v)?
+        L1 => sums(segs, x, out_len, |v, _| v.abs())?,
+        L2 => sums(segs, x, out_len, |v, _| v * v)?
             .into_iter()
             .map(f64::sqrt)
             .collect(),
-        SumSquare => sums(segs, x, out_len, |v| v * v)?,
-        Sum => sums(segs, x, out_len, |v| v)?,
-        LogSum => sums(segs, x, out_len, |v| v)?
+        SumSquare => sums(segs, x, out_len, |v, _| v * v)?,
+        Sum => sums(segs, x, out_len, |v, _| v)?,
+        LogSum => sums(segs, x, out_len, |v, _| v)?
             .into_iter()
             .map(f64::ln)
             .collect(),
-        Mean => sums(segs, x, out_len, |v| v)?
+        Mean => sums(segs, x, out_len, |v, _| v)?
             .into_iter()
             .map(|s| s / count)
             .collect(),
@@ -213,30 +219,7 @@ fn reduce_floats(
             // rounded once to f32 and exponentiated in f32 (within about
             // an ulp, vectorised); the sum is in f64.
             let m = extremes(segs, x, out_len, true)?;
-            let (n, reduced) = segs[segs.len() - 1];
-            let s = if reduced && n >= LANES {
-                let mut acc = try_filled(out_len, 0.0f64, "the accumulators of a reduction")?;
-                super::simd::with_simd(
-                    #[inline(always)]
-                    || {
-                        walk(
-                            segs,
-                            #[inline(always)]
-                            |i, o| {
-                                let mo = m[o];
-                                acc[o] += lane_sums(
-                                    &x[i..i + n],
-                                    #[inline(always)]
-                                    |v| lse_term(v as f32, mo),
-                                )
-                            },
-                        )
-                    },
-                );
-                acc
-            } else {
-                fold(segs, x, out_len, 0.0, |a, v, o| a + lse_term(v, m[o]))?
-            };
+            let s = sums(segs, x, out_len, |v, o| lse_term(v as f32, m[o]))?;
             m.iter()
                 .zip(s)
                 .map(|(&m, s)| if m.is_finite() { m + s.ln() } else { m })

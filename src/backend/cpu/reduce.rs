@@ -246,6 +246,9 @@ fn extremes(segs: &[(usize, bool)], x: &[f32], out_len: usize, max: bool) -> Res
     };
     let (n, reduced) = segs[segs.len() - 1];
     let mut acc = try_filled(out_len, init, "the accumulators of a reduction")?;
+    // Closures, not functions: a function item's call shim may stay out
+    // of line, compiled without the vector features.
+    let (first_max, first_min) = (|v: f32, a: f32| v > a, |v: f32, a: f32| v < a);
     super::simd::with_simd(
         #[inline(always)]
         || match (reduced, max) {
@@ -296,16 +299,6 @@ fn pick(a: f32, v: f32, better: impl Fn(f32, f32) -> bool) -> f32 {
     } else {
         a
     }
-}
-
-#[inline(always)]
-fn first_max(v: f32, a: f32) -> bool {
-    v > a
-}
-
-#[inline(always)]
-fn first_min(v: f32, a: f32) -> bool {
-    v < a
 }
 
 /// The best of `run` by [`pick`], in [`LANES`] lanes (lane `j` takes the

@@ -21,6 +21,7 @@ mod qgemm;
 mod quantize;
 mod recurrent;
 mod reduce;
+mod resample;
 mod sgemm;
 mod shape;
 mod simd;

@@ -15,6 +15,7 @@ use crate::graph::ops::movement::{MovementOp, PadMode};
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
+use super::resample;
 use super::util::{floats, from_floats, strides, try_vec as alloc};
 
 /// How the coordinates of one output dimension map to input offsets
@@ -183,7 +184,7 @@ pub fn run(
                 // round to the nearest value, ties to even; the weights sum
                 // to 1, so the result stays within the type's range.
                 let int = |v: Vec<f32>| -> Result<Vec<f32>> {
-                    resample_linear(&v, &xd.shape, &out.shape, *axes)
+                    resample::linear(&v, &xd.shape, &out.shape, *axes)
                 };
                 match x {
                     Buf::I8(v) => Buf::I8(
@@ -200,16 +201,18 @@ pub fn run(
                     ),
                     _ => {
                         let v = floats(x)?;
-                        let r = resample_linear(&v, &xd.shape, &out.shape, *axes)?;
+                        let r = resample::linear(&v, &xd.shape, &out.shape, *axes)?;
                         from_floats(xd.data_type, r)?
                     }
                 }
+            } else if let Some(r) = resample::nearest_buf(x, &xd.shape, &out.shape, *axes) {
+                r?
             } else {
                 let tables = per_dim(&xd.shape, |d, n, s| {
                     let m = out.shape.get(d).copied().unwrap_or(n);
                     Ok(if axes.contains(&d) {
                         let mut t = alloc(m, "a resample2d index table")?;
-                        t.extend((0..m).map(|o| nearest(n, m, o) * s));
+                        t.extend((0..m).map(|o| resample::nearest(n, m, o) * s));
                         Axis::Table(t)
                     } else {
                         identity(n, s)
@@ -507,84 +510,6 @@ fn triangular<T: Copy + Default>(
         }
     }
     Ok(out)
-}
-
-/// The spec's half-pixel input coordinate of output coordinate `o` when a
-/// dimension of size `n` is resampled to `m`, clamped to `[0, n - 1]`.
-fn source_coordinate(n: usize, m: usize, o: usize) -> f64 {
-    let scale = m as f64 / n as f64;
-    let c = (o as f64 + 0.5) / scale - 0.5;
-    c.clamp(0.0, n.saturating_sub(1) as f64)
-}
-
-/// Nearest neighbour: `ceil(coordinate - 0.5)`, so halves round down.
-fn nearest(n: usize, m: usize, o: usize) -> usize {
-    let c = (source_coordinate(n, m, o) - 0.5).ceil().max(0.0) as usize;
-    c.min(n.saturating_sub(1))
-}
-
-/// Bilinear interpolation over dimensions `axes` (the others are copied),
-/// computed in f64 and rounded once.
-fn resample_linear(
-    x: &[f32],
-    in_shape: &[usize],
-    out_shape: &[usize],
-    axes: [usize; 2],
-) -> Result<Vec<f32>> {
-    let rank = in_shape.len();
-    if out_shape.len() != rank || axes.iter().any(|&a| a >= rank) {
-        return Err(Error::operation("resample2d: inconsistent shapes"));
-    }
-    let st = strides(in_shape);
-    // Per output coordinate of each dimension: (low offset, high offset,
-    // weight of the high one).
-    let tables: Vec<Vec<(usize, usize, f64)>> = (0..rank)
-        .map(|d| {
-            let (n, m, s) = (in_shape[d], out_shape[d], st[d]);
-            let mut t = alloc(m, "a resample2d index table")?;
-            if axes.contains(&d) {
-                t.extend((0..m).map(|o| {
-                    let c = source_coordinate(n, m, o);
-                    let (lo, hi) = (c.floor(), c.ceil());
-                    (lo as usize * s, hi as usize * s, c - lo)
-                }));
-            } else {
-                t.extend((0..m).map(|o| (o * s, o * s, 0.0)));
-            }
-            Ok(t)
-        })
-        .collect::<Result<_>>()?;
-    let total: usize = out_shape.iter().product();
-    let mut out = alloc(total, "the output of resample2d")?;
-    if total == 0 {
-        return Ok(out);
-    }
-    let read = |off: usize| x.get(off).copied().unwrap_or(0.0) as f64;
-    let (a, b) = (axes[0], axes[1]);
-    let mut idx = vec![0usize; rank];
-    loop {
-        let base: usize = (0..rank)
-            .filter(|&d| d != a && d != b)
-            .map(|d| tables[d][idx[d]].0)
-            .sum();
-        let (y0, y1, ty) = tables[a][idx[a]];
-        let (x0, x1, tx) = tables[b][idx[b]];
-        let vy0 = read(base + y0 + x0) * (1.0 - tx) + read(base + y0 + x1) * tx;
-        let vy1 = read(base + y1 + x0) * (1.0 - tx) + read(base + y1 + x1) * tx;
-        out.push((vy0 * (1.0 - ty) + vy1 * ty) as f32);
-        let mut d = rank;
-        loop {
-            if d == 0 {
-                return Ok(out);
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < out_shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
 }
 
 #[cfg(test)]
@@ -979,6 +904,91 @@ mod tests {
             &v[32..40],
             &[9.0, 9.25, 9.75, 10.25, 10.75, 11.25, 11.75, 12.0]
         );
+    }
+
+    /// The row kernels (adjacent increasing axes: nchw, nhwc, rank 2 and
+    /// 3) give the reference's bits, for every element type: up and down,
+    /// rows longer than a strip, columns of more elements than a strip,
+    /// and outputs split across a pool of three threads.
+    #[test]
+    fn resample2d_rows_give_the_reference_bits() {
+        let cases: [(&[usize], [usize; 2], [usize; 2]); 8] = [
+            (&[2, 4, 64, 80], [2, 3], [130, 161]),
+            (&[2, 3, 37, 41], [2, 3], [11, 7]),
+            (&[1, 29, 20, 30], [1, 2], [61, 77]),
+            (&[1, 9, 13, 600], [1, 2], [20, 5]),
+            (&[3, 50, 70], [0, 1], [101, 33]),
+            (&[300, 400], [0, 1], [300, 401]),
+            (&[5, 1, 1], [1, 2], [4, 3]),
+            (&[2, 6, 9, 2], [1, 2], [6, 9]),
+        ];
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for (shape, axes, sizes) in cases {
+            let mut out_shape = shape.to_vec();
+            out_shape[axes[0]] = sizes[0];
+            out_shape[axes[1]] = sizes[1];
+            let n = count(shape);
+            let wide: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 9.0).collect();
+            for dt in [
+                DataType::Float32,
+                DataType::Float16,
+                DataType::Int64,
+                DataType::Uint8,
+                DataType::Int8,
+            ] {
+                let x = match dt {
+                    DataType::Float32 => Buf::F32(wide.clone()),
+                    DataType::Float16 => Buf::F16(wide.iter().map(|&v| f32_to_f16(v)).collect()),
+                    DataType::Int8 => Buf::I8(wide.iter().map(|&v| (v * 14.0) as i8).collect()),
+                    _ => sample(dt, n),
+                };
+                assert!(resample::nearest_buf(&x, shape, &out_shape, axes).is_some());
+                for linear in [false, true] {
+                    if linear && dt == DataType::Int64 {
+                        continue;
+                    }
+                    let op = MovementOp::Resample2d { linear, axes };
+                    let got =
+                        pool.install(|| run1(&op, &x, &desc(dt, shape), &desc(dt, &out_shape)));
+                    let want = if linear {
+                        let r = resample_reference(&x.to_f32_vec(), shape, &out_shape, axes, true);
+                        match dt {
+                            DataType::Int8 => Buf::I8(
+                                r.iter()
+                                    .map(|e| e.round_ties_even().clamp(-128.0, 127.0) as i8)
+                                    .collect(),
+                            ),
+                            DataType::Uint8 => Buf::U8(
+                                r.iter()
+                                    .map(|e| e.round_ties_even().clamp(0.0, 255.0) as u8)
+                                    .collect(),
+                            ),
+                            _ => from_floats(dt, r).unwrap(),
+                        }
+                    } else {
+                        let near = |d: usize, o: usize| {
+                            let scale = out_shape[d] as f64 / shape[d] as f64;
+                            let c =
+                                ((o as f64 + 0.5) / scale - 0.5).clamp(0.0, (shape[d] - 1) as f64);
+                            (c - 0.5).ceil().max(0.0) as usize
+                        };
+                        naive(&x, &out_shape, None, |o| {
+                            let mut i = o.to_vec();
+                            i[axes[0]] = near(axes[0], o[axes[0]]);
+                            i[axes[1]] = near(axes[1], o[axes[1]]);
+                            Some(ravel(&i, shape))
+                        })
+                    };
+                    assert!(
+                        got == want,
+                        "{dt:?} {shape:?} axes={axes:?} sizes={sizes:?} linear={linear}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -47,14 +47,32 @@ where
     F: Fn(usize, &mut [MaybeUninit<U>]) + Sync,
 {
     // SAFETY: the caller's contract, passed on.
-    Ok(unsafe { fill_vec(Buf::try_vec_for_overwrite(n)?, n, fill) })
+    Ok(unsafe { fill_vec(Buf::try_vec_for_overwrite(n)?, n, 16, fill) })
+}
+
+/// [`try_build_vec`] for a kernel that writes whole rows of `row`
+/// elements: every chunk starts on a row and holds whole rows (`n` a
+/// multiple of `row`, the last chunk possibly fewer rows).
+///
+/// # Safety
+/// As [`try_build_vec`].
+pub(super) unsafe fn try_build_rows<U, F>(n: usize, row: usize, fill: F) -> Result<Vec<U>>
+where
+    U: Copy + Send + 'static,
+    F: Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+{
+    if row == 0 || !n.is_multiple_of(row) {
+        return Err(Error::operation("rows that do not tile the output"));
+    }
+    // SAFETY: the caller's contract, passed on.
+    Ok(unsafe { fill_vec(Buf::try_vec_for_overwrite(n)?, n, row, fill) })
 }
 
 /// The body of [`try_build_vec`]: `v` has room for `n` elements.
 ///
 /// # Safety
 /// As [`try_build_vec`].
-unsafe fn fill_vec<U, F>(mut v: Vec<U>, n: usize, fill: F) -> Vec<U>
+unsafe fn fill_vec<U, F>(mut v: Vec<U>, n: usize, unit: usize, fill: F) -> Vec<U>
 where
     U: Copy + Send + 'static,
     F: Fn(usize, &mut [MaybeUninit<U>]) + Sync,
@@ -64,8 +82,9 @@ where
         let threads = rayon::current_num_threads();
         if n >= PAR_MIN && threads > 1 {
             // A few chunks per thread balance the load without much
-            // scheduling; whole cache lines per chunk.
-            let chunk = n.div_ceil(threads * 4).next_multiple_of(16);
+            // scheduling; whole cache lines (or the caller's rows) per
+            // chunk.
+            let chunk = n.div_ceil(threads * 4).next_multiple_of(unit);
             spare.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| {
                 with_simd(
                     #[inline(always)]

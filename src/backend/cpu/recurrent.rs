@@ -6,6 +6,9 @@
 //! from step to step, so rounding them once per step to float32 or float16
 //! would compound); each output is rounded once to its type.
 
+use rayon::prelude::*;
+
+use crate::backend::cpu::simd::with_simd;
 use crate::backend::cpu::util::{from_floats, try_copy, try_filled, try_vec};
 use crate::error::{Error, Result};
 use crate::f16::f16_to_f32;
@@ -77,10 +80,11 @@ fn opt(ins: &[Vec<f64>], idx: Option<usize>, len: usize) -> Result<Option<&[f64]
     }
 }
 
-/// Weights of one direction (slices of the packed tensors).
+/// Weights of one direction: the weights transposed (`wt`: `isz x
+/// rows`, `rt`: `hidden x rows`), the rest slices of the packed tensors.
 struct Dir<'a> {
-    w: &'a [f64],
-    rw: &'a [f64],
+    wt: &'a [f64],
+    rt: &'a [f64],
     bias: Option<&'a [f64]>,
     rbias: Option<&'a [f64]>,
     peep: Option<&'a [f64]>,
@@ -110,10 +114,14 @@ fn network(p: &RnnParams, lstm: bool, ins: &[Vec<f64>]) -> Result<Vec<Vec<f64>>>
     } else {
         Vec::new()
     };
+    // Transposed, so that a step's products run along the gates' rows
+    // (see `products`).
+    let wt = transposed(w, dirs, rows, isz)?;
+    let rt = transposed(rw, dirs, rows, h)?;
     for d in 0..dirs {
         let dir = Dir {
-            w: &w[d * rows * isz..(d + 1) * rows * isz],
-            rw: &rw[d * rows * h..(d + 1) * rows * h],
+            wt: &wt[d * rows * isz..(d + 1) * rows * isz],
+            rt: &rt[d * rows * h..(d + 1) * rows * h],
             bias: bias.map(|b| &b[d * rows..(d + 1) * rows]),
             rbias: rbias.map(|b| &b[d * rows..(d + 1) * rows]),
             peep: peep.map(|b| &b[d * 3 * h..(d + 1) * 3 * h]),
@@ -125,16 +133,18 @@ fn network(p: &RnnParams, lstm: bool, ins: &[Vec<f64>]) -> Result<Vec<Vec<f64>>>
         };
         let mut hs = state(h0, "the hidden state")?;
         let mut cs = state(c0, "the cell state")?;
+        let xp = project(x, steps * batch, isz, &dir, rows)?;
+        let mut scratch = Scratch::new(rows, h)?;
         // The second direction of "both", and "backward", read the
         // sequence from its end.
         let reverse = p.direction == RnnDirection::Backward || d == 1;
         for step in 0..steps {
             let t = if reverse { steps - 1 - step } else { step };
-            let xt = &x[t * batch * isz..(t + 1) * batch * isz];
+            let xpt = &xp[t * batch * rows..(t + 1) * batch * rows];
             if lstm {
-                lstm_step(p, &dir, xt, &mut hs, &mut cs)?;
+                lstm_step(p, &dir, xpt, &mut hs, &mut cs, &mut scratch);
             } else {
-                gru_step(p, &dir, xt, &mut hs)?;
+                gru_step(p, &dir, xpt, &mut hs, &mut scratch);
             }
             if p.return_sequence {
                 // The sequence is indexed by the time slice, whatever the
@@ -156,63 +166,196 @@ fn network(p: &RnnParams, lstm: bool, ins: &[Vec<f64>]) -> Result<Vec<Vec<f64>>>
     Ok(outs)
 }
 
-/// Row `row` of `m` (row length `n`) dotted with `v`.
-fn dot(m: &[f64], row: usize, n: usize, v: &[f64]) -> f64 {
-    m[row * n..(row + 1) * n]
-        .iter()
-        .zip(v)
-        .map(|(a, b)| a * b)
-        .sum()
+/// Each direction's `rows x n` block of `m` transposed to `n x rows`.
+fn transposed(m: &[f64], dirs: usize, rows: usize, n: usize) -> Result<Vec<f64>> {
+    let mut t = try_filled(
+        m.len(),
+        0.0,
+        "the transposed weights of a recurrent operator",
+    )?;
+    let block = rows * n;
+    if block == 0 {
+        return Ok(t);
+    }
+    for (src, dst) in m
+        .chunks_exact(block)
+        .zip(t.chunks_exact_mut(block))
+        .take(dirs)
+    {
+        for (r, row) in src.chunks_exact(n).enumerate() {
+            for (k, &v) in row.iter().enumerate() {
+                dst[k * rows + r] = v;
+            }
+        }
+    }
+    Ok(t)
+}
+
+/// Multiply-adds of one product above which its rows are split across
+/// the pool (a fork and join cost some microseconds; 2^18 multiply-adds
+/// take tens).
+const PAR_MACS: usize = 1 << 18;
+
+/// `out[i] = Σ_k mt[k * stride + col0 + i] * v[k]`: rows `col0..` of a
+/// matrix against `v`, from its transpose `mt` (`stride` rows). Each sum
+/// runs in k order from -0.0, as `Iterator::sum` adds a dot product, but
+/// with k outside and the rows inside, so the loop vectorises across rows
+/// without reordering any sum (the bits of a running dot product per row,
+/// at every vector width). Rows are split across the pool when there are
+/// enough multiply-adds.
+fn products(out: &mut [f64], mt: &[f64], stride: usize, col0: usize, v: &[f64]) {
+    let threads = rayon::current_num_threads();
+    if out.len().saturating_mul(v.len()) >= PAR_MACS && threads > 1 {
+        let chunk = out.len().div_ceil(threads * 2);
+        out.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| {
+            with_simd(
+                #[inline(always)]
+                || product_rows(o, mt, stride, col0 + c * chunk, v),
+            )
+        });
+    } else {
+        with_simd(
+            #[inline(always)]
+            || product_rows(out, mt, stride, col0, v),
+        );
+    }
+}
+
+/// The loop of [`products`]. A function rather than a closure, which the
+/// compiler would leave out of line, compiled without the vector features.
+#[inline(always)]
+fn product_rows(out: &mut [f64], mt: &[f64], stride: usize, col0: usize, v: &[f64]) {
+    out.fill(-0.0);
+    let n = out.len();
+    for (k, &vk) in v.iter().enumerate() {
+        let col = &mt[k * stride + col0..k * stride + col0 + n];
+        for (o, &m) in out.iter_mut().zip(col) {
+            *o += m * vk;
+        }
+    }
+}
+
+/// The input's share of every gate at every step, which does not depend
+/// on the recurrence: `w[row] · x[s]` for each of the `rows` rows, per row
+/// `s < count` of `x` (each `isz` long), the steps across the pool.
+fn project(x: &[f64], count: usize, isz: usize, d: &Dir, rows: usize) -> Result<Vec<f64>> {
+    let total = count
+        .checked_mul(rows)
+        .ok_or_else(|| Error::operation("a recurrent projection's size overflows"))?;
+    let mut xp = try_filled(total, -0.0, "the input projections of a recurrent operator")?;
+    if total == 0 || isz == 0 {
+        return Ok(xp);
+    }
+    let xs = |s: usize| &x[s * isz..(s + 1) * isz];
+    let threads = rayon::current_num_threads();
+    if total.saturating_mul(isz) >= PAR_MACS && threads > 1 {
+        xp.par_chunks_mut(rows).enumerate().for_each(|(s, out)| {
+            with_simd(
+                #[inline(always)]
+                || product_rows(out, d.wt, rows, 0, xs(s)),
+            )
+        });
+    } else {
+        with_simd(
+            #[inline(always)]
+            || {
+                for (s, out) in xp.chunks_mut(rows).enumerate() {
+                    product_rows(out, d.wt, rows, 0, xs(s));
+                }
+            },
+        );
+    }
+    Ok(xp)
 }
 
 fn at(v: Option<&[f64]>, i: usize) -> f64 {
     v.map_or(0.0, |v| v[i])
 }
 
+/// Per-step scratch of a direction, allocated once.
+struct Scratch {
+    /// The recurrent products of one batch row, one per gate row.
+    r: Vec<f64>,
+    /// GRU: the gates z and r.
+    z: Vec<f64>,
+    rg: Vec<f64>,
+    /// GRU: the reset gate times the hidden state.
+    rh: Vec<f64>,
+    /// The new hidden state of one batch row.
+    out: Vec<f64>,
+}
+
+impl Scratch {
+    fn new(rows: usize, h: usize) -> Result<Scratch> {
+        let what = "the gates of a recurrent step";
+        Ok(Scratch {
+            r: try_filled(rows, 0.0, what)?,
+            z: try_filled(h, 0.0, what)?,
+            rg: try_filled(h, 0.0, what)?,
+            rh: try_filled(h, 0.0, what)?,
+            out: try_filled(h, 0.0, what)?,
+        })
+    }
+}
+
 /// One gruCell update of every batch row: z and r gates, new gate n, then
-/// h' = z * h + (1 - z) * n.
-fn gru_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64]) -> Result<()> {
-    let (isz, h) = (p.input_size, p.hidden);
+/// h' = z * h + (1 - z) * n. `xp` holds the step's input products,
+/// `3 * hidden` per batch row. Every pre-activation adds its terms in the
+/// order of the gate equations: input product, recurrent product, bias,
+/// recurrent bias.
+fn gru_step(p: &RnnParams, d: &Dir, xp: &[f64], hs: &mut [f64], sc: &mut Scratch) {
+    let h = p.hidden;
+    let rows = 3 * h;
     let (zb, rb, nb) = (p.gates[0] * h, p.gates[1] * h, p.gates[2] * h);
     let (fg, fn_) = (p.activations[0], p.activations[1]);
-    let mut r = try_filled(h, 0.0, "a gru gate")?;
-    let mut z = try_filled(h, 0.0, "a gru gate")?;
-    let mut rh = try_filled(h, 0.0, "a gru gate")?;
-    let mut out = try_filled(h, 0.0, "a gru gate")?;
+    let Scratch {
+        r, z, rg, rh, out, ..
+    } = sc;
     for b in 0..p.batch {
-        let xb = &x[b * isz..(b + 1) * isz];
         let hb = &hs[b * h..(b + 1) * h];
-        for j in 0..h {
-            let gate = |base: usize| {
-                let row = base + j;
-                dot(d.w, row, isz, xb) + dot(d.rw, row, h, hb) + at(d.bias, row) + at(d.rbias, row)
-            };
-            z[j] = act(fg, gate(zb));
-            r[j] = act(fg, gate(rb));
+        let xb = &xp[b * rows..(b + 1) * rows];
+        let gate = |r: &[f64], base: usize, j: usize| {
+            let row = base + j;
+            xb[row] + r[row] + at(d.bias, row) + at(d.rbias, row)
+        };
+        // The z and r rows against the hidden state (the n rows too when
+        // the reset comes after the product).
+        if p.reset_after {
+            products(r, d.rt, rows, 0, hb);
+        } else {
+            products(&mut r[zb..zb + h], d.rt, rows, zb, hb);
+            products(&mut r[rb..rb + h], d.rt, rows, rb, hb);
         }
         for j in 0..h {
-            rh[j] = r[j] * hb[j];
+            z[j] = act(fg, gate(r, zb, j));
+            rg[j] = act(fg, gate(r, rb, j));
+            rh[j] = rg[j] * hb[j];
+        }
+        if !p.reset_after {
+            // The n rows against the reset hidden state.
+            products(&mut r[nb..nb + h], d.rt, rows, nb, rh);
         }
         for j in 0..h {
             let row = nb + j;
-            let xn = dot(d.w, row, isz, xb) + at(d.bias, row);
+            let xn = xb[row] + at(d.bias, row);
             let n = if p.reset_after {
-                act(fn_, xn + r[j] * (dot(d.rw, row, h, hb) + at(d.rbias, row)))
+                act(fn_, xn + rg[j] * (r[row] + at(d.rbias, row)))
             } else {
-                act(fn_, xn + at(d.rbias, row) + dot(d.rw, row, h, &rh))
+                act(fn_, xn + at(d.rbias, row) + r[row])
             };
             out[j] = z[j] * hb[j] + (1.0 - z[j]) * n;
         }
-        hs[b * h..(b + 1) * h].copy_from_slice(&out);
+        hs[b * h..(b + 1) * h].copy_from_slice(out);
     }
-    Ok(())
 }
 
 /// One lstmCell update of every batch row: gates i, f, o (with peepholes
 /// on the incoming cell state), cell gate g, then c' = f * c + i * g and
-/// h' = o * act(c').
-fn lstm_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64], cs: &mut [f64]) -> Result<()> {
-    let (isz, h) = (p.input_size, p.hidden);
+/// h' = o * act(c'). `xp` holds the step's input products, `4 * hidden`
+/// per batch row.
+fn lstm_step(p: &RnnParams, d: &Dir, xp: &[f64], hs: &mut [f64], cs: &mut [f64], sc: &mut Scratch) {
+    let h = p.hidden;
+    let rows = 4 * h;
     let (ib, ob, fb, gb) = (
         p.gates[0] * h,
         p.gates[1] * h,
@@ -220,29 +363,29 @@ fn lstm_step(p: &RnnParams, d: &Dir, x: &[f64], hs: &mut [f64], cs: &mut [f64]) 
         p.gates[3] * h,
     );
     let (fgate, fcell, fout) = (p.activations[0], p.activations[1], p.activations[2]);
-    let mut new_h = try_filled(h, 0.0, "an lstm hidden state")?;
+    let Scratch { r, out, .. } = sc;
     for b in 0..p.batch {
-        let xb = &x[b * isz..(b + 1) * isz];
         let hb = &hs[b * h..(b + 1) * h];
+        let xb = &xp[b * rows..(b + 1) * rows];
+        products(r, d.rt, rows, 0, hb);
+        let pre = |base: usize, j: usize| {
+            let row = base + j;
+            xb[row] + r[row] + at(d.bias, row) + at(d.rbias, row)
+        };
         let cb = &mut cs[b * h..(b + 1) * h];
         for j in 0..h {
-            let pre = |base: usize| {
-                let row = base + j;
-                dot(d.w, row, isz, xb) + dot(d.rw, row, h, hb) + at(d.bias, row) + at(d.rbias, row)
-            };
             let c = cb[j];
             // Peepholes are packed i, o, f whatever the layout.
-            let i = act(fgate, pre(ib) + c * at(d.peep, j));
-            let o = act(fgate, pre(ob) + c * at(d.peep, h + j));
-            let f = act(fgate, pre(fb) + c * at(d.peep, 2 * h + j));
-            let g = act(fcell, pre(gb));
+            let i = act(fgate, pre(ib, j) + c * at(d.peep, j));
+            let o = act(fgate, pre(ob, j) + c * at(d.peep, h + j));
+            let f = act(fgate, pre(fb, j) + c * at(d.peep, 2 * h + j));
+            let g = act(fcell, pre(gb, j));
             let c_new = f * c + i * g;
             cb[j] = c_new;
-            new_h[j] = o * act(fout, c_new);
+            out[j] = o * act(fout, c_new);
         }
-        hs[b * h..(b + 1) * h].copy_from_slice(&new_h);
+        hs[b * h..(b + 1) * h].copy_from_slice(out);
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -339,6 +482,12 @@ mod tests {
             (3, 5, 2, false),
             (2, 3, 7, true),
             (1, 4, 3, false),
+            // Sums past the dot product's lanes, with a remainder; the
+            // recurrent products and the projections split across the
+            // pool (520 * 520 and 2 * 1560 * 90 multiply-adds).
+            (1, 45, 33, false),
+            (2, 90, 520, true),
+            (2, 90, 520, false),
         ] {
             let mut p = params(false, 1, batch, isz, h);
             p.reset_after = reset_after;
@@ -359,7 +508,7 @@ mod tests {
                 b.clone(),
                 rb.clone(),
             ];
-            let out = network(&p, false, &ins).unwrap();
+            let out = pool().install(|| network(&p, false, &ins)).unwrap();
             for bi in 0..batch {
                 let want = gru_ref(
                     &x[bi * isz..(bi + 1) * isz],
@@ -379,7 +528,22 @@ mod tests {
 
     #[test]
     fn lstm_cell_matches_reference() {
-        let (batch, isz, h) = (2, 3, 2);
+        // The last splits the recurrent product (4 * 260 * 260
+        // multiply-adds) and the projections across the pool.
+        for (batch, isz, h) in [(2, 3, 2), (1, 40, 37), (2, 130, 260)] {
+            lstm_cell_case(batch, isz, h);
+        }
+    }
+
+    /// A pool of three threads, so that the parallel paths run.
+    fn pool() -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap()
+    }
+
+    fn lstm_cell_case(batch: usize, isz: usize, h: usize) {
         let mut p = params(true, 1, batch, isz, h);
         p.hidden_state = Some(3);
         p.cell_state = Some(4);
@@ -398,7 +562,7 @@ mod tests {
             cs.clone(),
             pw.clone(),
         ];
-        let out = network(&p, true, &ins).unwrap();
+        let out = pool().install(|| network(&p, true, &ins)).unwrap();
         for bi in 0..batch {
             let xb = &x[bi * isz..(bi + 1) * isz];
             let hb = &hs[bi * h..(bi + 1) * h];

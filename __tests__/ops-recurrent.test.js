@@ -217,6 +217,37 @@ describe('bidirectional networks', () => {
     expect(Array.from(results.seq)).toEqual([1, 1.5, 4, 2]);
   });
 
+  // Constant weights are prepared once when the graph is built; weights
+  // given as inputs are read at each dispatch. Both give the same bits,
+  // in both directions, with sums long enough for the vector loops.
+  test.each(['gru', 'lstm'])('%s: constant weights and weights as inputs agree bitwise', async (kind) => {
+    const [steps, batch, input, hidden, gates] = [6, 2, 37, 45, kind === 'gru' ? 3 : 4];
+    const values = (n, seed) => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.61 + seed) * 0.3);
+    const w = values(2 * gates * hidden * input, 1);
+    const r = values(2 * gates * hidden * hidden, 2);
+    const bias = values(2 * gates * hidden, 3);
+    const x = values(steps * batch * input, 4);
+    const wShape = [2, gates * hidden, input];
+    const rShape = [2, gates * hidden, hidden];
+    const net = (b, xs, ws, rs) => {
+      const options = { bias: constF32(b, [2, gates * hidden], bias), direction: 'both', returnSequence: true };
+      const outs = b[kind](xs, ws, rs, steps, hidden, options);
+      return { last: outs[0], seq: outs[outs.length - 1] };
+    };
+    const asConstants = await run(context, { x: f32([steps, batch, input], x) }, (b, { x: xs }) =>
+      net(b, xs, constF32(b, wShape, w), constF32(b, rShape, r)),
+    );
+    const asInputs = await run(
+      context,
+      { x: f32([steps, batch, input], x), w: f32(wShape, w), r: f32(rShape, r) },
+      (b, { x: xs, w: ws, r: rs }) => net(b, xs, ws, rs),
+    );
+    expect(asConstants.results.seq.length).toBe(steps * 2 * batch * hidden);
+    expect(Array.from(asConstants.results.seq)).toEqual(Array.from(asInputs.results.seq));
+    expect(Array.from(asConstants.results.last)).toEqual(Array.from(asInputs.results.last));
+    expect(asConstants.results.seq.some((v) => v !== 0)).toBe(true);
+  });
+
   test('lstm direction both: shapes', () => {
     const b = new MLGraphBuilder(context);
     const x = b.input('x', { dataType: 'float32', shape: [5, 3, 4] });

@@ -456,6 +456,9 @@ pub(super) fn execute(
                 (Op::Conv2d(p), Some(packed), None) => {
                     conv::conv2d_packed(p, &ins, &out_descs[0], Some(packed)).map(|b| vec![b])
                 }
+                (Op::Recurrent(o), _, _) if !cg.recurrent.is_empty() => {
+                    recurrent::run(o, &ins, &in_descs, out_descs, cg.recurrent.get(&n))
+                }
                 (Op::Pool2d(p), _, None) if plan.is_some_and(|pl| pl.is_pool(n)) => {
                     nchwc::pool(p, ins[0]).map(|b| vec![b])
                 }

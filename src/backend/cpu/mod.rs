@@ -95,6 +95,9 @@ struct CompiledGraph {
     /// Constant filters of conv2d nodes that run as products, packed once
     /// per group for the sgemm micro-kernel, by node index.
     conv_packed: HashMap<usize, conv::PackedFilter>,
+    /// The weights of gru/lstm nodes whose weights and recurrent weights
+    /// are constants, in the form their steps read, by node index.
+    recurrent: HashMap<usize, recurrent::Weights>,
     /// The operands stored in the channel-blocked layout and the
     /// convolutions that run in it (`None`: every operand is plain).
     nchwc: Option<nchwc::Plan>,
@@ -596,7 +599,7 @@ pub fn run_op(
         Op::Quantize(o) => quantize::run(o, inputs, in_descs, out_descs),
         Op::ConvTranspose2d(p) => conv::conv_transpose2d(p, inputs, in_descs, out_descs),
         Op::Norm(o) => norm::run(o, inputs, in_descs, out_descs),
-        Op::Recurrent(o) => recurrent::run(o, inputs, in_descs, out_descs),
+        Op::Recurrent(o) => recurrent::run(o, inputs, in_descs, out_descs, None),
     }
 }
 
@@ -828,6 +831,14 @@ impl Backend for CpuBackend {
                 conv_packed.insert(n, v);
             }
         }
+        let mut recurrent = HashMap::new();
+        for (n, node) in graph.nodes.iter().enumerate() {
+            let Op::Recurrent(o) = &node.op else { continue };
+            let constant = |k: usize| node.inputs.get(k).and_then(|i| constants.get(i));
+            if let (Some(w), Some(r)) = (constant(1), constant(2)) {
+                recurrent.insert(n, recurrent::Weights::new(o, w, r)?);
+            }
+        }
         // Inputs and constants are borrowed, never freed; mark them too.
         for (op, src) in graph.sources.iter().enumerate() {
             if !matches!(src, Source::Node { .. }) {
@@ -860,6 +871,7 @@ impl Backend for CpuBackend {
             swiglus,
             ropes,
             conv_packed,
+            recurrent,
             nchwc,
             hot: elements >= HOT_ELEMENTS || macs >= HOT_MACS,
         };

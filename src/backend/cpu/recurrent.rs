@@ -17,28 +17,85 @@ use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
 /// Runs one operator of this family; returns one buffer per output.
+/// `weights`: its weights and recurrent weights prepared at compile
+/// ([`Weights::new`]), when both are constants; then inputs 1 and 2 are
+/// not read.
 pub fn run(
     op: &RecurrentOp,
     inputs: &[&Buf],
     in_descs: &[&OperandDescriptor],
     out_descs: &[OperandDescriptor],
+    weights: Option<&Weights>,
 ) -> Result<Vec<Buf>> {
     let dt = in_descs
         .first()
         .map(|d| d.data_type)
         .ok_or_else(|| Error::operation("a recurrent operator has no input"))?;
-    let ins: Vec<Vec<f64>> = inputs.iter().map(|b| to_f64(b)).collect::<Result<_>>()?;
-    let (p, lstm) = match op {
-        RecurrentOp::Gru(p) | RecurrentOp::GruCell(p) => (p, false),
-        RecurrentOp::Lstm(p) | RecurrentOp::LstmCell(p) => (p, true),
+    let (p, lstm) = params(op);
+    let prepared;
+    let weights = match weights {
+        Some(w) => w,
+        None => {
+            let (Some(w), Some(r)) = (inputs.get(1), inputs.get(2)) else {
+                return Err(Error::operation("a recurrent operator has no weights"));
+            };
+            prepared = Weights::new(op, w, r)?;
+            &prepared
+        }
     };
-    let outs = network(p, lstm, &ins)?;
+    // The weights are read from `weights` alone: not converted again.
+    let ins: Vec<Vec<f64>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| match i {
+            1 | 2 => Ok(Vec::new()),
+            _ => to_f64(b),
+        })
+        .collect::<Result<_>>()?;
+    let outs = network_with(p, lstm, &ins, weights)?;
     if outs.len() != out_descs.len() {
         return Err(Error::operation(
             "a recurrent operator produced the wrong number of outputs",
         ));
     }
     outs.into_iter().map(|v| from_f64(dt, &v)).collect()
+}
+
+fn params(op: &RecurrentOp) -> (&RnnParams, bool) {
+    match op {
+        RecurrentOp::Gru(p) | RecurrentOp::GruCell(p) => (p, false),
+        RecurrentOp::Lstm(p) | RecurrentOp::LstmCell(p) => (p, true),
+    }
+}
+
+/// A recurrent operator's weights and recurrent weights in f64, each
+/// direction's transposed (`isz x rows` and `hidden x rows`), as its
+/// steps read them (see [`products`]). Made once at compile where both
+/// are constants (a dispatch of a short sequence spent as long converting
+/// and transposing them as computing).
+pub struct Weights {
+    wt: Vec<f64>,
+    rt: Vec<f64>,
+}
+
+impl Weights {
+    pub fn new(op: &RecurrentOp, w: &Buf, r: &Buf) -> Result<Weights> {
+        let (p, lstm) = params(op);
+        Weights::of_f64(p, lstm, &to_f64(w)?, &to_f64(r)?)
+    }
+
+    fn of_f64(p: &RnnParams, lstm: bool, w: &[f64], r: &[f64]) -> Result<Weights> {
+        let (dirs, h, isz) = (p.num_directions(), p.hidden, p.input_size);
+        let rows = if lstm { 4 * h } else { 3 * h };
+        let size = |n: usize| dirs.checked_mul(rows)?.checked_mul(n);
+        if size(isz) != Some(w.len()) || size(h) != Some(r.len()) {
+            return Err(Error::operation("a recurrent operand has the wrong size"));
+        }
+        Ok(Weights {
+            wt: transposed(w, dirs, rows, isz)?,
+            rt: transposed(r, dirs, rows, h)?,
+        })
+    }
 }
 
 fn to_f64(b: &Buf) -> Result<Vec<f64>> {
@@ -92,15 +149,27 @@ struct Dir<'a> {
 
 /// The whole network: outputs as in `RecurrentOp`'s documentation
 /// (last hidden, [last cell], [sequence]).
+#[cfg(test)]
 fn network(p: &RnnParams, lstm: bool, ins: &[Vec<f64>]) -> Result<Vec<Vec<f64>>> {
+    let none = Vec::new();
+    let at = |i: usize| ins.get(i).unwrap_or(&none);
+    let weights = Weights::of_f64(p, lstm, at(1), at(2))?;
+    network_with(p, lstm, ins, &weights)
+}
+
+/// [`network`] with the weights prepared (`ins[1]` and `ins[2]` unread).
+fn network_with(
+    p: &RnnParams,
+    lstm: bool,
+    ins: &[Vec<f64>],
+    weights: &Weights,
+) -> Result<Vec<Vec<f64>>> {
     let (steps, batch, isz, h) = (p.steps, p.batch, p.input_size, p.hidden);
     let dirs = p.num_directions();
     let n_gates = if lstm { 4 } else { 3 };
     let rows = n_gates * h;
     let state_len = dirs * batch * h;
     let x = opt(ins, Some(0), steps * batch * isz)?.unwrap_or_default();
-    let w = opt(ins, Some(1), dirs * rows * isz)?.unwrap_or_default();
-    let rw = opt(ins, Some(2), dirs * rows * h)?.unwrap_or_default();
     let bias = opt(ins, p.bias, dirs * rows)?;
     let rbias = opt(ins, p.recurrent_bias, dirs * rows)?;
     let peep = opt(ins, p.peephole, dirs * 3 * h)?;
@@ -114,10 +183,10 @@ fn network(p: &RnnParams, lstm: bool, ins: &[Vec<f64>]) -> Result<Vec<Vec<f64>>>
     } else {
         Vec::new()
     };
-    // Transposed, so that a step's products run along the gates' rows
-    // (see `products`).
-    let wt = transposed(w, dirs, rows, isz)?;
-    let rt = transposed(rw, dirs, rows, h)?;
+    let (wt, rt) = (&weights.wt, &weights.rt);
+    if wt.len() != dirs * rows * isz || rt.len() != dirs * rows * h {
+        return Err(Error::operation("a recurrent operand has the wrong size"));
+    }
     for d in 0..dirs {
         let dir = Dir {
             wt: &wt[d * rows * isz..(d + 1) * rows * isz],
@@ -535,6 +604,38 @@ mod tests {
         }
     }
 
+    /// The transposed products give each row's running dot product
+    /// (`Iterator::sum` in k order) to the bit, on one thread and split
+    /// across the pool, for a block of rows that starts inside the matrix.
+    #[test]
+    fn products_are_the_running_dot_products() {
+        for (rows, n) in [(37, 45), (600, 500)] {
+            let m = vals(rows * n, 21);
+            let v = vals(n, 22);
+            let mt = transposed(&m, 1, rows, n).unwrap();
+            let col0 = rows / 3;
+            let want: Vec<f64> = (col0..rows)
+                .map(|r| {
+                    m[r * n..(r + 1) * n]
+                        .iter()
+                        .zip(&v)
+                        .map(|(a, b)| a * b)
+                        .sum()
+                })
+                .collect();
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut got = vec![0.0; rows - col0];
+                pool.install(|| products(&mut got, &mt, rows, col0, &v));
+                let bits = |x: &[f64]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{rows}x{n} on {threads} threads");
+            }
+        }
+    }
+
     /// A pool of three threads, so that the parallel paths run.
     fn pool() -> rayon::ThreadPool {
         rayon::ThreadPoolBuilder::new()
@@ -653,6 +754,7 @@ mod tests {
             &[&x, &w, &rw, &h],
             &[&d2, &d3, &d3, &d2],
             std::slice::from_ref(&d2),
+            None,
         )
         .unwrap();
         let h16 = crate::f16::f16_to_f32(crate::f16::f32_to_f16(0.3)) as f64;

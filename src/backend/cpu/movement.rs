@@ -180,25 +180,18 @@ pub fn run(
         }
         MovementOp::Resample2d { linear, axes } => {
             if *linear {
-                // int8/uint8 (allowed since #891) interpolate in f32 and
-                // round to the nearest value, ties to even; the weights sum
-                // to 1, so the result stays within the type's range.
-                let int = |v: Vec<f32>| -> Result<Vec<f32>> {
-                    resample::linear(&v, &xd.shape, &out.shape, *axes)
-                };
+                let shapes = (&xd.shape[..], &out.shape[..]);
                 match x {
-                    Buf::I8(v) => Buf::I8(
-                        int(v.iter().map(|&e| f32::from(e)).collect())?
-                            .into_iter()
-                            .map(|e| e.round_ties_even().clamp(-128.0, 127.0) as i8)
-                            .collect(),
-                    ),
-                    Buf::U8(v) => Buf::U8(
-                        int(v.iter().map(|&e| f32::from(e)).collect())?
-                            .into_iter()
-                            .map(|e| e.round_ties_even().clamp(0.0, 255.0) as u8)
-                            .collect(),
-                    ),
+                    Buf::I8(v) => {
+                        Buf::I8(resample::linear_int(v, shapes, *axes, f32::from, |e| {
+                            e.clamp(-128.0, 127.0) as i8
+                        })?)
+                    }
+                    Buf::U8(v) => {
+                        Buf::U8(resample::linear_int(v, shapes, *axes, f32::from, |e| {
+                            e.clamp(0.0, 255.0) as u8
+                        })?)
+                    }
                     _ => {
                         let v = floats(x)?;
                         let r = resample::linear(&v, &xd.shape, &out.shape, *axes)?;

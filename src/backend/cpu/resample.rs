@@ -225,6 +225,25 @@ pub(super) fn linear(
     }
 }
 
+/// [`linear`] for int8/uint8 (allowed since #891): widened to f32,
+/// interpolated, rounded to the nearest value (ties to even) and narrowed
+/// by `narrow`; the weights sum to 1, so the result stays within the
+/// type's range. Both buffers are allocated fallibly.
+pub(super) fn linear_int<T: Copy>(
+    v: &[T],
+    (in_shape, out_shape): (&[usize], &[usize]),
+    axes: [usize; 2],
+    wide: impl Fn(T) -> f32,
+    narrow: impl Fn(f32) -> T,
+) -> Result<Vec<T>> {
+    let mut w = alloc(v.len(), "a resample2d input in float32")?;
+    w.extend(v.iter().map(|&e| wide(e)));
+    let r = linear(&w, in_shape, out_shape, axes)?;
+    let mut out = alloc(r.len(), "the output of resample2d")?;
+    out.extend(r.iter().map(|&e| narrow(e.round_ties_even())));
+    Ok(out)
+}
+
 fn linear_rows(x: &[f32], p: &Plan) -> Result<Vec<f32>> {
     let total = p.lengths(x.len())?;
     if total == 0 {

@@ -147,8 +147,8 @@ struct Dir<'a> {
     peep: Option<&'a [f64]>,
 }
 
-/// The whole network: outputs as in `RecurrentOp`'s documentation
-/// (last hidden, [last cell], [sequence]).
+/// [`network_with`] given the weights in the operator's own layout (the
+/// tests' form).
 #[cfg(test)]
 fn network(p: &RnnParams, lstm: bool, ins: &[Vec<f64>]) -> Result<Vec<Vec<f64>>> {
     let none = Vec::new();
@@ -157,7 +157,9 @@ fn network(p: &RnnParams, lstm: bool, ins: &[Vec<f64>]) -> Result<Vec<Vec<f64>>>
     network_with(p, lstm, ins, &weights)
 }
 
-/// [`network`] with the weights prepared (`ins[1]` and `ins[2]` unread).
+/// The whole network: outputs as in `RecurrentOp`'s documentation
+/// (last hidden, [last cell], [sequence]). The weights come prepared
+/// (`ins[1]` and `ins[2]` are not read).
 fn network_with(
     p: &RnnParams,
     lstm: bool,

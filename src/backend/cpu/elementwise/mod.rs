@@ -17,7 +17,7 @@ use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
 use super::sgemm::clamp as clamp_f32;
-use super::util::{broadcast_strides, coalesce, floats, from_floats};
+use super::util::{broadcast_strides, coalesce, floats, from_floats, try_filled};
 
 mod cast;
 mod math;
@@ -1148,26 +1148,132 @@ fn softmax_row(row: &mut [f32]) {
     }
 }
 
-/// Softmax of one group of `n` values spaced `stride` apart, starting at
-/// `x[0]`, in place.
-fn softmax_strided(x: &mut [f32], n: usize, stride: usize) {
-    let mut m = f32::NEG_INFINITY;
+/// Columns of one softmax strip: the `inner` positions after the axis
+/// are taken [`STRIP`] at a time, so that each pass over the `n` rows of a
+/// group reads contiguous runs and the strip's statistics stay in L1.
+const STRIP: usize = 512;
+
+/// The maximum (0 where all are -inf: no finite shift exists, and the
+/// formula then gives NaN, 0/0, as it does unshifted) and the reciprocal
+/// of the sum of shifted exponentials of columns `j0..j0 + m.len()` of one
+/// group (`b`: `n` rows of `inner`), into `m` and `inv`. Each column is
+/// reduced in row order, with NaNs propagated (`fmax`), exactly as a walk
+/// down the column one element at a time would: the lanes are columns.
+#[inline(always)]
+fn softmax_column_stats(
+    b: &[f32],
+    n: usize,
+    inner: usize,
+    j0: usize,
+    m: &mut [f32],
+    inv: &mut [f32],
+) {
+    let w = m.len();
+    m.fill(f32::NEG_INFINITY);
     for i in 0..n {
-        m = fmax(m, x[i * stride]);
+        let row = &b[i * inner + j0..i * inner + j0 + w];
+        for (m, &x) in m.iter_mut().zip(row) {
+            *m = fmax(*m, x);
+        }
     }
-    if m == f32::NEG_INFINITY {
-        m = 0.0;
+    for m in m.iter_mut() {
+        if *m == f32::NEG_INFINITY {
+            *m = 0.0;
+        }
     }
-    let mut sum = 0.0f32;
+    inv.fill(0.0);
     for i in 0..n {
-        let e = exp_f32(x[i * stride] - m);
-        x[i * stride] = e;
-        sum += e;
+        let row = &b[i * inner + j0..i * inner + j0 + w];
+        for ((s, &m), &x) in inv.iter_mut().zip(&*m).zip(row) {
+            *s += exp_f32(x - m);
+        }
     }
-    let inv = 1.0 / sum;
-    for i in 0..n {
-        x[i * stride] *= inv;
+    for s in inv.iter_mut() {
+        *s = 1.0 / *s;
     }
+}
+
+/// Softmax along an axis that has `inner > 1` elements after it, in
+/// place: `v` is groups of `n` rows of `inner`. First each column's
+/// maximum and sum (by strips of columns, across the pool), then every
+/// row at once: `exp(x - max) * (1 / sum)`, the exponential evaluated
+/// again rather than kept, which gives the same value and keeps the
+/// passes to whole rows. The bits are those of walking each column alone.
+fn softmax_columns(v: &mut [f32], n: usize, inner: usize) -> Result<()> {
+    let block = n * inner;
+    if block == 0 || v.is_empty() {
+        return Ok(());
+    }
+    let cols = v.len() / n;
+    let mut m = try_filled(cols, 0.0f32, "softmax statistics")?;
+    let mut inv = try_filled(cols, 0.0f32, "softmax statistics")?;
+    let par = v.len() >= PAR_MIN && rayon::current_num_threads() > 1;
+    let stats = |(g, (mg, ig)): (usize, (&mut [f32], &mut [f32]))| {
+        let b = &v[g * block..(g + 1) * block];
+        let strips = mg.chunks_mut(STRIP).zip(ig.chunks_mut(STRIP)).enumerate();
+        with_simd(
+            #[inline(always)]
+            || {
+                for (s, (ms, is)) in strips {
+                    softmax_column_stats(b, n, inner, s * STRIP, ms, is);
+                }
+            },
+        )
+    };
+    if par {
+        // Strips of every group across the pool: a group's columns alone
+        // may be all there is (a softmax over axis 0).
+        let per = inner.min(STRIP);
+        m.par_chunks_mut(inner)
+            .zip(inv.par_chunks_mut(inner))
+            .enumerate()
+            .for_each(|(g, (mg, ig))| {
+                mg.par_chunks_mut(per)
+                    .zip(ig.par_chunks_mut(per))
+                    .enumerate()
+                    .for_each(|(s, (ms, is))| {
+                        let b = &v[g * block..(g + 1) * block];
+                        with_simd(
+                            #[inline(always)]
+                            || softmax_column_stats(b, n, inner, s * per, ms, is),
+                        )
+                    })
+            });
+    } else {
+        m.chunks_mut(inner)
+            .zip(inv.chunks_mut(inner))
+            .enumerate()
+            .for_each(stats);
+    }
+    let (m, inv) = (&m[..], &inv[..]);
+    // Whole rows per task, four tasks a thread where there is enough.
+    let rows = v.len() / inner;
+    let per = if par {
+        rows.div_ceil(rayon::current_num_threads() * 4).max(1) * inner
+    } else {
+        v.len()
+    };
+    let scale = |(t, c): (usize, &mut [f32])| {
+        with_simd(
+            #[inline(always)]
+            || {
+                let r0 = t * per / inner;
+                for (r, row) in c.chunks_exact_mut(inner).enumerate() {
+                    let at = (r0 + r) / n * inner;
+                    let (ms, is) = (&m[at..at + inner], &inv[at..at + inner]);
+                    for ((x, &m), &s) in row.iter_mut().zip(ms).zip(is) {
+                        *x = exp_f32(*x - m) * s;
+                    }
+                }
+            },
+        )
+    };
+    if per < v.len() {
+        v.par_chunks_mut(per).enumerate().for_each(scale);
+    } else {
+        scale((0, v));
+    }
+    Ok(())
 }
 
 /// `softmax` along `axis` (float types).
@@ -1184,6 +1290,10 @@ pub fn softmax_owned(x: Cow<'_, Buf>, axis: usize, out: &OperandDescriptor) -> R
     let mut v = owned_floats(x)?;
     let n = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
+    if inner > 1 {
+        softmax_columns(&mut v, n, inner)?;
+        return from_floats(out.data_type, v);
+    }
     let block = n * inner;
     if let Some(groups) = v.len().checked_div(block) {
         // Groups of whole blocks per task.
@@ -1196,16 +1306,8 @@ pub fn softmax_owned(x: Cow<'_, Buf>, axis: usize, out: &OperandDescriptor) -> R
             with_simd(
                 #[inline(always)]
                 || {
-                    if inner == 1 {
-                        for row in c.chunks_exact_mut(n) {
-                            softmax_row(row);
-                        }
-                    } else {
-                        for b in c.chunks_exact_mut(block) {
-                            for j in 0..inner {
-                                softmax_strided(&mut b[j..], n, inner);
-                            }
-                        }
+                    for row in c.chunks_exact_mut(n) {
+                        softmax_row(row);
                     }
                 },
             )

@@ -697,6 +697,105 @@ fn softmax_matches_naive() {
     );
 }
 
+/// Softmax of one column, `n` values `stride` apart from `x[0]`, walked
+/// one element at a time: the form the column kernel must reproduce.
+fn softmax_column_walk(x: &mut [f32], n: usize, stride: usize) {
+    let mut m = f32::NEG_INFINITY;
+    for i in 0..n {
+        m = fmax(m, x[i * stride]);
+    }
+    if m == f32::NEG_INFINITY {
+        m = 0.0;
+    }
+    let mut sum = 0.0f32;
+    for i in 0..n {
+        let e = exp_f32(x[i * stride] - m);
+        x[i * stride] = e;
+        sum += e;
+    }
+    let inv = 1.0 / sum;
+    for i in 0..n {
+        x[i * stride] *= inv;
+    }
+}
+
+/// A softmax over an axis with elements after it (axis 0 of a matrix,
+/// the channels of nchw) gives the bits of walking each column alone:
+/// strips of columns with a remainder, a group narrower than a strip,
+/// one row, columns of -inf, NaN and infinities, sizes past the parallel
+/// threshold with one group and with several, on a pool of three
+/// threads; and the column statistics at every vector width.
+#[test]
+fn softmax_columns_give_the_column_walks_bits() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    for &(groups, n, inner) in &[
+        (1, 7, 2),
+        (3, 5, 700),
+        (2, 1, 9),
+        (1, 3, 1100),
+        (4, 17, 3),
+        (1, 300, 600),
+        (9, 16, 600),
+        (2, 40000, 2),
+    ] {
+        let len = groups * n * inner;
+        let mut x = spread(len);
+        x.truncate(len);
+        // A column of -inf, one with a NaN, one with +inf (where present).
+        for (j, v) in [f32::NEG_INFINITY, f32::NAN, f32::INFINITY]
+            .into_iter()
+            .enumerate()
+        {
+            if j < inner {
+                for i in 0..n {
+                    if !v.is_nan() || i == n / 2 {
+                        x[i * inner + j] = v;
+                    }
+                }
+            }
+        }
+        let mut want = x.clone();
+        for b in want.chunks_mut(n * inner) {
+            for j in 0..inner {
+                softmax_column_walk(&mut b[j..], n, inner);
+            }
+        }
+        let shape = [groups, n, inner];
+        let Buf::F32(got) = pool
+            .install(|| softmax(&Buf::F32(x.clone()), 1, &desc(DataType::Float32, &shape)))
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert!(same_bits(&got, &want), "softmax over axis 1 of {shape:?}");
+    }
+    // The statistics of one strip at each width: max and 1/sum by column.
+    let (n, inner) = (13, 77);
+    let mut x = spread(n * inner);
+    x.truncate(n * inner);
+    let stats = |level: SimdLevel| {
+        let (mut m, mut inv) = (vec![0.0f32; 70], vec![0.0f32; 70]);
+        // SAFETY: `level` is one of `levels()`, at most
+        // `detected_level()`, whose features this CPU has.
+        unsafe {
+            with_simd_at(
+                level,
+                #[inline(always)]
+                || softmax_column_stats(&x, n, inner, 5, &mut m, &mut inv),
+            )
+        };
+        [m, inv].concat()
+    };
+    let levels = levels();
+    let base = stats(levels[0]);
+    for &l in &levels[1..] {
+        assert!(same_bits(&stats(l), &base), "column statistics at {l:?}");
+    }
+}
+
 fn cast1(x: Buf, from: DataType, to: DataType) -> Buf {
     let n = x.len();
     let r = cast(&x, to, &desc(to, &[n])).unwrap();

@@ -964,7 +964,22 @@ fn conv_transpose2d_matches_naive_in_every_layout() {
             1,
             [2, 1],
         ),
+        // Planes enough to be added up across the pool (see PAR_PLANES),
+        // and a kernel wider than the stride, so that taps overlap.
+        (
+            (1, 8, 48, 47),
+            (8, 3, 3),
+            [1, 0, 1, 2],
+            [2, 2],
+            [1, 1],
+            1,
+            [1, 0],
+        ),
     ];
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
     for ((n, c, h, w), (og, kh, kw), padding, strides, dilations, groups, extra) in cases {
         let size = |i: usize, k: usize, p0: usize, p1: usize, s: usize, d: usize| {
             (i - 1) * s + (k - 1) * d + 1 - p0 - p1
@@ -1030,10 +1045,12 @@ fn conv_transpose2d_matches_naive_in_every_layout() {
                     } else {
                         [n, oc, oh, ow]
                     };
-                    let Buf::F32(r) =
-                        conv_transpose2d(&p, &ins, &[], &[desc(DataType::Float32, &oshape)])
-                            .unwrap()
-                            .remove(0)
+                    let Buf::F32(r) = pool
+                        .install(|| {
+                            conv_transpose2d(&p, &ins, &[], &[desc(DataType::Float32, &oshape)])
+                        })
+                        .unwrap()
+                        .remove(0)
                     else {
                         panic!()
                     };

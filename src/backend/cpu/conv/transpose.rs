@@ -28,6 +28,64 @@ fn transpose_filter_groups(f: &[f32], p: &ConvTranspose2dParams) -> Result<Vec<f
     transpose_vec(&iohw, &[g, c / g, og * kh * kw], &[0, 2, 1])
 }
 
+/// Output elements of one unit above which its planes are added up across
+/// the pool.
+const PAR_PLANES: usize = 1 << 16;
+
+/// The input positions `lo..hi` along one axis whose tap `k` lands inside
+/// the output (`0..out`): position `i` lands at `i * stride + k * dilation
+/// - pad_begin`.
+fn landing(
+    len: usize,
+    k: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    out: usize,
+) -> (usize, usize) {
+    let off = k * dilation;
+    // i * stride + off >= pad, and i * stride + off < pad + out.
+    let lo = pad.saturating_sub(off).div_ceil(stride);
+    let hi = (pad + out).saturating_sub(off).div_ceil(stride).min(len);
+    (lo, hi.max(lo))
+}
+
+/// col2im for one output plane: `rows` are its `kh * kw` taps' values at
+/// every input position, added in tap order into `dst` (`out_h` by
+/// `out_w`, zero or partly summed), each element receiving its taps in
+/// the order a walk of the taps would add them.
+fn col2im_plane(p: &ConvTranspose2dParams, rows: &[f32], dst: &mut [f32]) {
+    let (h, w, ow) = (p.in_h, p.in_w, p.out_w);
+    let (sy, sx) = (p.strides[0], p.strides[1]);
+    let in_plane = h * w;
+    for (r, row) in rows.chunks_exact(in_plane.max(1)).enumerate() {
+        let (ky, kx) = (r / p.kernel_w, r % p.kernel_w);
+        let (y0, y1) = landing(h, ky, sy, p.dilations[0], p.padding[0], p.out_h);
+        let (x0, x1) = landing(w, kx, sx, p.dilations[1], p.padding[2], ow);
+        if x0 == x1 {
+            continue;
+        }
+        let ox0 = x0 * sx + kx * p.dilations[1] - p.padding[2];
+        for iy in y0..y1 {
+            let oy = iy * sy + ky * p.dilations[0] - p.padding[0];
+            let src = &row[iy * w + x0..iy * w + x1];
+            let drow = &mut dst[oy * ow + ox0..(oy + 1) * ow];
+            if sx == 1 {
+                for (d, &v) in drow.iter_mut().zip(src) {
+                    *d += v;
+                }
+            } else {
+                // An index loop over a slice cut to the last element
+                // written: no bounds checks (`step_by` kept several).
+                let drow = &mut drow[..(src.len() - 1) * sx + 1];
+                for (i, &v) in src.iter().enumerate() {
+                    drow[i * sx] += v;
+                }
+            }
+        }
+    }
+}
+
 /// `convTranspose2d` with nchw/nhwc input, iohw/hwoi/ohwi filters,
 /// padding, strides, dilations, groups and an optional bias (`inputs[2]`).
 ///
@@ -81,51 +139,42 @@ pub fn conv_transpose2d(
     let (in_plane, plane) = (h * w, oh * ow);
     let mut res = try_filled(n * oc * plane, 0.0f32, "the convTranspose2d output")?;
     let unit = og * plane;
-    let run = |(t, dst): (usize, &mut [f32]), parallel: bool| {
+    // One unit's product, then its col2im: plane by plane, across the
+    // pool when the units run one after another.
+    let run = |t: usize, dst: &mut [f32], col: &mut [f32], parallel: bool| {
         let (b, gi) = (t / g, t % g);
         let xs = &x[(b * c + gi * cg) * in_plane..(b * c + (gi + 1) * cg) * in_plane];
         let wg = &wt[gi * taps * cg..(gi + 1) * taps * cg];
-        let mut col = try_filled(taps * in_plane, 0.0f32, "convTranspose2d's tap columns")?;
-        sgemm(taps, in_plane, cg, wg, xs, &mut col, parallel);
-        // col2im: row (o, ky, kx) holds that tap's value for every input
-        // position.
-        for (r, row) in col.chunks(in_plane.max(1)).enumerate().take(taps) {
-            let (o, ky, kx) = (r / (kh * kw), (r / kw) % kh, r % kw);
-            let dplane = &mut dst[o * plane..(o + 1) * plane];
-            for iy in 0..h {
-                let Some(oy) = (iy * p.strides[0] + ky * p.dilations[0])
-                    .checked_sub(p.padding[0])
-                    .filter(|&v| v < oh)
-                else {
-                    continue;
-                };
-                let drow = &mut dplane[oy * ow..(oy + 1) * ow];
-                for ix in 0..w {
-                    if let Some(ox) = (ix * p.strides[1] + kx * p.dilations[1])
-                        .checked_sub(p.padding[2])
-                        .filter(|&v| v < ow)
-                    {
-                        drow[ox] += row[iy * w + ix];
-                    }
-                }
+        sgemm(taps, in_plane, cg, wg, xs, col, parallel);
+        let col = &*col;
+        let add = |(o, dplane): (usize, &mut [f32])| {
+            let rows = &col[o * kh * kw * in_plane..(o + 1) * kh * kw * in_plane];
+            col2im_plane(p, rows, dplane);
+            if let Some(bias) = &bias {
+                let v = bias[gi * og + o];
+                dplane.iter_mut().for_each(|y| *y += v);
             }
+        };
+        if parallel && unit >= PAR_PLANES {
+            dst.par_chunks_mut(plane).enumerate().for_each(add);
+        } else {
+            dst.chunks_mut(plane).enumerate().for_each(add);
         }
-        Ok(())
     };
     if unit > 0 {
         if n * g > 1 && taps * in_plane * cg < UNIT_PAR_WORK {
             res.par_chunks_mut(unit)
                 .enumerate()
-                .try_for_each(|u| run(u, false))?;
+                .try_for_each(|(t, dst)| -> Result<()> {
+                    let mut col =
+                        try_filled(taps * in_plane, 0.0f32, "convTranspose2d's tap columns")?;
+                    run(t, dst, &mut col, false);
+                    Ok(())
+                })?;
         } else {
-            res.chunks_mut(unit)
-                .enumerate()
-                .try_for_each(|u| run(u, true))?;
-        }
-        if let Some(bias) = &bias {
-            for (i, ch) in res.chunks_mut(plane).enumerate() {
-                let v = bias[i % oc];
-                ch.iter_mut().for_each(|y| *y += v);
+            let mut col = try_filled(taps * in_plane, 0.0f32, "convTranspose2d's tap columns")?;
+            for (t, dst) in res.chunks_mut(unit).enumerate() {
+                run(t, dst, &mut col, true);
             }
         }
     }

@@ -508,6 +508,7 @@ fn triangular<T: Copy + Default>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::simd::{levels, pool_at};
     use crate::f16::f32_to_f16;
 
     fn desc(dt: DataType, shape: &[usize]) -> OperandDescriptor {
@@ -902,7 +903,8 @@ mod tests {
     /// The row kernels (adjacent increasing axes: nchw, nhwc, rank 2 and
     /// 3) give the reference's bits, for every element type: up and down,
     /// rows longer than a strip, columns of more elements than a strip,
-    /// and outputs split across a pool of three threads.
+    /// and outputs split across a pool of three threads, at every vector
+    /// width this CPU has.
     #[test]
     fn resample2d_rows_give_the_reference_bits() {
         let cases: [(&[usize], [usize; 2], [usize; 2]); 8] = [
@@ -915,70 +917,72 @@ mod tests {
             (&[5, 1, 1], [1, 2], [4, 3]),
             (&[2, 6, 9, 2], [1, 2], [6, 9]),
         ];
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap();
-        for (shape, axes, sizes) in cases {
-            let mut out_shape = shape.to_vec();
-            out_shape[axes[0]] = sizes[0];
-            out_shape[axes[1]] = sizes[1];
-            let n = count(shape);
-            let wide: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 9.0).collect();
-            for dt in [
-                DataType::Float32,
-                DataType::Float16,
-                DataType::Int64,
-                DataType::Uint8,
-                DataType::Int8,
-            ] {
-                let x = match dt {
-                    DataType::Float32 => Buf::F32(wide.clone()),
-                    DataType::Float16 => Buf::F16(wide.iter().map(|&v| f32_to_f16(v)).collect()),
-                    DataType::Int8 => Buf::I8(wide.iter().map(|&v| (v * 14.0) as i8).collect()),
-                    _ => sample(dt, n),
-                };
-                assert!(resample::nearest_buf(&x, shape, &out_shape, axes).is_some());
-                for linear in [false, true] {
-                    if linear && dt == DataType::Int64 {
-                        continue;
-                    }
-                    let op = MovementOp::Resample2d { linear, axes };
-                    let got =
-                        pool.install(|| run1(&op, &x, &desc(dt, shape), &desc(dt, &out_shape)));
-                    let want = if linear {
-                        let r = resample_reference(&x.to_f32_vec(), shape, &out_shape, axes, true);
-                        match dt {
-                            DataType::Int8 => Buf::I8(
-                                r.iter()
-                                    .map(|e| e.round_ties_even().clamp(-128.0, 127.0) as i8)
-                                    .collect(),
-                            ),
-                            DataType::Uint8 => Buf::U8(
-                                r.iter()
-                                    .map(|e| e.round_ties_even().clamp(0.0, 255.0) as u8)
-                                    .collect(),
-                            ),
-                            _ => from_floats(dt, r).unwrap(),
+        for level in levels() {
+            let pool = pool_at(level, 3);
+            for (shape, axes, sizes) in cases {
+                let mut out_shape = shape.to_vec();
+                out_shape[axes[0]] = sizes[0];
+                out_shape[axes[1]] = sizes[1];
+                let n = count(shape);
+                let wide: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 9.0).collect();
+                for dt in [
+                    DataType::Float32,
+                    DataType::Float16,
+                    DataType::Int64,
+                    DataType::Uint8,
+                    DataType::Int8,
+                ] {
+                    let x = match dt {
+                        DataType::Float32 => Buf::F32(wide.clone()),
+                        DataType::Float16 => {
+                            Buf::F16(wide.iter().map(|&v| f32_to_f16(v)).collect())
                         }
-                    } else {
-                        let near = |d: usize, o: usize| {
-                            let scale = out_shape[d] as f64 / shape[d] as f64;
-                            let c =
-                                ((o as f64 + 0.5) / scale - 0.5).clamp(0.0, (shape[d] - 1) as f64);
-                            (c - 0.5).ceil().max(0.0) as usize
-                        };
-                        naive(&x, &out_shape, None, |o| {
-                            let mut i = o.to_vec();
-                            i[axes[0]] = near(axes[0], o[axes[0]]);
-                            i[axes[1]] = near(axes[1], o[axes[1]]);
-                            Some(ravel(&i, shape))
-                        })
+                        DataType::Int8 => Buf::I8(wide.iter().map(|&v| (v * 14.0) as i8).collect()),
+                        _ => sample(dt, n),
                     };
-                    assert!(
+                    assert!(resample::nearest_buf(&x, shape, &out_shape, axes).is_some());
+                    for linear in [false, true] {
+                        if linear && dt == DataType::Int64 {
+                            continue;
+                        }
+                        let op = MovementOp::Resample2d { linear, axes };
+                        let got =
+                            pool.install(|| run1(&op, &x, &desc(dt, shape), &desc(dt, &out_shape)));
+                        let want = if linear {
+                            let r =
+                                resample_reference(&x.to_f32_vec(), shape, &out_shape, axes, true);
+                            match dt {
+                                DataType::Int8 => Buf::I8(
+                                    r.iter()
+                                        .map(|e| e.round_ties_even().clamp(-128.0, 127.0) as i8)
+                                        .collect(),
+                                ),
+                                DataType::Uint8 => Buf::U8(
+                                    r.iter()
+                                        .map(|e| e.round_ties_even().clamp(0.0, 255.0) as u8)
+                                        .collect(),
+                                ),
+                                _ => from_floats(dt, r).unwrap(),
+                            }
+                        } else {
+                            let near = |d: usize, o: usize| {
+                                let scale = out_shape[d] as f64 / shape[d] as f64;
+                                let c = ((o as f64 + 0.5) / scale - 0.5)
+                                    .clamp(0.0, (shape[d] - 1) as f64);
+                                (c - 0.5).ceil().max(0.0) as usize
+                            };
+                            naive(&x, &out_shape, None, |o| {
+                                let mut i = o.to_vec();
+                                i[axes[0]] = near(axes[0], o[axes[0]]);
+                                i[axes[1]] = near(axes[1], o[axes[1]]);
+                                Some(ravel(&i, shape))
+                            })
+                        };
+                        assert!(
                         got == want,
-                        "{dt:?} {shape:?} axes={axes:?} sizes={sizes:?} linear={linear}"
+                        "{dt:?} {shape:?} axes={axes:?} sizes={sizes:?} linear={linear} at {level:?}"
                     );
+                    }
                 }
             }
         }

@@ -462,6 +462,7 @@ fn lstm_step(p: &RnnParams, d: &Dir, xp: &[f64], hs: &mut [f64], cs: &mut [f64],
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::simd::{levels, pool_at};
 
     fn params(lstm: bool, steps: usize, batch: usize, isz: usize, h: usize) -> RnnParams {
         use RnnActivation::*;
@@ -579,7 +580,7 @@ mod tests {
                 b.clone(),
                 rb.clone(),
             ];
-            let out = pool().install(|| network(&p, false, &ins)).unwrap();
+            let out = at_every_level(|| network(&p, false, &ins).unwrap());
             for bi in 0..batch {
                 let want = gru_ref(
                     &x[bi * isz..(bi + 1) * isz],
@@ -608,7 +609,8 @@ mod tests {
 
     /// The transposed products give each row's running dot product
     /// (`Iterator::sum` in k order) to the bit, on one thread and split
-    /// across the pool, for a block of rows that starts inside the matrix.
+    /// across the pool, at every vector width, for a block of rows that
+    /// starts inside the matrix.
     #[test]
     fn products_are_the_running_dot_products() {
         for (rows, n) in [(37, 45), (600, 500)] {
@@ -625,25 +627,34 @@ mod tests {
                         .sum()
                 })
                 .collect();
-            for threads in [1, 3] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
+            for (threads, level) in [1, 3]
+                .into_iter()
+                .flat_map(|t| levels().into_iter().map(move |l| (t, l)))
+            {
                 let mut got = vec![0.0; rows - col0];
-                pool.install(|| products(&mut got, &mt, rows, col0, &v));
+                pool_at(level, threads).install(|| products(&mut got, &mt, rows, col0, &v));
                 let bits = |x: &[f64]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&got), bits(&want), "{rows}x{n} on {threads} threads");
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{rows}x{n} on {threads} threads at {level:?}"
+                );
             }
         }
     }
 
-    /// A pool of three threads, so that the parallel paths run.
-    fn pool() -> rayon::ThreadPool {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap()
+    /// `f` on a pool of three threads (so that the parallel paths run) at
+    /// every vector width this CPU has: the results agree to the bit, and
+    /// the first is returned.
+    fn at_every_level(f: impl Fn() -> Vec<Vec<f64>> + Sync) -> Vec<Vec<f64>> {
+        let bits =
+            |r: &[Vec<f64>]| -> Vec<u64> { r.iter().flatten().map(|v| v.to_bits()).collect() };
+        let mut runs = levels().into_iter().map(|l| (l, pool_at(l, 3).install(&f)));
+        let (first, out) = runs.next().expect("at least the baseline level");
+        for (l, r) in runs {
+            assert_eq!(bits(&r), bits(&out), "{l:?} against {first:?}");
+        }
+        out
     }
 
     fn lstm_cell_case(batch: usize, isz: usize, h: usize) {
@@ -665,7 +676,7 @@ mod tests {
             cs.clone(),
             pw.clone(),
         ];
-        let out = pool().install(|| network(&p, true, &ins)).unwrap();
+        let out = at_every_level(|| network(&p, true, &ins).unwrap());
         for bi in 0..batch {
             let xb = &x[bi * isz..(bi + 1) * isz];
             let hb = &hs[bi * h..(bi + 1) * h];

@@ -16,9 +16,34 @@
 /// comparisons.
 #[inline(always)]
 pub(crate) fn with_simd<R, F: FnOnce() -> R>(f: F) -> R {
+    #[cfg(test)]
+    if let Some(level) = FORCED.with(|c| c.get()) {
+        // SAFETY: `pool_at` keeps only levels at most `detected_level()`.
+        return unsafe { with_simd_at(level, f) };
+    }
     // SAFETY: `simd_level` is `detected_level()`, or AVX2 below it, so
     // this CPU has its features.
     unsafe { with_simd_at(simd_level(), f) }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The level [`with_simd`] runs at on a thread of a [`pool_at`] pool.
+    static FORCED: std::cell::Cell<Option<SimdLevel>> = const { std::cell::Cell::new(None) };
+}
+
+/// A pool of `threads` whose threads run every [`with_simd`] loop at
+/// `level` (clipped to what this CPU has): a kernel that calls
+/// `with_simd` itself, run through `install` on each of [`levels`], shows
+/// that its width does not change its bits.
+#[cfg(test)]
+pub(crate) fn pool_at(level: SimdLevel, threads: usize) -> rayon::ThreadPool {
+    let level = level.min(detected_level());
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .start_handler(move |_| FORCED.with(|c| c.set(Some(level))))
+        .build()
+        .expect("a test pool")
 }
 
 /// Runs `f` compiled for `level` (the tests run each level the CPU has).
@@ -154,4 +179,21 @@ pub(crate) fn prefetch<T>(data: &[T], at: std::ops::Range<usize>, level: CacheLe
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (data, at, level);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `pool_at` pool's threads run `with_simd` at its level; other
+    /// threads keep the process's level.
+    #[test]
+    fn pool_at_sets_the_level_of_its_threads() {
+        for level in levels() {
+            let seen = pool_at(level, 2)
+                .install(|| rayon::join(|| FORCED.with(|c| c.get()), || FORCED.with(|c| c.get())));
+            assert_eq!(seen, (Some(level), Some(level)));
+        }
+        assert_eq!(FORCED.with(|c| c.get()), None);
+    }
 }

@@ -11,8 +11,11 @@
 //! has N added ([`resolve`]), so no value (i64::MIN, u32::MAX included) can
 //! read or write outside a tensor.
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
+use super::elementwise::try_build_rows;
 use super::shape::Elem;
 use super::util::{strides, try_copy, try_vec};
 use crate::error::{Error, Result};
@@ -255,21 +258,48 @@ fn gather_elements_t<T: Elem>(
     if n == 0 {
         return Err(bad_shape("gatherElements"));
     }
-    let at = |p: usize| -> T {
-        let o = p / (k * inner);
-        let i = p % inner;
-        // n ≥ 1, so resolve always succeeds.
-        let r = resolve(idx[p], n).unwrap_or(0);
-        x[(o * n + r) * inner + i]
-    };
     let total = idx.len();
-    // The room is reserved fallibly first, so extending never reallocates.
-    let mut res: Vec<T> = try_vec(total, "the output of gatherElements")?;
-    if total >= PAR_MIN {
-        res.par_extend((0..total).into_par_iter().map(at));
-    } else {
-        res.extend((0..total).map(at));
+    if total == 0 {
+        return Ok(T::wrap(Vec::new()));
     }
+    // n ≥ 1 and n ≤ x.len() (check_len), so it fits an i64.
+    let ni = n as i64;
+    let at = |id: i64| -> usize {
+        let c = id.clamp(-ni, ni - 1);
+        (if c < 0 { c + ni } else { c }) as usize
+    };
+    // The output is `outer` slabs of `k` rows of `inner` (one row per
+    // (outer, k) position). Each chunk is walked a slab's part at a time,
+    // so no element pays a division; indices are clamped and wrapped as
+    // `resolve` does.
+    let slab = k * inner;
+    let fill = |start: usize, chunk: &mut [MaybeUninit<T>]| {
+        let mut done = 0;
+        while done < chunk.len() {
+            let p = start + done;
+            let o = p / slab;
+            let seg = (slab - p % slab).min(chunk.len() - done);
+            let base = &x[o * n * inner..(o + 1) * n * inner];
+            let (out, ids) = (&mut chunk[done..done + seg], &idx[p..p + seg]);
+            if inner == 1 {
+                for (d, &id) in out.iter_mut().zip(ids) {
+                    d.write(base[at(id)]);
+                }
+            } else {
+                // Chunks start on rows, and so do segments (a slab is
+                // whole rows).
+                for (row, ids) in out.chunks_exact_mut(inner).zip(ids.chunks_exact(inner)) {
+                    for (i, (d, &id)) in row.iter_mut().zip(ids).enumerate() {
+                        d.write(base[at(id) * inner + i]);
+                    }
+                }
+            }
+            done += seg;
+        }
+    };
+    // SAFETY: every chunk holds whole rows of `inner` (try_build_rows) and
+    // `fill` writes each element of each row.
+    let res = unsafe { try_build_rows(total, inner, fill)? };
     Ok(T::wrap(res))
 }
 
@@ -560,12 +590,21 @@ mod tests {
 
     #[test]
     fn gather_elements_and_scatter_elements_match_reference() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
         for (shape, k, axis) in [
             (vec![6usize], 3usize, 0usize),
             (vec![4, 3], 2, 0),
             (vec![4, 3], 5, 1),
             (vec![2, 3, 5], 1, 1),
             (vec![3, 2, 2, 3], 4, 3),
+            // Past the parallel threshold: rows of 100 and of one
+            // element, and one row of all of them.
+            (vec![3, 300, 2, 50], 250, 1),
+            (vec![40, 3000], 2000, 1),
+            (vec![2, 70000], 1, 0),
         ] {
             let dx = desc(DataType::Int32, &shape);
             let x = Buf::I32((0..dx.element_count() as i32).collect());
@@ -579,11 +618,13 @@ mod tests {
                 c[axis] = naive_resolve(idx[p], n);
                 ravel(&c, &shape)
             };
-            let got = run1(
-                GatherOp::GatherElements { axis },
-                &[(&x, dx.clone()), (&Buf::I64(idx.clone()), di.clone())],
-                desc(DataType::Int32, &ishape),
-            );
+            let got = pool.install(|| {
+                run1(
+                    GatherOp::GatherElements { axis },
+                    &[(&x, dx.clone()), (&Buf::I64(idx.clone()), di.clone())],
+                    desc(DataType::Int32, &ishape),
+                )
+            });
             let want: Vec<i32> = (0..di.element_count()).map(|p| target(p) as i32).collect();
             assert_eq!(got, Buf::I32(want));
 

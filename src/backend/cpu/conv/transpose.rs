@@ -11,7 +11,7 @@ use crate::graph::ops::conv::{ConvTranspose2dParams, TransposeFilterLayout};
 use crate::tensor::Buf;
 use crate::types::OperandDescriptor;
 
-use super::common::{TO_NCHW, TO_NHWC, UNIT_PAR_WORK};
+use super::common::{window_taps, TO_NCHW, TO_NHWC, UNIT_PAR_WORK};
 
 /// The convTranspose2d filter as [groups][og * kh * kw][cg] (each group's
 /// block transposed for the sgemm), whatever its layout.
@@ -34,7 +34,9 @@ const PAR_PLANES: usize = 1 << 16;
 
 /// The input positions `lo..hi` along one axis whose tap `k` lands inside
 /// the output (`0..out`): position `i` lands at `i * stride + k * dilation
-/// - pad_begin`.
+/// - pad_begin`. That is a convolution's window read the other way (the
+/// tap as the output position, the positions as its taps), so
+/// `window_taps` with stride and dilation exchanged.
 fn landing(
     len: usize,
     k: usize,
@@ -43,11 +45,7 @@ fn landing(
     pad: usize,
     out: usize,
 ) -> (usize, usize) {
-    let off = k * dilation;
-    // i * stride + off >= pad, and i * stride + off < pad + out.
-    let lo = pad.saturating_sub(off).div_ceil(stride);
-    let hi = (pad + out).saturating_sub(off).div_ceil(stride).min(len);
-    (lo, hi.max(lo))
+    window_taps(k, len, dilation, stride, pad, out)
 }
 
 /// col2im for one output plane: `rows` are its `kh * kw` taps' values at

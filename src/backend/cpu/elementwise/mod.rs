@@ -1208,42 +1208,32 @@ fn softmax_columns(v: &mut [f32], n: usize, inner: usize) -> Result<()> {
     let mut m = try_filled(cols, 0.0f32, "softmax statistics")?;
     let mut inv = try_filled(cols, 0.0f32, "softmax statistics")?;
     let par = v.len() >= PAR_MIN && rayon::current_num_threads() > 1;
-    let stats = |(g, (mg, ig)): (usize, (&mut [f32], &mut [f32]))| {
+    // One strip of one group's columns.
+    let strip = |g: usize, s: usize, ms: &mut [f32], is: &mut [f32]| {
         let b = &v[g * block..(g + 1) * block];
-        let strips = mg.chunks_mut(STRIP).zip(ig.chunks_mut(STRIP)).enumerate();
         with_simd(
             #[inline(always)]
-            || {
-                for (s, (ms, is)) in strips {
-                    softmax_column_stats(b, n, inner, s * STRIP, ms, is);
-                }
-            },
+            || softmax_column_stats(b, n, inner, s * STRIP, ms, is),
         )
     };
     if par {
         // Strips of every group across the pool: a group's columns alone
         // may be all there is (a softmax over axis 0).
-        let per = inner.min(STRIP);
         m.par_chunks_mut(inner)
             .zip(inv.par_chunks_mut(inner))
             .enumerate()
             .for_each(|(g, (mg, ig))| {
-                mg.par_chunks_mut(per)
-                    .zip(ig.par_chunks_mut(per))
+                mg.par_chunks_mut(STRIP)
+                    .zip(ig.par_chunks_mut(STRIP))
                     .enumerate()
-                    .for_each(|(s, (ms, is))| {
-                        let b = &v[g * block..(g + 1) * block];
-                        with_simd(
-                            #[inline(always)]
-                            || softmax_column_stats(b, n, inner, s * per, ms, is),
-                        )
-                    })
+                    .for_each(|(s, (ms, is))| strip(g, s, ms, is))
             });
     } else {
-        m.chunks_mut(inner)
-            .zip(inv.chunks_mut(inner))
-            .enumerate()
-            .for_each(stats);
+        for (g, (mg, ig)) in m.chunks_mut(inner).zip(inv.chunks_mut(inner)).enumerate() {
+            for (s, (ms, is)) in mg.chunks_mut(STRIP).zip(ig.chunks_mut(STRIP)).enumerate() {
+                strip(g, s, ms, is);
+            }
+        }
     }
     let (m, inv) = (&m[..], &inv[..]);
     // Whole rows per task, four tasks a thread where there is enough.

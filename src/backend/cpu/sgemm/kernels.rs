@@ -194,6 +194,21 @@ pub(super) unsafe fn kernel_portable(
     }
 }
 
+/// `$body` once for each row `$r` of a tile of `$mr` rows (a literal),
+/// with `$r` a constant in each copy: the kernels' epilogue, unrolled.
+#[cfg(target_arch = "x86_64")]
+macro_rules! each_row {
+    (2, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1) };
+    (4, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1 2 3) };
+    (6, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1 2 3 4 5) };
+    (8, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1 2 3 4 5 6 7) };
+    (12, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1 2 3 4 5 6 7 8 9 10 11) };
+    (@ $r:ident $body:block; $($i:literal)*) => { $({
+        let $r: usize = $i;
+        $body
+    })* };
+}
+
 /// Defines an x86 SIMD micro-kernel of `$mr` rows by `$nv` vectors of
 /// `$w` lanes, in two forms: `$name` reads a packed B panel, `$rows` reads
 /// B rows where they lie (see [`RowsKernelFn`]). Both x86 kernels come
@@ -202,7 +217,7 @@ pub(super) unsafe fn kernel_portable(
 /// exercise.
 #[cfg(target_arch = "x86_64")]
 macro_rules! simd_kernel {
-    ($name:ident, $rows:ident, $feat:literal, $mr:expr, $stride:expr, $nv:expr, $w:expr,
+    ($name:ident, $rows:ident, $feat:literal, $mr:tt, $stride:expr, $nv:expr, $w:expr,
      $vt:ty, $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident,
      $add:ident, $max:ident, $min:ident) => {
         /// # Safety
@@ -249,7 +264,7 @@ macro_rules! simd_kernel {
         }
     };
     (@body $p:ident => $brow:expr, $kc:ident, $a:ident, $c:ident, $ldc:ident,
-     $accumulate:ident, $fuse:ident, $mr:expr, $stride:expr, $nv:expr, $w:expr, $vt:ty,
+     $accumulate:ident, $fuse:ident, $mr:tt, $stride:expr, $nv:expr, $w:expr, $vt:ty,
      $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident,
      $max:ident, $min:ident) => {{
         use std::arch::x86_64::*;
@@ -306,7 +321,13 @@ macro_rules! simd_kernel {
         // SAFETY: a non-null `fuse` points to a live TileFuse (caller's
         // contract).
         let fuse = unsafe { $fuse.as_ref() };
-        for (r, row) in acc.iter().enumerate() {
+        // Row by row with constant indices (`each_row!`), so the tile
+        // stays in registers: a loop over the rows indexes the array, which
+        // then lives on the stack (zeroed by a memset call at every tile,
+        // and stored and reloaded), a cost a shallow product (a 1x1
+        // convolution of 32 channels: K = 32) paid at every 32 steps.
+        each_row!($mr, r => {
+            let row = &acc[r];
             let rb = fuse.filter(|f| !f.rb.is_null()).map(|f| {
                 // SAFETY: r < $mr, the tile's rows, for which a non-null
                 // `rb` is readable (caller's contract).
@@ -339,7 +360,7 @@ macro_rules! simd_kernel {
                     $store(dst, val);
                 }
             }
-        }
+        });
     }};
 }
 
@@ -347,7 +368,7 @@ macro_rules! simd_kernel {
 /// ymm vectors.
 #[cfg(target_arch = "x86_64")]
 macro_rules! avx2_kernel {
-    ($name:ident, $rows:ident, $mr:expr) => {
+    ($name:ident, $rows:ident, $mr:tt) => {
         simd_kernel!(
             $name,
             $rows,
@@ -373,7 +394,7 @@ macro_rules! avx2_kernel {
 /// vectors.
 #[cfg(target_arch = "x86_64")]
 macro_rules! avx512_kernel {
-    ($name:ident, $rows:ident, $mr:expr) => {
+    ($name:ident, $rows:ident, $mr:tt) => {
         simd_kernel!(
             $name,
             $rows,

@@ -104,6 +104,12 @@ impl Buf {
         pool::give(self)
     }
 
+    /// Whether [`Buf::recycle`] would keep this buffer for a later
+    /// allocation (it is large enough for the pool) rather than free it.
+    pub fn recyclable(&self) -> bool {
+        pool::keeps(self)
+    }
+
     /// Hands a shared buffer to the recycling pool if this was the last
     /// hold on it; a holder left (a tensor, a read in flight) keeps it,
     /// and recycles it in turn when it lets go.
@@ -616,6 +622,11 @@ pub(crate) mod pool {
         small.push(b);
         drop(small);
         drop(old); // Freed outside the lock.
+    }
+
+    /// Whether [`give`] keeps a buffer of this size (given the room).
+    pub(super) fn keeps(b: &Buf) -> bool {
+        (MIN_BYTES..=LIMIT.load(Ordering::Relaxed)).contains(&room_bytes(b))
     }
 
     pub(super) fn give(b: Buf) {

@@ -927,6 +927,28 @@ impl Backend for CpuBackend {
             .graphs
             .get(&graph)
             .ok_or_else(|| Error::invalid_state("the graph is destroyed"))?;
+        if !inputs.iter().all(|id| self.tensors.contains_key(id)) {
+            return Err(Error::invalid_state("an input tensor is destroyed"));
+        }
+        // The outputs' contents are replaced by this run: where nothing
+        // else holds them (no read in flight), their memory goes to the
+        // pool first, for the run's results to take. Else every run of a
+        // graph with a large output allocates it afresh (zero-filled, or
+        // page by page): the buffer that the tensor gave back after the
+        // last run has gone to the copy that read it.
+        let mut emptied = Vec::new();
+        for id in outputs {
+            if inputs.contains(id) {
+                continue;
+            }
+            let Some(t) = self.tensors.get_mut(id) else {
+                continue;
+            };
+            if let Some(b) = Arc::get_mut(&mut t.data).filter(|b| b.recyclable()) {
+                std::mem::replace(b, Buf::empty(t.desc.data_type)).recycle();
+                emptied.push(*id);
+            }
+        }
         let ins: Vec<&Buf> = inputs
             .iter()
             .map(|id| {
@@ -937,7 +959,23 @@ impl Backend for CpuBackend {
             })
             .collect::<Result<_>>()?;
         let budget = self.budget();
-        let results = self.run_hot(cg.hot, || execute(cg, &ins, budget))?;
+        let results = self.run_hot(cg.hot, || execute(cg, &ins, budget));
+        let results = match results {
+            Ok(r) => r,
+            Err(e) => {
+                // The outputs are errored now (the timeline marks them) and
+                // their contents never read; still, each keeps a buffer of
+                // its size, as every tensor does.
+                for id in emptied {
+                    if let Some(t) = self.tensors.get_mut(&id) {
+                        if let Ok(z) = Buf::zeros(t.desc.data_type, t.desc.element_count()) {
+                            t.data = Arc::new(z);
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        };
         for (id, r) in outputs.iter().zip(results) {
             if let Some(t) = self.tensors.get_mut(id) {
                 Buf::recycle_shared(std::mem::replace(&mut t.data, Arc::new(r)));
@@ -1151,6 +1189,67 @@ mod tests {
             let read: Vec<Buf> = (11..14).map(|t| cpu.read_tensor(t).unwrap()).collect();
             assert_eq!(read, vec![relu.clone(), relu.clone(), neg.clone()]);
         }
+    }
+
+    /// A dispatch writes a large output into the memory its tensor held
+    /// (given to the pool just before the run), rather than into new
+    /// memory, unless a read still holds that memory: then the read keeps
+    /// the old contents, and the result goes elsewhere.
+    #[test]
+    fn dispatch_reuses_the_output_tensors_memory() {
+        use crate::graph::args::Val;
+        // An odd size, which no other test running beside this one asks
+        // the shared pool for.
+        let n = 70_001;
+        let mut b = crate::graph::GraphBuilder::new();
+        let x = b.input("x", f32_desc(&[n])).unwrap();
+        let builder = b.id;
+        let y = b.call("neg", &[Val::Operand { builder, id: x }]).unwrap()[0];
+        let g = Arc::new(b.build(vec![("y".into(), y)]).unwrap());
+        let mut cpu = CpuBackend::new();
+        cpu.compile(1, g).unwrap();
+        cpu.create_tensor(10, &f32_desc(&[n])).unwrap();
+        cpu.create_tensor(11, &f32_desc(&[n])).unwrap();
+        let at = |cpu: &CpuBackend| cpu.tensors[&11].data.raw_bytes().as_ptr();
+        let neg = |k: f32| Buf::F32((0..n).map(|i| -(i as f32 + k)).collect());
+        for k in 0..3 {
+            cpu.write_tensor(10, Buf::F32((0..n).map(|i| i as f32 + k as f32).collect()))
+                .unwrap();
+            let before = at(&cpu);
+            cpu.dispatch(1, &[10], &[11]).unwrap();
+            assert_eq!(
+                at(&cpu),
+                before,
+                "run {k}: the result is in the same memory"
+            );
+            assert!(*cpu.tensors[&11].data == neg(k as f32), "run {k}");
+        }
+        // A read in flight holds the contents: they stay as they were.
+        let held = Arc::new(std::sync::Mutex::new(None));
+        let h = held.clone();
+        cpu.read_tensor_shared_async(11, Box::new(move |r| *h.lock().unwrap() = Some(r.unwrap())));
+        let held = held.lock().unwrap().take().unwrap();
+        cpu.write_tensor(10, Buf::F32((0..n).map(|i| i as f32 + 7.0).collect()))
+            .unwrap();
+        cpu.dispatch(1, &[10], &[11]).unwrap();
+        assert!(*held == neg(2.0), "the read's contents are unchanged");
+        assert!(*cpu.tensors[&11].data == neg(7.0));
+        assert_ne!(at(&cpu), held.raw_bytes().as_ptr());
+        // A run that fails (here for want of memory, a third tensor having
+        // taken what the limit left) still leaves the output a buffer of
+        // its size.
+        let mut cpu = CpuBackend::new().with_memory_limit(Some(900_000));
+        let mut b = crate::graph::GraphBuilder::new();
+        let x = b.input("x", f32_desc(&[n])).unwrap();
+        let builder = b.id;
+        let y = b.call("neg", &[Val::Operand { builder, id: x }]).unwrap()[0];
+        cpu.compile(1, Arc::new(b.build(vec![("y".into(), y)]).unwrap()))
+            .unwrap();
+        for t in 10..13 {
+            cpu.create_tensor(t, &f32_desc(&[n])).unwrap();
+        }
+        assert!(cpu.dispatch(1, &[10], &[11]).is_err());
+        assert_eq!(cpu.tensors[&11].data.len(), n);
     }
 
     /// matmul and gemm (B transposed) with constant B: compile packs B,

@@ -89,7 +89,8 @@ pub trait CompletionSink: Send + Sync + 'static {
 /// turn. When the scheduler has put both threads on one CPU (it wakes a
 /// sleeping thread beside the one that woke it, and moves it away only
 /// later), the spinner holds the very CPU that the other needs; each then
-/// yields every eighth turn instead. Measured on a 2-vCPU VM, the round
+/// yields every eighth turn instead, and the worker moves to another CPU
+/// for a while where it has one ([`step_aside`]). Measured on a 2-vCPU VM, the round
 /// trip of a 1,000-element add (write, dispatch, read) with both threads
 /// pinned to one CPU: 14.4 us yielding every 64th turn, 9.4-9.9 us every
 /// eighth. Yielding every eighth turn on separate CPUs made it 10-12 us
@@ -121,6 +122,103 @@ impl Whereabouts {
         }
         cpu != 0 && other.load(Ordering::Relaxed) == cpu
     }
+}
+
+/// How long the worker keeps off the JS thread's CPU once it has found
+/// itself there ([`step_aside`]): each time it or the JS thread sleeps and
+/// is woken by the other, the scheduler may put it back beside the thread
+/// that woke it (seen within a millisecond when the worker only moved).
+const ASIDE_FOR: std::time::Duration = std::time::Duration::from_millis(20);
+
+#[cfg(all(target_os = "linux", not(miri)))]
+thread_local! {
+    /// While this thread keeps off a CPU: the CPUs it was allowed before,
+    /// and until when.
+    static ASIDE: std::cell::Cell<Option<(libc::cpu_set_t, std::time::Instant)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Moves the calling thread (the worker, when it finds itself on the JS
+/// thread's CPU) to another CPU that its affinity allows, and keeps it off
+/// this one for [`ASIDE_FOR`] (renewed if it steps aside again meanwhile),
+/// until [`end_aside`]. The scheduler wakes a sleeping thread beside the
+/// one that woke it, and two threads that spin and yield by turns there
+/// are not moved apart while another CPU idles: their caches are always
+/// warm, which the load balancer counts against moving them (seen on a
+/// 2-vCPU VM: a 1,000-element add's round trip at 10-14 us for whole
+/// seconds, against 6 us on two CPUs). False where the thread may run on
+/// one CPU only, where the platform cannot say, or where the affinity
+/// could not be changed.
+fn step_aside() -> bool {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        let cpu = current_cpu();
+        if cpu == 0 {
+            return false;
+        }
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // What it was allowed before any step aside.
+        let allowed = match ASIDE.get() {
+            Some((allowed, _)) => allowed,
+            None => {
+                // SAFETY: cpu_set_t is plain bits, for which all zeros is
+                // a valid (empty) set.
+                let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+                // SAFETY: `allowed` is a live cpu_set_t of `size` bytes
+                // that the call fills; pid 0 is the calling thread.
+                if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
+                    return false;
+                }
+                allowed
+            }
+        };
+        let here = (cpu - 1) as usize;
+        let mut others = allowed;
+        // SAFETY: CPU_ISSET, CPU_CLR and CPU_COUNT read or change only the
+        // set given, at a CPU below its capacity in bits (checked first).
+        let left = here < 8 * size
+            && unsafe {
+                libc::CPU_ISSET(here, &allowed) && {
+                    libc::CPU_CLR(here, &mut others);
+                    libc::CPU_COUNT(&others) > 0
+                }
+            };
+        if !left {
+            return false;
+        }
+        // SAFETY: `others` is a live cpu_set_t of `size` bytes; pid 0 is
+        // the calling thread, which runs on a CPU of `others` (not empty)
+        // when the call returns.
+        if unsafe { libc::sched_setaffinity(0, size, &others) } != 0 {
+            return false;
+        }
+        ASIDE.set(Some((allowed, std::time::Instant::now() + ASIDE_FOR)));
+        true
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    {
+        false
+    }
+}
+
+/// Gives the calling thread back every CPU it was allowed before
+/// [`step_aside`], once the time is up (`due`) or at once (before the
+/// worker sleeps, and as it ends: a context's worker runs on a thread of
+/// its pool, which outlives it).
+fn end_aside(due: bool) {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    if let Some((allowed, until)) = ASIDE.get() {
+        if due && std::time::Instant::now() < until {
+            return;
+        }
+        ASIDE.set(None);
+        // SAFETY: `allowed` is a live cpu_set_t of its size, the set this
+        // thread had; pid 0 is the calling thread. Should it fail, the
+        // thread keeps the smaller set (it still has a CPU).
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &allowed) };
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    let _ = due;
 }
 
 /// The CPU this thread runs on, plus one; 0 where the platform does not
@@ -616,9 +714,15 @@ fn next_command(
                     continue;
                 }
                 polls = polls.wrapping_add(1);
-                if polls.is_multiple_of(64)
-                    || (polls.is_multiple_of(8) && js.is_some_and(Whereabouts::worker_shares_cpu))
-                {
+                let sharing =
+                    polls.is_multiple_of(8) && js.is_some_and(Whereabouts::worker_shares_cpu);
+                if sharing && step_aside() {
+                    continue;
+                }
+                if polls.is_multiple_of(64) {
+                    end_aside(true);
+                }
+                if polls.is_multiple_of(64) || sharing {
                     // When the machine is busier than its cores, the JS
                     // thread may be waiting for this very core to send the
                     // next command. With a core to itself this returns at
@@ -628,7 +732,10 @@ fn next_command(
                     std::hint::spin_loop();
                 }
             }
-            Err(crossbeam_channel::TryRecvError::Empty) => return receiver.recv().ok(),
+            Err(crossbeam_channel::TryRecvError::Empty) => {
+                end_aside(false);
+                return receiver.recv().ok();
+            }
         }
     }
 }
@@ -663,6 +770,15 @@ fn run(
     };
     // Ends when every sender is gone (the context was destroyed or
     // collected) or when the backend can no longer work.
+    // However the loop ends, the thread (one of a pool's, which goes on)
+    // gets back every CPU it was allowed.
+    struct EndAside;
+    impl Drop for EndAside {
+        fn drop(&mut self) {
+            end_aside(false);
+        }
+    }
+    let _aside = EndAside;
     while let Some(command) = next_command(&receiver, sink.whereabouts(), sink.help_desk()) {
         worker.execute(command);
         if let Some(reason) = worker.backend.lost_reason() {
@@ -702,6 +818,54 @@ mod tests {
         )) {
             assert_ne!(current_cpu(), 0);
         }
+    }
+
+    /// A thread that steps aside runs on a CPU it was allowed, with the
+    /// one it was on taken from its set; it gets the whole set back when
+    /// the time is up or at once, not before. Where it may run on one CPU
+    /// only (or the platform cannot say), it stays.
+    #[test]
+    fn a_worker_steps_aside_and_gets_its_cpus_back() {
+        #[cfg(all(target_os = "linux", not(miri)))]
+        std::thread::spawn(|| {
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            let affinity = || {
+                // SAFETY: as in `step_aside`: all zeros is a valid (empty)
+                // set of plain bits.
+                let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+                // SAFETY: a live set of `size` bytes, filled by the call
+                // for the calling thread.
+                let r = unsafe { libc::sched_getaffinity(0, size, &mut set) };
+                assert_eq!(r, 0);
+                set
+            };
+            // SAFETY: CPU_COUNT only reads the set.
+            let count = |set: &libc::cpu_set_t| unsafe { libc::CPU_COUNT(set) };
+            let before = affinity();
+            let stepped = step_aside();
+            assert_eq!(stepped, count(&before) > 1 && current_cpu() != 0);
+            if stepped {
+                let aside = affinity();
+                assert_eq!(count(&aside), count(&before) - 1);
+                let cpu = (current_cpu() - 1) as usize;
+                // SAFETY: a CPU the thread runs on is below the set's size.
+                assert!(unsafe { libc::CPU_ISSET(cpu, &aside) });
+                // Not yet due: it stays aside.
+                end_aside(true);
+                assert_eq!(count(&affinity()), count(&before) - 1);
+            }
+            end_aside(false);
+            let after = affinity();
+            assert_eq!(count(&after), count(&before));
+            // SAFETY: both sets are plain bits of `size` bytes.
+            let bytes = |s: &libc::cpu_set_t| unsafe {
+                std::slice::from_raw_parts((s as *const libc::cpu_set_t).cast::<u8>(), size)
+                    .to_vec()
+            };
+            assert_eq!(bytes(&after), bytes(&before));
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

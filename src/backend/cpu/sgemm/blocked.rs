@@ -277,13 +277,19 @@ impl Task<'_> {
                 unsafe { (func)(kc, ap.as_ptr(), bp.as_ptr(), cp, self.ldc, accumulate, tp) };
                 return;
             }
-            // An edge tile: computed whole in scratch.
+            // An edge tile: computed in scratch, as wide as the edge
+            // needs where the kernel has a narrower form.
+            let func = match k.narrow {
+                Some(narrow) => narrow.for_cols(ncols, nr).unwrap_or(k.func),
+                None => k.func,
+            };
             // SAFETY: the kernel runs on this CPU (caller's contract);
             // `ap` and `bp` are the checked kc * mr and kc * nr panels;
             // the local scratch holds MAX_TILE >= mr * nr floats, which
-            // the kernel writes as mr rows of nr; no fuse.
+            // the kernel writes as mr rows of nr (a narrow one: of their
+            // first ncols or more); no fuse.
             unsafe {
-                (k.func)(
+                (func)(
                     kc,
                     ap.as_ptr(),
                     bp.as_ptr(),

@@ -85,6 +85,9 @@ pub struct Kernel {
     pub(super) func: KernelFn,
     /// The same kernel reading B rows in place, where there is one.
     pub(super) rows: Option<RowsKernelFn>,
+    /// Kernels for the last column panel of a product whose columns are
+    /// not a whole number of `nr`, where there are ([`Narrow`]).
+    pub(super) narrow: Option<Narrow>,
     /// Kernels for the last row panel of a product whose rows are not a
     /// whole number of `mr`, by the rows they compute (reading the same
     /// zero-padded A panels): such a tile is written in place rather than
@@ -103,6 +106,34 @@ pub(super) struct Edge {
     pub(super) rows: usize,
     pub(super) func: KernelFn,
     pub(super) rows_fn: RowsKernelFn,
+}
+
+/// Kernels for an edge tile of fewer than `nr` columns, computed into
+/// scratch as the full kernel's would be (all `mr` rows, from the same
+/// packed panel, zero-padded to `nr` columns) but only as wide as the
+/// edge needs: `half` computes the first `nr / 2` columns (one vector),
+/// `half_and_one` one column more (in one more accumulator, the rows in
+/// its lanes). Each element sums as in the full kernel, so the bits are
+/// the same. A 1x1 convolution over 7x7 pixels has 49 = 32 + 17 columns:
+/// the edge tile costs 13 multiply-adds a step rather than 24.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Narrow {
+    pub(super) half: KernelFn,
+    pub(super) half_and_one: KernelFn,
+}
+
+impl Narrow {
+    /// The kernel for an edge of `cols` columns of a kernel `nr` wide, if
+    /// one is narrower than the full kernel.
+    pub(super) fn for_cols(&self, cols: usize, nr: usize) -> Option<KernelFn> {
+        if cols <= nr / 2 {
+            Some(self.half)
+        } else if cols == nr / 2 + 1 {
+            Some(self.half_and_one)
+        } else {
+            None
+        }
+    }
 }
 
 /// Depths up to which a block is swept row panel by row panel (see
@@ -209,6 +240,22 @@ macro_rules! each_row {
     })* };
 }
 
+/// A column of an A panel as one vector, its rows in the lanes: the
+/// panel's 12 floats (AVX-512) or 6 (AVX2) by a masked load, which reads
+/// no others.
+#[cfg(target_arch = "x86_64")]
+macro_rules! a_col_avx512 {
+    ($p:expr) => {
+        _mm512_maskz_loadu_ps(0x0fff, $p)
+    };
+}
+#[cfg(target_arch = "x86_64")]
+macro_rules! a_col_avx2 {
+    ($p:expr) => {
+        _mm256_maskload_ps($p, _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0))
+    };
+}
+
 /// Defines an x86 SIMD micro-kernel of `$mr` rows by `$nv` vectors of
 /// `$w` lanes, in two forms: `$name` reads a packed B panel, `$rows` reads
 /// B rows where they lie (see [`RowsKernelFn`]). Both x86 kernels come
@@ -219,7 +266,7 @@ macro_rules! each_row {
 macro_rules! simd_kernel {
     ($name:ident, $rows:ident, $feat:literal, $mr:tt, $stride:expr, $nv:expr, $w:expr,
      $vt:ty, $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident,
-     $add:ident, $max:ident, $min:ident) => {
+     $add:ident, $max:ident, $min:ident, $acol:ident) => {
         /// # Safety
         /// See [`KernelFn`]; the CPU must support the enabled features.
         #[target_feature(enable = $feat)]
@@ -237,7 +284,7 @@ macro_rules! simd_kernel {
             // it.
             simd_kernel!(@body p => unsafe { b.add(p * $nv * $w) },
                 kc, a, c, ldc, accumulate, fuse, $mr, $stride, $nv, $w, $vt,
-                $zero, $load, $store, $set1, $fma, $add, $max, $min)
+                $zero, $load, $store, $set1, $fma, $add, $max, $min, false, $acol)
         }
 
         /// # Safety
@@ -260,17 +307,48 @@ macro_rules! simd_kernel {
             // (RowsKernelFn's contract).
             simd_kernel!(@body p => unsafe { base.add(*offs.add(p) + col) },
                 kc, a, c, ldc, accumulate, fuse, $mr, $stride, $nv, $w, $vt,
-                $zero, $load, $store, $set1, $fma, $add, $max, $min)
+                $zero, $load, $store, $set1, $fma, $add, $max, $min, false, $acol)
+        }
+    };
+    // A narrow kernel (see [`Narrow`]): the full rows of one vector of
+    // columns of a packed panel two vectors wide, and with `$extra` the
+    // column after them too.
+    (@narrow $name:ident, $feat:literal, $mr:tt, $w:expr, $extra:literal,
+     $vt:ty, $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident,
+     $add:ident, $max:ident, $min:ident, $acol:ident) => {
+        /// # Safety
+        /// See [`KernelFn`]; the CPU must support the enabled features.
+        #[target_feature(enable = $feat)]
+        unsafe fn $name(
+            kc: usize,
+            a: *const f32,
+            b: *const f32,
+            c: *mut f32,
+            ldc: usize,
+            accumulate: bool,
+            fuse: *const TileFuse,
+        ) {
+            // SAFETY: p < kc, so row p of the kc x nr (= 2 * $w) panel
+            // at `b`, which the caller vouched is readable, starts inside
+            // it.
+            simd_kernel!(@body p => unsafe { b.add(p * 2 * $w) },
+                kc, a, c, ldc, accumulate, fuse, $mr, $mr, 1, $w, $vt,
+                $zero, $load, $store, $set1, $fma, $add, $max, $min, $extra, $acol)
         }
     };
     (@body $p:ident => $brow:expr, $kc:ident, $a:ident, $c:ident, $ldc:ident,
      $accumulate:ident, $fuse:ident, $mr:tt, $stride:expr, $nv:expr, $w:expr, $vt:ty,
      $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident,
-     $max:ident, $min:ident) => {{
+     $max:ident, $min:ident, $extra:literal, $acol:ident) => {{
         use std::arch::x86_64::*;
         // The whole tile lives in registers: fixed-size arrays indexed
         // by constants in fully unrolled loops are promoted to them.
         let mut acc: [[$vt; $nv]; $mr] = [[$zero(); $nv]; $mr];
+        // With `$extra`, column $nv * $w of every row, the rows in the
+        // lanes: each step adds the A panel's column times that column's
+        // B value, so each element still sums its products in order from
+        // zero, one multiply-add each, as in the tile.
+        let mut ex: $vt = $zero();
         // Start fetching the C tile now, so that the loads of the final
         // accumulation (C often comes from L3 or memory) overlap the
         // FMAs. Prefetches never fault, so no bounds matter here.
@@ -304,6 +382,16 @@ macro_rules! simd_kernel {
                 for (y, &bx) in row.iter_mut().zip(&bv) {
                     *y = $fma(x, bx, *y);
                 }
+            }
+            if $extra {
+                // SAFETY: `$acol` reads the $mr (= $stride) floats of
+                // column p of the A panel (see above) and no others (a
+                // masked load); the panel row is 2 * $w wide, so its
+                // float $w is inside it (see above).
+                let (av, bx) = unsafe { ($acol!(ap), $set1(*bp.add($nv * $w))) };
+                // a times b as the tile takes them (an exact product,
+                // rounded once with the sum, in either order).
+                ex = $fma(av, bx, ex);
             }
         };
         let mut q = 0;
@@ -361,6 +449,36 @@ macro_rules! simd_kernel {
                 }
             }
         });
+        if $extra {
+            let mut col = [0.0f32; $w];
+            // SAFETY: `col` holds $w floats, one vector; the store's
+            // feature is enabled on this function.
+            unsafe { $store(col.as_mut_ptr(), ex) };
+            let j = $nv * $w;
+            for (r, &x) in col.iter().take($mr).enumerate() {
+                // SAFETY: r < $mr and j < nr: element (r, j) of the tile
+                // at `c`, readable and writable (caller's contract); a
+                // non-null `rb` is readable for $mr floats, `cb` for nr.
+                unsafe {
+                    let dst = $c.add(r * $ldc + j);
+                    let mut val = if $accumulate { *dst + x } else { x };
+                    if let Some(f) = fuse {
+                        if !f.rb.is_null() {
+                            val += *f.rb.add(r);
+                        }
+                        if !f.cb.is_null() {
+                            val += *f.cb.add(j);
+                        }
+                        if f.clamp {
+                            // As the vector max and min take them.
+                            val = if f.lo > val { f.lo } else { val };
+                            val = if f.hi < val { f.hi } else { val };
+                        }
+                    }
+                    *dst = val;
+                }
+            }
+        }
     }};
 }
 
@@ -385,7 +503,27 @@ macro_rules! avx2_kernel {
             _mm256_fmadd_ps,
             _mm256_add_ps,
             _mm256_max_ps,
-            _mm256_min_ps
+            _mm256_min_ps,
+            a_col_avx2
+        );
+    };
+    (narrow $name:ident, $extra:literal) => {
+        simd_kernel!(
+            @narrow $name,
+            "avx2,fma",
+            6,
+            8,
+            $extra,
+            __m256,
+            _mm256_setzero_ps,
+            _mm256_loadu_ps,
+            _mm256_storeu_ps,
+            _mm256_set1_ps,
+            _mm256_fmadd_ps,
+            _mm256_add_ps,
+            _mm256_max_ps,
+            _mm256_min_ps,
+            a_col_avx2
         );
     };
 }
@@ -411,7 +549,27 @@ macro_rules! avx512_kernel {
             _mm512_fmadd_ps,
             _mm512_add_ps,
             _mm512_max_ps,
-            _mm512_min_ps
+            _mm512_min_ps,
+            a_col_avx512
+        );
+    };
+    (narrow $name:ident, $extra:literal) => {
+        simd_kernel!(
+            @narrow $name,
+            "avx512f",
+            12,
+            16,
+            $extra,
+            __m512,
+            _mm512_setzero_ps,
+            _mm512_loadu_ps,
+            _mm512_storeu_ps,
+            _mm512_set1_ps,
+            _mm512_fmadd_ps,
+            _mm512_add_ps,
+            _mm512_max_ps,
+            _mm512_min_ps,
+            a_col_avx512
         );
     };
 }
@@ -429,6 +587,14 @@ avx512_kernel!(kernel_avx512, kernel_avx512_rows, 12);
 avx512_kernel!(kernel_avx512_4rows, kernel_avx512_4rows_rows, 4);
 #[cfg(target_arch = "x86_64")]
 avx512_kernel!(kernel_avx512_8rows, kernel_avx512_8rows_rows, 8);
+#[cfg(target_arch = "x86_64")]
+avx2_kernel!(narrow kernel_avx2_half, false);
+#[cfg(target_arch = "x86_64")]
+avx2_kernel!(narrow kernel_avx2_half_and_one, true);
+#[cfg(target_arch = "x86_64")]
+avx512_kernel!(narrow kernel_avx512_half, false);
+#[cfg(target_arch = "x86_64")]
+avx512_kernel!(narrow kernel_avx512_half_and_one, true);
 
 pub(super) static PORTABLE: Kernel = Kernel {
     name: "portable",
@@ -441,6 +607,7 @@ pub(super) static PORTABLE: Kernel = Kernel {
     kg: 1,
     func: kernel_portable,
     rows: None,
+    narrow: None,
     edges: &[],
 };
 
@@ -467,6 +634,10 @@ pub(super) static AVX2: Kernel = Kernel {
     kg: 1,
     func: kernel_avx2,
     rows: Some(kernel_avx2_rows),
+    narrow: Some(Narrow {
+        half: kernel_avx2_half,
+        half_and_one: kernel_avx2_half_and_one,
+    }),
     edges: &[
         Edge {
             rows: 2,
@@ -525,6 +696,10 @@ pub(super) static AVX512: Kernel = Kernel {
     kg: 1,
     func: kernel_avx512,
     rows: Some(kernel_avx512_rows),
+    narrow: Some(Narrow {
+        half: kernel_avx512_half,
+        half_and_one: kernel_avx512_half_and_one,
+    }),
     // Rows that are a multiple of 4 (sequence lengths, batches) leave
     // 4 or 8.
     edges: &[

@@ -141,6 +141,7 @@ pub(super) static NEON: Kernel = Kernel {
     kg: 1,
     func: kernel_neon,
     rows: Some(kernel_neon_rows),
+    narrow: None,
     // Rows that are a multiple of 4 (sequence lengths, batches) leave
     // 4 or 8.
     edges: &[

@@ -545,6 +545,9 @@ fn edge_kernels_give_the_bits_of_the_scratch_path() {
         .filter(|k| !k.edges.is_empty())
     {
         let plain = without_edges(kern);
+        // Column edges of every narrow kind on both widths of panel (32
+        // and 16): 49 (17 and 1 past the panels), 36 (4), 25 (25, 9),
+        // 48 (16, none), 9 (9 on either).
         for &(m, n, k) in &[
             (8, 70, 400),
             (20, 64, 100),
@@ -552,8 +555,91 @@ fn edge_kernels_give_the_bits_of_the_scratch_path() {
             (100, 40, 30),
             (4, 96, 800),
             (2, 70, 7),
+            (26, 49, 320),
+            (13, 36, 96),
+            (30, 25, 40),
+            (12, 48, 17),
+            (7, 9, 500),
         ] {
             edge_paths(kern, plain, (m, n, k), ALL_THREADS);
+        }
+    }
+}
+
+/// A narrow kernel writes the columns it computes with the full kernel's
+/// bits, whether it adds to C or writes it, with a bias on rows or on
+/// columns and bounds, and leaves the other columns of the tile alone.
+/// (In a product they are called into scratch only, without either; the
+/// edge test below covers that.)
+#[test]
+fn narrow_kernels_give_the_full_kernels_columns() {
+    for kern in available_kernels() {
+        let Some(narrow) = kern.narrow else { continue };
+        let (mr, nr) = (kern.mr, kern.nr);
+        for kc in [1, 5, 64] {
+            let a = data(kc * mr, 11 + kc as u64);
+            let b = data(kc * nr, 12 + kc as u64);
+            let (rb, cb) = (data(mr, 13), data(nr, 14));
+            let ldc = nr + 3;
+            let c0: Vec<f32> = data(mr * ldc, 15);
+            let fuses = [
+                None,
+                Some(TileFuse {
+                    rb: rb.as_ptr(),
+                    cb: std::ptr::null(),
+                    lo: -0.5,
+                    hi: 0.25,
+                    clamp: true,
+                }),
+                Some(TileFuse {
+                    rb: std::ptr::null(),
+                    cb: cb.as_ptr(),
+                    lo: 0.0,
+                    hi: 0.0,
+                    clamp: false,
+                }),
+            ];
+            for fuse in &fuses {
+                let tp = fuse
+                    .as_ref()
+                    .map_or(std::ptr::null(), |f| f as *const TileFuse);
+                for accumulate in [false, true] {
+                    let run = |func: KernelFn| {
+                        let mut c = c0.clone();
+                        // SAFETY: the kernel comes from this CPU's list;
+                        // `a` holds kc * mr floats, `b` kc * nr, `c` mr
+                        // rows of ldc >= nr; `tp` is null or points to
+                        // a fuse whose biases hold mr and nr floats.
+                        unsafe {
+                            func(
+                                kc,
+                                a.as_ptr(),
+                                b.as_ptr(),
+                                c.as_mut_ptr(),
+                                ldc,
+                                accumulate,
+                                tp,
+                            )
+                        };
+                        c
+                    };
+                    let full = run(kern.func);
+                    for (func, cols) in [(narrow.half, nr / 2), (narrow.half_and_one, nr / 2 + 1)] {
+                        let got = run(func);
+                        for r in 0..mr {
+                            let row = r * ldc..(r + 1) * ldc;
+                            let (g, f, o) = (&got[row.clone()], &full[row.clone()], &c0[row]);
+                            let what = format!(
+                                "{} kc={kc} cols={cols} row {r} acc={accumulate} fuse={}",
+                                kern.name,
+                                fuse.is_some()
+                            );
+                            assert!(same_bits(&g[..cols], &f[..cols]), "{what}");
+                            assert!(same_bits(&g[cols..], &o[cols..]), "{what}: beyond");
+                        }
+                    }
+                }
+            }
         }
     }
 }
@@ -566,7 +652,11 @@ fn without_edges(kern: &'static Kernel) -> &'static Kernel {
         .get_or_init(|| {
             available_kernels()
                 .into_iter()
-                .map(|k| Kernel { edges: &[], ..*k })
+                .map(|k| Kernel {
+                    edges: &[],
+                    narrow: None,
+                    ..*k
+                })
                 .collect()
         })
         .iter()

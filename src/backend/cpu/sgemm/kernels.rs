@@ -227,7 +227,7 @@ pub(super) unsafe fn kernel_portable(
 
 /// `$body` once for each row `$r` of a tile of `$mr` rows (a literal),
 /// with `$r` a constant in each copy: the kernels' epilogue, unrolled.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 macro_rules! each_row {
     (2, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1) };
     (4, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1 2 3) };
@@ -239,6 +239,9 @@ macro_rules! each_row {
         $body
     })* };
 }
+// The NEON kernel's too (`neon.rs`).
+#[cfg(target_arch = "aarch64")]
+pub(super) use each_row;
 
 /// A column of an A panel as one vector, its rows in the lanes: the
 /// panel's 12 floats (AVX-512) or 6 (AVX2) by a masked load, which reads

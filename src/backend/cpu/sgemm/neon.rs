@@ -10,13 +10,14 @@
 //! same bits as the portable kernel on aarch64 (`f32::mul_add`) and as
 //! `gemv_packed`.
 
+use super::kernels::each_row;
 use super::*;
 
 /// Defines the NEON kernel of `$mr` rows (of an A panel of 12) in both
 /// forms: `$name` reads a packed B panel, `$rows` reads B rows where they
 /// lie (see [`RowsKernelFn`]).
 macro_rules! neon_kernel {
-    ($name:ident, $rows:ident, $mr:expr) => {
+    ($name:ident, $rows:ident, $mr:tt) => {
         /// # Safety
         /// See [`KernelFn`] (NEON is part of every aarch64 CPU).
         #[target_feature(enable = "neon")]
@@ -58,7 +59,7 @@ macro_rules! neon_kernel {
         }
     };
     (@body $p:ident => $brow:expr, $kc:ident, $a:ident, $c:ident, $ldc:ident,
-     $accumulate:ident, $fuse:ident, $mr:expr) => {{
+     $accumulate:ident, $fuse:ident, $mr:tt) => {{
         use std::arch::aarch64::*;
         const GROUPS: usize = $mr / 4;
         let mut acc = [[vdupq_n_f32(0.0); 2]; $mr];
@@ -85,7 +86,10 @@ macro_rules! neon_kernel {
         // SAFETY: a non-null `fuse` points to a live TileFuse (caller's
         // contract).
         let fuse = unsafe { $fuse.as_ref() };
-        for (r, row) in acc.iter().enumerate() {
+        // Row by row with constant indices, so the tile stays in
+        // registers (see `each_row!`).
+        each_row!($mr, r => {
+            let row = &acc[r];
             let rb = fuse.filter(|f| !f.rb.is_null()).map(|f| {
                 // SAFETY: r < $mr, the tile's rows, for which a non-null
                 // `rb` is readable (caller's contract).
@@ -118,7 +122,7 @@ macro_rules! neon_kernel {
                     vst1q_f32(dst, val);
                 }
             }
-        }
+        });
     }};
 }
 

@@ -1,6 +1,8 @@
 //! The micro-kernels (portable, AVX2, AVX-512) and the blocking that
 //! suits each.
 
+#[cfg(target_arch = "x86_64")]
+use super::each_row::each_row;
 use super::*;
 
 /// Computes the `mr x nr` tile `C (=|+=) A_panel * B_panel`, where the A
@@ -224,24 +226,6 @@ pub(super) unsafe fn kernel_portable(
         }
     }
 }
-
-/// `$body` once for each row `$r` of a tile of `$mr` rows (a literal),
-/// with `$r` a constant in each copy: the kernels' epilogue, unrolled.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-macro_rules! each_row {
-    (2, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1) };
-    (4, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1 2 3) };
-    (6, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1 2 3 4 5) };
-    (8, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1 2 3 4 5 6 7) };
-    (12, $r:ident => $body:block) => { each_row!(@ $r $body; 0 1 2 3 4 5 6 7 8 9 10 11) };
-    (@ $r:ident $body:block; $($i:literal)*) => { $({
-        let $r: usize = $i;
-        $body
-    })* };
-}
-// The NEON kernel's too (`neon.rs`).
-#[cfg(target_arch = "aarch64")]
-pub(super) use each_row;
 
 /// A column of an A panel as one vector, its rows in the lanes: the
 /// panel's 12 floats (AVX-512) or 6 (AVX2) by a masked load, which reads

@@ -48,6 +48,8 @@ const PAR_WORK: usize = 1 << 19;
 
 mod blocked;
 mod blocking;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod each_row;
 mod gemv;
 mod kernels;
 #[cfg(target_arch = "aarch64")]

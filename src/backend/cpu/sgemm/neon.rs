@@ -10,7 +10,7 @@
 //! same bits as the portable kernel on aarch64 (`f32::mul_add`) and as
 //! `gemv_packed`.
 
-use super::kernels::each_row;
+use super::each_row::each_row;
 use super::*;
 
 /// Defines the NEON kernel of `$mr` rows (of an A panel of 12) in both

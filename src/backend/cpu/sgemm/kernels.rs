@@ -254,25 +254,8 @@ macro_rules! simd_kernel {
     ($name:ident, $rows:ident, $feat:literal, $mr:tt, $stride:expr, $nv:expr, $w:expr,
      $vt:ty, $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident,
      $add:ident, $max:ident, $min:ident, $acol:ident) => {
-        /// # Safety
-        /// See [`KernelFn`]; the CPU must support the enabled features.
-        #[target_feature(enable = $feat)]
-        unsafe fn $name(
-            kc: usize,
-            a: *const f32,
-            b: *const f32,
-            c: *mut f32,
-            ldc: usize,
-            accumulate: bool,
-            fuse: *const TileFuse,
-        ) {
-            // SAFETY: p < kc, so row p of the kc x nr (= $nv * $w) panel
-            // at `b`, which the caller vouched is readable, starts inside
-            // it.
-            simd_kernel!(@body p => unsafe { b.add(p * $nv * $w) },
-                kc, a, c, ldc, accumulate, fuse, $mr, $stride, $nv, $w, $vt,
-                $zero, $load, $store, $set1, $fma, $add, $max, $min, false, $acol)
-        }
+        simd_kernel!(@packed $name, $feat, $nv * $w, $mr, $stride, $nv, $w, $vt,
+            $zero, $load, $store, $set1, $fma, $add, $max, $min, false, $acol);
 
         /// # Safety
         /// See [`RowsKernelFn`]; the CPU must support the enabled features.
@@ -303,6 +286,12 @@ macro_rules! simd_kernel {
     (@narrow $name:ident, $feat:literal, $mr:tt, $w:expr, $extra:literal,
      $vt:ty, $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident,
      $add:ident, $max:ident, $min:ident, $acol:ident) => {
+        simd_kernel!(@packed $name, $feat, 2 * $w, $mr, $mr, 1, $w, $vt,
+            $zero, $load, $store, $set1, $fma, $add, $max, $min, $extra, $acol);
+    };
+    // The packed form of a kernel whose B panel rows are `$bs` floats
+    // apart; the rest are @body's parameters.
+    (@packed $name:ident, $feat:literal, $bs:expr, $($body:tt)*) => {
         /// # Safety
         /// See [`KernelFn`]; the CPU must support the enabled features.
         #[target_feature(enable = $feat)]
@@ -315,12 +304,11 @@ macro_rules! simd_kernel {
             accumulate: bool,
             fuse: *const TileFuse,
         ) {
-            // SAFETY: p < kc, so row p of the kc x nr (= 2 * $w) panel
-            // at `b`, which the caller vouched is readable, starts inside
-            // it.
-            simd_kernel!(@body p => unsafe { b.add(p * 2 * $w) },
-                kc, a, c, ldc, accumulate, fuse, $mr, $mr, 1, $w, $vt,
-                $zero, $load, $store, $set1, $fma, $add, $max, $min, $extra, $acol)
+            // SAFETY: p < kc, so row p of the kc x nr panel at `b` (nr =
+            // $bs floats a row), which the caller vouched is readable,
+            // starts inside it.
+            simd_kernel!(@body p => unsafe { b.add(p * $bs) },
+                kc, a, c, ldc, accumulate, fuse, $($body)*)
         }
     };
     (@body $p:ident => $brow:expr, $kc:ident, $a:ident, $c:ident, $ldc:ident,
@@ -470,37 +458,19 @@ macro_rules! simd_kernel {
 }
 
 /// [`simd_kernel!`] on AVX2 and FMA: `$mr` rows of an A panel of 6, by 2
-/// ymm vectors.
+/// ymm vectors; `narrow`, the narrow forms (see [`Narrow`]).
 #[cfg(target_arch = "x86_64")]
 macro_rules! avx2_kernel {
     ($name:ident, $rows:ident, $mr:tt) => {
-        simd_kernel!(
-            $name,
-            $rows,
-            "avx2,fma",
-            $mr,
-            6,
-            2,
-            8,
-            __m256,
-            _mm256_setzero_ps,
-            _mm256_loadu_ps,
-            _mm256_storeu_ps,
-            _mm256_set1_ps,
-            _mm256_fmadd_ps,
-            _mm256_add_ps,
-            _mm256_max_ps,
-            _mm256_min_ps,
-            a_col_avx2
-        );
+        avx2_kernel!(@isa $name, $rows, "avx2,fma", $mr, 6, 2, 8,);
     };
     (narrow $name:ident, $extra:literal) => {
+        avx2_kernel!(@isa @narrow $name, "avx2,fma", 6, 8, $extra,);
+    };
+    // simd_kernel! with the given arguments, then AVX2's intrinsics.
+    (@isa $($args:tt)*) => {
         simd_kernel!(
-            @narrow $name,
-            "avx2,fma",
-            6,
-            8,
-            $extra,
+            $($args)*
             __m256,
             _mm256_setzero_ps,
             _mm256_loadu_ps,
@@ -516,37 +486,19 @@ macro_rules! avx2_kernel {
 }
 
 /// [`simd_kernel!`] on AVX-512F: `$mr` rows of an A panel of 12, by 2 zmm
-/// vectors.
+/// vectors; `narrow`, the narrow forms (see [`Narrow`]).
 #[cfg(target_arch = "x86_64")]
 macro_rules! avx512_kernel {
     ($name:ident, $rows:ident, $mr:tt) => {
-        simd_kernel!(
-            $name,
-            $rows,
-            "avx512f",
-            $mr,
-            12,
-            2,
-            16,
-            __m512,
-            _mm512_setzero_ps,
-            _mm512_loadu_ps,
-            _mm512_storeu_ps,
-            _mm512_set1_ps,
-            _mm512_fmadd_ps,
-            _mm512_add_ps,
-            _mm512_max_ps,
-            _mm512_min_ps,
-            a_col_avx512
-        );
+        avx512_kernel!(@isa $name, $rows, "avx512f", $mr, 12, 2, 16,);
     };
     (narrow $name:ident, $extra:literal) => {
+        avx512_kernel!(@isa @narrow $name, "avx512f", 12, 16, $extra,);
+    };
+    // simd_kernel! with the given arguments, then AVX-512's intrinsics.
+    (@isa $($args:tt)*) => {
         simd_kernel!(
-            @narrow $name,
-            "avx512f",
-            12,
-            16,
-            $extra,
+            $($args)*
             __m512,
             _mm512_setzero_ps,
             _mm512_loadu_ps,

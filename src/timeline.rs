@@ -90,11 +90,12 @@ pub trait CompletionSink: Send + Sync + 'static {
 /// sleeping thread beside the one that woke it, and moves it away only
 /// later), the spinner holds the very CPU that the other needs; each then
 /// yields every eighth turn instead, and the worker moves to another CPU
-/// for a while where it has one ([`step_aside`]). Measured on a 2-vCPU VM, the round
-/// trip of a 1,000-element add (write, dispatch, read) with both threads
-/// pinned to one CPU: 14.4 us yielding every 64th turn, 9.4-9.9 us every
-/// eighth. Yielding every eighth turn on separate CPUs made it 10-12 us
-/// instead of 5.7-6.0, hence the check of where they are.
+/// for a while where it has one ([`step_aside`]). Measured on a 2-vCPU
+/// VM, the round trip of a 1,000-element add (write, dispatch, read) with
+/// both threads pinned to one CPU: 14.4 us yielding every 64th turn,
+/// 9.4-9.9 us every eighth. Yielding every eighth turn on separate CPUs
+/// made it 10-12 us instead of 5.7-6.0, hence the check of where they
+/// are.
 #[derive(Default)]
 pub struct Whereabouts {
     /// The CPU number plus one; 0 while unknown.

@@ -629,22 +629,27 @@ pub(crate) mod pool {
         (MIN_BYTES..=LIMIT.load(Ordering::Relaxed)).contains(&room_bytes(b))
     }
 
+    /// Keeps `b` for a later [`take`] if [`keeps`] says so (else frees
+    /// it), making room by freeing the oldest buffers first: recent sizes
+    /// are the likely ones. A buffer too large to keep is freed without
+    /// evicting any.
     pub(super) fn give(b: Buf) {
-        let bytes = room_bytes(&b);
-        if bytes < MIN_BYTES {
+        if !keeps(&b) {
             return;
         }
+        let bytes = room_bytes(&b);
         let limit = LIMIT.load(Ordering::Relaxed);
         let mut p = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        // Oldest first out when full: recent sizes are the likely ones.
+        let mut evicted = Vec::new();
         while p.bytes + bytes > limit && !p.bufs.is_empty() {
             let old = p.bufs.remove(0);
             p.bytes -= room_bytes(&old);
+            evicted.push(old);
         }
-        if bytes <= limit {
-            p.bytes += bytes;
-            p.bufs.push(b);
-        }
+        p.bytes += bytes;
+        p.bufs.push(b);
+        drop(p);
+        drop(evicted); // Freed outside the lock.
     }
 
     #[cfg(test)]
@@ -680,6 +685,23 @@ pub(crate) mod pool {
                 give_contents(Buf::U64(vec![0; 300 + k]));
             }
             assert!(SMALL.lock().unwrap().len() <= SMALL_COUNT);
+        }
+
+        /// A buffer larger than the pool may keep is freed, and the
+        /// buffers the pool holds stay. Uses int64 buffers of a length no
+        /// other test asks for, as other tests share the pool.
+        #[test]
+        fn a_buffer_too_large_to_keep_evicts_nothing() {
+            let n = 9_001; // 72,008 bytes
+            let kept = Buf::I64(vec![3; n]);
+            let at = kept.raw_bytes().as_ptr();
+            give(kept);
+            // Zeroed memory that is never written costs no pages.
+            let huge = Buf::I64(vec![0; MAX_BYTES / 8 + 1]);
+            assert!(!keeps(&huge));
+            give(huge);
+            let again = take(&Buf::I64(Vec::new()), n).expect("still pooled");
+            assert_eq!(again.raw_bytes().as_ptr(), at);
         }
     }
 }

@@ -927,9 +927,17 @@ impl Backend for CpuBackend {
             .graphs
             .get(&graph)
             .ok_or_else(|| Error::invalid_state("the graph is destroyed"))?;
-        if !inputs.iter().all(|id| self.tensors.contains_key(id)) {
-            return Err(Error::invalid_state("an input tensor is destroyed"));
-        }
+        // The inputs, looked up before any output is emptied below: a
+        // dispatch that fails here leaves every tensor as it was.
+        let held: Vec<Arc<Buf>> = inputs
+            .iter()
+            .map(|id| {
+                self.tensors
+                    .get(id)
+                    .map(|t| Arc::clone(&t.data))
+                    .ok_or_else(|| Error::invalid_state("an input tensor is destroyed"))
+            })
+            .collect::<Result<_>>()?;
         // The outputs' contents are replaced by this run: where nothing
         // else holds them (no read in flight), their memory goes to the
         // pool first, for the run's results to take. Else every run of a
@@ -949,17 +957,13 @@ impl Backend for CpuBackend {
                 emptied.push(*id);
             }
         }
-        let ins: Vec<&Buf> = inputs
-            .iter()
-            .map(|id| {
-                self.tensors
-                    .get(id)
-                    .map(|t| &*t.data)
-                    .ok_or_else(|| Error::invalid_state("an input tensor is destroyed"))
-            })
-            .collect::<Result<_>>()?;
+        let ins: Vec<&Buf> = held.iter().map(|b| &**b).collect();
         let budget = self.budget();
         let results = self.run_hot(cg.hot, || execute(cg, &ins, budget));
+        // Held no longer: an output's old contents below go to the pool
+        // when nothing else holds them.
+        drop(ins);
+        drop(held);
         let results = match results {
             Ok(r) => r,
             Err(e) => {

@@ -116,6 +116,46 @@ describe('readTensor(tensor, view)', () => {
   });
 });
 
+describe('readTensor(tensor) of mid-sized results', () => {
+  // The worker copies such a result into memory the JS thread readied
+  // when it asked (a pooled buffer it can spare, or fresh memory faulted
+  // in while the work runs), where the context's threads leave it a core
+  // (one thread here, on a machine of two or more). Every result held at
+  // once must be its own memory with its own contents, whatever the type.
+  const N = 40000; // 160 KB of float32: above the pool's smallest, below a shared read
+  const cases = [
+    ['float32', Float32Array, (k, i) => (i % 97) * 0.5 - k],
+    ['int32', Int32Array, (k, i) => i * 3 - k],
+    ['float16', Uint16Array, (k, i) => (i + k) % 30000],
+    ['int64', BigInt64Array, (k, i) => BigInt(i) * 1000000007n - BigInt(k)],
+  ];
+  test.each(cases)('%s: each result held apart, after dispatches that reuse the output', async (dataType, Ctor, value) => {
+    const context = await ml.createContext({ numThreads: 1 });
+    const b = new MLGraphBuilder(context);
+    const x = b.input('x', { dataType, shape: [N] });
+    const graph = await b.build({ y: b.identity(x) });
+    const input = await context.createTensor({ dataType, shape: [N], writable: true });
+    const output = await context.createTensor({ dataType, shape: [N], readable: true });
+    const rounds = 12;
+    const results = [];
+    for (let k = 0; k < rounds; k++) {
+      context.writeTensor(input, Ctor.from({ length: N }, (_, i) => value(k, i)));
+      context.dispatch(graph, { x: input }, { y: output });
+      // Every other read is awaited at once, the rest all together.
+      const read = context.readTensor(output);
+      results.push(k % 2 ? read : await read);
+    }
+    const buffers = await Promise.all(results);
+    expect(new Set(buffers).size).toBe(rounds);
+    buffers.forEach((ab, k) => {
+      expect(ab.byteLength).toBe(N * Ctor.BYTES_PER_ELEMENT);
+      const want = Ctor.from({ length: N }, (_, i) => value(k, i));
+      expect(Buffer.from(ab).equals(Buffer.from(want.buffer))).toBe(true);
+    });
+    context.destroy();
+  });
+});
+
 describe('small reads and writes', () => {
   // A small read copies the tensor's own buffer on the JS thread, and a
   // small write reuses the buffer that an earlier write or dispatch let go

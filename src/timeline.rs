@@ -265,6 +265,11 @@ pub enum Command {
         /// tensor's buffer rather than copy it
         /// ([`Backend::read_tensor_shared_async`]).
         shared: bool,
+        /// Memory the reader readied for a copy of the contents
+        /// (`Buf::readied`), for a read that is not `shared`: the backend
+        /// copies into it where it can
+        /// ([`Backend::read_tensor_into_async`]).
+        into: Option<Buf>,
     },
     DestroyTensor {
         id: TensorId,
@@ -561,23 +566,39 @@ impl Worker {
                 respond: r,
                 sent,
                 shared,
+                into,
             } => {
                 let pending = PendingRead {
                     to: Some((self.sink.clone(), r, sent)),
                 };
                 match self.errored.get(&id) {
-                    Some(e) => pending.settle(Err(e.to_error())),
+                    Some(e) => {
+                        if let Some(buf) = into {
+                            buf.recycle();
+                        }
+                        pending.settle(Err(e.to_error()))
+                    }
                     // The backend may finish the read later, on another
                     // thread (the GPU's reads wait for the device), while
                     // this thread goes on with the next commands.
                     None => {
                         let _ = guarded("readTensor", || {
-                            match shared {
-                                true => b.read_tensor_shared_async(
+                            match (shared, into) {
+                                (true, into) => {
+                                    if let Some(buf) = into {
+                                        buf.recycle();
+                                    }
+                                    b.read_tensor_shared_async(
+                                        id,
+                                        Box::new(move |r| pending.finish(r)),
+                                    )
+                                }
+                                (false, Some(into)) => b.read_tensor_into_async(
                                     id,
-                                    Box::new(move |r| pending.finish(r)),
+                                    into,
+                                    Box::new(move |r| pending.finish(r.map(Arc::new))),
                                 ),
-                                false => b.read_tensor_async(
+                                (false, None) => b.read_tensor_async(
                                     id,
                                     Box::new(move |r| pending.finish(r.map(Arc::new))),
                                 ),

@@ -68,6 +68,15 @@ pub trait Backend {
     fn read_tensor_async(&mut self, id: TensorId, done: ReadDone) {
         done(self.read_tensor(id))
     }
+    /// [`Backend::read_tensor_async`] into `into`, memory the reader
+    /// readied for the contents (`Buf::readied`: the tensor's type and
+    /// element count). A backend whose tensors live in host memory
+    /// copies into it; the default reads as `read_tensor_async` does and
+    /// gives `into` to the pool.
+    fn read_tensor_into_async(&mut self, id: TensorId, into: Buf, done: ReadDone) {
+        into.recycle();
+        self.read_tensor_async(id, done)
+    }
     /// [`Backend::read_tensor_async`] for a reader that copies the
     /// contents once more anyway (`readTensor(tensor, view)` into the
     /// caller's view): a backend whose tensors live in host memory hands

@@ -52,6 +52,9 @@ pub struct CtxShared {
     /// The threads that may take part in the large copies this context's
     /// calls make on the JS thread (see [`crate::copy`]).
     pub(super) copy_help: crate::copy::CopyHelp,
+    /// Whether `readTensor(tensor)` readies memory for the worker's copy
+    /// (see `MLContext::read_tensor`).
+    pub(super) ready_reads: bool,
 }
 
 impl CtxShared {

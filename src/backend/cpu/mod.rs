@@ -275,6 +275,19 @@ impl CompiledGraph {
 }
 
 impl CpuBackend {
+    /// Who copies a read's contents: large reads come to the worker from
+    /// `exportToGPU` (`readTensor` lends them to the JS thread instead),
+    /// and the pool's threads copy them together, the worker's among them.
+    fn read_help(&self) -> crate::copy::CopyHelp {
+        crate::copy::CopyHelp {
+            pool: match &self.pool {
+                Some(p) => crate::copy::HelperPool::Pool(Arc::downgrade(p)),
+                None => crate::copy::HelperPool::Global,
+            },
+            desk: None,
+        }
+    }
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -692,17 +705,24 @@ impl Backend for CpuBackend {
             .tensors
             .get(&id)
             .ok_or_else(|| Error::invalid_state("the tensor is destroyed"))?;
-        // Large reads come here from `exportToGPU` (`readTensor` lends
-        // them to the JS thread instead): the pool's threads copy them
-        // together, the worker's among them.
-        let help = crate::copy::CopyHelp {
-            pool: match &self.pool {
-                Some(p) => crate::copy::HelperPool::Pool(Arc::downgrade(p)),
-                None => crate::copy::HelperPool::Global,
-            },
-            desk: None,
+        t.data.helped_clone(&self.read_help())
+    }
+
+    fn read_tensor_into_async(
+        &mut self,
+        id: TensorId,
+        mut into: Buf,
+        done: crate::backend::ReadDone,
+    ) {
+        let copied = match self.tensors.get(&id) {
+            Some(t) => into.copy_from(&t.data, &self.read_help()),
+            None => false,
         };
-        t.data.helped_clone(&help)
+        if copied {
+            return done(Ok(into));
+        }
+        into.recycle();
+        done(self.read_tensor(id))
     }
 
     fn read_tensor_shared_async(&mut self, id: TensorId, done: crate::backend::SharedReadDone) {
@@ -1193,6 +1213,48 @@ mod tests {
             let read: Vec<Buf> = (11..14).map(|t| cpu.read_tensor(t).unwrap()).collect();
             assert_eq!(read, vec![relu.clone(), relu.clone(), neg.clone()]);
         }
+    }
+
+    /// A read into readied memory copies the tensor's contents into that
+    /// very memory; readied memory of another length is given back and
+    /// the read copies as before.
+    #[test]
+    fn a_read_fills_the_memory_readied_for_it() {
+        let n = 30_011;
+        let mut cpu = CpuBackend::new();
+        cpu.create_tensor(5, &f32_desc(&[n])).unwrap();
+        let contents = Buf::F32((0..n).map(|i| i as f32 * 0.5).collect());
+        cpu.write_tensor(5, contents.clone()).unwrap();
+        let read = |cpu: &mut CpuBackend, into: Buf| {
+            let got = Arc::new(std::sync::Mutex::new(None));
+            let g = got.clone();
+            cpu.read_tensor_into_async(5, into, Box::new(move |r| *g.lock().unwrap() = Some(r)));
+            let r = got.lock().unwrap().take().expect("done at once");
+            r.unwrap()
+        };
+        let into = Buf::readied(DataType::Float32, n).expect("large enough to ready");
+        let at = into.raw_bytes().as_ptr();
+        let got = read(&mut cpu, into);
+        assert!(got == contents);
+        assert_eq!(
+            got.raw_bytes().as_ptr(),
+            at,
+            "copied into the readied memory"
+        );
+        let got = read(&mut cpu, Buf::F32(vec![0.0; n - 1]));
+        assert!(got == contents);
+        let got = read(&mut cpu, Buf::I32(vec![0; n]));
+        assert!(got == contents);
+        // A destroyed tensor's read fails as before.
+        cpu.destroy_tensor(5);
+        let failed = Arc::new(std::sync::Mutex::new(None));
+        let f = failed.clone();
+        cpu.read_tensor_into_async(
+            5,
+            Buf::F32(vec![0.0; n]),
+            Box::new(move |r| *f.lock().unwrap() = Some(r.is_err())),
+        );
+        assert_eq!(failed.lock().unwrap().take(), Some(true));
     }
 
     /// A dispatch writes a large output into the memory its tensor held

@@ -619,6 +619,12 @@ pub(crate) mod pool {
     /// with room for `n` elements and at most half as much again; its
     /// length is unspecified (at most its room).
     fn take_any(kind: &Buf, n: usize) -> Option<Buf> {
+        take_leaving(kind, n, false)
+    }
+
+    /// [`take_any`]; with `spare`, only where another buffer that fits
+    /// stays in the pool.
+    fn take_leaving(kind: &Buf, n: usize, spare: bool) -> Option<Buf> {
         // A pooled buffer has room for at least MIN_BYTES and at most 1.5n
         // elements: a request smaller than 2/3 of MIN_BYTES cannot be met,
         // and is answered without the lock and the scan (a decoding step
@@ -631,19 +637,26 @@ pub(crate) mod pool {
         }
         let mut p = POOL.lock().unwrap_or_else(|e| e.into_inner());
         let i = p.bufs.iter().rposition(|b| fits(b, kind, n))?;
+        if spare && !p.bufs[..i].iter().any(|b| fits(b, kind, n)) {
+            return None;
+        }
         let b = p.bufs.remove(i);
         p.bytes -= room_bytes(&b);
         Some(b)
     }
 
-    /// A recycled buffer of `n` elements (old contents, zeros where the
-    /// buffer was shorter), see [`take_any`].
-    pub(super) fn take(kind: &Buf, n: usize) -> Option<Buf> {
-        let mut b = take_any(kind, n)?;
+    /// `b` with `n` elements (old contents, zeros where it was shorter).
+    fn with_len(mut b: Buf, n: usize) -> Buf {
         // Growing within the room writes zeros over the gap (safe code:
         // the room past a vector's length may never have been written).
         with_buf!(&mut b, v => v.resize(n, Default::default()));
-        Some(b)
+        b
+    }
+
+    /// A recycled buffer of `n` elements (old contents, zeros where the
+    /// buffer was shorter), see [`take_any`].
+    pub(super) fn take(kind: &Buf, n: usize) -> Option<Buf> {
+        Some(with_len(take_any(kind, n)?, n))
     }
 
     /// A recycled, emptied buffer with room for `n` elements: from
@@ -699,20 +712,7 @@ pub(crate) mod pool {
     /// buffer would only move the page faults of fresh memory into the
     /// run.
     pub(super) fn take_spare(kind: &Buf, n: usize) -> Option<Buf> {
-        let mut p = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        let mut fitting = p
-            .bufs
-            .iter()
-            .enumerate()
-            .rev()
-            .filter(|(_, b)| fits(b, kind, n));
-        let (i, _) = fitting.next()?;
-        fitting.next()?;
-        let mut b = p.bufs.remove(i);
-        p.bytes -= room_bytes(&b);
-        drop(p);
-        with_buf!(&mut b, v => v.resize(n, Default::default()));
-        Some(b)
+        Some(with_len(take_leaving(kind, n, true)?, n))
     }
 
     /// Keeps `b` for a later [`take`] if [`keeps`] says so (else frees

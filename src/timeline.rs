@@ -584,15 +584,11 @@ impl Worker {
                     None => {
                         let _ = guarded("readTensor", || {
                             match (shared, into) {
-                                (true, into) => {
-                                    if let Some(buf) = into {
-                                        buf.recycle();
-                                    }
-                                    b.read_tensor_shared_async(
-                                        id,
-                                        Box::new(move |r| pending.finish(r)),
-                                    )
-                                }
+                                // The reader readies no memory for a shared read.
+                                (true, _) => b.read_tensor_shared_async(
+                                    id,
+                                    Box::new(move |r| pending.finish(r)),
+                                ),
                                 (false, Some(into)) => b.read_tensor_into_async(
                                     id,
                                     into,

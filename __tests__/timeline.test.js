@@ -124,12 +124,14 @@ describe('readTensor(tensor) of mid-sized results', () => {
   // once must be its own memory with its own contents, whatever the type.
   const N = 40000; // 160 KB of float32: above the pool's smallest, below a shared read
   const cases = [
-    ['float32', Float32Array, (k, i) => (i % 97) * 0.5 - k],
-    ['int32', Int32Array, (k, i) => i * 3 - k],
-    ['float16', Uint16Array, (k, i) => (i + k) % 30000],
-    ['int64', BigInt64Array, (k, i) => BigInt(i) * 1000000007n - BigInt(k)],
+    ['float32', Float32Array, N, (k, i) => (i % 97) * 0.5 - k],
+    ['int32', Int32Array, N, (k, i) => i * 3 - k],
+    ['float16', Uint16Array, N, (k, i) => (i + k) % 30000],
+    ['int64', BigInt64Array, N, (k, i) => BigInt(i) * 1000000007n - BigInt(k)],
+    ['int8', Int8Array, 4 * N, (k, i) => ((i * 7 + k) % 256) - 128],
+    ['uint8', Uint8Array, 4 * N, (k, i) => (i * 13 + k * 5) % 256],
   ];
-  test.each(cases)('%s: each result held apart, after dispatches that reuse the output', async (dataType, Ctor, value) => {
+  test.each(cases)('%s: each result held apart, after dispatches that reuse the output', async (dataType, Ctor, N, value) => {
     const context = await ml.createContext({ numThreads: 1 });
     const b = new MLGraphBuilder(context);
     const x = b.input('x', { dataType, shape: [N] });

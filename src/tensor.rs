@@ -275,12 +275,14 @@ impl Buf {
     /// the read still runs, off the path of the result.
     ///
     /// `None` for a result the pool would not keep (smaller than its
-    /// smallest, larger than what it may hold) or of a type whose copies
-    /// do not come from it, and where memory cannot be had (the read then
+    /// smallest, larger than what it may hold), for int4 and uint4 (whose
+    /// results JS gets packed, a copy of their own), and where memory
+    /// cannot be had (the read then
     /// allocates as before, and fails as before if it must).
     pub fn readied(dt: DataType, n: usize) -> Option<Buf> {
         let kind = match dt {
-            DataType::Int8 | DataType::Uint8 | DataType::Int4 | DataType::Uint4 => return None,
+            // Packed to half a byte each for JS: copied again anyway.
+            DataType::Int4 | DataType::Uint4 => return None,
             _ => Buf::empty(dt),
         };
         let bytes = dt.byte_length(n);
@@ -808,7 +810,12 @@ pub(crate) mod pool {
                 Buf::readied(DataType::Uint32, 100).is_none(),
                 "too small to keep"
             );
-            assert!(Buf::readied(DataType::Uint8, n * 4).is_none(), "not pooled");
+            assert!(
+                Buf::readied(DataType::Uint4, n * 4).is_none(),
+                "packed for JS"
+            );
+            let bytes = Buf::readied(DataType::Int8, n * 4).expect("int8 too");
+            assert!(matches!(&bytes, Buf::I8(v) if v.len() == n * 4));
             assert!(
                 Buf::readied(DataType::Uint32, MAX_BYTES).is_none(),
                 "too large"

@@ -129,6 +129,7 @@ impl Whereabouts {
 /// itself there ([`step_aside`]): each time it or the JS thread sleeps and
 /// is woken by the other, the scheduler may put it back beside the thread
 /// that woke it (seen within a millisecond when the worker only moved).
+#[cfg(all(target_os = "linux", not(miri)))]
 const ASIDE_FOR: std::time::Duration = std::time::Duration::from_millis(20);
 
 #[cfg(all(target_os = "linux", not(miri)))]

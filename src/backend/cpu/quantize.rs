@@ -11,6 +11,7 @@ use crate::graph::ops::quantize::QuantizeOp;
 use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
+use super::simd::with_simd;
 use super::util::{floats, from_floats};
 
 /// For every input element (row-major), the index of its scale element.
@@ -178,24 +179,12 @@ fn dequantize_bytes(
 
 /// `x.round_ties_even()`, without the library call that it compiles to
 /// on x86-64's baseline (no SSE4.1 rounding instruction): adding and
-/// taking away 2^52 with `x`'s sign leaves `x` rounded to an integer in
-/// the default rounding mode (to nearest, ties to even) for |x| < 2^52,
+/// taking away 2^23 with `x`'s sign leaves `x` rounded to an integer in
+/// the default rounding mode (to nearest, ties to even) for |x| < 2^23,
 /// where the sum's last bit is worth 1; larger values are integers
 /// already, and NaN and the infinities pass through. A zero result is
-/// +0, as an integer conversion's is.
-#[inline(always)]
-fn round_even(x: f64) -> f64 {
-    const TWO52: f64 = 4_503_599_627_370_496.0; // 2^52
-    let s = if x < 0.0 { -TWO52 } else { TWO52 };
-    if x.abs() < TWO52 {
-        (x + s) - s
-    } else {
-        x
-    }
-}
-
-/// [`round_even`] in float32 (2^23 for 2^52). Plain arithmetic, a
-/// compare and a select, so a loop of it runs on vectors.
+/// +0, as an integer conversion's is. Plain arithmetic, a compare and a
+/// select, so a loop of it runs on vectors.
 #[inline(always)]
 pub(in crate::backend::cpu) fn round_even_f32(x: f32) -> f32 {
     const TWO23: f32 = 8_388_608.0; // 2^23
@@ -250,14 +239,14 @@ fn quantize_bytes(
         DataType::Uint8 | DataType::Uint4 => {
             let mut out = super::util::try_filled(n, 0u8, "quantizeLinear's output")?;
             split(&mut out, per, n, |t, c| {
-                rows.quantize(x, c, t * per / cols, range, |q| q as u8)
+                rows.quantize(x, c, t * per / cols, range, |b: u32| b as u8)
             });
             Buf::U8(out)
         }
         DataType::Int8 | DataType::Int4 => {
             let mut out = super::util::try_filled(n, 0i8, "quantizeLinear's output")?;
             split(&mut out, per, n, |t, c| {
-                rows.quantize(x, c, t * per / cols, range, |q| q as i8)
+                rows.quantize(x, c, t * per / cols, range, |b: u32| b as u8 as i8)
             });
             Buf::I8(out)
         }
@@ -298,27 +287,63 @@ impl<'a> Rows<'a> {
     }
 
     /// Rows `first..` of `x` quantized into `out` (whole rows):
-    /// `clamp(roundEven(x / scale) + zeroPoint, lo, hi)`, the division in
-    /// f32 and the rest in f64, as the general path computes it.
+    /// `clamp(roundEven(x / scale) + zeroPoint, lo, hi)`.
+    ///
+    /// In float32 throughout, which gives the general path's values (its
+    /// rounding and sum in float64): `v / sc` is the same float32 either
+    /// way; rounded, it is an integer, to which adding a zero point (an
+    /// integer of at most 8 bits) is exact below 2^24 in magnitude, and
+    /// beyond that both sums clamp to the same bound; NaN stays NaN and
+    /// stores as 0 in both. Written so that it runs on vectors at the
+    /// machine's width (`with_simd`): 1M values to uint8 in blocks of 32
+    /// went from 1.52 to 0.60 ms (one thread, AVX-512 Zen 5) against the
+    /// scalar loop that rounded in float64 and cast with saturation.
     fn quantize<T>(
         &self,
         x: &[f32],
         out: &mut [T],
         first: usize,
         (lo, hi): (f64, f64),
-        to: fn(f64) -> T,
+        to: impl Fn(u32) -> T + Copy,
     ) {
-        for (i, dst) in out.chunks_exact_mut(self.cols).enumerate() {
-            let r = first + i;
-            let k0 = self.scale_row(r);
-            let src = &x[r * self.cols..(r + 1) * self.cols];
-            for (b, (d, s)) in dst.chunks_mut(self.bl).zip(src.chunks(self.bl)).enumerate() {
-                let (sc, z) = (self.scale[k0 + b], self.zp[k0 + b] as f64);
-                for (o, &v) in d.iter_mut().zip(s) {
-                    *o = to((round_even((v / sc) as f64) + z).clamp(lo, hi));
+        let (lo, hi) = (lo as f32, hi as f32);
+        with_simd(
+            #[inline(always)]
+            || {
+                for (i, dst) in out.chunks_exact_mut(self.cols).enumerate() {
+                    let r = first + i;
+                    let k0 = self.scale_row(r);
+                    let src = &x[r * self.cols..(r + 1) * self.cols];
+                    for (b, (d, s)) in dst.chunks_mut(self.bl).zip(src.chunks(self.bl)).enumerate()
+                    {
+                        let (sc, z) = (self.scale[k0 + b], self.zp[k0 + b]);
+                        for (o, &v) in d.iter_mut().zip(s) {
+                            let q = round_even_f32(v / sc) + z;
+                            // Compares and selects rather than `clamp`
+                            // and a saturating cast, so that the loop
+                            // runs on vectors. NaN fails both of the
+                            // first tests and stores as 0, as a cast
+                            // stores it.
+                            let q = if q >= lo {
+                                if q <= hi {
+                                    q
+                                } else {
+                                    hi
+                                }
+                            } else if q < lo {
+                                lo
+                            } else {
+                                0.0
+                            };
+                            // An integer of at most 2^22 in magnitude,
+                            // added to 1.5 * 2^23, lands in the low bits
+                            // of the sum's mantissa as two's complement.
+                            *o = to((q + 12_582_912.0).to_bits());
+                        }
+                    }
                 }
-            }
-        }
+            },
+        )
     }
 
     /// The scale element of column 0 of row `r`.
@@ -802,6 +827,8 @@ mod tests {
             (&[5, 96], &[5, 1]),
             (&[300, 512], &[1, 32]),
         ];
+        // NaNs with payloads and either sign too: the fast path must not
+        // store a NaN's bits.
         let specials = [
             f32::NAN,
             f32::INFINITY,
@@ -810,6 +837,11 @@ mod tests {
             -1e30,
             0.0,
             -0.0,
+            f32::from_bits(0x7fc0_00ff),
+            f32::from_bits(0xffc0_0081),
+            f32::from_bits(0x7f80_0003),
+            8_388_607.5,
+            -16_777_215.0,
         ];
         for &(shape, block) in cases {
             let n: usize = shape.iter().product();
@@ -901,17 +933,13 @@ mod tests {
         ];
         xs.extend((0..2000).map(|i| (i as f64 - 1000.0) * 0.25 + (i % 7) as f64 * 1e-9));
         for x in xs {
-            let (got, want) = (round_even(x), x.round_ties_even());
             let xf = x as f32;
             let (gf, wf) = (round_even_f32(xf), xf.round_ties_even());
             assert!(gf == wf || (gf.is_nan() && wf.is_nan()), "{xf}: {gf} {wf}");
-            assert!(got == want, "{x}: {got} against {want}");
         }
-        assert!(round_even(f64::NAN).is_nan());
         assert!(round_even_f32(f32::NAN).is_nan());
         // A zero result is +0, from either side.
         for x in [-0.3, -0.0, 0.0, 0.5, -0.5] {
-            assert_eq!(round_even(x).to_bits(), 0, "{x}");
             assert_eq!(round_even_f32(x as f32).to_bits(), 0, "{x}");
         }
     }

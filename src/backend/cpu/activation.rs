@@ -15,12 +15,12 @@ use rayon::prelude::*;
 use std::borrow::Cow;
 
 use super::elementwise::{
-    broadcast_map, exp_f32, exp_m1_f32, inlined, ln_1p_unit, map_in_place, map_slice,
+    broadcast_map, exp_f32, exp_m1_f32, inlined, ln_1p_unit, map_in_place, map_slice, widen_halves,
+    zip_halves,
 };
 use super::simd::with_simd;
 use super::util::{broadcast_strides, floats, from_floats, try_copy, try_filled};
 use crate::error::{Error, Result};
-use crate::f16::{f16_to_f32, f32_to_f16};
 use crate::graph::ops::activation::ActivationOp;
 use crate::graph::ops::broadcasts_to;
 use crate::tensor::Buf;
@@ -285,9 +285,15 @@ fn prelu(
             let Buf::F16(k) = s else {
                 return Err(mismatch());
             };
-            Buf::F16(broadcast_map(a, sx, k, ss, so, |v, k| {
-                f32_to_f16(f32_prelu(f16_to_f32(v), f16_to_f32(k)))
-            })?)
+            // In f32 and rounded once, with F16C's conversions where the
+            // CPU has them (see `elementwise::zip_halves`): the bits of
+            // each element's own conversions.
+            if sx == so && ss == so {
+                Buf::F16(zip_halves(a, k, f32_prelu)?)
+            } else {
+                let (a, k) = (widen_halves(x)?, widen_halves(s)?);
+                Buf::try_f16_from_f32(&broadcast_map(&a, sx, &k, ss, so, f32_prelu)?)?
+            }
         }
         Buf::I32(a) => ints!(a, I32),
         Buf::I64(a) => ints!(a, I64),
@@ -722,6 +728,51 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r, vec![Buf::f16_from_f32(&[-1.0, 3.0])]);
+    }
+
+    /// float16 prelu gives, for every half against a partner of every
+    /// class (NaNs of every payload, signalling ones included, zeros of
+    /// both signs, subnormals, infinities), the bits of each element's own
+    /// conversions around the f32 form: with operands of the output's
+    /// shape (a chunk at a time) and with a broadcast slope.
+    #[test]
+    fn prelu_float16_gives_each_elements_own_bits() {
+        use crate::f16::{f16_to_f32, f32_to_f16};
+        let all: Vec<u16> = if cfg!(miri) {
+            (0..=u16::MAX).step_by(257).collect()
+        } else {
+            (0..=u16::MAX).collect()
+        };
+        let n = all.len();
+        let partner: Vec<u16> = all
+            .iter()
+            .map(|&v| v.wrapping_mul(40_503).rotate_left(5))
+            .collect();
+        let one = |v: u16, k: u16| {
+            let (v, k) = (f16_to_f32(v), f16_to_f32(k));
+            f32_to_f16(if v < 0.0 { k * v } else { v })
+        };
+        let d = desc(DataType::Float16, &[n]);
+        let r = run(
+            &ActivationOp::Prelu,
+            &[&Buf::F16(all.clone()), &Buf::F16(partner.clone())],
+            &[&d, &d],
+            std::slice::from_ref(&d),
+        )
+        .unwrap();
+        let want: Vec<u16> = all.iter().zip(&partner).map(|(&v, &k)| one(v, k)).collect();
+        assert!(r == vec![Buf::F16(want)], "same shapes");
+        let row = &partner[..256];
+        let ds = desc(DataType::Float16, &[n / 256, 256]);
+        let r = run(
+            &ActivationOp::Prelu,
+            &[&Buf::F16(all.clone()), &Buf::F16(row.to_vec())],
+            &[&ds, &desc(DataType::Float16, &[256])],
+            std::slice::from_ref(&ds),
+        )
+        .unwrap();
+        let want: Vec<u16> = (0..n).map(|i| one(all[i], row[i % 256])).collect();
+        assert!(r == vec![Buf::F16(want)], "a broadcast slope");
     }
 
     /// Every way the three operands can broadcast to a rank-3 output

@@ -22,6 +22,8 @@ use super::util::{broadcast_strides, coalesce, floats};
 
 mod cast;
 mod fused;
+mod halves;
+pub(super) use halves::zip_halves;
 mod math;
 mod softmax;
 
@@ -646,12 +648,18 @@ pub fn binary(
             };
             Buf::F32(with_float_binary!(k, f => broadcast_map(x, sa, y, sb, so, f)?))
         }
-        Buf::F16(_) => {
-            let Buf::F16(_) = b else {
+        Buf::F16(hx) => {
+            let Buf::F16(hy) = b else {
                 return Err(mismatch());
             };
             // In f32 and rounded once: the bits of each element's own
-            // conversions (see `unary`), on whole vectors.
+            // conversions (see `unary`), on whole vectors; operands of
+            // the output's shape a chunk at a time.
+            if sa == so && sb == so {
+                return Ok(Buf::F16(
+                    with_float_binary!(k, f => halves::zip_halves(hx, hy, f)?),
+                ));
+            }
             let (x, y) = (widen_halves(a)?, widen_halves(b)?);
             let r = with_float_binary!(k, f => broadcast_map(&x, sa, &y, sb, so, f)?);
             Buf::try_f16_from_f32(&r)?
@@ -1024,10 +1032,7 @@ pub fn unary(k: UnaryKind, x: &Buf, out: &OperandDescriptor) -> Result<Buf> {
         // comes out quiet either way), but with F16C's conversions and
         // the f32 loop on whole vectors rather than each element
         // converted in software alone: an order of magnitude faster.
-        Buf::F16(_) => {
-            let v = widen_halves(x)?;
-            Buf::try_f16_from_f32(&with_float_unary!(k, f => map_slice(&v, f)?))?
-        }
+        Buf::F16(h) => Buf::F16(with_float_unary!(k, f => halves::map_halves(h, f)?)),
         Buf::I32(v) => Buf::I32(int_unary(k, v)?),
         Buf::U32(v) => Buf::U32(int_unary(k, v)?),
         Buf::I64(v) => Buf::I64(int_unary(k, v)?),
@@ -1045,27 +1050,17 @@ fn clamp_int<T: Int>(v: &[T], min: f64, max: f64) -> Result<Vec<T>> {
 }
 
 /// A float16 operand as f32, exactly as [`f16_to_f32`] gives each value
-/// (F16C where the CPU has it): F16C quiets a signalling NaN, which the
-/// software conversion keeps signalling (as a float32 graph holds it), and
-/// some functions tell the two apart (`pow(sNaN, 0)` is NaN, `pow(qNaN,
-/// 0)` is 1), so those values get their quiet bit cleared again (F16C
-/// sets it and keeps the payload; the software conversion shifts the
-/// payload as it is). A select per value, on whole vectors.
-fn widen_halves(b: &Buf) -> Result<Vec<f32>> {
-    let mut v = b.try_to_f32_vec()?;
-    if let Buf::F16(h) = b {
-        with_simd(
-            #[inline(always)]
-            || {
-                for (o, &x) in v.iter_mut().zip(h) {
-                    // Exponent all ones, quiet bit clear, payload not zero.
-                    let signalling = (x & 0x7e00 == 0x7c00) & (x & 0x01ff != 0);
-                    *o = f32::from_bits(o.to_bits() & !((signalling as u32) << 22));
-                }
-            },
-        )
+/// (see [`halves::widen_exact`]); other types as [`Buf::try_to_f32_vec`]
+/// gives them.
+pub(super) fn widen_halves(b: &Buf) -> Result<Vec<f32>> {
+    match b {
+        Buf::F16(h) => {
+            let mut v = Buf::try_f32_for_overwrite(h.len())?;
+            halves::widen_exact(h, &mut v);
+            Ok(v)
+        }
+        _ => b.try_to_f32_vec(),
     }
-    Ok(v)
 }
 
 /// `clamp`: bounds compared in the input's type (integers: the bounds

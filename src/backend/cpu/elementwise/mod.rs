@@ -955,12 +955,16 @@ fn float_binary(k: BinaryKind) -> fn(f32, f32) -> f32 {
 }
 
 fn int_unary<T: Int>(k: UnaryKind, v: &[T]) -> Result<Vec<T>> {
-    let f: fn(T) -> T = match k {
-        UnaryKind::Abs => T::wabs,
-        UnaryKind::Neg => T::wneg,
-        UnaryKind::Relu => |x| x.max(T::ZERO),
-        UnaryKind::Identity => |x| x,
-        UnaryKind::Sign => |x| {
+    // Each arm its own closure, so that `map_slice` is monomorphised
+    // around it and the loop runs on vectors; a `fn` pointer chosen by
+    // the match was called once per element (abs of 1M int32: 1.86 ms
+    // against 0.16 for an add).
+    match k {
+        UnaryKind::Abs => map_slice(v, |x: T| x.wabs()),
+        UnaryKind::Neg => map_slice(v, |x: T| x.wneg()),
+        UnaryKind::Relu => map_slice(v, |x: T| x.max(T::ZERO)),
+        UnaryKind::Identity => map_slice(v, |x: T| x),
+        UnaryKind::Sign => map_slice(v, |x: T| {
             if x.is_neg() {
                 T::ONE.wneg()
             } else if x == T::ZERO {
@@ -968,15 +972,12 @@ fn int_unary<T: Int>(k: UnaryKind, v: &[T]) -> Result<Vec<T>> {
             } else {
                 T::ONE
             }
-        },
-        _ => {
-            return Err(Error::operation(format!(
-                "{} is not defined for integer tensors",
-                k.name()
-            )))
-        }
-    };
-    map_slice(v, f)
+        }),
+        _ => Err(Error::operation(format!(
+            "{} is not defined for integer tensors",
+            k.name()
+        ))),
+    }
 }
 
 /// sin, cos and tan of the finite values beyond [`TRIG_MAX`], which the

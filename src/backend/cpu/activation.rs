@@ -15,8 +15,8 @@ use rayon::prelude::*;
 use std::borrow::Cow;
 
 use super::elementwise::{
-    broadcast_map, exp_f32, exp_m1_f32, inlined, ln_1p_unit, map_in_place, map_slice, widen_halves,
-    zip_halves,
+    broadcast_map, exp_f32, exp_m1_f32, inlined, ln_1p_unit, map_halves, map_in_place, map_slice,
+    widen_halves, zip_halves,
 };
 use super::simd::with_simd;
 use super::util::{broadcast_strides, floats, from_floats, try_copy, try_filled};
@@ -187,7 +187,15 @@ pub(super) fn gelu_owned(x: Cow<'_, Buf>, out: &OperandDescriptor) -> Result<Buf
             );
             Ok(Buf::F32(v))
         }
-        (x, _) => {
+        (x, dt) => {
+            // float16 a chunk at a time (see `elementwise::map_halves`).
+            if let (Buf::F16(h), DataType::Float16) = (&*x, dt) {
+                let f = inlined(
+                    #[inline(always)]
+                    |x: f32| gelu_f32(x),
+                );
+                return Ok(Buf::F16(map_halves(h, f)?));
+            }
             let v = floats(&x)?;
             let r = map_slice(
                 &v,
@@ -208,6 +216,17 @@ fn float_activation(op: &ActivationOp, x: &Buf, out: &OperandDescriptor) -> Resu
     }
     if let ActivationOp::Gelu = op {
         return gelu_owned(Cow::Borrowed(x), out);
+    }
+    // float16 a chunk at a time (see `elementwise::map_halves`).
+    if let (Buf::F16(h), DataType::Float16) = (x, out.data_type) {
+        return Ok(Buf::F16(
+            with_float_activation!(op, f => map_halves(h, f)?, {
+                return Err(Error::operation(format!(
+                    "{} is not a one-input activation",
+                    op.name()
+                )));
+            }),
+        ));
     }
     let v = floats(x)?;
     let r = with_float_activation!(op, f => map_slice(&v, f)?, {

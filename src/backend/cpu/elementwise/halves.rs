@@ -93,7 +93,10 @@ pub(in crate::backend::cpu) fn zip_halves<F: Fn(f32, f32) -> f32 + Sync>(
 }
 
 /// `f` of each float16 value, in f32, rounded once to float16.
-pub(super) fn map_halves<F: Fn(f32) -> f32 + Sync>(x: &[u16], f: F) -> Result<Vec<u16>> {
+pub(in crate::backend::cpu) fn map_halves<F: Fn(f32) -> f32 + Sync>(
+    x: &[u16],
+    f: F,
+) -> Result<Vec<u16>> {
     let mut out = Buf::try_f16_for_overwrite(x.len())?;
     let run = |(o, x): (&mut [u16], &[u16])| {
         let mut a = [0.0f32; CHUNK];

@@ -23,7 +23,7 @@ use super::util::{broadcast_strides, coalesce, floats};
 mod cast;
 mod fused;
 mod halves;
-pub(super) use halves::zip_halves;
+pub(super) use halves::{map_halves, zip_halves};
 mod math;
 mod softmax;
 
@@ -1074,12 +1074,9 @@ pub fn clamp(x: &Buf, min: f64, max: f64, out: &OperandDescriptor) -> Result<Buf
     }
     let (lo, hi) = (min as f32, max as f32);
     Ok(match x {
-        Buf::F32(v) => Buf::F32(map_slice(v, |x| clamp_f32(x, lo, hi))?),
+        Buf::F32(v) => Buf::F32(map_slice(v, move |x| clamp_f32(x, lo, hi))?),
         // In f32 and rounded once (see `unary`).
-        Buf::F16(_) => {
-            let v = widen_halves(x)?;
-            Buf::try_f16_from_f32(&map_slice(&v, |x| clamp_f32(x, lo, hi))?)?
-        }
+        Buf::F16(h) => Buf::F16(halves::map_halves(h, move |x| clamp_f32(x, lo, hi))?),
         Buf::I32(v) => Buf::I32(clamp_int(v, min, max)?),
         Buf::U32(v) => Buf::U32(clamp_int(v, min, max)?),
         Buf::I64(v) => Buf::I64(clamp_int(v, min, max)?),

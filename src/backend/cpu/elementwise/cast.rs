@@ -127,6 +127,29 @@ fn cast_general(x: &Buf, to: DataType) -> Result<Buf> {
     }
 }
 
+/// `x as i32` (truncation toward zero, saturation at the bounds, NaN 0)
+/// in a form whose loop runs on vectors: the saturating cast alone is
+/// compiled one element at a time (float32 to int32 of 1M values: 0.63
+/// ms, against 0.08 for a cast to float16; one thread, AVX-512 Zen 5).
+#[inline(always)]
+fn f32_to_i32(x: f32) -> i32 {
+    // 2^31, exact in f32.
+    const TWO31: f32 = 2_147_483_648.0;
+    // NaN and values out of range go through as 0.
+    let inside = if (-TWO31..TWO31).contains(&x) { x } else { 0.0 };
+    // SAFETY: `inside` is finite (NaN and the infinities fail the range
+    // test) and in [-2^31, 2^31), so its truncation toward zero lies in
+    // [-2^31, 2^31 - 1], which i32 represents.
+    let t = unsafe { inside.to_int_unchecked::<i32>() };
+    if x >= TWO31 {
+        i32::MAX
+    } else if x < -TWO31 {
+        i32::MIN
+    } else {
+        t
+    }
+}
+
 /// The pairs where Rust's `as` is the table's rule, on loops that
 /// vectorise: integer to integer keeps the low bits (two's complement),
 /// float to integer truncates toward zero and saturates with NaN giving 0,
@@ -151,6 +174,7 @@ fn cast_as(x: &Buf, to: DataType) -> Result<Option<Buf>> {
         }};
     }
     Ok(match x {
+        Buf::F32(v) if to == DataType::Int32 => Some(Buf::I32(map_slice(v, f32_to_i32)?)),
         Buf::F32(v) => to!(v),
         Buf::I32(v) => to!(v),
         Buf::U32(v) => to!(v),
@@ -198,6 +222,17 @@ mod tests {
             2147483520.0,
             -2147483648.0,
             4294967040.0,
+            // Either side of int32's bounds, and values that truncate.
+            2147483648.0,
+            -2147483904.0,
+            -2147483520.0,
+            -0.9999,
+            0.9999,
+            -1.0,
+            1e-40,
+            -1e-40,
+            f32::from_bits(0xffc0_0001),
+            f32::from_bits(0x7f80_0001),
         ];
         let sources = [
             Buf::F32(floats.clone()),

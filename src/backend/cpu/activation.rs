@@ -15,8 +15,8 @@ use rayon::prelude::*;
 use std::borrow::Cow;
 
 use super::elementwise::{
-    broadcast_map, exp_f32, exp_m1_f32, inlined, ln_1p_unit, map_halves, map_in_place, map_slice,
-    widen_halves, zip_halves,
+    broadcast_halves, broadcast_map, exp_f32, exp_m1_f32, inlined, ln_1p_unit, map_halves,
+    map_in_place, map_slice, zip_halves,
 };
 use super::simd::with_simd;
 use super::util::{broadcast_strides, floats, from_floats, try_copy, try_filled};
@@ -310,8 +310,7 @@ fn prelu(
             if sx == so && ss == so {
                 Buf::F16(zip_halves(a, k, f32_prelu)?)
             } else {
-                let (a, k) = (widen_halves(x)?, widen_halves(s)?);
-                Buf::try_f16_from_f32(&broadcast_map(&a, sx, &k, ss, so, f32_prelu)?)?
+                Buf::F16(broadcast_halves(a, sx, k, ss, so, f32_prelu)?)
             }
         }
         Buf::I32(a) => ints!(a, I32),

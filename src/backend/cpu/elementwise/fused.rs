@@ -8,7 +8,7 @@ use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
 use super::math::sigmoid;
-use super::{with_simd, PAR_MIN};
+use super::{units_per_task, with_simd};
 
 /// SwiGLU, `(g * sigmoid(g)) * u`, with each output row's gate values at
 /// `gate.0 .. gate.0 + n` of a row `gate.1` wide of `g` and its up values
@@ -35,12 +35,8 @@ pub fn swiglu(
         return Err(bad());
     }
     let mut o = Buf::try_f32_for_overwrite(rows * n)?;
-    // Whole rows per task, four tasks a thread where there is enough.
-    let per = if rows * n >= PAR_MIN && rayon::current_num_threads() > 1 {
-        rows.div_ceil(rayon::current_num_threads() * 4).max(1)
-    } else {
-        rows.max(1)
-    };
+    // Whole rows per task.
+    let per = units_per_task(rows * n, rows);
     let run = |(t, c): (usize, &mut [f32])| {
         with_simd(
             #[inline(always)]
@@ -100,12 +96,8 @@ pub fn rope(
     if w == 0 {
         return Ok(Buf::F32(o));
     }
-    // Whole rows per task, four tasks a thread where there is enough.
-    let per = if t * w >= PAR_MIN && rayon::current_num_threads() > 1 {
-        t.div_ceil(rayon::current_num_threads() * 4).max(1)
-    } else {
-        t.max(1)
-    };
+    // Whole rows per task.
+    let per = units_per_task(t * w, t);
     let run = |(task, rows): (usize, &mut [f32])| {
         with_simd(
             #[inline(always)]

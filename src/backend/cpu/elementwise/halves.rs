@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use crate::error::Result;
 use crate::tensor::Buf;
 
-use super::{with_simd, PAR_MIN};
+use super::{broadcast_map, units_per_task, with_simd};
 
 /// Elements per chunk: 8 KiB of f32 per operand.
 const CHUNK: usize = 2048;
@@ -40,15 +40,11 @@ pub(super) fn widen_exact(h: &[u16], out: &mut [f32]) {
     )
 }
 
-/// Elements per task: whole chunks, about four tasks a thread, for inputs
-/// large enough to split; `n` (one task) otherwise.
+/// Elements per task: whole chunks split across the pool for inputs
+/// large enough (see [`units_per_task`]); at least `n` (one task)
+/// otherwise.
 fn per_task(n: usize) -> usize {
-    let threads = rayon::current_num_threads();
-    if n >= PAR_MIN && threads > 1 {
-        n.div_ceil(threads * 4).div_ceil(CHUNK).max(1) * CHUNK
-    } else {
-        n.max(1)
-    }
+    units_per_task(n, n.div_ceil(CHUNK)) * CHUNK
 }
 
 /// `f` of each pair of equal-length float16 operands, in f32, rounded
@@ -120,5 +116,92 @@ pub(in crate::backend::cpu) fn map_halves<F: Fn(f32) -> f32 + Sync>(
     } else {
         run((&mut out, x));
     }
+    Ok(out)
+}
+
+/// The shortest row [`broadcast_halves`] walks a chunk at a time: shorter
+/// rows would leave each chunk only a few elements.
+const ROW_MIN: usize = 64;
+
+/// Whether an operand of shape `s` meets the output (shape `so`) as one
+/// row repeated: its dimensions, leading ones dropped, are `so`'s last.
+fn is_row(s: &[usize], so: &[usize]) -> bool {
+    let lead = s.iter().take_while(|&&d| d == 1).count();
+    so.ends_with(&s[lead..])
+}
+
+/// `f` of float16 operands broadcast to `so` (numpy rules), in f32 and
+/// rounded once to float16. One operand of the output's shape and the
+/// other a row (a bias over the last dimensions) go a chunk at a time
+/// (as [`zip_halves`]), the row widened once; other shapes widen each
+/// operand whole (exactly, as [`widen_exact`]) for `broadcast_map`'s
+/// walk, and give the three f32 vectors back to the pool: taken from it
+/// and dropped, they were fresh memory, faulted in and unmapped again,
+/// at every dispatch.
+pub(in crate::backend::cpu) fn broadcast_halves<F: Fn(f32, f32) -> f32 + Sync>(
+    x: &[u16],
+    sx: &[usize],
+    y: &[u16],
+    sy: &[usize],
+    so: &[usize],
+    f: F,
+) -> Result<Vec<u16>> {
+    let widen = |h: &[u16]| -> Result<Vec<f32>> {
+        let mut v = Buf::try_f32_for_overwrite(h.len())?;
+        widen_exact(h, &mut v);
+        Ok(v)
+    };
+    if sx == so && y.len() >= ROW_MIN && is_row(sy, so) {
+        return zip_rows(x, widen(y)?, f);
+    }
+    if sy == so && x.len() >= ROW_MIN && is_row(sx, so) {
+        return zip_rows(y, widen(x)?, move |b, a| f(a, b));
+    }
+    let (a, b) = (widen(x)?, widen(y)?);
+    let r = broadcast_map(&a, sx, &b, sy, so, f)?;
+    let mut out = Buf::try_f16_for_overwrite(r.len())?;
+    crate::f16::narrow(&r, &mut out);
+    for v in [a, b, r] {
+        Buf::F32(v).recycle();
+    }
+    Ok(out)
+}
+
+/// `f(x[i], row[i % row.len()])` rounded to float16: `x` whole rows of
+/// `row`'s length (as f32, exactly widened), a chunk at a time; the row
+/// goes back to the pool.
+fn zip_rows<F: Fn(f32, f32) -> f32 + Sync>(x: &[u16], row: Vec<f32>, f: F) -> Result<Vec<u16>> {
+    let (n, r) = (row.len(), &row[..]);
+    let mut out = Buf::try_f16_for_overwrite(x.len())?;
+    let run = |(o, x): (&mut [u16], &[u16])| {
+        let mut a = [0.0f32; CHUNK];
+        for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
+            for ((o, x), r) in o
+                .chunks_mut(CHUNK)
+                .zip(x.chunks(CHUNK))
+                .zip(r.chunks(CHUNK))
+            {
+                let a = &mut a[..o.len()];
+                widen_exact(x, a);
+                with_simd(
+                    #[inline(always)]
+                    || {
+                        for (p, &q) in a.iter_mut().zip(r) {
+                            *p = f(*p, q);
+                        }
+                    },
+                );
+                crate::f16::narrow(a, o);
+            }
+        }
+    };
+    // Whole rows per task.
+    let per = units_per_task(x.len(), x.len() / n) * n;
+    if per < x.len() {
+        out.par_chunks_mut(per).zip(x.par_chunks(per)).for_each(run);
+    } else {
+        run((&mut out, x));
+    }
+    Buf::F32(row).recycle();
     Ok(out)
 }

@@ -23,7 +23,7 @@ use super::util::{broadcast_strides, coalesce, floats};
 mod cast;
 mod fused;
 mod halves;
-pub(super) use halves::{map_halves, zip_halves};
+pub(super) use halves::{broadcast_halves, map_halves, zip_halves};
 mod math;
 mod softmax;
 
@@ -39,6 +39,20 @@ use softmax::{softmax_row, sum_lanes};
 
 /// Output elements above which element-wise loops are split across threads.
 const PAR_MIN: usize = 1 << 16;
+
+/// How many of `units` (rows, blocks, chunks) that together hold
+/// `elements` values one parallel task takes: about four tasks a thread
+/// when the input is large enough to split (`PAR_MIN` values and more than
+/// one thread), which balances the load without much scheduling; all of
+/// them otherwise. Never 0, so that it can size `chunks`.
+pub(super) fn units_per_task(elements: usize, units: usize) -> usize {
+    let threads = rayon::current_num_threads();
+    if elements >= PAR_MIN && threads > 1 {
+        units.div_ceil(threads * 4).max(1)
+    } else {
+        units.max(1)
+    }
+}
 
 /// Builds a vector of `n` elements without zero-filling it first: `fill`
 /// receives the offset of a chunk and the chunk, and must write every
@@ -88,12 +102,9 @@ where
 {
     {
         let spare = &mut v.spare_capacity_mut()[..n];
-        let threads = rayon::current_num_threads();
-        if n >= PAR_MIN && threads > 1 {
-            // A few chunks per thread balance the load without much
-            // scheduling; whole cache lines (or the caller's rows) per
-            // chunk.
-            let chunk = n.div_ceil(threads * 4).next_multiple_of(unit);
+        // Whole cache lines (or the caller's rows) per chunk.
+        let chunk = units_per_task(n, n.div_ceil(unit)) * unit;
+        if chunk < n {
             spare.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| {
                 with_simd(
                     #[inline(always)]
@@ -122,15 +133,14 @@ pub(super) use super::simd::{simd_level, with_simd};
 /// `x[i] = f(x[i])` in place, vectorisable, in chunks across the pool
 /// for large inputs.
 pub(super) fn map_in_place<F: Fn(f32) -> f32 + Sync>(x: &mut [f32], f: F) {
-    let threads = rayon::current_num_threads();
     let run = |c: &mut [f32]| {
         with_simd(
             #[inline(always)]
             || apply_in_place(c, &f),
         )
     };
-    if x.len() >= PAR_MIN && threads > 1 {
-        let chunk = x.len().div_ceil(threads * 4).next_multiple_of(16);
+    let chunk = units_per_task(x.len(), x.len().div_ceil(16)) * 16;
+    if chunk < x.len() {
         x.par_chunks_mut(chunk).for_each(run);
     } else {
         run(x);
@@ -266,11 +276,7 @@ where
     };
     // Chunks of whole rows, so each row is one tight loop.
     let rows = total / inner;
-    let rows_per_chunk = if total >= PAR_MIN {
-        rows.div_ceil(rayon::current_num_threads() * 4).max(1)
-    } else {
-        rows
-    };
+    let rows_per_chunk = units_per_task(total, rows);
     let chunk = rows_per_chunk * inner;
     let mut v: Vec<U> = Buf::try_vec_for_overwrite(total)?;
     let work = |(c, dst): (usize, &mut [MaybeUninit<U>])| {
@@ -626,9 +632,8 @@ pub fn binary(
     {
         match a {
             Buf::F32(x) => return Ok(Buf::F32(with_pow_by!(p, f => map_slice(x, f)?))),
-            Buf::F16(_) => {
-                let r = with_pow_by!(p, f => map_slice(&widen_halves(a)?, f)?);
-                return Buf::try_f16_from_f32(&r);
+            Buf::F16(h) => {
+                return Ok(Buf::F16(with_pow_by!(p, f => halves::map_halves(h, f)?)));
             }
             _ => {}
         }
@@ -660,9 +665,7 @@ pub fn binary(
                     with_float_binary!(k, f => halves::zip_halves(hx, hy, f)?),
                 ));
             }
-            let (x, y) = (widen_halves(a)?, widen_halves(b)?);
-            let r = with_float_binary!(k, f => broadcast_map(&x, sa, &y, sb, so, f)?);
-            Buf::try_f16_from_f32(&r)?
+            Buf::F16(with_float_binary!(k, f => halves::broadcast_halves(hx, sa, hy, sb, so, f)?))
         }
         Buf::I32(x) => ints!(x, I32, i32),
         Buf::U32(x) => ints!(x, U32, u32),
@@ -743,10 +746,8 @@ fn binary_in_place<F: Fn(f32, f32) -> f32 + Sync>(
             },
         )
     };
-    let rows = total / inner;
-    let threads = rayon::current_num_threads();
-    if total >= PAR_MIN && threads > 1 {
-        let per = rows.div_ceil(threads * 4).max(1);
+    let per = units_per_task(total, total / inner);
+    if per * inner < total {
         acc.par_chunks_mut(per * inner)
             .enumerate()
             .for_each(|(c, dst)| work(c * per, dst));
@@ -1048,20 +1049,6 @@ fn clamp_int<T: Int>(v: &[T], min: f64, max: f64) -> Result<Vec<T>> {
     // compared exactly in that type.
     let (lo, hi) = (T::sat_from_f64(min), T::sat_from_f64(max));
     map_slice(v, |x| x.max(lo).min(hi))
-}
-
-/// A float16 operand as f32, exactly as [`f16_to_f32`] gives each value
-/// (see [`halves::widen_exact`]); other types as [`Buf::try_to_f32_vec`]
-/// gives them.
-pub(super) fn widen_halves(b: &Buf) -> Result<Vec<f32>> {
-    match b {
-        Buf::F16(h) => {
-            let mut v = Buf::try_f32_for_overwrite(h.len())?;
-            halves::widen_exact(h, &mut v);
-            Ok(v)
-        }
-        _ => b.try_to_f32_vec(),
-    }
 }
 
 /// `clamp`: bounds compared in the input's type (integers: the bounds

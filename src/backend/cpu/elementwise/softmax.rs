@@ -11,7 +11,7 @@ use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
 use super::super::util::{from_floats, try_filled};
-use super::{exp_f32, fmax, owned_floats, with_simd, PAR_MIN};
+use super::{exp_f32, fmax, owned_floats, units_per_task, with_simd, PAR_MIN};
 
 /// Sum of `v` in f32 over 8 independent lanes (vectorisable, and more
 /// accurate than one running sum).
@@ -163,13 +163,8 @@ fn softmax_columns(v: &mut [f32], n: usize, inner: usize) -> Result<()> {
         }
     }
     let (m, inv) = (&m[..], &inv[..]);
-    // Whole rows per task, four tasks a thread where there is enough.
-    let rows = v.len() / inner;
-    let per = if par {
-        rows.div_ceil(rayon::current_num_threads() * 4).max(1) * inner
-    } else {
-        v.len()
-    };
+    // Whole rows per task.
+    let per = units_per_task(v.len(), v.len() / inner) * inner;
     let scale = |(t, c): (usize, &mut [f32])| {
         with_simd(
             #[inline(always)]
@@ -214,11 +209,7 @@ pub fn softmax_owned(x: Cow<'_, Buf>, axis: usize, out: &OperandDescriptor) -> R
     let block = n * inner;
     if let Some(groups) = v.len().checked_div(block) {
         // Groups of whole blocks per task.
-        let per = if v.len() >= PAR_MIN && rayon::current_num_threads() > 1 {
-            groups.div_ceil(rayon::current_num_threads() * 4).max(1) * block
-        } else {
-            v.len()
-        };
+        let per = units_per_task(v.len(), groups) * block;
         let run = |c: &mut [f32]| {
             with_simd(
                 #[inline(always)]
@@ -266,13 +257,8 @@ pub fn softmax_fused(
         None => None,
     };
     let mut v = owned_floats(x)?;
-    let rows = v.len() / n;
-    // Whole rows per task, four tasks a thread where there is enough.
-    let per = if v.len() >= PAR_MIN && rayon::current_num_threads() > 1 {
-        rows.div_ceil(rayon::current_num_threads() * 4).max(1) * n
-    } else {
-        v.len()
-    };
+    // Whole rows per task.
+    let per = units_per_task(v.len(), v.len() / n) * n;
     let run = |(t, c): (usize, &mut [f32])| {
         with_simd(
             #[inline(always)]

@@ -1107,6 +1107,19 @@ fn float16_operators_give_each_elements_own_bits() {
         let want: Vec<u16> = (0..rows * 256).map(|i| two(all[i], row[i % 256])).collect();
         let got = nan_pairs_aside(got, &want, |i| (all[i], row[i % 256]));
         same(&got, &want, &format!("{k:?} broadcast"));
+        // The row first (a leading one in its shape), then a column: the
+        // whole-operand walk.
+        let dr = desc(DataType::Float16, &[1, 256]);
+        let got = bits(binary(k, &Buf::F16(row.clone()), &dr, &h, &ds, &ds).unwrap());
+        let want: Vec<u16> = (0..rows * 256).map(|i| two(row[i % 256], all[i])).collect();
+        let got = nan_pairs_aside(got, &want, |i| (row[i % 256], all[i]));
+        same(&got, &want, &format!("{k:?} row first"));
+        let col: Vec<u16> = partner[..rows].to_vec();
+        let dc = desc(DataType::Float16, &[rows, 1]);
+        let got = bits(binary(k, &h, &ds, &Buf::F16(col.clone()), &dc, &ds).unwrap());
+        let want: Vec<u16> = (0..rows * 256).map(|i| two(all[i], col[i / 256])).collect();
+        let got = nan_pairs_aside(got, &want, |i| (all[i], col[i / 256]));
+        same(&got, &want, &format!("{k:?} column"));
     }
     let got = bits(clamp(&h, -2.5, 0.75, &d).unwrap());
     let want: Vec<u16> = all

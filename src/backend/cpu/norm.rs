@@ -17,7 +17,7 @@ use crate::types::OperandDescriptor;
 use super::elementwise::{try_build_vec, with_simd};
 use super::shape::transpose_vec;
 use super::util::{floats, from_floats};
-use super::util::{try_copy, try_filled, try_vec};
+use super::util::{pooled_copy, try_filled, try_vec};
 
 /// Elements below which groups are normalized on this thread.
 const PAR_MIN: usize = 1 << 15;
@@ -150,7 +150,7 @@ fn inverse(perm: &[usize]) -> Vec<usize> {
 fn owned(x: std::borrow::Cow<'_, [f32]>) -> Result<Vec<f32>> {
     match x {
         std::borrow::Cow::Owned(v) => Ok(v),
-        std::borrow::Cow::Borrowed(b) => try_copy(b, "a copy of the input"),
+        std::borrow::Cow::Borrowed(b) => pooled_copy(b),
     }
 }
 

@@ -298,9 +298,13 @@ impl<const N: usize> Reduce<N> for Max {
     }
     #[inline(always)]
     fn finish(&self, (max, nan): Self::Acc, _: usize, out: &mut [f32]) {
-        for ((o, m), n) in out.iter_mut().zip(max).zip(nan) {
-            *o = if n.is_nan() { n } else { m };
+        // Whole arrays, then one copy: zipped with `out` (a slice), wide
+        // blocks were finished one lane at a time through the stack.
+        let mut r = max;
+        for (r, n) in r.iter_mut().zip(nan) {
+            *r = if n.is_nan() { n } else { *r };
         }
+        out.copy_from_slice(&r);
     }
 }
 

@@ -18,7 +18,7 @@ use crate::tensor::Buf;
 use crate::types::{DataType, OperandDescriptor};
 
 use super::sgemm::clamp as clamp_f32;
-use super::util::{broadcast_strides, coalesce, floats};
+use super::util::{broadcast_strides, coalesce, floats, pooled_copy};
 
 mod cast;
 mod fused;
@@ -1078,7 +1078,7 @@ pub fn clamp(x: &Buf, min: f64, max: f64, out: &OperandDescriptor) -> Result<Buf
 pub(super) fn owned_floats(x: Cow<'_, Buf>) -> Result<Vec<f32>> {
     match x {
         Cow::Owned(Buf::F32(v)) => Ok(v),
-        Cow::Borrowed(Buf::F32(v)) => Ok(v.clone()),
+        Cow::Borrowed(Buf::F32(v)) => pooled_copy(v),
         other => Ok(floats(&other)?.into_owned()),
     }
 }

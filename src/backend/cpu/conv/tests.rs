@@ -687,6 +687,9 @@ fn pool2d_rows_have_the_bits_of_each_window_alone() {
         ((1, 3, 9, 80), [3, 3], [1, 1, 1, 1], [2, 2], [1, 1], false),
         ((1, 2, 8, 90), [3, 3], [0, 0, 0, 0], [2, 2], [2, 2], true),
         ((1, 2, 7, 100), [2, 3], [0, 0, 2, 1], [1, 3], [1, 2], true),
+        // Two and four vectors of positions at a time (inside ranges of 32
+        // and of 64 or more) at stride 2.
+        ((1, 2, 6, 140), [3, 3], [1, 1, 1, 1], [2, 2], [1, 1], false),
         // nhwc pixels of whole vectors of channels and a tail.
         ((1, 37, 9, 9), [3, 3], [1, 1, 1, 1], [2, 2], [1, 1], true),
         // Half blocks: rows whose inside range is 8 to 15 positions

@@ -152,3 +152,23 @@ pub(crate) fn dict(entries: &[(&str, Val)]) -> Val {
 pub(crate) fn s(v: &str) -> Val {
     Val::String(v.into())
 }
+
+/// Every float16 bit pattern, for the tests that check each one (every
+/// 257th under Miri, which would take hours over all of them).
+pub(crate) fn all_halves() -> Vec<u16> {
+    if cfg!(miri) {
+        (0..=u16::MAX).step_by(257).collect()
+    } else {
+        (0..=u16::MAX).collect()
+    }
+}
+
+/// A second operand for [`all_halves`]: a bit scramble that pairs each
+/// value with others of every class (zeros, subnormals, normals,
+/// infinities and NaNs of both signs).
+pub(crate) fn partner_halves(halves: &[u16]) -> Vec<u16> {
+    halves
+        .iter()
+        .map(|&v| v.wrapping_mul(40_503).rotate_left(5))
+        .collect()
+}

@@ -1048,11 +1048,7 @@ fn nan_pairs_aside(
 #[test]
 fn float16_operators_give_each_elements_own_bits() {
     use crate::f16::{f16_to_f32, f32_to_f16};
-    let all: Vec<u16> = if cfg!(miri) {
-        (0..=u16::MAX).step_by(257).collect()
-    } else {
-        (0..=u16::MAX).collect()
-    };
+    let all = crate::backend::testing::all_halves();
     let n = all.len();
     let h = Buf::F16(all.clone());
     let d = desc(DataType::Float16, &[n]);
@@ -1077,11 +1073,7 @@ fn float16_operators_give_each_elements_own_bits() {
         let want: Vec<u16> = all.iter().map(|&v| one(&f, v)).collect();
         same(&got, &want, &format!("{k:?}"));
     }
-    // A partner that pairs every value with others of every class.
-    let partner: Vec<u16> = all
-        .iter()
-        .map(|&v| v.wrapping_mul(40_503).rotate_left(5))
-        .collect();
+    let partner = crate::backend::testing::partner_halves(&all);
     let hp = Buf::F16(partner.clone());
     let row: Vec<u16> = partner[..256].to_vec();
     let (rows, shape) = (n / 256, [n / 256, 256]);

@@ -482,18 +482,41 @@ fn arg_best<T: Copy + PartialOrd + Send + Sync>(
         best.clear();
         best.extend_from_slice(&x[base..base + inner]);
         let idx = &mut out[o * inner..(o + 1) * inner];
-        for k in 1..n {
-            let row = &x[base + k * inner..base + (k + 1) * inner];
-            for ((b, i), &v) in best.iter_mut().zip(idx.iter_mut()).zip(row) {
-                let better = if max { v > *b } else { v < *b };
-                if better {
-                    *b = v;
-                    *i = k as i64;
-                }
-            }
+        let rows = &x[base + inner..base + n * inner];
+        match max {
+            true => columns_best(&mut best, idx, rows, |v, b| v > b),
+            false => columns_best(&mut best, idx, rows, |v, b| v < b),
         }
     }
     Ok(out)
+}
+
+/// The columns' running scans of [`arg_best`] over `rows` (rows 1.. of
+/// one outer block, each as long as `best`): a strictly `better` value
+/// replaces a column's best and its index. Selects rather than a branch,
+/// compiled for this CPU's vectors, so that the columns are lanes (a
+/// branch per element kept it scalar: 0.41 ms over axis 0 of a 1024 x
+/// 1024 matrix against 0.14 over axis 1).
+#[inline(always)]
+fn columns_best<T: Copy + PartialOrd>(
+    best: &mut [T],
+    idx: &mut [i64],
+    rows: &[T],
+    better: impl Fn(T, T) -> bool + Copy,
+) {
+    super::simd::with_simd(
+        #[inline(always)]
+        || {
+            for (k, row) in rows.chunks_exact(best.len()).enumerate() {
+                let k = k as i64 + 1;
+                for ((b, i), &v) in best.iter_mut().zip(idx.iter_mut()).zip(row) {
+                    let take = better(v, *b);
+                    *b = if take { v } else { *b };
+                    *i = if take { k } else { *i };
+                }
+            }
+        },
+    )
 }
 
 /// The index in `row` (not empty) that a running scan keeping the first
@@ -1053,6 +1076,21 @@ mod tests {
                 .unwrap();
                 assert_eq!(got, Buf::I32(want.iter().map(|&i| i as i32).collect()));
             }
+        }
+        // Columns wider than a vector, with ties and NaNs (a NaN is never
+        // better, and a column that starts with one keeps index 0).
+        let shape = [9, 70];
+        let x: Vec<f64> = (0..630)
+            .map(|i| match i % 11 {
+                3 => f64::NAN,
+                _ => ((i * 7 + 2) % 5) as f64,
+            })
+            .collect();
+        for max in [false, true] {
+            let want = naive_arg(&x, &shape, 0, max);
+            let b = Buf::F32(x.iter().map(|&v| v as f32).collect());
+            let got = arg_min_max(&b, &shape, 0, max, DataType::Int64).unwrap();
+            assert_eq!(got, Buf::I64(want), "columns with NaNs, max {max}");
         }
         // Ties pick the first index.
         let got = arg_min_max(

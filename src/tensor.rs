@@ -839,6 +839,11 @@ pub(crate) mod pool {
         /// other test asks for, as other tests share the pool.
         #[test]
         fn a_buffer_too_large_to_keep_evicts_nothing() {
+            // Other tests share the pool and give it buffers meanwhile: at
+            // the floor's 16 MB their buffers could evict this one before
+            // it is taken back (seen once under ASan), which is not what
+            // this test is about. The pool's largest budget keeps it.
+            keep_room_for(MAX_BYTES, 0);
             let n = 9_001; // 72,008 bytes
             let kept = Buf::I64(vec![3; n]);
             let at = kept.raw_bytes().as_ptr();
@@ -917,7 +922,9 @@ mod tests {
     #[test]
     fn vec_for_overwrite_reuses_pooled_memory_of_its_own_type() {
         // An element type and sizes no other test uses, so the shared
-        // pool's buffer is ours.
+        // pool's buffer is ours; the pool's largest budget, so that other
+        // tests' buffers do not evict it meanwhile.
+        pool::keep_room_for(128 << 20, 0);
         let n = 70_001;
         let b = vec![1i64; n];
         let ptr = b.as_ptr();
@@ -938,7 +945,10 @@ mod tests {
     /// room keeps the old elements and zero-fills the rest.
     #[test]
     fn the_pool_reuses_a_buffer_for_nearby_sizes() {
-        // Sizes no other test uses (the pool is shared).
+        // Sizes no other test uses (the pool is shared), and the pool's
+        // largest budget, so that other tests' buffers do not evict this
+        // one meanwhile.
+        pool::keep_room_for(128 << 20, 0);
         let room = 900_007;
         let b: Vec<i64> = (0..room as i64).collect();
         let ptr = b.as_ptr();

@@ -62,18 +62,9 @@ pub(in crate::backend::cpu) fn zip_halves<F: Fn(f32, f32) -> f32 + Sync>(
             .zip(x.chunks(CHUNK))
             .zip(y.chunks(CHUNK))
         {
-            let (a, b) = (&mut a[..o.len()], &mut b[..o.len()]);
-            widen_exact(x, a);
+            let b = &mut b[..o.len()];
             widen_exact(y, b);
-            with_simd(
-                #[inline(always)]
-                || {
-                    for (p, &q) in a.iter_mut().zip(&*b) {
-                        *p = f(*p, q);
-                    }
-                },
-            );
-            crate::f16::narrow(a, o);
+            zip_chunk(o, x, b, &mut a, &f);
         }
     };
     let per = per_task(x.len());
@@ -86,6 +77,30 @@ pub(in crate::backend::cpu) fn zip_halves<F: Fn(f32, f32) -> f32 + Sync>(
         run(((&mut out, x), y));
     }
     Ok(out)
+}
+
+/// One chunk of a binary float16 loop: `x` widened (exactly) into the
+/// scratch `a`, `f` of each value and its partner in `b` (already f32),
+/// rounded once into `o`. `o`, `x` and `b` are as long, at most `CHUNK`.
+#[inline(always)]
+fn zip_chunk<F: Fn(f32, f32) -> f32>(
+    o: &mut [u16],
+    x: &[u16],
+    b: &[f32],
+    a: &mut [f32; CHUNK],
+    f: &F,
+) {
+    let a = &mut a[..o.len()];
+    widen_exact(x, a);
+    with_simd(
+        #[inline(always)]
+        || {
+            for (p, &q) in a.iter_mut().zip(b) {
+                *p = f(*p, q);
+            }
+        },
+    );
+    crate::f16::narrow(a, o);
 }
 
 /// `f` of each float16 value, in f32, rounded once to float16.
@@ -181,17 +196,7 @@ fn zip_rows<F: Fn(f32, f32) -> f32 + Sync>(x: &[u16], row: Vec<f32>, f: F) -> Re
                 .zip(x.chunks(CHUNK))
                 .zip(r.chunks(CHUNK))
             {
-                let a = &mut a[..o.len()];
-                widen_exact(x, a);
-                with_simd(
-                    #[inline(always)]
-                    || {
-                        for (p, &q) in a.iter_mut().zip(r) {
-                            *p = f(*p, q);
-                        }
-                    },
-                );
-                crate::f16::narrow(a, o);
+                zip_chunk(o, x, r, &mut a, &f);
             }
         }
     };

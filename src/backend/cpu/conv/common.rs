@@ -245,6 +245,8 @@ impl Taps {
 /// that nothing is decided per tap, and accumulators that stay in
 /// registers across a window's taps.
 pub(super) trait Reduce<const N: usize>: Sync {
+    /// Whether this is [`Max`] (a kernel of its own may take its windows).
+    const MAX: bool = false;
     type Acc: Copy;
     fn init(&self) -> Self::Acc;
     fn step(&self, acc: &mut Self::Acc, px: &[f32; N]);
@@ -284,6 +286,7 @@ impl<const N: usize, const SQUARES: bool> Reduce<N> for Sum<SQUARES> {
 pub(super) struct Max;
 
 impl<const N: usize> Reduce<N> for Max {
+    const MAX: bool = true;
     type Acc = ([f32; N], [f32; N]);
     #[inline(always)]
     fn init(&self) -> Self::Acc {

@@ -103,6 +103,12 @@ pub(super) trait Block8: Vf {
     /// # Safety
     /// The CPU has the features.
     unsafe fn transpose8(r: [Self; 8]) -> [Self; 8];
+    /// `a` in the lanes where it is NaN, `b` in the others (the bits of
+    /// either kept as they are).
+    ///
+    /// # Safety
+    /// The CPU has the features.
+    unsafe fn nan_or(a: Self, b: Self) -> Self;
 }
 
 /// `W` floats in scalar code: the portable form of the kernels.
@@ -200,6 +206,16 @@ impl Block8 for Lanes<8> {
     #[inline(always)]
     unsafe fn transpose8(r: [Self; 8]) -> [Self; 8] {
         std::array::from_fn(|j| Lanes(std::array::from_fn(|i| r[i].0[j])))
+    }
+    #[inline(always)]
+    unsafe fn nan_or(a: Self, b: Self) -> Self {
+        Lanes(std::array::from_fn(|i| {
+            if a.0[i].is_nan() {
+                a.0[i]
+            } else {
+                b.0[i]
+            }
+        }))
     }
 }
 
@@ -311,6 +327,13 @@ impl Block8 for __m256 {
         // SAFETY: AVX (the caller's AVX2 includes it), all that
         // `transpose` asks; registers only.
         unsafe { crate::backend::cpu::conv::common::transpose(r) }
+    }
+    #[inline(always)]
+    unsafe fn nan_or(a: Self, b: Self) -> Self {
+        // The unordered compare of `a` with itself is true where `a` is
+        // NaN; the blend takes `a` there.
+        // SAFETY: AVX (the caller's); registers only.
+        unsafe { _mm256_blendv_ps(b, a, _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a)) }
     }
 }
 

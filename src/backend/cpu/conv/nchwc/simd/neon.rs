@@ -179,4 +179,15 @@ impl Block8 for Neon8 {
             _ => Neon8(c[j - 4], d[j - 4]),
         })
     }
+    #[inline(always)]
+    unsafe fn nan_or(a: Self, b: Self) -> Self {
+        // `a == a` (all bits set) where `a` is not NaN: `b` there.
+        // SAFETY: NEON (the caller's); registers only.
+        unsafe {
+            Neon8(
+                vbslq_f32(vceqq_f32(a.0, a.0), b.0, a.0),
+                vbslq_f32(vceqq_f32(a.1, a.1), b.1, a.1),
+            )
+        }
+    }
 }

@@ -88,10 +88,12 @@ fn windowed_pooling_gives_the_bits_of_the_nchw_kernel() {
             assert!(pool::is_window(&p), "case {i}");
             let len = x.0 * x.1 * x.2 * x.3;
             let mut v = random(len, i as u64 + 40);
-            // Zeros in runs, so that windows see both zeros side by side.
+            // Zeros in runs, so that windows see both zeros side by side,
+            // and pairs of specials, so that they see the two NaNs side by
+            // side (the first of a window's NaNs is its result).
             for (j, e) in v.iter_mut().enumerate() {
                 match j % 23 {
-                    0 | 1 => *e = specials[(j / 23) % specials.len()],
+                    0 | 1 => *e = specials[(j / 23 + j % 23) % specials.len()],
                     5 => *e = 0.0,
                     6 => *e = -0.0,
                     _ => {}

@@ -226,7 +226,7 @@ unsafe fn max3x3_neon(x: *const f32, steps: [usize; 3], n: usize, out: *mut f32)
 #[inline(always)]
 unsafe fn max3x3_row<V: Block8>(x: *const f32, steps: [usize; 3], n: usize, out: *mut f32) {
     let mut j = 0;
-    // SAFETY: windows j .. j + GROUP (or j) are among the `n` the
+    // SAFETY: windows j .. j + MAX_GROUP (or j) are among the `n` the
     // caller vouched for; `V`'s features are the caller's.
     unsafe {
         while j + MAX_GROUP <= n {

@@ -302,9 +302,9 @@ fn transpose_inner<T: Copy>(
 /// and each comes back from the next level for its next quarter. Such a
 /// tile is transposed into a local buffer first and each output line then
 /// written whole. Measured on an AVX-512 Zen 5, one thread, fastest of
-/// ten blocks of ten: a 1024 x 1024 transpose 0.64 to 0.43 ms, 2048 x 512
-/// 0.54 to 0.28 (1000 x 1000 took 0.13 before; buffered it took 0.19,
-/// so rows that do not alias keep the direct stores).
+/// ten blocks of ten: a 1024 x 1024 transpose 0.64 to 0.45 ms, 2048 x 512
+/// 0.54 to 0.30 (1000 x 1000 took 0.13 before; buffered it took 0.19,
+/// so rows that do not alias keep the direct stores, and no buffer).
 ///
 /// # Safety
 /// `src + i + j * cs` readable and `dst + i * ld + j` writable for
@@ -320,29 +320,28 @@ unsafe fn tile16_4byte(src: *const f32, cs: usize, dst: *mut f32, ld: usize) {
     // c..c + 4 <= 16, covered too; unaligned loads and stores take any
     // address.
     unsafe {
-        let mut buf = [0.0f32; 256];
-        // Where the 4 x 4 blocks go: the output, or the buffer (16 floats
-        // a row) when the output rows alias.
-        let aliased = ld.is_multiple_of(ALIASED);
-        let (to, step) = match aliased {
-            true => (buf.as_mut_ptr(), 16),
-            false => (dst, ld),
-        };
-        for j in (0..16).step_by(4) {
-            for i in (0..16).step_by(4) {
-                let x: [__m128; 4] =
-                    std::array::from_fn(|q| _mm_loadu_ps(src.add(i + (j + q) * cs)));
-                let t = super::util::transpose4x4(x);
-                for (q, tq) in t.into_iter().enumerate() {
-                    _mm_storeu_ps(to.add((i + q) * step + j), tq);
+        // The 4 x 4 blocks into `to`, rows `step` floats apart.
+        let blocks = |to: *mut f32, step: usize| {
+            for j in (0..16).step_by(4) {
+                for i in (0..16).step_by(4) {
+                    let x: [__m128; 4] =
+                        std::array::from_fn(|q| _mm_loadu_ps(src.add(i + (j + q) * cs)));
+                    let t = super::util::transpose4x4(x);
+                    for (q, tq) in t.into_iter().enumerate() {
+                        _mm_storeu_ps(to.add((i + q) * step + j), tq);
+                    }
                 }
             }
+        };
+        if !ld.is_multiple_of(ALIASED) {
+            blocks(dst, ld);
+            return;
         }
-        if aliased {
-            for (r, row) in buf.chunks_exact(16).enumerate() {
-                for c in (0..16).step_by(4) {
-                    _mm_storeu_ps(dst.add(r * ld + c), _mm_loadu_ps(row.as_ptr().add(c)));
-                }
+        let mut buf = [0.0f32; 256];
+        blocks(buf.as_mut_ptr(), 16);
+        for (r, row) in buf.chunks_exact(16).enumerate() {
+            for c in (0..16).step_by(4) {
+                _mm_storeu_ps(dst.add(r * ld + c), _mm_loadu_ps(row.as_ptr().add(c)));
             }
         }
     }

@@ -224,7 +224,12 @@ unsafe fn max3x3_neon(x: *const f32, steps: [usize; 3], n: usize, out: *mut f32)
 /// at `x + j * s + ky * r + kx * d` are readable, and `out .. out + n *
 /// 8` is writable and not read meanwhile.
 #[inline(always)]
-unsafe fn max3x3_row<V: Block8>(x: *const f32, steps: [usize; 3], n: usize, out: *mut f32) {
+pub(super) unsafe fn max3x3_row<V: Block8>(
+    x: *const f32,
+    steps: [usize; 3],
+    n: usize,
+    out: *mut f32,
+) {
     let mut j = 0;
     // SAFETY: windows j .. j + MAX_GROUP (or j) are among the `n` the
     // caller vouched for; `V`'s features are the caller's.

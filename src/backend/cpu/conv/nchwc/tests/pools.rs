@@ -139,6 +139,61 @@ fn windowed_pooling_gives_the_bits_of_the_nchw_kernel() {
     assert!(pool::window(&odd, &[0.0; 128]).is_err());
 }
 
+/// The 3x3 max kernel's portable form (`Lanes`, on any machine) against
+/// the NCHW kernel, on windows that all lie inside the input (its steps
+/// along a row, between rows and between taps all differ from a block's
+/// 8 floats), with NaNs of two payloads side by side, both zeros and
+/// both infinities: the same bits. The hardware forms meet the NCHW
+/// kernel through `window_at` in the test above.
+#[test]
+fn the_portable_3x3_max_kernel_gives_the_bits_of_the_nchw_kernel() {
+    use super::simd::Lanes;
+    let specials = [
+        f32::NAN,
+        f32::from_bits(0x7fc0_1234),
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ];
+    let x = (1, 16, 11, 23);
+    let (h, w) = (x.2, x.3);
+    let p = pool(PoolKind::Max, x, [3, 3], [0; 4], [1, 2], [2, 1], false);
+    let mut v = random(x.1 * h * w, 7);
+    for (j, e) in v.iter_mut().enumerate() {
+        match j % 13 {
+            0 | 1 => *e = specials[(j / 13 + j % 13) % specials.len()],
+            5 => *e = 0.0,
+            6 => *e = -0.0,
+            _ => {}
+        }
+    }
+    let (_, want) = blocked_and_nchw(&p, x, &v);
+    let blocked = block(&v, x);
+    let (oh, ow) = (p.out_h, p.out_w);
+    let mut got = vec![0.0f32; x.1 * oh * ow];
+    let steps = [p.strides[1] * L, p.dilations[0] * w * L, p.dilations[1] * L];
+    for b in 0..x.1 / L {
+        for oy in 0..oh {
+            let at = (b * h + oy * p.strides[0]) * w * L;
+            let out = (b * oh + oy) * ow * L;
+            // SAFETY: `Lanes` needs no CPU feature; with no padding and
+            // floor rounding every window of output row `oy` lies inside
+            // block `b`'s plane, so each tap's 8 floats are in `blocked`;
+            // the row's `ow` output blocks are in `got`.
+            unsafe {
+                pool::max3x3_row::<Lanes<8>>(
+                    blocked.as_ptr().add(at),
+                    steps,
+                    ow,
+                    got.as_mut_ptr().add(out),
+                )
+            };
+        }
+    }
+    assert!(same_bits(&unblock(&got, (x.0, x.1, oh, ow)), &want));
+}
+
 /// Global pooling of the blocked layout, at every vector width this CPU
 /// has, on input with NaNs of two payloads, zeros of both signs and
 /// infinities: the bits of the NCHW kernel (NaN payloads of the sums

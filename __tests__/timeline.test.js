@@ -523,3 +523,150 @@ describe('native memory', () => {
     expect(after - before).toBeLessThan(64 * 1024 * 1024);
   }, 120000);
 });
+
+describe('reads due soon', () => {
+  // A read that this context's recent reads say will finish within a
+  // millisecond keeps the event loop turning (setImmediate) until it
+  // settles, where the context's threads leave the JS thread a core; the
+  // JS thread is never blocked, and nothing stays queued afterwards.
+  const os = require('os');
+  const cores = typeof os.availableParallelism === 'function' ? os.availableParallelism() : os.cpus().length;
+  const immediates = () => process.getActiveResourcesInfo().filter((r) => r === 'Immediate').length;
+  const turns = async (n) => {
+    for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r));
+  };
+  const K = 256;
+  const weights = Float32Array.from({ length: K * K }, (_, i) => ((i * 7) % 13) / 16 - 0.375);
+
+  // A matmul of `m` rows by the constant, its input, its output and the
+  // first output row computed here (exact: multiples of 1/64 well under
+  // 2^18, so float32 sums them exactly in any order).
+  async function product(context, m) {
+    const b = new MLGraphBuilder(context);
+    const x = b.input('x', f32([m, K]));
+    const graph = await b.build({ y: b.matmul(x, b.constant(f32([K, K]), weights)) });
+    const input = await context.createTensor({ ...f32([m, K]), writable: true });
+    const output = await context.createTensor({ ...f32([m, K]), readable: true });
+    const data = Float32Array.from({ length: m * K }, (_, i) => ((i * 5) % 11) / 4 - 1.25);
+    context.writeTensor(input, data);
+    const row0 = Array.from({ length: K }, (_, j) => {
+      let s = 0;
+      for (let k = 0; k < K; k++) s += data[k] * weights[k * K + j];
+      return s;
+    });
+    return { graph, input, output, row0 };
+  }
+
+  // The smallest product whose dispatch takes 0.15 ms or more on this
+  // machine (20 chained, then one read), when that is under 0.5 ms: a
+  // read after one dispatch is then due within a millisecond, and later
+  // than a read waits for inside the call.
+  async function dueSoon(context) {
+    for (let m = 16; m <= 8192; m *= 2) {
+      const p = await product(context, m);
+      let best = Infinity;
+      for (let round = 0; round < 3; round++) {
+        const t = performance.now();
+        for (let i = 0; i < 20; i++) context.dispatch(p.graph, { x: p.input }, { y: p.output });
+        await context.readTensor(p.output);
+        best = Math.min(best, (performance.now() - t) / 20);
+      }
+      if (best >= 0.15) {
+        if (best > 0.5) throw new Error(`no product takes 0.15 to 0.5 ms here (${m} rows: ${best} ms)`);
+        return p;
+      }
+    }
+    throw new Error('no product of up to 8192 rows takes 0.15 ms');
+  }
+
+  const spare = cores >= 2 ? test : test.skip;
+  if (cores < 2) {
+    test('polling needs a core beside the context thread; this machine has one', () => {
+      expect(cores).toBe(1);
+    });
+  }
+
+  spare('the loop turns while such a read is pending, and stops once it settles', async () => {
+    const context = await ml.createContext({ numThreads: 1 });
+    const p = await dueSoon(context);
+    let polled = 0;
+    for (let i = 0; i < 8; i++) {
+      const t = performance.now();
+      context.dispatch(p.graph, { x: p.input }, { y: p.output });
+      const read = context.readTensor(p.output);
+      const turning = immediates();
+      const y = new Float32Array(await read);
+      const took = performance.now() - t;
+      expect(Array.from(y.subarray(0, K))).toEqual(p.row0.map(Math.fround));
+      // Whether a read polls follows the worker's timing of the read
+      // before it, which the host may delay past the range now and then;
+      // most reads here must poll.
+      expect(turning).toBeLessThanOrEqual(1);
+      polled += turning;
+      // The turn queued last runs, finds nothing pending and queues none.
+      await turns(2);
+      expect(immediates()).toBe(0);
+      if (took > 0.9) await context.readTensor(p.output);
+    }
+    expect(polled).toBeGreaterThanOrEqual(5);
+    // Pending when the context goes: the read rejects and polling ends
+    // by itself.
+    for (let i = 0; i < 3; i++) {
+      context.dispatch(p.graph, { x: p.input }, { y: p.output });
+      await context.readTensor(p.output);
+    }
+    context.dispatch(p.graph, { x: p.input }, { y: p.output });
+    const read = context.readTensor(p.output);
+    const turning = immediates();
+    context.destroy();
+    expect((await rejection(read)).name).toBe('InvalidStateError');
+    await new Promise((r) => setTimeout(r, 20));
+    expect(immediates()).toBe(0);
+    expect(turning).toBeLessThanOrEqual(1);
+  });
+
+  spare('a context whose threads take every core does not poll', async () => {
+    const context = await ml.createContext({ numThreads: cores });
+    const p = await dueSoon(context);
+    for (let i = 0; i < 3; i++) {
+      context.dispatch(p.graph, { x: p.input }, { y: p.output });
+      const read = context.readTensor(p.output);
+      expect(immediates()).toBe(0);
+      const y = new Float32Array(await read);
+      expect(Array.from(y.subarray(0, K))).toEqual(p.row0.map(Math.fround));
+    }
+    context.destroy();
+  });
+
+  spare('WEBNN_CPU_SPIN_MS=0 turns polling off', () => {
+    // The same reads in two processes: with the variable, none polls.
+    const script = `
+      const { ml, MLGraphBuilder } = require(${JSON.stringify(path.join(__dirname, '..'))});
+      (async () => {
+        const context = await ml.createContext({ numThreads: 1 });
+        const b = new MLGraphBuilder(context);
+        const d = { dataType: 'float32', shape: [1 << 18] };
+        const x = b.input('x', d);
+        const graph = await b.build({ y: b.add(x, x) });
+        const t = await context.createTensor(d);
+        const u = await context.createTensor({ ...d, readable: true });
+        let polled = 0;
+        for (let i = 0; i < 20; i++) {
+          context.dispatch(graph, { x: t }, { y: u });
+          const read = context.readTensor(u);
+          polled += process.getActiveResourcesInfo().filter((r) => r === 'Immediate').length;
+          await read;
+        }
+        console.log(polled);
+        context.destroy();
+      })();`;
+    const run = (env) => {
+      const r = spawnSync(process.execPath, ['-e', script], { env: { ...process.env, ...env }, encoding: 'utf8' });
+      expect(r.stderr).toBe('');
+      expect(r.status).toBe(0);
+      return Number(r.stdout.trim().split('\n').pop());
+    };
+    expect(run({ WEBNN_CPU_SPIN_MS: '0' })).toBe(0);
+    expect(run({ WEBNN_CPU_SPIN_MS: '40' })).toBeGreaterThan(0);
+  });
+});

@@ -664,12 +664,12 @@ impl MLContext {
                 || views::read_shares(t.info.desc.byte_length());
             // The worker's copy for a new ArrayBuffer goes into memory
             // readied here, while the work before the read runs (see
-            // `Buf::readied` and `ready_reads`). A large result is copied
+            // `Buf::readied` and `spare_core`). A large result is copied
             // on this thread as the read completes, with the context's
             // threads' help, which share its page faults too; readying it
             // here, alone, gave no clear gain at one thread and was slower
             // at two (4 and 4.8 MB results on a 2-vCPU Zen 5).
-            let into = match shared || !self.shared.ready_reads {
+            let into = match shared || !self.shared.spare_core {
                 true => None,
                 false => Buf::readied(t.info.desc.data_type, t.info.desc.element_count()),
             };
@@ -686,8 +686,15 @@ impl MLContext {
                     into,
                 },
             );
-            if waiting {
-                completion::settle_soon(e, self.shared.id, &self.shared.inbox, &self.shared.tsfn);
+            let inline = waiting
+                && completion::settle_soon(
+                    e,
+                    self.shared.id,
+                    &self.shared.inbox,
+                    &self.shared.tsfn,
+                );
+            if !inline && self.shared.spare_core {
+                completion::poll_for(e, &self.shared.inbox, req);
             }
             Ok(p)
         };
@@ -1028,13 +1035,17 @@ fn start_context(
 ) -> Result<napi_value> {
     let id = NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed);
     let (tsfn, inbox, sink) = map_err(completion::create_sink(e, id))?;
-    // The CPU backend's reads copy into memory this thread readies
-    // (`Buf::readied`) where the context's threads leave it a core of its
-    // own: there the page faults of fresh memory run beside the work.
-    // Where they take every core, this thread's faults would take turns
-    // with the work and delay it: measured on a 2-vCPU Zen 5, a 196 KB
-    // result at two threads, 0.16 against 0.21 ms with readying.
-    let ready_reads = host
+    // Where a CPU context's threads leave this thread a core of its own,
+    // its reads copy into memory this thread readies (`Buf::readied`):
+    // there the page faults of fresh memory run beside the work. Where
+    // they take every core, this thread's faults would take turns with
+    // the work and delay it: measured on a 2-vCPU Zen 5, a 196 KB result
+    // at two threads, 0.16 against 0.21 ms with readying. The same core
+    // lets the event loop poll for a read due soon
+    // (`completion::poll_for`); where there is none, polling took it from
+    // the work (the same product at two threads, 0.11 ms asleep, 0.17
+    // polling).
+    let spare_core = host
         .as_ref()
         .is_some_and(|p| p.current_num_threads() < crate::backend::cpu::max_threads());
     let copy_help = CopyHelp {
@@ -1058,7 +1069,7 @@ fn start_context(
         webgpu,
         returning: Rc::new(Cell::new(0)),
         copy_help,
-        ready_reads,
+        spare_core,
     });
     completion::register_context(e, &shared);
     let (req, p) = map_err(shared::register(e, &shared, PendingKind::Context))?;

@@ -52,9 +52,11 @@ pub struct CtxShared {
     /// The threads that may take part in the large copies this context's
     /// calls make on the JS thread (see [`crate::copy`]).
     pub(super) copy_help: crate::copy::CopyHelp,
-    /// Whether `readTensor(tensor)` readies memory for the worker's copy
-    /// (see `MLContext::read_tensor`).
-    pub(super) ready_reads: bool,
+    /// Whether the context's threads leave the JS thread a core: then
+    /// `readTensor(tensor)` readies memory for the worker's copy (see
+    /// `MLContext::read_tensor`), and the event loop may poll for a read
+    /// due soon (`completion::poll_for`).
+    pub(super) spare_core: bool,
 }
 
 impl CtxShared {

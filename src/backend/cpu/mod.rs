@@ -463,7 +463,7 @@ pub fn pool(n: usize) -> Result<Arc<rayon::ThreadPool>> {
 
 /// The time a pool thread spins after a hot dispatch: `WEBNN_CPU_SPIN_MS`
 /// milliseconds, 40 when unset or unreadable.
-fn spin_time() -> std::time::Duration {
+pub(crate) fn spin_time() -> std::time::Duration {
     let ms = std::env::var("WEBNN_CPU_SPIN_MS")
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())

@@ -1083,3 +1083,40 @@ fn outer_products_give_the_bits_of_the_blocked_path() {
         }
     }
 }
+
+/// `sgemm_t` reads a row-major B in place for a product of few rows
+/// (`reads_b_in_place`), and packs it otherwise: either way the bits of
+/// the packed path, edge columns and the deep products' KC blocks
+/// included.
+#[test]
+fn sgemm_reads_b_in_place_with_the_packed_bits() {
+    let kern = best_kernel();
+    for &(m, n, k, in_place) in &[
+        (128, 128, 64, true),
+        (37, 100, 130, true),
+        (13, 45, 800, true),
+        (512, 96, 20, true),
+        (513, 96, 20, false),
+        (20, 1024, 50, false),
+        (20, 2048, 9, false),
+    ] {
+        assert_eq!(
+            reads_b_in_place(kern, m, n),
+            in_place && kern.rows.is_some(),
+            "{m}x{n}"
+        );
+        let (a, b) = (data(m * k, 11), data(k * n, 12));
+        let am = Mat::new(&a, m, k, false).unwrap();
+        let bm = Mat::new(&b, k, n, false).unwrap();
+        for threads in [1, 2] {
+            let mut packed = vec![3.0f32; m * n];
+            gemm_blocked(kern, m, n, k, am, BSrc::Plain(bm), &mut packed, threads);
+            let mut c = vec![7.0f32; m * n];
+            sgemm_t(m, n, k, &a, false, &b, false, &mut c, threads > 1).unwrap();
+            assert!(same_bits(&packed, &c), "{m}x{n}x{k} threads={threads}");
+        }
+        let mut c = vec![0.0f32; m * n];
+        sgemm(m, n, k, &a, &b, &mut c, false);
+        check(&c, &naive(m, n, k, &a, false, &b, false), k, "in place");
+    }
+}

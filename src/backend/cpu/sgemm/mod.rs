@@ -213,8 +213,11 @@ pub fn sgemm_t(
         gemv_rows(m, n, k, a, bm, c, threads);
     } else {
         let kern = best_kernel();
-        if !b_t && reads_b_in_place(kern, m, n) {
-            let offs: Vec<usize> = (0..k).map(|p| p * n).collect();
+        // B's row offsets (k of them, as B has k rows); where they cannot
+        // be allocated, B is packed as before.
+        let mut offs = Vec::new();
+        if !b_t && reads_b_in_place(kern, m, n) && offs.try_reserve_exact(k).is_ok() {
+            offs.extend((0..k).map(|p| p * n));
             let rb = RowsB::new(b, &offs, n)?;
             gemm_blocked(kern, m, n, k, am, BSrc::Rows(rb), c, threads);
         } else {

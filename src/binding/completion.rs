@@ -399,23 +399,30 @@ pub fn poll_for(env: napi_env, inbox: &Inbox, request: u64) {
         p.until = Some(p.until.map_or(until, |u| u.max(until)));
         !std::mem::replace(&mut p.armed, true)
     });
-    if arm && queue_tick(env).is_err() {
-        POLL.with(|p| p.borrow_mut().disarm());
-        // The call may have left an exception (an embedder without
-        // `setImmediate`): the read must still return its promise.
-        let _ = super::errors::take_exception(env);
+    if arm {
+        queue_tick(env);
     }
 }
 
-/// Queues [`poll_tick`] with `setImmediate`.
-fn queue_tick(env: napi_env) -> napi::Result<()> {
-    let made = POLL.with(|p| p.borrow().refs.is_some());
-    if !made {
-        let refs = global_and_function(env, "setImmediate", "webnnPoll", poll_tick)?;
-        POLL.with(|p| p.borrow_mut().refs = Some(refs));
+/// Queues [`poll_tick`] with `setImmediate`; where that fails, stops
+/// polling (the loop then sleeps as it would have).
+fn queue_tick(env: napi_env) {
+    let queued = || -> napi::Result<()> {
+        let made = POLL.with(|p| p.borrow().refs.is_some());
+        if !made {
+            let refs = global_and_function(env, "setImmediate", "webnnPoll", poll_tick)?;
+            POLL.with(|p| p.borrow_mut().refs = Some(refs));
+        }
+        let pair = POLL.with(|p| locals(env, p.borrow().refs.as_ref()))?;
+        call_with_function(env, pair, "setImmediate")
+    };
+    if queued().is_err() {
+        POLL.with(|p| p.borrow_mut().disarm());
+        // The call may have left an exception (an embedder without
+        // `setImmediate`, or one that throws): the read must still return
+        // its promise.
+        let _ = super::errors::take_exception(env);
     }
-    let pair = POLL.with(|p| locals(env, p.borrow().refs.as_ref()))?;
-    call_with_function(env, pair, "setImmediate")
 }
 
 /// One turn of the event loop while polled reads are pending: queues the
@@ -435,9 +442,8 @@ unsafe extern "C" fn poll_tick(env: napi_env, _info: sys::napi_callback_info) ->
             }
             live
         });
-        if again && queue_tick(env).is_err() {
-            POLL.with(|p| p.borrow_mut().disarm());
-            let _ = super::errors::take_exception(env);
+        if again {
+            queue_tick(env);
         }
     }));
     ptr::null_mut()

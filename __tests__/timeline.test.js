@@ -554,27 +554,33 @@ describe('reads due soon', () => {
       for (let k = 0; k < K; k++) s += data[k] * weights[k * K + j];
       return s;
     });
-    return { graph, input, output, row0 };
+    return { m, graph, input, output, row0 };
   }
 
   // The smallest product whose dispatch takes 0.15 ms or more on this
-  // machine (20 chained, then one read), when that is under 0.5 ms: a
-  // read after one dispatch is then due within a millisecond, and later
-  // than a read waits for inside the call.
+  // machine (20 chained, then one read; the fastest of three such runs),
+  // when that is under 0.8 ms: a read after one dispatch is then due
+  // within a millisecond, and later than a read waits for inside the
+  // call. A busy host can time one size past the range: it is timed again.
   async function dueSoon(context) {
-    for (let m = 16; m <= 8192; m *= 2) {
-      const p = await product(context, m);
+    const timed = async (p) => {
+      const view = new Float32Array(p.m * K);
       let best = Infinity;
       for (let round = 0; round < 3; round++) {
         const t = performance.now();
         for (let i = 0; i < 20; i++) context.dispatch(p.graph, { x: p.input }, { y: p.output });
-        await context.readTensor(p.output);
+        await context.readTensor(p.output, view);
         best = Math.min(best, (performance.now() - t) / 20);
       }
-      if (best >= 0.15) {
-        if (best > 0.5) throw new Error(`no product takes 0.15 to 0.5 ms here (${m} rows: ${best} ms)`);
-        return p;
-      }
+      return best;
+    };
+    for (let m = 16; m <= 8192; m *= 2) {
+      const p = await product(context, m);
+      let best = await timed(p);
+      if (best < 0.15) continue;
+      for (let again = 0; again < 5 && best > 0.8; again++) best = Math.min(best, await timed(p));
+      if (best > 0.8) throw new Error(`no product takes 0.15 to 0.8 ms here (${m} rows: ${best} ms)`);
+      return p;
     }
     throw new Error('no product of up to 8192 rows takes 0.15 ms');
   }
@@ -589,32 +595,45 @@ describe('reads due soon', () => {
   spare('the loop turns while such a read is pending, and stops once it settles', async () => {
     const context = await ml.createContext({ numThreads: 1 });
     const p = await dueSoon(context);
+    // Whether a read polls follows the worker's timing of the read before
+    // it (from the call to its completion), which the round trip timed
+    // here bounds from above: after a round trip under 0.9 ms, a read
+    // either settles inside the call (a microtask settles it) or polls.
+    // Reads after slower ones (a busy host) may sleep, rightly, and are not
+    // counted; the loop goes on until three reads have been seen polling.
+    // Into a view: a new ArrayBuffer for each read would be freed by
+    // Node's own immediates in time, which the counts below would see.
+    const y = new Float32Array(p.m * K);
+    let last = Infinity;
     let polled = 0;
-    for (let i = 0; i < 8; i++) {
+    for (let i = 0; i < 300 && polled < 3; i++) {
       const t = performance.now();
       context.dispatch(p.graph, { x: p.input }, { y: p.output });
-      const read = context.readTensor(p.output);
+      const read = context.readTensor(p.output, y);
       const turning = immediates();
-      const y = new Float32Array(await read);
+      let early = false;
+      const seen = read.then(() => {
+        early = true;
+      });
+      for (let j = 0; j < 8; j++) await null;
+      const settledInside = early;
+      await read;
+      await seen;
       const took = performance.now() - t;
       expect(Array.from(y.subarray(0, K))).toEqual(p.row0.map(Math.fround));
-      // Whether a read polls follows the worker's timing of the read
-      // before it, which the host may delay past the range now and then;
-      // most reads here must poll.
       expect(turning).toBeLessThanOrEqual(1);
-      polled += turning;
+      if (last <= 0.9) {
+        expect(turning === 1 || settledInside).toBe(true);
+        polled += turning;
+      }
+      last = took;
       // The turn queued last runs, finds nothing pending and queues none.
       await turns(2);
       expect(immediates()).toBe(0);
-      if (took > 0.9) await context.readTensor(p.output);
     }
-    expect(polled).toBeGreaterThanOrEqual(5);
+    expect(polled).toBe(3);
     // Pending when the context goes: the read rejects and polling ends
     // by itself.
-    for (let i = 0; i < 3; i++) {
-      context.dispatch(p.graph, { x: p.input }, { y: p.output });
-      await context.readTensor(p.output);
-    }
     context.dispatch(p.graph, { x: p.input }, { y: p.output });
     const read = context.readTensor(p.output);
     const turning = immediates();
@@ -628,11 +647,12 @@ describe('reads due soon', () => {
   spare('a context whose threads take every core does not poll', async () => {
     const context = await ml.createContext({ numThreads: cores });
     const p = await dueSoon(context);
+    const y = new Float32Array(p.m * K);
     for (let i = 0; i < 3; i++) {
       context.dispatch(p.graph, { x: p.input }, { y: p.output });
-      const read = context.readTensor(p.output);
+      const read = context.readTensor(p.output, y);
       expect(immediates()).toBe(0);
-      const y = new Float32Array(await read);
+      await read;
       expect(Array.from(y.subarray(0, K))).toEqual(p.row0.map(Math.fround));
     }
     context.destroy();
@@ -650,10 +670,11 @@ describe('reads due soon', () => {
         const graph = await b.build({ y: b.add(x, x) });
         const t = await context.createTensor(d);
         const u = await context.createTensor({ ...d, readable: true });
+        const view = new Float32Array(1 << 18);
         let polled = 0;
-        for (let i = 0; i < 20; i++) {
+        for (let i = 0; i < 100; i++) {
           context.dispatch(graph, { x: t }, { y: u });
-          const read = context.readTensor(u);
+          const read = context.readTensor(u, view);
           polled += process.getActiveResourcesInfo().filter((r) => r === 'Immediate').length;
           await read;
         }

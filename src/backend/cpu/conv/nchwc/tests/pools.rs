@@ -67,13 +67,11 @@ fn blocked_and_nchw(
     (got, want)
 }
 
-/// The kernel against the NCHW kernel, every kind and case, on input
-/// that holds NaNs of two payloads, both zeros and both infinities
-/// (max keeps the first NaN of a window and the first of equal values,
-/// as the NCHW kernel does): the same bits, NaN payloads of the sums
-/// aside.
-#[test]
-fn windowed_pooling_gives_the_bits_of_the_nchw_kernel() {
+/// Puts into `v`, every `period` floats, a pair of specials (NaNs of two
+/// payloads, both zeros, both infinities, in turn, so that windows see the
+/// two NaNs side by side: the first of a window's NaNs is its result) and
+/// a run of a zero and a negative zero (windows see both side by side).
+fn with_specials(v: &mut [f32], period: usize) {
     let specials = [
         f32::NAN,
         f32::from_bits(0x7fc0_1234),
@@ -82,23 +80,30 @@ fn windowed_pooling_gives_the_bits_of_the_nchw_kernel() {
         f32::INFINITY,
         f32::NEG_INFINITY,
     ];
+    for (j, e) in v.iter_mut().enumerate() {
+        match j % period {
+            0 | 1 => *e = specials[(j / period + j % period) % specials.len()],
+            5 => *e = 0.0,
+            6 => *e = -0.0,
+            _ => {}
+        }
+    }
+}
+
+/// The kernel against the NCHW kernel, every kind and case, on input
+/// that holds NaNs of two payloads, both zeros and both infinities
+/// (max keeps the first NaN of a window and the first of equal values,
+/// as the NCHW kernel does): the same bits, NaN payloads of the sums
+/// aside.
+#[test]
+fn windowed_pooling_gives_the_bits_of_the_nchw_kernel() {
     for (i, &(x, win, pad, s, d, ceil)) in cases().iter().enumerate() {
         for kind in [PoolKind::Max, PoolKind::Average, PoolKind::L2] {
             let p = pool(kind, x, win, pad, s, d, ceil);
             assert!(pool::is_window(&p), "case {i}");
             let len = x.0 * x.1 * x.2 * x.3;
             let mut v = random(len, i as u64 + 40);
-            // Zeros in runs, so that windows see both zeros side by side,
-            // and pairs of specials, so that they see the two NaNs side by
-            // side (the first of a window's NaNs is its result).
-            for (j, e) in v.iter_mut().enumerate() {
-                match j % 23 {
-                    0 | 1 => *e = specials[(j / 23 + j % 23) % specials.len()],
-                    5 => *e = 0.0,
-                    6 => *e = -0.0,
-                    _ => {}
-                }
-            }
+            with_specials(&mut v, 23);
             let (got, want) = blocked_and_nchw(&p, x, &v);
             for (level, got) in got {
                 // Max selects, so it keeps a NaN's payload; sums compute
@@ -148,26 +153,11 @@ fn windowed_pooling_gives_the_bits_of_the_nchw_kernel() {
 #[test]
 fn the_portable_3x3_max_kernel_gives_the_bits_of_the_nchw_kernel() {
     use super::simd::Lanes;
-    let specials = [
-        f32::NAN,
-        f32::from_bits(0x7fc0_1234),
-        0.0,
-        -0.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-    ];
     let x = (1, 16, 11, 23);
     let (h, w) = (x.2, x.3);
     let p = pool(PoolKind::Max, x, [3, 3], [0; 4], [1, 2], [2, 1], false);
     let mut v = random(x.1 * h * w, 7);
-    for (j, e) in v.iter_mut().enumerate() {
-        match j % 13 {
-            0 | 1 => *e = specials[(j / 13 + j % 13) % specials.len()],
-            5 => *e = 0.0,
-            6 => *e = -0.0,
-            _ => {}
-        }
-    }
+    with_specials(&mut v, 13);
     let (_, want) = blocked_and_nchw(&p, x, &v);
     let blocked = block(&v, x);
     let (oh, ow) = (p.out_h, p.out_w);

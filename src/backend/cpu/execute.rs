@@ -460,7 +460,7 @@ pub(super) fn execute(
                     recurrent::run(o, &ins, &in_descs, out_descs, cg.recurrent.get(&n))
                 }
                 (Op::Pool2d(p), _, None) if plan.is_some_and(|pl| pl.is_pool(n)) => {
-                    nchwc::pool(p, ins[0]).map(|b| vec![b])
+                    nchwc::pool(p, ins[0], out_descs[0].data_type).map(|b| vec![b])
                 }
                 (Op::Concat(_), _, None) if plan.is_some_and(|pl| pl.is_concat(n)) => {
                     nchwc::concat(&ins, out_descs[0].shape[0]).map(|b| vec![b])

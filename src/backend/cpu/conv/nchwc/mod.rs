@@ -268,10 +268,6 @@ pub(super) fn best() -> Option<Isa> {
     Isa::best()
 }
 
-fn is_f32_4d(d: &OperandDescriptor) -> bool {
-    d.data_type == DataType::Float32 && d.rank() == 4
-}
-
 /// For a 4-D float operand, whether it is float16; `None` for others.
 fn float_4d(d: &OperandDescriptor) -> Option<bool> {
     match (d.data_type, d.rank()) {
@@ -645,17 +641,19 @@ fn f32s(b: &Buf) -> Result<&[f32]> {
 }
 
 /// Pooling `p` of blocked `x` (a node that [`Plan::is_pool`] names): a
-/// global one into NCHW `[n, c, 1, 1]`, a windowed one into the blocked
-/// layout.
+/// global one into NCHW `[n, c, 1, 1]` of the output's type `dt` (float16
+/// narrowed from the float32 sums, as the plain kernel narrows its
+/// results), a windowed one into the blocked layout (float32, rounded by
+/// the caller where the operand is float16).
 pub(in crate::backend::cpu) fn pool(
     p: &crate::graph::ops::conv::Pool2dParams,
     x: &Buf,
+    dt: DataType,
 ) -> Result<Buf> {
     match pool::is_global(p) {
-        true => pool::global(p, f32s(x)?),
-        false => pool::window(p, f32s(x)?),
+        true => crate::backend::cpu::util::from_floats(dt, pool::global(p, f32s(x)?)?),
+        false => pool::window(p, f32s(x)?).map(Buf::F32),
     }
-    .map(Buf::F32)
 }
 
 /// The channel concatenation of blocked `inputs` of batch `n` (a node

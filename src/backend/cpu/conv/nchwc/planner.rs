@@ -56,9 +56,10 @@ pub(super) fn plan_with(
                 };
                 let from_blocked = blocked[x] && layout[x] == Some(p.nhwc);
                 let d = &graph.operands[out];
-                if from_blocked && is_f32_4d(d) && pool::is_global(p) {
+                if from_blocked && float_4d(d) == Some(half[x]) && pool::is_global(p) {
                     // Its output (1x1 planes) is the same in both layouts
-                    // and stays NCHW.
+                    // and stays NCHW; a float16 one is narrowed from the
+                    // float32 result, as the plain kernel's is.
                     pools[ni] = true;
                 } else if windows
                     && from_blocked

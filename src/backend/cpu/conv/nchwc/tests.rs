@@ -777,6 +777,33 @@ fn global_pools_read_the_blocked_layout() {
         assert!(same_bits(&blocked[k], &copied[k]));
         assert_near(&blocked[k], &plain[k]);
     }
+    // In float16 too: the pools read the blocked output (float32 holding
+    // the convolution's float16 values) and narrow their float32 results
+    // once, as the NCHW kernel does, so the float16 results have its bits.
+    let half = Arc::new(layouts::in_half(&graph));
+    for id in 4..=5 {
+        cpu.compile(id, half.clone()).unwrap();
+    }
+    let plan = cpu.graphs[&4].nchwc.as_ref().expect("a float16 plan");
+    assert!((1..=3).all(|n| plan.is_pool(n) && plan.wants_blocked(&half, n, 0)));
+    assert!((4..=6).all(|i| !plan.is_blocked(i)));
+    let g5 = cpu.graphs.get_mut(&5).unwrap().nchwc.as_mut().unwrap();
+    g5.pools.iter_mut().for_each(|f| *f = false);
+    let xh = Buf::f16_from_f32(&x);
+    let mut run = |id| {
+        let r = cpu.compute(id, &half, vec![xh.clone()]).unwrap();
+        assert!(
+            r.iter().all(|b| matches!(b, Buf::F16(_))),
+            "float16 results"
+        );
+        r.iter().map(|b| b.to_f32_vec()).collect::<Vec<_>>()
+    };
+    let (blocked, copied) = (run(4), run(5));
+    assert_eq!(blocked.len(), 3);
+    for k in 0..3 {
+        assert_eq!(blocked[k].len(), 24);
+        assert!(same_bits(&blocked[k], &copied[k]), "float16 pool {k}");
+    }
 }
 
 /// The depthwise form is the plan's own on every form but AVX-512, and

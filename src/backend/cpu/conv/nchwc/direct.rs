@@ -15,17 +15,126 @@ const CHUNK_BYTES: usize = 160 << 10;
 /// Fewest output pixels per task.
 const MIN_CHUNK: usize = 6;
 /// The most pixels of any tile ([`tile_pixels`]).
-const MAX_TILE: usize = 12;
+const MAX_TILE: usize = 16;
 /// Output pixels per tile for `nv` vectors of `w` lanes per pixel: on
 /// AVX2 12 accumulators of the 16 ymm registers (12 independent chains
 /// of multiply-adds keep both FMA pipes busy; with 6 a single block
 /// waited on their latency: 144 -> 24 channels on 56x56, 418 -> 382
-/// us), on AVX-512 24 of the 32 zmm registers.
+/// us), on AVX-512 24 of the 32 zmm registers, or 16 for a panel of one
+/// zmm vector (see [`one_vector`]: with 20 or 24 pixels such a tile ran
+/// at half the speed, its accumulators spilled).
 pub(super) fn tile_pixels(w: usize, nv: usize) -> usize {
-    match w {
-        8 => 12 / nv,
+    match (w, nv) {
+        (8, _) => 12 / nv,
+        (_, 1) => 16,
         _ => 24 / nv,
     }
+}
+
+/// Whether a panel of two blocks runs on one vector of `V` (16 pixels
+/// by one zmm vector on AVX-512) rather than on two of `N` (6 pixels by
+/// two ymm vectors). Both sum each output in the same order, so the
+/// bits are the same; what differs is the loads. Each multiply-add of
+/// the zmm tile takes one broadcast of an input value, the ymm tile's
+/// take one for two multiply-adds of half the width. Measured on an
+/// AVX-512 Zen 5, one thread, a 1x1 convolution to 16 channels after a
+/// blocked layer: from 128 channels at 55x55 99-101 us on ymm against
+/// 61-64 on zmm, from 64 at 55x55 50 against 32, from 144 to 24
+/// channels at 56x56 (a panel of two blocks and one of one) 187
+/// against 144, from 384 to 48 at 13x13 33 against 27. An earlier note
+/// had the zmm tile slower on an Intel Xeon, so the choice is measured
+/// once per process on the CPU at hand (`measured_one_vector`); the
+/// portable 16-lane form of the tests always takes it, so that the
+/// tests compare it with the 8-lane forms bit for bit.
+///
+/// # Safety
+/// The CPU has `V`'s and `N`'s features.
+pub(super) unsafe fn one_vector<V: Vf, N: Vf>() -> bool {
+    if V::W != 2 * N::W {
+        return false;
+    }
+    if !V::HW {
+        return true;
+    }
+    // SAFETY: a hardware `V` twice `N`'s width is `__m512` beside
+    // `__m256` (NEON has one width), whose features (AVX-512F, AVX2 and
+    // FMA) the caller vouches for.
+    unsafe { measured_one_vector() }
+}
+
+/// [`one_vector`] for `__m512` beside `__m256`: whichever of the two
+/// tiles passed a 1x1 convolution from 64 channels to 16 over 28x28
+/// pixels faster, the fastest of eight alternating runs of each (about
+/// 0.3 ms, once per process).
+///
+/// # Safety
+/// The CPU has AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+unsafe fn measured_one_vector() -> bool {
+    use std::arch::x86_64::{__m256, __m512};
+    static CHOICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| {
+        let (icb, count) = (8, 28 * 28);
+        let x: Vec<f32> = (0..icb * count * L)
+            .map(|i| (i % 17) as f32 * 0.25 - 2.0)
+            .collect();
+        let w: Vec<f32> = (0..icb * L * 2 * L)
+            .map(|i| (i % 5) as f32 * 0.125 - 0.25)
+            .collect();
+        let mut out = vec![0.0f32; 2 * count * L];
+        let panels = [Panel {
+            ob0: 0,
+            nb: 2,
+            off: 0,
+        }];
+        let g = Geometry {
+            px: L,
+            taps: &[0],
+            ibs: count * L,
+            icb,
+            cl: L,
+            cs: 1,
+            obs: count * L,
+            lo: f32::NEG_INFINITY,
+            hi: f32::INFINITY,
+        };
+        let mut best = [u128::MAX; 2];
+        for _ in 0..8 {
+            for (k, one) in [true, false].into_iter().enumerate() {
+                let t = std::time::Instant::now();
+                // SAFETY: the caller's features are both kinds'. `g` is a
+                // 1x1 unit-stride geometry over `icb` blocks of `count`
+                // pixels, which `x` holds; `w` is one panel of two blocks,
+                // `icb * 8` rows of 16 floats; `out` holds two output
+                // blocks of `count` pixels; no bias, no residual.
+                unsafe {
+                    pointwise_with::<__m512, __m256>(
+                        one,
+                        w.as_ptr(),
+                        &panels,
+                        &g,
+                        x.as_ptr(),
+                        std::ptr::null(),
+                        std::ptr::null(),
+                        out.as_mut_ptr(),
+                        count,
+                    )
+                };
+                best[k] = best[k].min(t.elapsed().as_nanos());
+            }
+        }
+        std::hint::black_box(&out);
+        best[0] <= best[1]
+    })
+}
+
+/// Not reached off x86-64 (no kind there is twice another's width).
+///
+/// # Safety
+/// None needed.
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn measured_one_vector() -> bool {
+    false
 }
 
 /// The pixels of the next tile, of `left` pixels still to do in tiles
@@ -316,22 +425,21 @@ unsafe fn tile_n<V: Vf, const PX: usize>(
         if V::W == 8 {
             go!(2: 1 2 3 4 5 6; 1: 1 2 3 4 5 6 7 8 9 10 11 12)
         } else {
-            go!(2: 1 2 3 4 5 6 7 8 9 10 11 12; 4: 1 2 3 4 5 6)
+            go!(1: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16;
+                2: 1 2 3 4 5 6 7 8 9 10 11 12; 4: 1 2 3 4 5 6)
         }
     }
 }
 
 /// How panel `pn` runs: on `V` (`wide`) when its channels fill two or
-/// more of `V`'s vectors, else on `N`; with `nv` vectors per pixel and
-/// tiles of `mr` pixels. A panel of one `V` vector (2 blocks on
-/// AVX-512) measured slower in a tile of 16 pixels by 1 zmm vector than
-/// in 6 by 2 ymm vectors (24 channels on 56x56 from 144: 340 against
-/// 264 us).
-fn form<V: Vf, N: Vf>(pn: &Panel) -> (bool, usize, usize) {
+/// more of `V`'s vectors, or one where `one` says so ([`one_vector`]),
+/// else on `N`; with `nv` vectors per pixel and tiles of `mr` pixels.
+fn form<V: Vf, N: Vf>(pn: &Panel, one: bool) -> (bool, usize, usize) {
     // A narrow tile's vector is one block: the tiles' and the callers'
     // bounds count on it.
     const { assert!(N::W == L) };
-    let wide = (pn.nb * L).is_multiple_of(V::W) && pn.nb * L >= 2 * V::W;
+    let vectors = if one { 1 } else { 2 };
+    let wide = (pn.nb * L).is_multiple_of(V::W) && pn.nb * L >= vectors * V::W;
     let (vw, nv) = match wide {
         true => (V::W, pn.nb * L / V::W),
         false => (N::W, pn.nb),
@@ -407,8 +515,33 @@ pub(super) unsafe fn pointwise<V: Vf, N: Vf>(
     out: *mut f32,
     count: usize,
 ) {
+    // SAFETY: the caller's contract is `pointwise_with`'s, and includes
+    // `one_vector`'s (the features of both kinds).
+    unsafe {
+        let one = one_vector::<V, N>();
+        pointwise_with::<V, N>(one, w, panels, g, x, bias, sum, out, count)
+    }
+}
+
+/// [`pointwise`] with panels of one `V` vector on `V` or not (`one`,
+/// see [`form`]): the same bits either way.
+///
+/// # Safety
+/// As for [`pointwise`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn pointwise_with<V: Vf, N: Vf>(
+    one: bool,
+    w: *const f32,
+    panels: &[Panel],
+    g: &Geometry,
+    x: *const f32,
+    bias: *const f32,
+    sum: *const f32,
+    out: *mut f32,
+    count: usize,
+) {
     for pn in panels {
-        let (wide, nv, mr) = form::<V, N>(pn);
+        let (wide, nv, mr) = form::<V, N>(pn, one);
         let mut q = 0;
         while q < count {
             let m = tile_len(mr, count - q);
@@ -591,6 +724,8 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
     res: &mut [f32],
 ) -> Result<()> {
     let (n, ocb) = (p.batch, p.out_channels / L);
+    // SAFETY: the caller vouches for both kinds' features.
+    let one_vec = unsafe { one_vector::<V, N>() };
     // Plain input: one block of all its channels, one float per pixel.
     let (icb, lanes) = if plain {
         (1, 1)
@@ -728,7 +863,7 @@ pub(super) unsafe fn direct<V: Vf, N: Vf>(
         // as fast or slower with it, by up to 12% at 56x56.)
         let rows = g.icb * g.taps.len() * g.cl;
         for (i, pn) in mine.iter().enumerate() {
-            let (wide, nv, mr) = form::<V, N>(pn);
+            let (wide, nv, mr) = form::<V, N>(pn, one_vec);
             let nx = panels.get(first + i + 1).filter(|_| big);
             let mut q = p0;
             let mut offs = [0usize; MAX_TILE];

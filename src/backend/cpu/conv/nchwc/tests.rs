@@ -1313,3 +1313,35 @@ fn tiles_after_the_first_ask_for_the_next_panel() {
     );
     assert!(direct::next_from(2, Some(&narrow), rows, w).is_null());
 }
+
+/// Panels of two blocks run on one vector of the 16-lane portable form
+/// always (so that `direct_matches_the_nchw_kernels` compares that tile
+/// with the 8-lane forms' two-vector one bit for bit), never where no
+/// kind is twice another's width, and on AVX-512 as measured (either
+/// answer, the same one at every call); such a tile holds 16 pixels,
+/// which the tiles' offset arrays hold.
+#[test]
+fn panels_of_two_blocks_take_one_wide_vector_where_it_is_faster() {
+    use simd::Lanes;
+    // SAFETY: the portable form needs no CPU features.
+    unsafe {
+        assert!(direct::one_vector::<Lanes<16>, Lanes<8>>());
+        assert!(!direct::one_vector::<Lanes<8>, Lanes<8>>());
+    }
+    assert_eq!(direct::tile_pixels(16, 1), 16);
+    assert_eq!(direct::tile_pixels(16, 2), 12);
+    assert_eq!(direct::tile_pixels(8, 2), 6);
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m256, __m512};
+        if matches!(Isa::best(), Some(Isa::Avx2 | Isa::Avx512)) {
+            // SAFETY: AVX2 and FMA, detected.
+            assert!(!unsafe { direct::one_vector::<__m256, __m256>() });
+        }
+        if Isa::best() == Some(Isa::Avx512) {
+            // SAFETY: AVX-512F, AVX2 and FMA, detected.
+            let [first, again] = [(); 2].map(|_| unsafe { direct::one_vector::<__m512, __m256>() });
+            assert_eq!(first, again);
+        }
+    }
+}

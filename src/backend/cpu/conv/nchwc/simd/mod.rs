@@ -38,6 +38,9 @@ pub(super) use neon::Neon8;
 pub(super) trait Vf: Copy {
     /// Lanes.
     const W: usize;
+    /// Whether this is a hardware kind (`__m256`, `__m512`, `Neon8`),
+    /// not the portable form the tests run.
+    const HW: bool = true;
     /// Runs `f` compiled with this kind's CPU features (the kernels that
     /// it calls are `#[inline(always)]`, so they compile with them).
     ///
@@ -119,6 +122,7 @@ pub(super) struct Lanes<const W: usize>([f32; W]);
 #[cfg(test)]
 impl<const W: usize> Vf for Lanes<W> {
     const W: usize = W;
+    const HW: bool = false;
     #[inline(always)]
     unsafe fn with<R>(f: impl FnOnce() -> R) -> R {
         f()

@@ -74,14 +74,16 @@ unsafe fn measured_one_vector() -> bool {
     use std::arch::x86_64::{__m256, __m512};
     static CHOICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *CHOICE.get_or_init(|| {
-        let (icb, count) = (8, 28 * 28);
+        const ICB: usize = 8;
+        const COUNT: usize = 28 * 28;
+        let (icb, count) = (ICB, COUNT);
         let x: Vec<f32> = (0..icb * count * L)
             .map(|i| (i % 17) as f32 * 0.25 - 2.0)
             .collect();
         let w: Vec<f32> = (0..icb * L * 2 * L)
             .map(|i| (i % 5) as f32 * 0.125 - 0.25)
             .collect();
-        let mut out = vec![0.0f32; 2 * count * L];
+        let mut out = vec![0.0f32; 2 * COUNT * L];
         let panels = [Panel {
             ob0: 0,
             nb: 2,

@@ -247,19 +247,34 @@ pub(super) fn available() -> bool {
 }
 
 /// The blocked kernels' vectors as the bench prints them: the depthwise
-/// form where it differs (see [`depthwise::preferred`]).
+/// form where it differs (see [`depthwise::preferred`]), and on AVX-512
+/// the tile of a panel of two blocks (see `direct::one_vector`).
 pub(in crate::backend::cpu) fn isa_name() -> String {
-    match best() {
-        None if cfg!(target_arch = "x86_64") => "off (no AVX2+FMA)".into(),
-        None => "off (no kernels for this architecture)".into(),
-        Some(isa) => match depthwise::preferred(isa) {
-            d if d == isa => isa.name().into(),
-            d => format!(
-                "{} (depthwise {}, measured faster here)",
-                isa.name(),
-                d.name()
-            ),
-        },
+    let Some(isa) = best() else {
+        return match cfg!(target_arch = "x86_64") {
+            true => "off (no AVX2+FMA)".into(),
+            false => "off (no kernels for this architecture)".into(),
+        };
+    };
+    let mut measured = Vec::new();
+    let d = depthwise::preferred(isa);
+    if d != isa {
+        measured.push(format!("depthwise {}", d.name()));
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        use std::arch::x86_64::{__m256, __m512};
+        // SAFETY: `best` gives `Avx512` only where it detected
+        // AVX-512F, AVX2 and FMA, both kinds' features.
+        let one = unsafe { direct::one_vector::<__m512, __m256>() };
+        measured.push(format!(
+            "16-channel panels on {}",
+            if one { "one zmm" } else { "two ymm" }
+        ));
+    }
+    match measured.is_empty() {
+        true => isa.name().into(),
+        false => format!("{} ({}, measured here)", isa.name(), measured.join(", ")),
     }
 }
 

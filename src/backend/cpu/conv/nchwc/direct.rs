@@ -41,9 +41,10 @@ pub(super) fn tile_pixels(w: usize, nv: usize) -> usize {
 /// blocked layer: from 128 channels at 55x55 99-101 us on ymm against
 /// 61-64 on zmm, from 64 at 55x55 50 against 32, from 144 to 24
 /// channels at 56x56 (a panel of two blocks and one of one) 187
-/// against 144, from 384 to 48 at 13x13 33 against 27. An earlier note
-/// had the zmm tile slower on an Intel Xeon, so the choice is measured
-/// once per process on the CPU at hand (`measured_one_vector`); the
+/// against 144, from 384 to 48 at 13x13 33 against 27. An earlier
+/// measurement, on the machine of its day, had the zmm tile slower (24
+/// channels from 144 at 56x56: 340 against 264 us), so the choice is
+/// measured once per process on the CPU at hand (`measured_one_vector`); the
 /// portable 16-lane form of the tests always takes it, so that the
 /// tests compare it with the 8-lane forms bit for bit.
 ///

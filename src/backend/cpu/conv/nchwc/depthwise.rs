@@ -311,25 +311,19 @@ fn faster_form() -> bool {
     let x: Vec<f32> = (0..n).map(|i| (i % 17) as f32 * 0.25 - 2.0).collect();
     let w: Vec<f32> = (0..32 * 9).map(|i| (i % 5) as f32 * 0.125 - 0.25).collect();
     let mut res = vec![0.0f32; n];
-    let mut best = [u128::MAX; 2];
-    for _ in 0..8 {
-        for (k, wide) in [true, false].into_iter().enumerate() {
-            let t = std::time::Instant::now();
-            // SAFETY: `preferred` runs this only for `Isa::Avx512`, which
-            // only `Isa::best` makes, after detecting AVX-512F, AVX2 and
-            // FMA: the features of both forms. `x` and `res` hold the 32
-            // x 28 x 28 input and output, `w` 32 x 3 x 3, and with
-            // padding 1 every tap lies inside the padded input.
-            unsafe {
-                match wide {
-                    true => depthwise::<__m512, __m256>(&w, &p, &x, None, (0.0, 6.0), &mut res),
-                    false => depthwise::<__m256, __m256>(&w, &p, &x, None, (0.0, 6.0), &mut res),
-                }
+    super::first_is_faster(|wide| {
+        // SAFETY: `preferred` runs this only for `Isa::Avx512`, which
+        // only `Isa::best` makes, after detecting AVX-512F, AVX2 and
+        // FMA: the features of both forms. `x` and `res` hold the 32
+        // x 28 x 28 input and output, `w` 32 x 3 x 3, and with
+        // padding 1 every tap lies inside the padded input.
+        unsafe {
+            match wide {
+                true => depthwise::<__m512, __m256>(&w, &p, &x, None, (0.0, 6.0), &mut res),
+                false => depthwise::<__m256, __m256>(&w, &p, &x, None, (0.0, 6.0), &mut res),
             }
-            best[k] = best[k].min(t.elapsed().as_nanos());
         }
-    }
-    best[0] <= best[1]
+    })
 }
 
 /// The outputs `[a, b)` of `n_out` along one axis whose taps all lie

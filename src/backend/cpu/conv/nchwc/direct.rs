@@ -77,11 +77,10 @@ unsafe fn measured_one_vector() -> bool {
     *CHOICE.get_or_init(|| {
         const ICB: usize = 8;
         const COUNT: usize = 28 * 28;
-        let (icb, count) = (ICB, COUNT);
-        let x: Vec<f32> = (0..icb * count * L)
+        let x: Vec<f32> = (0..ICB * COUNT * L)
             .map(|i| (i % 17) as f32 * 0.25 - 2.0)
             .collect();
-        let w: Vec<f32> = (0..icb * L * 2 * L)
+        let w: Vec<f32> = (0..ICB * L * 2 * L)
             .map(|i| (i % 5) as f32 * 0.125 - 0.25)
             .collect();
         let mut out = vec![0.0f32; 2 * COUNT * L];
@@ -93,41 +92,35 @@ unsafe fn measured_one_vector() -> bool {
         let g = Geometry {
             px: L,
             taps: &[0],
-            ibs: count * L,
-            icb,
+            ibs: COUNT * L,
+            icb: ICB,
             cl: L,
             cs: 1,
-            obs: count * L,
+            obs: COUNT * L,
             lo: f32::NEG_INFINITY,
             hi: f32::INFINITY,
         };
-        let mut best = [u128::MAX; 2];
-        for _ in 0..8 {
-            for (k, one) in [true, false].into_iter().enumerate() {
-                let t = std::time::Instant::now();
-                // SAFETY: the caller's features are both kinds'. `g` is a
-                // 1x1 unit-stride geometry over `icb` blocks of `count`
-                // pixels, which `x` holds; `w` is one panel of two blocks,
-                // `icb * 8` rows of 16 floats; `out` holds two output
-                // blocks of `count` pixels; no bias, no residual.
-                unsafe {
-                    pointwise_with::<__m512, __m256>(
-                        one,
-                        w.as_ptr(),
-                        &panels,
-                        &g,
-                        x.as_ptr(),
-                        std::ptr::null(),
-                        std::ptr::null(),
-                        out.as_mut_ptr(),
-                        count,
-                    )
-                };
-                best[k] = best[k].min(t.elapsed().as_nanos());
-            }
-        }
-        std::hint::black_box(&out);
-        best[0] <= best[1]
+        super::first_is_faster(|one| {
+            // SAFETY: the caller's features are both kinds'. `g` is a 1x1
+            // unit-stride geometry over `ICB` blocks of `COUNT` pixels,
+            // which `x` holds; `w` is one panel of two blocks, `ICB * 8`
+            // rows of 16 floats; `out` holds two output blocks of `COUNT`
+            // pixels; no bias, no residual.
+            unsafe {
+                pointwise_with::<__m512, __m256>(
+                    one,
+                    w.as_ptr(),
+                    &panels,
+                    &g,
+                    x.as_ptr(),
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    out.as_mut_ptr(),
+                    COUNT,
+                )
+            };
+            std::hint::black_box(&out);
+        })
     })
 }
 

@@ -234,6 +234,23 @@ pub(super) fn half_l2() -> usize {
     crate::backend::cpu::sgemm::Caches::this_machine().l2 / 2
 }
 
+/// Whether `run(true)` is faster than `run(false)` on this CPU: the
+/// fastest of eight alternating runs of each. For the kernel forms that
+/// give the same bits and are chosen by time, once per process
+/// (`depthwise::preferred`, `direct::one_vector`).
+#[cfg(target_arch = "x86_64")]
+fn first_is_faster(mut run: impl FnMut(bool)) -> bool {
+    let mut best = [u128::MAX; 2];
+    for _ in 0..8 {
+        for (k, first) in [true, false].into_iter().enumerate() {
+            let t = std::time::Instant::now();
+            run(first);
+            best[k] = best[k].min(t.elapsed().as_nanos());
+        }
+    }
+    best[0] <= best[1]
+}
+
 /// Whether `WEBNN_CPU_NCHWC=0` turns the blocked layout off (read at each
 /// build, so one process can compare both ways).
 fn disabled() -> bool {

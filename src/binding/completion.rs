@@ -335,8 +335,8 @@ const POLL_HORIZON: Duration = Duration::from_millis(1);
 
 /// The reads this JS thread's event loop polls for.
 struct Poll {
-    /// Their requests, until settled.
-    reads: Vec<u64>,
+    /// Their requests and their contexts' inboxes, until settled.
+    reads: Vec<(u64, Arc<Inbox>)>,
     /// When polling ends, whatever is still pending: twice the longest
     /// wait expected, and a little more.
     until: Option<Instant>,
@@ -355,7 +355,7 @@ impl Poll {
     };
 
     fn settled(&mut self, request: u64) {
-        if let Some(i) = self.reads.iter().position(|&r| r == request) {
+        if let Some(i) = self.reads.iter().position(|(r, _)| *r == request) {
             self.reads.swap_remove(i);
         }
     }
@@ -387,7 +387,7 @@ fn polling_allowed() -> bool {
 /// the read settles, or for at most twice the expected wait. The
 /// completion then finds the JS thread awake. Nothing is settled here,
 /// and a failure only means the loop sleeps as it would have.
-pub fn poll_for(env: napi_env, inbox: &Inbox, request: u64) {
+pub fn poll_for(env: napi_env, inbox: &Arc<Inbox>, request: u64) {
     let expected = Duration::from_nanos(inbox.last_read_wait.load(Ordering::Relaxed));
     if expected > POLL_HORIZON || !polling_allowed() {
         return;
@@ -395,7 +395,7 @@ pub fn poll_for(env: napi_env, inbox: &Inbox, request: u64) {
     let until = Instant::now() + expected * 2 + INLINE_WAIT;
     let arm = POLL.with(|p| {
         let mut p = p.borrow_mut();
-        p.reads.push(request);
+        p.reads.push((request, inbox.clone()));
         p.until = Some(p.until.map_or(until, |u| u.max(until)));
         !std::mem::replace(&mut p.armed, true)
     });
@@ -425,6 +425,34 @@ fn queue_tick(env: napi_env) {
     }
 }
 
+/// What one turn of polling found.
+#[derive(Debug, PartialEq, Eq)]
+struct Turn {
+    /// Reads are still pending and their time is not up.
+    again: bool,
+    /// A polled read's worker last ran on this thread's CPU.
+    beside_worker: bool,
+}
+
+/// The decision of one polling turn: stops polling when the reads have
+/// settled or the time is up, and notes this thread's CPU for each polled
+/// read's worker (at every turn, so that a worker spinning for its next
+/// command sees where this thread is, and steps aside).
+fn poll_turn(p: &mut Poll, now: Instant) -> Turn {
+    let again = !p.reads.is_empty() && p.until.is_some_and(|u| now < u);
+    if !again {
+        p.disarm();
+    }
+    let beside_worker = again
+        && p.reads.iter().fold(false, |any, (_, inbox)| {
+            inbox.whereabouts.js_shares_cpu() | any
+        });
+    Turn {
+        again,
+        beside_worker,
+    }
+}
+
 /// One turn of the event loop while polled reads are pending: queues the
 /// next turn, or stops when they have settled or the time is up.
 ///
@@ -434,15 +462,17 @@ fn queue_tick(env: napi_env) {
 unsafe extern "C" fn poll_tick(env: napi_env, _info: sys::napi_callback_info) -> napi_value {
     // Never unwind into N-API.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let again = POLL.with(|p| {
-            let mut p = p.borrow_mut();
-            let live = !p.reads.is_empty() && p.until.is_some_and(|u| Instant::now() < u);
-            if !live {
-                p.disarm();
-            }
-            live
-        });
-        if again {
+        let turn = POLL.with(|p| poll_turn(&mut p.borrow_mut(), Instant::now()));
+        if turn.beside_worker {
+            // This thread never sleeps while it polls, so a worker that
+            // the scheduler has put on its CPU would wait for the end of
+            // its time slice (seen on a 2-vCPU VM: 0.5 to 3 ms per read,
+            // the other CPU idle, for the life of the process). Give the
+            // worker the CPU: it finishes the read, then finds itself
+            // beside this thread and moves away (`timeline::step_aside`).
+            std::thread::yield_now();
+        }
+        if turn.again {
             queue_tick(env);
         }
     }));
@@ -750,6 +780,62 @@ mod tests {
             .map(|(id, _)| id)
             .filter(|&id| id != u64::MAX)
             .collect()
+    }
+
+    /// A polling turn notes where the JS thread runs for each polled
+    /// read's worker, and says when the worker last ran on its CPU (the
+    /// JS thread then yields it); once the reads have settled or the time
+    /// is up, it stops and notes nothing.
+    #[test]
+    fn polling_notes_the_js_thread_beside_its_worker() {
+        // Where the platform tells a thread's CPU; elsewhere nothing is
+        // ever beside anything.
+        let tells = cfg!(all(
+            any(target_os = "linux", target_os = "android"),
+            not(miri)
+        ));
+        let inbox = Arc::new(Inbox::default());
+        let now = Instant::now();
+        let mut p = Poll::IDLE;
+        p.reads.push((7, inbox.clone()));
+        p.until = Some(now + Duration::from_millis(1));
+        // This thread stands in for both. The scheduler may move it
+        // between two calls, so each pair is tried until it falls on one
+        // CPU (a move between two adjacent calls is rare).
+        let on_one_cpu = |pair: &mut dyn FnMut() -> bool| (0..1000).any(|_| pair());
+        // The turn notes the JS thread's CPU: the worker sees it there.
+        assert_eq!(
+            on_one_cpu(&mut || {
+                assert!(poll_turn(&mut p, now).again);
+                inbox.whereabouts.worker_shares_cpu()
+            }),
+            tells
+        );
+        // The worker last ran on this CPU: the turn says so.
+        assert_eq!(
+            on_one_cpu(&mut || {
+                inbox.whereabouts.worker_shares_cpu();
+                let turn = poll_turn(&mut p, now);
+                assert!(turn.again);
+                turn.beside_worker
+            }),
+            tells
+        );
+        // Settled: polling stops, and the turn compares nothing.
+        p.settled(7);
+        assert_eq!(
+            poll_turn(&mut p, now),
+            Turn {
+                again: false,
+                beside_worker: false,
+            }
+        );
+        assert!(p.until.is_none());
+        // Time up with a read still pending: polling stops too.
+        p.reads.push((8, inbox.clone()));
+        p.until = Some(now);
+        assert!(!poll_turn(&mut p, now).again);
+        assert!(p.reads.is_empty());
     }
 
     /// A completion that arrives while the JS thread waits inline is

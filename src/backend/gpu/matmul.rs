@@ -78,7 +78,7 @@ pub(super) fn matmul(
         word(batches)?,
     ];
     gpu.step(
-        source("a[a0 + r * k + c]", "b[b0 + r * n + c]", "acc[i][j]", ""),
+        source("a[a0 + r * k + c]", "b[b0 + r * n + c]", "v", ""),
         "main",
         &[&params, ins[0], ins[1], out],
         groups,
@@ -137,7 +137,7 @@ pub(super) fn gemm(
     let groups = [word(n.div_ceil(TILE))?, word(m.div_ceil(TILE))?, 1];
     if g.has_c {
         let extra = "@group(0) @binding(4) var<storage, read> cm: array<f32>;\n";
-        let store = format!("{alpha} * acc[i][j] + bitcast<f32>(p[7]) * cm[r * p[8] + c * p[9]]");
+        let store = format!("{alpha} * v + bitcast<f32>(p[7]) * cm[r * p[8] + c * p[9]]");
         gpu.step(
             source(load_a, load_b, &store, extra),
             "main",
@@ -147,7 +147,7 @@ pub(super) fn gemm(
         .map(Some)
     } else {
         gpu.step(
-            source(load_a, load_b, &format!("{alpha} * acc[i][j]"), ""),
+            source(load_a, load_b, &format!("{alpha} * v"), ""),
             "main",
             &[&params, ins[0], ins[1], out],
             groups,

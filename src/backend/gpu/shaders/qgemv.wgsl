@@ -31,7 +31,15 @@ fn main(
     let row0 = wg.y * TM;
     let rows_here = min(TM, d.m - row0);
 
-    var acc: array<f32, 8>;
+    // The TM rows' sums, by name (see qmatmul.wgsl).
+    var s0 = 0.0;
+    var s1 = 0.0;
+    var s2 = 0.0;
+    var s3 = 0.0;
+    var s4 = 0.0;
+    var s5 = 0.0;
+    var s6 = 0.0;
+    var s7 = 0.0;
     var scale = 0.0;
     var zero = 0.0;
     var minimum = 0.0;
@@ -51,14 +59,33 @@ fn main(
                 }
                 let e = element(kk, col);
                 let w = {{WEIGHT}};
-                for (var i = 0u; i < TM; i++) {
-                    if (i < rows_here) {
-                        acc[i] = fma(a[(row0 + i) * d.k + kk], w, acc[i]);
-                    }
+                let ai = row0 * d.k + kk;
+                s0 = fma(a[ai], w, s0);
+                if (rows_here > 1u) {
+                    s1 = fma(a[ai + d.k], w, s1);
+                }
+                if (rows_here > 2u) {
+                    s2 = fma(a[ai + 2u * d.k], w, s2);
+                }
+                if (rows_here > 3u) {
+                    s3 = fma(a[ai + 3u * d.k], w, s3);
+                }
+                if (rows_here > 4u) {
+                    s4 = fma(a[ai + 4u * d.k], w, s4);
+                }
+                if (rows_here > 5u) {
+                    s5 = fma(a[ai + 5u * d.k], w, s5);
+                }
+                if (rows_here > 6u) {
+                    s6 = fma(a[ai + 6u * d.k], w, s6);
+                }
+                if (rows_here > 7u) {
+                    s7 = fma(a[ai + 7u * d.k], w, s7);
                 }
             }
         }
     }
+    var acc = array<f32, 8>(s0, s1, s2, s3, s4, s5, s6, s7);
     for (var i = 0u; i < TM; i++) {
         part[i * WG + li] = acc[i];
     }

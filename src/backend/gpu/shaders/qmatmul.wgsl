@@ -29,7 +29,16 @@ fn main(
     let row0 = wg.y * TM;
     let live = col < d.n;
 
-    var acc: array<f32, 8>;
+    // The TM rows' sums, by name (see matmul.wgsl: a private array indexed
+    // by a loop variable may be kept in memory, not registers).
+    var s0 = 0.0;
+    var s1 = 0.0;
+    var s2 = 0.0;
+    var s3 = 0.0;
+    var s4 = 0.0;
+    var s5 = 0.0;
+    var s6 = 0.0;
+    var s7 = 0.0;
     var scale = 0.0;
     var zero = 0.0;
     var minimum = 0.0;
@@ -59,14 +68,20 @@ fn main(
                 }
                 let e = element(kk, col);
                 let w = {{WEIGHT}};
-                for (var i = 0u; i < TM; i++) {
-                    acc[i] = fma(ta[i * TK + t], w, acc[i]);
-                }
+                s0 = fma(ta[t], w, s0);
+                s1 = fma(ta[TK + t], w, s1);
+                s2 = fma(ta[2u * TK + t], w, s2);
+                s3 = fma(ta[3u * TK + t], w, s3);
+                s4 = fma(ta[4u * TK + t], w, s4);
+                s5 = fma(ta[5u * TK + t], w, s5);
+                s6 = fma(ta[6u * TK + t], w, s6);
+                s7 = fma(ta[7u * TK + t], w, s7);
             }
         }
         workgroupBarrier();
     }
 
+    var acc = array<f32, 8>(s0, s1, s2, s3, s4, s5, s6, s7);
     if (live) {
         for (var i = 0u; i < TM; i++) {
             let r = row0 + i;

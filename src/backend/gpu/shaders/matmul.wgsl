@@ -44,13 +44,13 @@ var<workgroup> ta: array<f32, 1024>;
 var<workgroup> tb: array<f32, 1024>;
 
 // Writes one row of a thread's sub-block: the sums `row` of output row `r`,
-// columns lx + 16j.
-fn store_row(o0: u32, r: u32, col0: u32, m: u32, n: u32, row: vec4<f32>) {
+// columns `first` + 16j.
+fn store_row(o0: u32, r: u32, first: u32, m: u32, n: u32, row: vec4<f32>) {
     if (r >= m) {
         return;
     }
     for (var j = 0u; j < 4u; j++) {
-        let c = col0 + 16u * j;
+        let c = first + 16u * j;
         if (c < n) {
             let v = row[j];
             out[o0 + r * n + c] = {{STORE}};

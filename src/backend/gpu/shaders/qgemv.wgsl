@@ -32,6 +32,7 @@ fn main(
     let rows_here = min(TM, d.m - row0);
 
     // The TM rows' sums, by name (see qmatmul.wgsl).
+    const_assert TM == 8u;
     var s0 = 0.0;
     var s1 = 0.0;
     var s2 = 0.0;

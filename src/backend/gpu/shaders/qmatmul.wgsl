@@ -31,6 +31,7 @@ fn main(
 
     // The TM rows' sums, by name (see matmul.wgsl: a private array indexed
     // by a loop variable may be kept in memory, not registers).
+    const_assert TM == 8u;
     var s0 = 0.0;
     var s1 = 0.0;
     var s2 = 0.0;

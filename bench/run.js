@@ -190,9 +190,9 @@ async function timeAlternating(ours, theirs, data, warmup, runs, warmupMs = 0) {
   }
   // The fastest runs beside the medians: on a shared host (a cloud VM
   // whose cores a neighbour takes for seconds at a time) a median can move
-  // by a third between two runs of the bench, both runtimes' alike, while
-  // the fastest runs, which such noise can only lengthen, stay within a
-  // few percent. The medians remain the figures of record.
+  // by a third between two runs of the bench, both runtimes' alike; such
+  // noise can only lengthen a run, so the fastest runs say what the code
+  // does on cores of its own. The medians remain the figures of record.
   return {
     ours: median(times.ours),
     ort: median(times.ort),
@@ -227,8 +227,15 @@ async function benchWorkload(workload, threads, context, opts) {
     const runs = opts.runs || (opts.quick ? Math.min(workload.runs, workload.perCallMicros ? 100 : 3) : workload.runs);
     const warmupMs = workload.perCallMicros && !opts.quick ? PER_CALL_WARMUP_MS : 0;
     const t = await timeAlternating(ours, theirs, data, opts.quick ? 1 : WARMUP, runs, warmupMs);
-    Object.assign(row, { runs, ours_ms: t.ours, ort_ms: t.ort, ratio: t.ours / t.ort });
-    Object.assign(row, { ours_min_ms: t.oursMin, ort_min_ms: t.ortMin, min_ratio: t.oursMin / t.ortMin });
+    Object.assign(row, {
+      runs,
+      ours_ms: t.ours,
+      ort_ms: t.ort,
+      ratio: t.ours / t.ort,
+      ours_min_ms: t.oursMin,
+      ort_min_ms: t.ortMin,
+      min_ratio: t.oursMin / t.ortMin,
+    });
     if (workload.flops) {
       // FLOP per ms / 1e6 = GFLOP/s
       row.ours_gflops = workload.flops / t.ours / 1e6;

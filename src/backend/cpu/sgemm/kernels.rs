@@ -154,8 +154,10 @@ impl Narrow {
 /// are the same.
 const A_AHEAD_AVX512: usize = 8;
 
-/// The AVX2 kernels ask for none: their 6 broadcasts and 2 loads a step
-/// leave no room, and the same test had them 2-4% slower with it.
+/// The AVX2 kernels ask for none: the same test, their kernels run on
+/// the same Xeon, had them 2-4% slower with it on every shape (the
+/// cause was not found; their step is 12 multiply-adds, half the
+/// AVX-512 one).
 const A_AHEAD_AVX2: usize = 0;
 
 /// Depths up to which a block is swept row panel by row panel (see

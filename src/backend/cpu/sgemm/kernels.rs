@@ -152,12 +152,14 @@ impl Narrow {
 /// either way. 16 steps measured no better; prefetching the B panel's
 /// rows as well made 1024^3 a third slower (in separate runs). The bits
 /// are the same.
+#[cfg(target_arch = "x86_64")]
 const A_AHEAD_AVX512: usize = 8;
 
 /// The AVX2 kernels ask for none: the same test, their kernels run on
 /// the same Xeon, had them 2-4% slower with it on every shape (the
 /// cause was not found; their step is 12 multiply-adds, half the
 /// AVX-512 one).
+#[cfg(target_arch = "x86_64")]
 const A_AHEAD_AVX2: usize = 0;
 
 /// Depths up to which a block is swept row panel by row panel (see

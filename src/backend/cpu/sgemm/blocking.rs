@@ -171,7 +171,7 @@ fn cpuid() -> Option<Caches> {
 
 /// The largest blocking any kernel takes: the per-thread packing
 /// buffers of a block are sized by it (`pack.rs`, `AlignedBuf::ensure`).
-const MAX_KC: usize = 1024;
+pub(super) const MAX_KC: usize = 1024;
 const MAX_MC: usize = 1020;
 const MAX_NC: usize = 8192;
 /// The most KC blocks a task takes at once (the tasks hold one A panel

@@ -52,6 +52,31 @@ pub(super) type RowsKernelFn = unsafe fn(
     fuse: *const TileFuse,
 );
 
+/// The sums of a product's last column panel where it is only one or two
+/// columns wide ([`COLUMN_MAX`]), over up to [`COLUMN_PANELS`] row panels
+/// at once: `out[(c * COLUMN_PANELS + p) * COLUMN_LANES + r]` is
+/// `sum_k a[p][k][r] * b[c * kc + k]`, summed from zero in order of `k`,
+/// one multiply-add each, as the tile kernel sums each element, so the
+/// caller's store (as from a scratch tile) gives the same bits. Each of
+/// the `panels` A panels is `kc` columns of `mr` floats (panel `p` at
+/// `a + p * kc * mr`).
+///
+/// # Safety
+/// `a` readable for `panels * kc * mr` floats and `b` for `w * kc`;
+/// `out` writable for `COLUMN_PANELS * COLUMN_MAX * COLUMN_LANES` floats;
+/// `1 <= panels <= COLUMN_PANELS`, `1 <= w <= COLUMN_MAX`; the CPU has
+/// the kernel's target features.
+pub(super) type ColumnFn =
+    unsafe fn(kc: usize, a: *const f32, panels: usize, b: *const f32, w: usize, out: *mut f32);
+
+/// Row panels a [`ColumnFn`] takes at once: their sums are independent
+/// chains of multiply-adds, enough of them to cover the latency of one.
+pub(super) const COLUMN_PANELS: usize = 4;
+/// The widest edge a [`ColumnFn`] takes.
+pub(super) const COLUMN_MAX: usize = 2;
+/// Floats per row panel in a [`ColumnFn`]'s output (one vector).
+pub(super) const COLUMN_LANES: usize = 8;
+
 /// A micro-kernel and the blocking that suits it.
 ///
 /// Its functions need the CPU features of their instruction set: a
@@ -95,6 +120,10 @@ pub struct Kernel {
     /// zero-padded A panels): such a tile is written in place rather than
     /// computed whole in scratch and copied (see [`Edge`]).
     pub(super) edges: &'static [Edge],
+    /// The pass for a last column panel of one or two columns, where
+    /// there is one ([`ColumnFn`]): an edge kernel's tile there streams
+    /// its whole A panel for one or two columns of sums.
+    pub(super) column: Option<ColumnFn>,
 }
 
 /// A kernel for an edge tile of `rows` rows (fewer than its kernel's
@@ -567,6 +596,83 @@ avx512_kernel!(narrow kernel_avx512_half, false);
 #[cfg(target_arch = "x86_64")]
 avx512_kernel!(narrow kernel_avx512_half_and_one, true);
 
+/// The [`ColumnFn`] of the AVX2 kernel (`mr` 6): each A panel's column
+/// as one vector, the rows in its lanes (the two past them zero), times
+/// each edge column's B value.
+///
+/// # Safety
+/// See [`ColumnFn`], with the AVX2 kernel's `mr`; the CPU must have AVX2
+/// and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn column_avx2(
+    kc: usize,
+    a: *const f32,
+    panels: usize,
+    b: *const f32,
+    w: usize,
+    out: *mut f32,
+) {
+    // SAFETY: the caller's contract is each form's, whose `P` and `W`
+    // are the `panels` and `w` it gave; the features are this function's.
+    unsafe {
+        match (panels, w) {
+            (1, 1) => column_avx2_for::<1, 1>(kc, a, b, out),
+            (2, 1) => column_avx2_for::<2, 1>(kc, a, b, out),
+            (3, 1) => column_avx2_for::<3, 1>(kc, a, b, out),
+            (4, 1) => column_avx2_for::<4, 1>(kc, a, b, out),
+            (1, 2) => column_avx2_for::<1, 2>(kc, a, b, out),
+            (2, 2) => column_avx2_for::<2, 2>(kc, a, b, out),
+            (3, 2) => column_avx2_for::<3, 2>(kc, a, b, out),
+            (4, 2) => column_avx2_for::<4, 2>(kc, a, b, out),
+            _ => {}
+        }
+    }
+}
+
+/// [`column_avx2`] for `P` panels and `W` columns: `P * W` accumulators,
+/// `P` masked loads and `W` broadcasts a step.
+///
+/// # Safety
+/// As for [`column_avx2`], with `P` panels and `W` columns.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn column_avx2_for<const P: usize, const W: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    out: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    const MR: usize = 6;
+    let mut acc = [[_mm256_setzero_ps(); P]; W];
+    for k in 0..kc {
+        let mut av = [_mm256_setzero_ps(); P];
+        for (p, v) in av.iter_mut().enumerate() {
+            // SAFETY: p < P panels of kc * MR floats and k < kc: the MR
+            // floats of column k of panel p, readable (caller's
+            // contract), and no others (a masked load).
+            *v = unsafe { a_col_avx2!(a.add(p * kc * MR + k * MR)) };
+        }
+        for (c, row) in acc.iter_mut().enumerate() {
+            // SAFETY: c < W and k < kc: inside the W * kc floats of `b`.
+            let bx = _mm256_set1_ps(unsafe { *b.add(c * kc + k) });
+            for (y, &x) in row.iter_mut().zip(&av) {
+                // As the tile kernel takes them: an exact product, rounded
+                // once with the sum, in either order.
+                *y = _mm256_fmadd_ps(x, bx, *y);
+            }
+        }
+    }
+    for (c, row) in acc.iter().enumerate() {
+        for (p, &v) in row.iter().enumerate() {
+            // SAFETY: c < W <= COLUMN_MAX and p < P <= COLUMN_PANELS: one
+            // vector of the output the caller vouched is writable.
+            unsafe { _mm256_storeu_ps(out.add((c * COLUMN_PANELS + p) * COLUMN_LANES), v) };
+        }
+    }
+}
+
 pub(super) static PORTABLE: Kernel = Kernel {
     name: "portable",
     mr: PORTABLE_MR,
@@ -580,6 +686,7 @@ pub(super) static PORTABLE: Kernel = Kernel {
     rows: None,
     narrow: None,
     edges: &[],
+    column: None,
 };
 
 /// 6 x 16: 12 accumulators + 2 B vectors + 1 broadcast = 15 of the 16
@@ -621,6 +728,7 @@ pub(super) static AVX2: Kernel = Kernel {
             rows_fn: kernel_avx2_4rows_rows,
         },
     ],
+    column: Some(column_avx2),
 };
 
 /// 12 x 32: 24 accumulators + 2 B vectors + 1 broadcast of the 32 zmm
@@ -685,6 +793,7 @@ pub(super) static AVX512: Kernel = Kernel {
             rows_fn: kernel_avx512_8rows_rows,
         },
     ],
+    column: None,
 };
 
 /// Every kernel this CPU can run, best first.

@@ -160,4 +160,5 @@ pub(super) static NEON: Kernel = Kernel {
             rows_fn: kernel_neon_8rows_rows,
         },
     ],
+    column: None,
 };

@@ -547,8 +547,14 @@ fn edge_kernels_give_the_bits_of_the_scratch_path() {
         let plain = without_edges(kern);
         // Column edges of every narrow kind on both widths of panel (32
         // and 16): 49 (17 and 1 past the panels), 36 (4), 25 (25, 9),
-        // 48 (16, none), 9 (9 on either).
+        // 48 (16, none), 9 (9 on either); and of the column pass (one or
+        // two columns past 16: 49, 33, 50, 18, 17, 2), over one row
+        // panel to several groups of them, one KC block and several.
         for &(m, n, k) in &[
+            (31, 50, 800),
+            (130, 17, 40),
+            (7, 18, 400),
+            (61, 2, 9),
             (8, 70, 400),
             (20, 64, 100),
             (26, 33, 300),
@@ -655,6 +661,7 @@ fn without_edges(kern: &'static Kernel) -> &'static Kernel {
                 .map(|k| Kernel {
                     edges: &[],
                     narrow: None,
+                    column: None,
                     ..*k
                 })
                 .collect()

@@ -188,11 +188,12 @@ impl Task<'_> {
 
     /// The kernel's column pass ([`ColumnFn`]), where this task's last
     /// panel is the product's last and one or two columns wide. There an
-    /// edge tile (a narrow kernel into scratch) costs about as much as a
-    /// whole one: it streams its A panel for a sixteenth or an eighth of
-    /// the multiply-adds. Measured on an AMD EPYC (Zen 3, AVX2), one
-    /// thread, a packed 1280 x 320 A by 320 x N, fastest of 200 runs:
-    /// N = 48 0.48 ms, 49 0.62, 56 0.58, 64 0.62.
+    /// edge tile (a narrow kernel into scratch, eight columns wide) costs
+    /// about as much as a whole one: it streams its whole A panel for one
+    /// or two columns of sums. Measured on an AMD EPYC (Zen 3, AVX2), one
+    /// thread, a 1280 x 320 A by a packed 320 x N, fastest of 300 runs:
+    /// with edge tiles N = 48 took 0.47-0.48 ms, 49 0.60-0.62, 56
+    /// 0.57-0.58, 64 0.62; with the column pass 49 and 50 took 0.52-0.53.
     fn column_edge(&self) -> Option<ColumnFn> {
         let k = self.kern;
         let func = k.column?;

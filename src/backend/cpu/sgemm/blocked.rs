@@ -256,24 +256,10 @@ impl Task<'_> {
                 for p in 0..np {
                     let i = r0 + (ip0 + p) * mr;
                     for r in 0..mr.min(r1 - i) {
+                        let sums = (0..w).map(|c| out[(c * COLUMN_PANELS + p) * COLUMN_LANES + r]);
                         // SAFETY: row i + r < r1 of C, columns col..col +
-                        // w = j0 + cols <= ldc: inside C (caller's
-                        // contract), in this task's last panel, which no
-                        // other thread touches; the slice ends with this
-                        // iteration.
-                        let dst = unsafe {
-                            std::slice::from_raw_parts_mut(
-                                self.c.0.add((i + r) * self.ldc + col),
-                                w,
-                            )
-                        };
-                        for (c, d) in dst.iter_mut().enumerate() {
-                            let x = out[(c * COLUMN_PANELS + p) * COLUMN_LANES + r];
-                            *d = if accumulate { *d + x } else { x };
-                        }
-                        if let Some(f) = fuse {
-                            f.apply(i + r, col, dst);
-                        }
+                        // w = j0 + cols <= ldc: this task's last panel.
+                        unsafe { self.store_row(i + r, col, sums, accumulate, fuse) };
                     }
                 }
             }
@@ -406,20 +392,42 @@ impl Task<'_> {
         // The valid part of an edge tile (in scratch) is stored and the
         // fused bias and bounds applied in scalar form.
         for r in 0..nrows {
+            let sums = scratch[r * nr..r * nr + ncols].iter().copied();
             // SAFETY: row i + r < r1 of C, columns j0 + jl.. + ncols <=
-            // j0 + cols <= ldc: inside C (caller's contract), and in
-            // this task's tile, which no other thread touches; the
-            // slice ends with this iteration, before any kernel call.
-            let dst = unsafe { std::slice::from_raw_parts_mut(cp.add(r * self.ldc), ncols) };
-            let src = &scratch[r * nr..r * nr + ncols];
-            if accumulate {
-                dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
-            } else {
-                dst.copy_from_slice(src);
-            }
-            if let Some(f) = fuse {
-                f.apply(i + r, self.j0 + jl, dst);
-            }
+            // j0 + cols: this task's tile.
+            unsafe { self.store_row(i + r, self.j0 + jl, sums, accumulate, fuse) };
+        }
+    }
+
+    /// One row's sums from scratch (an edge tile's, or the column
+    /// pass's) stored at `row`, from column `col`: written, or added to C
+    /// when the KC block is not the product's first; then the fused bias
+    /// and bounds, in scalar form. The one place both edge paths store,
+    /// so that they give the same bits.
+    ///
+    /// # Safety
+    /// As for [`Task::run`]; `row` is one of this task's rows and `col ..
+    /// col + sums.len()` columns of one of its panels, which no other
+    /// thread touches while this runs.
+    unsafe fn store_row(
+        &self,
+        row: usize,
+        col: usize,
+        sums: impl ExactSizeIterator<Item = f32>,
+        accumulate: bool,
+        fuse: Option<&Fuse>,
+    ) {
+        // SAFETY: the caller's contract puts row and these columns inside
+        // C (rows < rows.1, columns <= ldc) and in this task's part of
+        // it; the slice ends with this call, before any kernel call.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(self.c.0.add(row * self.ldc + col), sums.len())
+        };
+        for (d, x) in dst.iter_mut().zip(sums) {
+            *d = if accumulate { *d + x } else { x };
+        }
+        if let Some(f) = fuse {
+            f.apply(row, col, dst);
         }
     }
 }
